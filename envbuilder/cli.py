@@ -1,0 +1,86 @@
+"""The `envbuilder` command line: parse arguments, call one module, turn errors into exit codes.
+
+Each subcommand lives in `envbuilder/commands/<name>.py` and exposes:
+
+    HELP: str                                   one line for `envbuilder --help`
+    DESCRIPTION: str                            the longer text for `envbuilder NAME --help`
+    def add_arguments(parser: argparse.ArgumentParser) -> None
+    def run(args: argparse.Namespace, ui: envbuilder.ui.UI) -> int
+
+Commands are discovered from that package, so adding one touches no other file. Exit codes:
+0 ok, 1 findings or a failed operation, 2 usage, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+from envbuilder import __version__, commands
+from envbuilder.errors import EnvbuilderError
+from envbuilder.ui import UI
+
+#: Order in `--help`: the data flow first, then the helpers. Unlisted commands sort after these.
+ORDER = ["check", "lock", "render", "build", "push", "pull", "validate", "compare", "probe",
+         "doctor", "explain"]
+
+
+def _command_modules() -> list[tuple[str, ModuleType]]:
+    names = [m.name for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_")]
+    names.sort(key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n))
+    return [(n, importlib.import_module(f"envbuilder.commands.{n}")) for n in names]
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options every command that reads the spec shares."""
+    parser.add_argument(
+        "--spec", default="environments.toml", metavar="PATH",
+        help="the spec file (default: ./environments.toml); outputs go beside it",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full parser, with one subparser per discovered command."""
+    parser = argparse.ArgumentParser(
+        prog="envbuilder",
+        description=(
+            "Reproducible, validated deep-learning environments for AMD GPUs. One spec "
+            "(environments.toml) -> checked -> locked -> rendered for WSL2, Docker and native "
+            "venvs -> built -> validated by the same probe -> compared."
+        ),
+        epilog="Exit codes: 0 ok, 1 findings or failure, 2 usage error, 130 interrupted.",
+    )
+    parser.add_argument("--version", action="version", version=f"envbuilder {__version__}")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, module in _command_modules():
+        p = sub.add_parser(
+            name, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        module.add_arguments(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script. Returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    ui = UI(quiet=args.quiet)
+    try:
+        return int(args._module.run(args, ui))
+    except EnvbuilderError as exc:
+        ui.error(str(exc))
+        return exc.exit_code
+    except KeyboardInterrupt:
+        ui.error("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per `envbuilder` subcommand; see `envbuilder.cli` for the interface."""

@@ -1,0 +1,71 @@
+"""Where things live: one `Project` value, derived from the spec's path, passed explicitly."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def default_cache_dir() -> Path:
+    """The host-side cache (wheels by sha256, probe zipapps): $ENVBUILDER_CACHE, else XDG."""
+    if env := os.environ.get("ENVBUILDER_CACHE"):
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "envbuilder"
+
+
+@dataclass(frozen=True)
+class Project:
+    """The folders of one checkout. All outputs are relative to the spec file's folder."""
+
+    root: Path
+    spec_path: Path
+    cache: Path
+
+    @classmethod
+    def from_spec(cls, spec_path: str | Path, cache: Path | None = None) -> Project:
+        spec = Path(spec_path).resolve()
+        return cls(root=spec.parent, spec_path=spec, cache=cache or default_cache_dir())
+
+    @property
+    def lockfiles(self) -> Path:
+        return self.root / "lockfiles"
+
+    @property
+    def dockerfiles(self) -> Path:
+        return self.root / "dockerfiles"
+
+    @property
+    def wsl(self) -> Path:
+        return self.root / "wsl"
+
+    @property
+    def windows(self) -> Path:
+        return self.root / "windows"
+
+    @property
+    def native(self) -> Path:
+        return self.root / "native"
+
+    @property
+    def reports(self) -> Path:
+        return self.root / "reports"
+
+    @property
+    def dist(self) -> Path:
+        return self.root / "dist"
+
+    @property
+    def wheels(self) -> Path:
+        """Wheel cache keyed by sha256: <cache>/wheels/<sha256[:2]>/<sha256>/<filename>."""
+        return self.cache / "wheels"
+
+    def env_lock(self, env: str) -> Path:
+        return self.lockfiles / f"{env}.lock.toml"
+
+    def pylock(self, env: str, target: str) -> Path:
+        return self.lockfiles / f"pylock.{env}.{target}.toml"
+
+    def report(self, env: str, target: str) -> Path:
+        return self.reports / f"{env}.{target}.json"

@@ -1,0 +1,90 @@
+"""Deployment targets, one module each, behind one small interface and a plain registry.
+
+CONTRACT:
+    get_target(name) -> Target     name in envbuilder.spec.TARGETS; raises UsageError otherwise
+    register(target_cls)           decorator used by each target module
+
+A Target builds an artifact from the locked, rendered definition and validates it by running the
+probe inside it. Targets never print: they report progress through the `progress` callback and
+return values. The CLI (envbuilder/commands/build.py, validate.py, push.py, pull.py) dispatches here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from envbuilder.errors import UsageError
+from envbuilder.project import Project
+from envbuilder.spec import EnvSpec
+
+#: Progress events: (what, done, total) -- total None when unknown; `what` is a short label.
+ProgressFn = Callable[[str, int, int | None], None]
+
+
+def no_progress(what: str, done: int, total: int | None) -> None:
+    """The default progress callback: ignore."""
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """What a build produced: an image id, a .wsl path, a venv path; with its digest/sha256."""
+
+    target: str
+    env: str
+    reference: str  # image tag, file path or venv path
+    digest: str | None = None  # image id / sha256 of the file / None for a venv
+    details: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ValidateOptions:
+    """What `envbuilder validate` passes to the probe."""
+
+    level: str = "quick"
+    expect: str | None = None  # defaults to the env's accelerator
+    repeat: int = 1
+    only: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ()
+    timeout_s: float | None = None
+
+
+class Target(Protocol):
+    name: str
+
+    def build(self, project: Project, env: EnvSpec, progress: ProgressFn) -> Artifact: ...
+
+    def validate(
+        self, project: Project, env: EnvSpec, options: ValidateOptions, progress: ProgressFn
+    ) -> Path:
+        """Run the probe inside the built artifact; return the path of the JSON report written
+        to project.report(env.name, self.name). Raises ValidationError if it cannot run."""
+        ...
+
+
+_MODULES = {
+    "docker": "envbuilder.targets.docker",
+    "wsl2": "envbuilder.targets.wsl2",
+    "windows": "envbuilder.targets.venv",
+    "native": "envbuilder.targets.venv",
+}
+_REGISTRY: dict[str, type] = {}
+
+
+def register(cls: type) -> type:
+    """Class decorator: make `cls` the implementation of target `cls.name`."""
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def get_target(name: str) -> Target:
+    """The target implementation for `name` (imported on first use)."""
+    if name not in _MODULES:
+        raise UsageError(f"unknown target {name!r}; choose one of: {', '.join(_MODULES)}")
+    if name not in _REGISTRY:
+        importlib.import_module(_MODULES[name])
+    target: Target = _REGISTRY[name]()
+    return target
