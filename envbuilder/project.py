@@ -65,7 +65,9 @@ class Project:
         return self.lockfiles / f"{env}.lock.toml"
 
     def pylock(self, env: str, target: str) -> Path:
-        return self.lockfiles / f"pylock.{env}.{target}.toml"
+        # PEP 751 allows no dot inside the name (`pylock.<name>.toml`); pip and uv refuse
+        # `pylock.cpu.native.toml` (pip parses it as requirements.txt), hence the dash.
+        return self.lockfiles / f"pylock.{env}-{target}.toml"
 
     def report(self, env: str, target: str) -> Path:
         return self.reports / f"{env}.{target}.json"

@@ -17,10 +17,21 @@ CONTRACT (other modules code against these names; keep them stable):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, cast
+
+import tomlkit
+import tomlkit.exceptions
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from envbuilder.errors import SpecError, UsageError
 
 Accelerator = Literal["rocm", "cuda", "cpu"]
 TargetName = Literal["docker", "wsl2", "windows", "native"]
@@ -107,7 +118,649 @@ class EnvSpec:
     target_index_pins: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
     def packages_for(self, target: TargetName) -> tuple[str, ...]:
+        """The packages for `target`: its own `packages` when the target table sets them."""
         return self.target_packages.get(target, self.packages)
 
     def index_pins_for(self, target: TargetName) -> Mapping[str, str]:
-        return {**self.index_pins, **self.target_index_pins.get(target, {})}
+        """The index pins for `target`: its own `index_pins` REPLACE the env-wide ones when the
+        target table sets them (so `index_pins = {}` in [env.X.windows] drops the torch pin)."""
+        if target in self.target_index_pins:
+            return dict(self.target_index_pins[target])
+        return dict(self.index_pins)
+
+    def python_for(self, target: TargetName) -> str:
+        """The Python (major.minor) a target's venv uses."""
+        if target == "windows" and self.windows is not None:
+            return self.windows.python
+        if target == "native" and self.native is not None:
+            return self.native.python
+        return self.python
+
+
+# --- the loaded spec ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Spec:
+    """A checked spec: its environments in file order, the named indexes, and its warnings.
+
+    `document` is the tomlkit document (comments and order kept) for commands that edit the file;
+    `merged` holds each env's plain, merged content (what `env_hash` hashes)."""
+
+    path: Path
+    envs: Mapping[str, EnvSpec]
+    indexes: Mapping[str, Index]
+    findings: tuple[Finding, ...] = ()
+    merged: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
+    document: tomlkit.TOMLDocument | None = field(default=None, repr=False)
+
+    def env(self, name: str) -> EnvSpec:
+        """The env called `name`; UsageError naming the known envs when there is none."""
+        if name not in self.envs:
+            hint = _did_you_mean(name, self.envs)
+            raise UsageError(f"{self.path}: no environment {name!r}{hint}; "
+                             f"known: {', '.join(self.envs) or '(none)'}")
+        return self.envs[name]
+
+    def select(self, names: Sequence[str] | None) -> list[EnvSpec]:
+        """The envs called `names` (in the given order); all envs in file order for [] or None."""
+        if not names:
+            return list(self.envs.values())
+        return [self.env(n) for n in dict.fromkeys(names)]
+
+    def indexes_for(self, name: str) -> dict[str, Index]:
+        """The named indexes env `name` pins any package to (any target), sorted by name."""
+        env = self.env(name)
+        used = set(env.index_pins.values())
+        for pins in env.target_index_pins.values():
+            used.update(pins.values())
+        return {n: self.indexes[n] for n in sorted(used) if n in self.indexes}
+
+    def env_hash(self, name: str) -> str:
+        """sha256 (hex) of the env's merged content plus the canonical URLs of the indexes it
+        uses, as canonical JSON (sorted keys). Mirrors are left out: they change where wheels
+        come from, never which (artifacts are accepted by hash only)."""
+        self.env(name)
+        payload = {
+            "env": name,
+            "spec": self.merged.get(name, {}),
+            "indexes": {n: ix.url for n, ix in self.indexes_for(name).items()},
+        }
+        text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                          default=str)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """What `check_spec` found: the spec (None when there are errors) and every finding."""
+
+    spec: Spec | None
+    findings: tuple[Finding, ...]
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "warning"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Load and check `path`. Returns the Spec (warnings on `Spec.findings`); raises SpecError
+    listing every error, one per line, when there is any."""
+    result = check_spec(path)
+    if result.spec is None:
+        lines = [str(f) for f in result.errors]
+        raise SpecError(f"{len(lines)} error(s) in the spec:\n" + "\n".join(lines))
+    return result.spec
+
+
+def check_spec(path: str | Path) -> CheckResult:
+    """Read, parse, merge and check the spec at `path`. Never raises for a user's mistake (a
+    missing file, bad TOML, a wrong value): those are findings. Writes nothing."""
+    ctx = _Ctx(str(path))
+    doc = _parse(Path(path), ctx)
+    if doc is None:
+        return CheckResult(None, ctx.result())
+    spec = _build(Path(path), doc, ctx)
+    findings = ctx.result()
+    if any(f.severity == "error" for f in findings) or spec is None:
+        return CheckResult(None, findings)
+    spec = Spec(path=spec.path, envs=spec.envs, indexes=spec.indexes, findings=findings,
+                merged=spec.merged, document=spec.document)
+    return CheckResult(spec, findings)
+
+
+# --- schema -----------------------------------------------------------------------------------
+
+#: Kinds: "str", "bool", "list[str]", "map[str]", or a nested schema (a table).
+Schema = Mapping[str, Any]
+
+DOCKER_KEYS: Schema = {"base": "str", "user": "str", "python": "str"}
+WSL2_KEYS: Schema = {"distro": "str", "ubuntu": "str", "base": "str", "user": "str",
+                     "systemd": "bool"}
+WINDOWS_KEYS: Schema = {"python": "str", "hip_path": "str", "packages": "list[str]",
+                        "index_pins": "map[str]"}
+NATIVE_KEYS: Schema = {"python": "str"}
+ENV_KEYS: Schema = {
+    "description": "str", "accelerator": "str", "rocm": "str", "cuda": "str", "gpu": "str",
+    "python": "str", "packages": "list[str]", "index_pins": "map[str]", "targets": "list[str]",
+    "env": "map[str]", "apt": "list[str]", "rccl": "map[str]",
+    "docker": DOCKER_KEYS, "wsl2": WSL2_KEYS, "windows": WINDOWS_KEYS, "native": NATIVE_KEYS,
+}
+INDEX_KEYS: Schema = {"url": "str", "mirror": "str"}
+TOP_KEYS = ("defaults", "env", "indexes")
+ACCELERATORS: tuple[Accelerator, ...] = ("rocm", "cuda", "cpu")
+
+_KIND_WORDS = {"str": "a string", "bool": "true or false", "list[str]": "a list of strings",
+               "map[str]": "a table of strings"}
+
+#: An env name becomes part of image names and tags: Docker's path-component grammar.
+ENV_NAME_RE = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
+INDEX_NAME_RE = re.compile(r"[a-z0-9](?:[a-z0-9._-]*[a-z0-9])?")
+PYTHON_RE = re.compile(r"3\.[0-9]{1,2}")
+ROCM_RE = re.compile(r"[0-9]+\.[0-9]+(?:\.[0-9]+)?")
+CUDA_RE = re.compile(r"[0-9]+\.[0-9]+")
+
+
+def _one_line(text: str) -> str:
+    """A finding is one line: control characters a user wrote are shown escaped."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
+def _did_you_mean(word: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _kind_ok(value: Any, kind: str) -> bool:
+    if kind == "str":
+        return isinstance(value, str)
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "list[str]":
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if kind == "map[str]":
+        return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+    raise AssertionError(kind)
+
+
+def _type_name(value: Any) -> str:
+    names = {str: "a string", bool: "a boolean", int: "an integer", float: "a float",
+             list: "an array", dict: "a table"}
+    return names.get(type(value), type(value).__name__)
+
+
+class _Ctx:
+    """Collects findings for one file; remembers where merged values came from."""
+
+    def __init__(self, file: str) -> None:
+        self.file = _one_line(file)
+        self.findings: list[Finding] = []
+        self.defaults: dict[str, Any] = {}
+        self.raw_envs: dict[str, dict[str, Any]] = {}
+        self.doc: tomlkit.TOMLDocument | None = None
+        self.bad: dict[str, set[str]] = {}  # env name ("" for defaults) -> rejected keys
+
+    def add(self, severity: Severity, key: str, message: str) -> None:
+        self.findings.append(Finding(severity, self.file, _one_line(key), _one_line(message)))
+
+    def err(self, key: str, message: str) -> None:
+        self.add("error", key, message)
+
+    def warn(self, key: str, message: str) -> None:
+        self.add("warning", key, message)
+
+    def origin(self, env: str, *path: str) -> str:
+        """" (set in [defaults])" when the env's value at `path` came from [defaults]."""
+        return "" if _has(self.raw_envs.get(env, {}), path) or not _has(self.defaults, path) \
+            else " (set in [defaults])"
+
+    def env_err(self, env: str, path: Sequence[str], message: str,
+                severity: Severity = "error") -> None:
+        """A finding on env key `path`, noting when the value was inherited from [defaults].
+        A "missing" finding is dropped when that key was already reported as mistyped."""
+        dotted = ".".join(path)
+        if message.startswith("missing") and (dotted in self.bad.get(env, set())
+                                              or dotted in self.bad.get("", set())):
+            return
+        self.add(severity, ".".join(("env", env, *path)), message + self.origin(env, *path))
+
+    def result(self) -> tuple[Finding, ...]:
+        return tuple(dict.fromkeys(self.findings))
+
+
+def _has(table: Mapping[str, Any], path: Sequence[str]) -> bool:
+    node: Any = table
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def _parse(path: Path, ctx: _Ctx) -> dict[str, Any] | None:
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        ctx.err("file", "not found; create it (see docs/spec.md) or pass --spec PATH")
+        return None
+    except IsADirectoryError:
+        ctx.err("file", "is a folder; pass the spec file itself with --spec PATH")
+        return None
+    except OSError as exc:
+        ctx.err("file", f"cannot be read ({exc.strerror or exc}); check the path and permissions")
+        return None
+    except UnicodeDecodeError as exc:
+        ctx.err("file", f"is not UTF-8 (byte {exc.start}); save it as UTF-8")
+        return None
+    try:
+        doc = tomlkit.parse(text)
+        plain = doc.unwrap()
+    except tomlkit.exceptions.ParseError as exc:
+        ctx.err(f"line {exc.line}", f"invalid TOML: {_parse_message(exc)}; fix the syntax "
+                f"near column {exc.col} (strings need quotes, tables [name], arrays [a, b])")
+        return None
+    except (tomlkit.exceptions.TOMLKitError, ValueError, TypeError, OverflowError) as exc:
+        where = _duplicate_line(text, str(exc))
+        ctx.err(where, f"invalid TOML: {str(exc).rstrip('.')}; each key may appear once per "
+                "table: remove or rename the repeated one")
+        return None
+    ctx.doc = doc
+    return plain
+
+
+def _duplicate_line(text: str, message: str) -> str:
+    """"line N" of the repeated key in tomlkit's 'Key "x" already exists.' (else "file")."""
+    m = re.search(r'Key "([^"]+)" already exists', message)
+    if m is None:
+        return "file"
+    key = re.escape(m.group(1).split(".")[-1])
+    lines = [i for i, line in enumerate(text.splitlines(), 1)
+             if re.match(rf'\s*["\']?{key}["\']?\s*[=.]', line)
+             or re.match(rf"\s*\[+\s*([^\]]*\.)?{key}\s*\]", line)]
+    return f"line {lines[1]}" if len(lines) > 1 else "file"
+
+
+def _parse_message(exc: tomlkit.exceptions.ParseError) -> str:
+    msg = str(exc)
+    # tomlkit appends " at line L col C"; the finding's key already says the line.
+    return re.sub(r" at line \d+ col \d+$", "", msg).replace("\x00", "end of file")
+
+
+def _clean_table(table: Any, schema: Schema, parts: tuple[str, ...], ctx: _Ctx,
+                 bad: set[str], prefix: str = "") -> dict[str, Any]:
+    """Report unknown keys and wrong types in one table (recursively); return the table without
+    them. `bad` collects the relative dotted keys that were rejected (and the keys a typo
+    probably meant), so later "missing" findings for them are not reported twice."""
+    key = ".".join(parts)
+    if not isinstance(table, dict):
+        ctx.err(key, f"must be a table, not {_type_name(table)}; write [{key}]")
+        bad.add(prefix.rstrip("."))
+        return {}
+    out: dict[str, Any] = {}
+    for name, value in table.items():
+        where = f"{key}.{name}"
+        if name not in schema:
+            hint = _did_you_mean(name, schema)
+            ctx.err(where, f"unknown key{hint}; known keys here: {', '.join(schema)}")
+            bad.update(prefix + c for c in difflib.get_close_matches(name, list(schema), 1, 0.6))
+            continue
+        kind = schema[name]
+        if isinstance(kind, Mapping):
+            out[name] = _clean_table(value, kind, (*parts, name), ctx, bad, f"{prefix}{name}.")
+        elif kind == "map[str]" and isinstance(value, dict):
+            out[name] = _clean_map(value, (*parts, name), ctx)
+        elif not _kind_ok(value, kind):
+            written = _as_written(ctx.doc, (*parts, name))
+            ctx.err(where, f"must be {_KIND_WORDS[kind]}, not {_type_name(value)}"
+                    + _type_hint(value, kind, written))
+            bad.add(prefix + name)
+        else:
+            out[name] = value
+    return out
+
+
+def _clean_map(table: dict[str, Any], parts: tuple[str, ...], ctx: _Ctx) -> dict[str, str]:
+    """A table of strings: each non-string entry is its own finding (and is dropped)."""
+    out: dict[str, str] = {}
+    for k, v in table.items():
+        if isinstance(v, str):
+            out[k] = v
+            continue
+        written = _as_written(ctx.doc, (*parts, k))
+        ctx.err(".".join((*parts, k)), f"must be a string, not {_type_name(v)}"
+                + _type_hint(v, "str", written))
+    return out
+
+
+def _as_written(doc: Any, parts: Sequence[str]) -> str | None:
+    """The value's text as written in the file (3.10 stays "3.10"), when tomlkit has it."""
+    node = doc
+    try:
+        for part in parts:
+            node = node[part]
+        text = node.as_string()
+    except (KeyError, TypeError, AttributeError):
+        return None
+    return text.strip() if isinstance(text, str) and text.strip().isprintable() else None
+
+
+def _type_hint(value: Any, kind: str, written: str | None = None) -> str:
+    if kind == "str" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f'; quote it: "{written or value}"'
+    if kind == "list[str]" and isinstance(value, str):
+        return f'; write ["{value}"]' if _printable(value) else "; write a list of strings"
+    examples = {"str": '"..."', "bool": "true or false", "list[str]": '["..."]',
+                "map[str]": '{ NAME = "value" }'}
+    return f"; write e.g. {examples[kind]}"
+
+
+def _printable(value: str) -> bool:
+    return value.isprintable()
+
+
+def _merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    """Tables merge key by key (recursively); any other value in `top` replaces base's."""
+    out = dict(base)
+    for k, v in top.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def _build(path: Path, doc: dict[str, Any], ctx: _Ctx) -> Spec | None:
+    for name in doc:
+        if name not in TOP_KEYS:
+            ctx.err(name, f"unknown top-level key{_did_you_mean(name, TOP_KEYS)}; known: "
+                    f"{', '.join(TOP_KEYS)} (an environment goes under [env.{name}])")
+    indexes = _indexes(doc.get("indexes", {}), ctx)
+    defaults = _clean_table(doc.get("defaults", {}), ENV_KEYS, ("defaults",), ctx,
+                            ctx.bad.setdefault("", set()))
+    envs_raw = doc.get("env")
+    if envs_raw is None:
+        ctx.err("env", "no environments; add one, e.g. [env.cpu] (see docs/spec.md)")
+        return None
+    if not isinstance(envs_raw, dict):
+        ctx.err("env", f"must be a table of environments, not {_type_name(envs_raw)}; "
+                "write [env.NAME]")
+        return None
+    if not envs_raw:
+        ctx.err("env", "no environments; add one, e.g. [env.cpu] (see docs/spec.md)")
+    ctx.defaults = defaults
+    envs: dict[str, EnvSpec] = {}
+    merged: dict[str, dict[str, Any]] = {}
+    for name, raw in envs_raw.items():
+        if not ENV_NAME_RE.fullmatch(name) or len(name) > 63:
+            ctx.err(f"env.{name}", "environment name cannot be a Docker image name/tag or WSL "
+                    "distro name; use lower-case letters, digits and single '.', '_' or '-' "
+                    "between them (at most 63 characters), e.g. 'rocm64'")
+            continue
+        clean = _clean_table(raw, ENV_KEYS, ("env", name), ctx, ctx.bad.setdefault(name, set()))
+        ctx.raw_envs[name] = clean
+        merged[name] = _merge(ctx.defaults, clean)
+        env = _make_env(name, merged[name], indexes, ctx)
+        if env is not None:
+            envs[name] = env
+    from envbuilder import checks  # checks imports this module's types
+
+    for env in envs.values():
+        checks.check_env(env, indexes, ctx)
+    return Spec(path=path, envs=envs, indexes=indexes, merged=merged, document=ctx.doc)
+
+
+def _indexes(raw: Any, ctx: _Ctx) -> dict[str, Index]:
+    if not isinstance(raw, dict):
+        ctx.err("indexes", f"must be a table of indexes, not {_type_name(raw)}; write "
+                "[indexes.NAME] with url = \"...\"")
+        return {}
+    out: dict[str, Index] = {}
+    from envbuilder import checks
+
+    for name, table in raw.items():
+        key = f"indexes.{name}"
+        if not INDEX_NAME_RE.fullmatch(name):
+            ctx.err(key, "index name must be lower-case letters, digits, '.', '_' or '-', "
+                    "e.g. 'pytorch-rocm64'")
+            continue
+        before = len(ctx.findings)
+        table = _clean_table(table, INDEX_KEYS, ("indexes", name), ctx, set())
+        if len(ctx.findings) > before:
+            continue
+        if "url" not in table:
+            ctx.err(f"{key}.url", 'missing; every index needs url = "https://..."')
+            continue
+        ok = checks.check_url(table["url"], f"{key}.url", ctx)
+        if "mirror" in table:
+            ok = checks.check_mirror(table["mirror"], f"{key}.mirror", ctx) and ok
+        if ok:
+            out[name] = Index(name=name, url=table["url"], mirror=table.get("mirror"))
+    return out
+
+
+def _make_env(name: str, m: dict[str, Any], indexes: Mapping[str, Index],
+              ctx: _Ctx) -> EnvSpec | None:
+    """Typed EnvSpec from the merged table; None (with findings) when a value is unusable."""
+    from envbuilder import checks
+
+    e = _env_err_fn(ctx, name)
+    accelerator = m.get("accelerator")
+    if accelerator is None:
+        e(("accelerator",), 'missing; set accelerator = "rocm", "cuda" or "cpu"')
+    elif accelerator not in ACCELERATORS:
+        e(("accelerator",), f"unknown accelerator {accelerator!r}"
+          f"{_did_you_mean(accelerator, ACCELERATORS)}; use one of: {', '.join(ACCELERATORS)}")
+    python = m.get("python")
+    if python is None:
+        e(("python",), 'missing; set python = "3.12" (major.minor)')
+    elif not PYTHON_RE.fullmatch(python):
+        e(("python",), f"{python!r} is not a Python major.minor version; write e.g. "
+          f'"{_major_minor(python) or "3.12"}"')
+    targets = _targets(name, m, ctx)
+    rocm, cuda = m.get("rocm"), m.get("cuda")
+    if accelerator == "rocm" and rocm is None:
+        e(("rocm",), 'missing for accelerator "rocm"; set rocm = "6.4.1" (a ROCm release)')
+    if rocm is not None and not ROCM_RE.fullmatch(rocm):
+        e(("rocm",), f"{rocm!r} is not a ROCm release number; write e.g. \"6.4.1\"")
+    if rocm is not None and accelerator in ("cpu", "cuda"):
+        e(("rocm",), f'set for accelerator "{accelerator}"; remove it, or set accelerator = '
+          '"rocm"')
+    if accelerator == "cuda" and cuda is None:
+        e(("cuda",), 'missing for accelerator "cuda"; set cuda = "12.8"')
+    if cuda is not None and not CUDA_RE.fullmatch(cuda):
+        e(("cuda",), f"{cuda!r} is not a CUDA major.minor version; write e.g. \"12.8\"")
+    if cuda is not None and accelerator in ("cpu", "rocm"):
+        e(("cuda",), f'set for accelerator "{accelerator}"; remove it, or set accelerator = '
+          '"cuda"')
+    # Unusable values were reported above; the checks below must not see them.
+    rocm = rocm if rocm is not None and ROCM_RE.fullmatch(rocm) else None
+    cuda = cuda if cuda is not None and CUDA_RE.fullmatch(cuda) else None
+    packages = checks.check_packages(name, ("packages",), m.get("packages", []), ctx)
+    pins = _pins(name, ("index_pins",), m.get("index_pins", {}), indexes, ctx)
+    env_vars = checks.check_env_vars(name, ("env",), m.get("env", {}), ctx)
+    rccl = checks.check_env_vars(name, ("rccl",), m.get("rccl", {}), ctx)
+    apt = tuple(m.get("apt", []))
+    checks.check_apt(name, apt, ctx)
+    gpu = m.get("gpu")
+    gfx = checks.resolve_gfx(name, gpu, ctx) if gpu is not None else None
+    description = m.get("description", "")
+    checks.check_text(name, ("description",), description, ctx)
+    tp, tpins = _target_overrides(name, m, indexes, ctx)
+    docker = _docker(name, m, targets, rocm, ctx)
+    wsl2 = _wsl2(name, m, targets, accelerator, ctx)
+    windows = _windows(name, m, targets, python, ctx)
+    native = _native(name, m, targets, python, ctx)
+    # Checks of the other values still run on an env with value errors (more findings in one
+    # go), as long as the values they need are usable; the Spec is dropped on any error anyway.
+    if accelerator not in ACCELERATORS or python is None or not PYTHON_RE.fullmatch(python):
+        return None
+    return EnvSpec(
+        name=name, description=description, accelerator=cast(Accelerator, accelerator),
+        python=cast(str, python), packages=packages, index_pins=pins, targets=targets,
+        rocm=rocm, cuda=cuda, gpu=gpu, gfx=gfx, env=env_vars, rccl=rccl, apt=apt,
+        docker=docker, wsl2=wsl2, windows=windows, native=native,
+        target_packages=tp, target_index_pins=tpins)
+
+
+def _env_err_fn(ctx: _Ctx, name: str) -> Callable[[Sequence[str], str], None]:
+    def e(path: Sequence[str], message: str) -> None:
+        ctx.env_err(name, path, message)
+
+    return e
+
+
+def _major_minor(text: str) -> str | None:
+    try:
+        v = Version(text)
+    except InvalidVersion:
+        return None
+    return f"{v.major}.{v.minor}" if v.major == 3 else None
+
+
+def _targets(name: str, m: dict[str, Any], ctx: _Ctx) -> tuple[TargetName, ...]:
+    raw = m.get("targets")
+    if raw is None:
+        ctx.env_err(name, ("targets",), f'missing; set targets = ["docker"] (any of: '
+                    f"{', '.join(TARGETS)})")
+        return ()
+    if not raw:
+        ctx.env_err(name, ("targets",), f"is empty; list at least one of: {', '.join(TARGETS)}")
+    out: list[TargetName] = []
+    for t in raw:
+        if t not in TARGETS:
+            ctx.env_err(name, ("targets",), f"unknown target {t!r}{_did_you_mean(t, TARGETS)}; "
+                        f"use any of: {', '.join(TARGETS)}")
+        elif t in out:
+            ctx.env_err(name, ("targets",), f"{t!r} is listed twice; list it once")
+        else:
+            out.append(cast(TargetName, t))
+    for t in TARGETS:
+        if t in m and t not in out:
+            ctx.env_err(name, (t,), f"[env.{name}.{t}] is set but {t!r} is not in targets; "
+                        f"add it to targets or remove the table", "warning")
+    return tuple(out)
+
+
+def _pins(name: str, path: tuple[str, ...], raw: Mapping[str, str],
+          indexes: Mapping[str, Index], ctx: _Ctx) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pkg, index in raw.items():
+        from envbuilder import checks
+
+        if not checks.PACKAGE_NAME_RE.fullmatch(pkg):
+            ctx.env_err(name, (*path, pkg), "is not a package name; use the distribution "
+                        "name, e.g. torch")
+            continue
+        if index not in indexes:
+            known = ", ".join(indexes) or "(none defined)"
+            ctx.env_err(name, (*path, pkg), f"pins {pkg} to unknown index {index!r}"
+                        f"{_did_you_mean(index, indexes)}; define [indexes.{index}] with a url "
+                        f"or use one of: {known}")
+            continue
+        out[str(canonicalize_name(pkg))] = index
+    return out
+
+
+def _target_overrides(name: str, m: dict[str, Any], indexes: Mapping[str, Index],
+                      ctx: _Ctx) -> tuple[dict[str, tuple[str, ...]], dict[str, dict[str, str]]]:
+    from envbuilder import checks
+
+    packages: dict[str, tuple[str, ...]] = {}
+    pins: dict[str, dict[str, str]] = {}
+    for target in TARGETS:
+        table = m.get(target, {})
+        if "packages" in table:
+            packages[target] = checks.check_packages(name, (target, "packages"),
+                                                     table["packages"], ctx)
+        if "index_pins" in table:
+            pins[target] = _pins(name, (target, "index_pins"), table["index_pins"], indexes, ctx)
+    return packages, pins
+
+
+def _docker(name: str, m: dict[str, Any], targets: tuple[TargetName, ...], rocm: str | None,
+            ctx: _Ctx) -> DockerTarget | None:
+    from envbuilder import checks
+
+    if "docker" not in targets:
+        return None
+    t = m.get("docker", {})
+    base = t.get("base")
+    if base is None and rocm is not None:
+        base = checks.default_rocm_image(rocm)
+    if base is None:
+        ctx.env_err(name, ("docker", "base"), 'missing; set base = "debian:bookworm-slim" '
+                    "(an image reference with a tag)")
+        return None
+    checks.check_image(name, ("docker", "base"), base, ctx)
+    user = t.get("user", "envbuilder")
+    checks.check_user(name, ("docker", "user"), user, ctx)
+    python = t.get("python", "python3")
+    checks.check_interpreter(name, ("docker", "python"), python, ctx)
+    return DockerTarget(base=base, user=user, python=python)
+
+
+def _wsl2(name: str, m: dict[str, Any], targets: tuple[TargetName, ...],
+          accelerator: str | None, ctx: _Ctx) -> Wsl2Target | None:
+    from envbuilder import checks
+
+    if "wsl2" not in targets:
+        return None
+    t = m.get("wsl2", {})
+    distro = t.get("distro", f"envbuilder-{name}")
+    checks.check_distro(name, distro, ctx)
+    ubuntu = t.get("ubuntu")
+    if ubuntu is not None and not re.fullmatch(r"[0-9]{2}\.[0-9]{2}", ubuntu):
+        ctx.env_err(name, ("wsl2", "ubuntu"), f"{ubuntu!r} is not an Ubuntu release; write "
+                    'e.g. "24.04"')
+    if accelerator == "rocm" and ubuntu is None:
+        ctx.env_err(name, ("wsl2", "ubuntu"), 'missing; the WSL ROCm stack is installed for an '
+                    'Ubuntu release: set ubuntu = "24.04" or "22.04"')
+    base = t.get("base", f"ubuntu:{ubuntu}" if ubuntu else None)
+    if base is None:
+        ctx.env_err(name, ("wsl2", "base"), 'missing; set base = "debian:bookworm-slim" or '
+                    'ubuntu = "24.04"')
+        return None
+    checks.check_image(name, ("wsl2", "base"), base, ctx)
+    user = t.get("user", "envbuilder")
+    checks.check_user(name, ("wsl2", "user"), user, ctx)
+    return Wsl2Target(distro=distro, base=base, ubuntu=ubuntu, user=user,
+                      systemd=t.get("systemd", True))
+
+
+def _windows(name: str, m: dict[str, Any], targets: tuple[TargetName, ...],
+             python: str | None, ctx: _Ctx) -> WindowsTarget | None:
+    from envbuilder import checks
+
+    if "windows" not in targets:
+        return None
+    t = m.get("windows", {})
+    py = t.get("python", python)
+    if py is not None and not PYTHON_RE.fullmatch(py):
+        ctx.env_err(name, ("windows", "python"), f"{py!r} is not a Python major.minor version; "
+                    'write e.g. "3.12"')
+    hip_path = t.get("hip_path")
+    if hip_path is not None:
+        checks.check_windows_path(name, ("windows", "hip_path"), hip_path, ctx)
+    return WindowsTarget(python=py or "", hip_path=hip_path)
+
+
+def _native(name: str, m: dict[str, Any], targets: tuple[TargetName, ...],
+            python: str | None, ctx: _Ctx) -> NativeTarget | None:
+    if "native" not in targets:
+        return None
+    py = m.get("native", {}).get("python", python)
+    if py is not None and not PYTHON_RE.fullmatch(py):
+        ctx.env_err(name, ("native", "python"), f"{py!r} is not a Python major.minor version; "
+                    'write e.g. "3.12"')
+    return NativeTarget(python=py or "")
+

@@ -1,0 +1,113 @@
+"""The Docker build context of one env and target, laid out as the build-context contract says:
+
+    Dockerfile                     copy of the rendered Dockerfile
+    envbuilder/pylock.toml         the env's pylock for that target
+    envbuilder/requirements.txt    one hash-pinned line per locked artifact (envbuilder.wheelcache)
+    envbuilder/wheels/<filename>   the locked artifacts from the host wheel cache (hash-verified)
+    envbuilder/ca.crt              optional extra CA bundle (build stage only)
+    envbuilder/<conf files>        wsl2 only: wsl.conf, wsl-distribution.conf, oobe.sh
+
+The Dockerfile's build stage copies `envbuilder/` to /tmp/envbuilder/ and installs offline from
+it; the final stage copies only the venv, so nothing here reaches the final image.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from envbuilder.errors import BuildError, LockError
+from envbuilder.project import Project
+from envbuilder.targets import ProgressFn, no_progress
+
+#: Rendered files, besides the Dockerfile, that go into `envbuilder/` (wsl2 images).
+EXTRA_FILES = ("wsl.conf", "wsl-distribution.conf", "oobe.sh")
+CA_BUNDLE_ENV = "ENVBUILDER_CA_BUNDLE"
+#: Label carrying `context_digest`: an image whose label matches needs no rebuild.
+CONTEXT_LABEL = "org.envbuilder.context-sha256"
+
+
+def ca_bundle_path(spec_value: str | None, project: Project) -> Path | None:
+    """The extra CA bundle to trust at build time: the spec's value (relative to the spec's
+    folder), else $ENVBUILDER_CA_BUNDLE, else None. Raises BuildError when it does not exist."""
+    value = spec_value or os.environ.get(CA_BUNDLE_ENV)
+    if not value:
+        return None
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        path = project.root / path
+    if not path.is_file():
+        source = "the spec" if spec_value else f"${CA_BUNDLE_ENV}"
+        raise BuildError(f"the CA bundle {path} (from {source}) does not exist; "
+                         "give the path of a PEM file")
+    return path
+
+
+def assemble_context(
+    project: Project,
+    env: str,
+    target: str,
+    dockerfile_dir: Path,
+    progress: ProgressFn = no_progress,
+    *,
+    ca_bundle: Path | None = None,
+) -> Path:
+    """Lay out a fresh temp dir as the build context of `env` for `target`; return its path.
+
+    The folder lies in the project's cache folder; the caller removes it (shutil.rmtree).
+    Wheels come from the host wheel cache (downloaded once by sha256, verified) and are
+    hard-linked.
+    Raises BuildError/LockError saying which command produces a missing input.
+    """
+    dockerfile = dockerfile_dir / "Dockerfile"
+    if not dockerfile.is_file():
+        raise BuildError(f"{dockerfile} does not exist; run `envbuilder render --env {env}` first")
+    pylock = project.pylock(env, target)
+    if not pylock.is_file():
+        raise LockError(f"{pylock} does not exist; run `envbuilder lock --env {env}` first")
+    # Beside the wheel cache, so that the wheels are hard-linked rather than copied.
+    project.cache.mkdir(parents=True, exist_ok=True)
+    context = Path(tempfile.mkdtemp(prefix=f"context-{env}-{target}-", dir=project.cache))
+    try:
+        _fill(project, env, target, dockerfile, pylock, context, progress, ca_bundle)
+    except BaseException:
+        shutil.rmtree(context, ignore_errors=True)
+        raise
+    return context
+
+
+def _fill(
+    project: Project, env: str, target: str, dockerfile: Path, pylock: Path, context: Path,
+    progress: ProgressFn, ca_bundle: Path | None,
+) -> None:
+    from envbuilder import wheelcache  # the lock helper's module; imported where it is needed
+
+    inner = context / "envbuilder"
+    inner.mkdir()
+    shutil.copyfile(dockerfile, context / "Dockerfile")
+    shutil.copyfile(pylock, inner / "pylock.toml")
+    for name in EXTRA_FILES:
+        extra = dockerfile.parent / name
+        if extra.is_file():
+            shutil.copyfile(extra, inner / name)
+    wheelcache.write_wheelhouse(project, env, target, inner, progress=progress)
+    if ca_bundle is not None:
+        shutil.copyfile(ca_bundle, inner / "ca.crt")
+
+
+def context_digest(context: Path) -> str:
+    """sha256 over what decides the image's content: every file's path and content hash,
+    except the CA bundle (a build-time trust setting, not content). Equal digests, equal images.
+
+    Wheels are named by requirements.txt with their sha256, so they are not read again.
+    """
+    digest = hashlib.sha256()
+    for path in sorted(p for p in context.rglob("*") if p.is_file()):
+        rel = path.relative_to(context).as_posix()
+        if rel == "envbuilder/ca.crt" or rel.startswith("envbuilder/wheels/"):
+            continue
+        digest.update(rel.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()

@@ -1,0 +1,595 @@
+"""The checks behind `envbuilder check`: values that are well-typed but wrong.
+
+Two families, both reported as `Finding`s through the spec loader's context (never raised):
+
+- *safety*: every value that a renderer puts into a Dockerfile, shell or PowerShell line (package
+  specs, env var names and values, apt names, user names, paths, URLs, image references) either
+  matches a strict pattern or is rejected here, so nothing a user writes can become code;
+- *compatibility*: the spec against the shipped compatibility data (`envbuilder.compat`): torch
+  vs index vs Python, GPU vs target, ROCm release vs WSL stack and Ubuntu release, HSA override,
+  RCCL knobs. The facts live in `envbuilder/data/*.toml`, never here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import (
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_wheel_filename,
+)
+from packaging.version import Version
+
+from envbuilder.compat import Compat, TorchIndexEntry, load_compat
+
+if TYPE_CHECKING:
+    from envbuilder.spec import EnvSpec, Index, TargetName, _Ctx
+
+#: PEP 508 distribution names.
+PACKAGE_NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+#: POSIX-portable environment variable names (what sh, Dockerfile ENV and PowerShell all take).
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Debian policy 5.6.1: package names are lower case, at least two characters.
+APT_NAME_RE = re.compile(r"[a-z0-9][a-z0-9+.-]+")
+#: useradd's portable user names (and not root: the image's user is uid 1000).
+USER_RE = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+#: envbuilder's rule for WSL distro names (letters, digits, '.', '_', '-'; starts alnum).
+DISTRO_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+#: An interpreter name or absolute path inside the base image.
+INTERPRETER_RE = re.compile(r"(?:/[A-Za-z0-9_.+-]+)+|[A-Za-z0-9_.+-]+")
+#: Docker image references (distribution/reference grammar), tag and/or digest.
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_DOMAIN = rf"(?:{_LABEL}(?:\.{_LABEL})*(?::[0-9]+)?/)?"
+IMAGE_RE = re.compile(
+    rf"(?P<name>{_DOMAIN}{_COMPONENT}(?:/{_COMPONENT})*)"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
+    r"(?:@(?P<digest>sha256:[a-f0-9]{64}))?"
+)
+#: Characters that end or escape a quoted word in sh, a Dockerfile or PowerShell.
+SHELL_META = frozenset("'\"`$;\\")
+HSA_VAR = "HSA_OVERRIDE_GFX_VERSION"
+
+
+def _meta(value: str, allowed: str = "") -> str | None:
+    """The first character of `value` that cannot be carried safely, described; None if none."""
+    for ch in value:
+        if ch in ("\n", "\r"):
+            return "a newline"
+        if ch == "\x00":
+            return "a NUL byte"
+        if not ch.isprintable() and ch != " ":
+            return f"a control character (U+{ord(ch):04X})"
+        if ch in SHELL_META and ch not in allowed:
+            return f"{ch!r}"
+    if "$(" in value:
+        return "'$('"
+    return None
+
+
+def check_text(env: str, path: Sequence[str], value: str, ctx: _Ctx) -> None:
+    """Free text that lands in labels and comments: one printable line."""
+    bad = _meta(value, allowed="'\";\\$`")
+    if bad:
+        ctx.env_err(env, path, f"contains {bad}; write a single printable line")
+
+
+def check_url(url: str, key: str, ctx: _Ctx) -> bool:
+    """An http(s) URL with nothing a shell line could trip over."""
+    bad = _meta(url)
+    parts = urlsplit(url) if bad is None else None
+    if bad or parts is None or parts.scheme not in ("http", "https") or not parts.netloc \
+            or " " in url:
+        what = f"contains {bad}" if bad else "is not an http(s) URL"
+        ctx.err(key, f"{what}; write e.g. \"https://download.pytorch.org/whl/rocm6.4\"")
+        return False
+    return True
+
+
+def check_mirror(mirror: str, key: str, ctx: _Ctx) -> bool:
+    """A mirror is an absolute folder or an http(s) URL."""
+    if mirror.startswith(("http://", "https://")):
+        return check_url(mirror, key, ctx)
+    bad = _meta(mirror)
+    if bad or not mirror.startswith("/"):
+        what = f"contains {bad}" if bad else "is neither an absolute folder nor an http(s) URL"
+        ctx.err(key, f"{what}; write e.g. \"/opt/wheels\" or \"https://mirror.example/simple\"")
+        return False
+    return True
+
+
+def check_packages(env: str, path: Sequence[str], packages: Sequence[str],
+                   ctx: _Ctx) -> tuple[str, ...]:
+    """PEP 508 strings; quotes and ';' only inside an environment marker. Returns the good ones."""
+    seen: dict[str, str] = {}
+    for spec in packages:
+        problem = _package_problem(spec)
+        if problem:
+            ctx.env_err(env, path, f"{spec!r}: {problem}")
+            continue
+        name = str(canonicalize_name(Requirement(spec).name))
+        if name in seen:
+            ctx.env_err(env, path, f"{spec!r}: {name} is already required by {seen[name]!r}; "
+                        "write one requirement per package")
+            continue
+        seen[name] = spec
+    return tuple(seen.values())
+
+
+def _package_problem(spec: str) -> str | None:
+    bad = _meta(spec, allowed="'\";")
+    if bad:
+        return f"contains {bad}; a requirement is one line of PEP 508 (e.g. \"torch==2.9.1\")"
+    try:
+        req = Requirement(spec)
+    except InvalidRequirement as exc:
+        first = str(exc).splitlines()[0]
+        return f"not a valid PEP 508 requirement ({first}); write e.g. \"torch==2.9.1\""
+    head = spec if req.marker is None else _before_marker(spec)
+    if any(ch in head for ch in "'\";"):
+        return ("quotes or ';' outside an environment marker; write "
+                "\"name==1.0; python_version < '3.13'\"")
+    if req.url is not None and not req.url.startswith(("https://", "http://", "file://")):
+        return "a direct reference must be an http(s) or file URL"
+    return None
+
+
+def _before_marker(spec: str) -> str:
+    # A URL requirement separates its marker with " ;"; a plain one with ";".
+    idx = spec.find(" ;") if "@" in spec.split(";", 1)[0] else spec.find(";")
+    return spec if idx < 0 else spec[:idx]
+
+
+def check_env_vars(env: str, path: Sequence[str], values: Mapping[str, str],
+                   ctx: _Ctx) -> dict[str, str]:
+    """Names match [A-Za-z_][A-Za-z0-9_]*; values are one printable line (renderers quote).
+    Returns the good pairs."""
+    good: dict[str, str] = {}
+    for name, value in values.items():
+        if not ENV_NAME_RE.fullmatch(name):
+            ctx.env_err(env, (*path, name), "is not a valid environment variable name; use "
+                        "letters, digits and '_', not starting with a digit (e.g. NCCL_DEBUG)")
+            continue
+        if any(ch in ("\n", "\r", "\x00") or (not ch.isprintable() and ch != " ")
+               for ch in value):
+            ctx.env_err(env, (*path, name), "value contains a newline, NUL or control "
+                        "character; an environment value must be one printable line")
+            continue
+        good[name] = value
+    return good
+
+
+def check_apt(env: str, apt: Sequence[str], ctx: _Ctx) -> None:
+    for name in apt:
+        if not APT_NAME_RE.fullmatch(name):
+            ctx.env_err(env, ("apt",), f"{name!r} is not a Debian package name (lower-case "
+                        "letters, digits, '+', '-', '.'; at least two characters, e.g. "
+                        "\"libnuma1\")")
+
+
+def check_user(env: str, path: Sequence[str], user: str, ctx: _Ctx) -> None:
+    if not USER_RE.fullmatch(user):
+        ctx.env_err(env, path, f"{user!r} is not a valid user name; use lower-case letters, "
+                    "digits, '_' and '-', starting with a letter (e.g. \"envbuilder\")")
+    elif user == "root":
+        ctx.env_err(env, path, "must not be root: the image's user has uid 1000; use e.g. "
+                    "\"envbuilder\"")
+
+
+def check_interpreter(env: str, path: Sequence[str], python: str, ctx: _Ctx) -> None:
+    if not INTERPRETER_RE.fullmatch(python):
+        ctx.env_err(env, path, f"{python!r} is not an interpreter name or absolute path; "
+                    "write e.g. \"python3\" or \"/usr/bin/python3.12\"")
+
+
+def check_image(env: str, path: Sequence[str], image: str, ctx: _Ctx) -> None:
+    m = IMAGE_RE.fullmatch(image)
+    if m is None:
+        ctx.env_err(env, path, f"{image!r} is not a Docker image reference; write "
+                    "NAME:TAG, e.g. \"debian:bookworm-slim\" or \"rocm/dev-ubuntu-24.04:6.4.1\"")
+    elif m.group("tag") is None and m.group("digest") is None:
+        ctx.env_err(env, path, f"{image!r} has no tag (it would mean :latest, which moves); "
+                    "write NAME:TAG, e.g. \"debian:bookworm-slim\"", "warning")
+
+
+def check_distro(env: str, distro: str, ctx: _Ctx) -> None:
+    if not DISTRO_RE.fullmatch(distro):
+        ctx.env_err(env, ("wsl2", "distro"), f"{distro!r} cannot be a WSL distro name; use "
+                    "letters, digits, '.', '_' or '-', starting with a letter or digit, at most "
+                    "64 characters (e.g. \"envbuilder-rocm64\")")
+
+
+def check_windows_path(env: str, path: Sequence[str], value: str, ctx: _Ctx) -> None:
+    bad = _meta(value, allowed="\\")
+    if bad or not re.fullmatch(r"[A-Za-z]:\\.*", value):
+        what = f"contains {bad}" if bad else "is not an absolute Windows path"
+        ctx.env_err(env, path, f"{what}; write e.g. \"C:\\Program Files\\AMD\\ROCm\\6.4\\\"")
+
+
+def default_rocm_image(rocm: str) -> str | None:
+    """The ROCm dev image for a release (Ubuntu 24.04 when it exists, else 22.04)."""
+    release = load_compat().rocm(rocm)
+    if release is None:
+        return None
+    images = release.docker_images
+    return images.get("24.04") or images.get("22.04")
+
+
+def resolve_gfx(env: str, gpu: str, ctx: _Ctx) -> str | None:
+    """The gfx target of `gpu` (a marketing name or a gfx id); a finding when unknown."""
+    compat = load_compat()
+    found = compat.gpu(gpu)
+    if found is not None:
+        return found.gfx
+    if re.fullmatch(r"gfx[0-9a-f]{3,4}", gpu):
+        ctx.env_err(env, ("gpu",), f"{gpu} is not in envbuilder's GPU table; the GPU checks "
+                    "are skipped for it", "warning")
+        return gpu
+    names = compat.gpu_names()
+    close = difflib.get_close_matches(gpu, names, n=1, cutoff=0.5)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    ctx.env_err(env, ("gpu",), f"unknown GPU {gpu!r}{hint}; write a marketing name such as "
+                "\"RX 7900 XTX\" or a gfx target such as \"gfx1100\"")
+    return None
+
+
+# --- compatibility checks on a typed env ---------------------------------------------------
+
+
+def check_env(env: EnvSpec, indexes: Mapping[str, Index], ctx: _Ctx) -> None:
+    """Every compatibility check for one env (findings go to `ctx`)."""
+    compat = load_compat()
+    _check_rocm(env, compat, ctx)
+    _check_gpu(env, compat, ctx)
+    for label, target in _target_groups(env):
+        _check_torch(env, target, label, indexes, compat, ctx)
+        _check_wheel_urls(env, target, label, ctx)
+    _check_pins_used(env, ctx)
+    _check_images(env, compat, ctx)
+    torch_index = _linux_torch_index(env, indexes, compat)
+    _check_hsa(env, compat, torch_index, ctx)
+    _check_rccl(env, compat, ctx)
+    _check_windows(env, compat, ctx)
+
+
+def _target_groups(env: EnvSpec) -> list[tuple[str, TargetName]]:
+    """One (label, representative target) per distinct set of packages/pins/Python, so a
+    problem shared by all targets is reported once; label names the targets when they differ."""
+    groups: dict[tuple[object, ...], list[TargetName]] = {}
+    for t in env.targets:
+        key = (env.packages_for(t), tuple(sorted(env.index_pins_for(t).items())),
+               env.python_for(t))
+        groups.setdefault(key, []).append(t)
+    if len(groups) == 1:
+        return [("", env.targets[0])] if env.targets else []
+    return [(f" ({', '.join(ts)})", ts[0]) for ts in groups.values()]
+
+
+def _linux_torch_index(env: EnvSpec, indexes: Mapping[str, Index],
+                       compat: Compat) -> TorchIndexEntry | None:
+    """The matrix row of the PyTorch index the env's Linux torch comes from, if known."""
+    for target in env.targets:
+        if target == "windows":
+            continue
+        pin = env.index_pins_for(target).get("torch")
+        index = indexes.get(pin) if pin else None
+        rows = compat.index_rows(index.url) if index else []
+        if rows:
+            return rows[0]
+    return None
+
+
+def _check_images(env: EnvSpec, compat: Compat, ctx: _Ctx) -> None:
+    """The base image's python3 must be the env's Python; a ROCm dev image its ROCm release."""
+    bases: list[tuple[tuple[str, ...], str, str | None]] = []
+    if env.docker is not None:
+        bases.append((("docker", "base"), env.docker.base, env.docker.python))
+    if env.wsl2 is not None:
+        bases.append((("wsl2", "base"), env.wsl2.base, "python3"))
+    for path, ref, interpreter in bases:
+        known = compat.base_image(ref)
+        if known is not None and interpreter == "python3" and known.python != env.python:
+            ctx.env_err(env.name, path, f"{ref}'s python3 is {known.python}, but the env's "
+                        f"Python is {env.python} (the venv is made with the base image's "
+                        f"python3); use a base with Python {env.python} or set python = "
+                        f"\"{known.python}\"")
+        m = re.fullmatch(r"rocm/dev-ubuntu-[0-9.]+:([0-9]+(?:\.[0-9]+)*)(?:-.*)?", ref)
+        if m and env.rocm and not _same_release(m.group(1), env.rocm):
+            ctx.env_err(env.name, path, f"{ref} is ROCm {m.group(1)}, but the env's rocm is "
+                        f"{env.rocm}; use the image of that release", "warning")
+
+
+def _same_release(a: str, b: str) -> bool:
+    va, vb = Version(a), Version(b)
+    n = min(len(va.release), len(vb.release))
+    return va.release[:n] == vb.release[:n]
+
+
+def _check_rocm(env: EnvSpec, compat: Compat, ctx: _Ctx) -> None:
+    if env.rocm is None:
+        return
+    release = compat.rocm(env.rocm)
+    if release is None:
+        known = ", ".join(r.version for r in compat.releases)
+        ctx.env_err(env.name, ("rocm",), f"ROCm {env.rocm} is not in envbuilder's release "
+                    f"table; use one of: {known}")
+        return
+    if release.unverified:
+        ctx.env_err(env.name, ("rocm",), f"the WSL/package facts for ROCm {release.version} are "
+                    f"unverified ({release.source}); check them before relying on them",
+                    "warning")
+    if "wsl2" not in env.targets or env.wsl2 is None:
+        return
+    if release.wsl_stack is None:
+        near = ", ".join(compat.nearest_wsl_releases(release.version)[:3])
+        ctx.env_err(env.name, ("rocm",), f"ROCm {release.version} ships no WSL runtime "
+                    "(no hsa-runtime-rocr4wsl-amdgpu package); for the wsl2 target use the "
+                    f"nearest releases that have one: {near}")
+        return
+    if env.wsl2.ubuntu is not None and env.wsl2.ubuntu not in release.ubuntu:
+        ctx.env_err(env.name, ("wsl2", "ubuntu"), f"Ubuntu {env.wsl2.ubuntu} is not supported "
+                    f"by ROCm {release.version} in WSL; use {' or '.join(release.ubuntu)}")
+
+
+def _check_gpu(env: EnvSpec, compat: Compat, ctx: _Ctx) -> None:
+    if env.gpu is None:
+        if env.accelerator == "rocm":
+            ctx.env_err(env.name, ("gpu",), "not set; the GPU checks (WSL/Windows support, HSA "
+                        "override) are skipped; set gpu = \"RX 7900 XTX\" or a gfx target",
+                        "warning")
+        return
+    if env.accelerator != "rocm":
+        ctx.env_err(env.name, ("gpu",), f"is ignored for accelerator {env.accelerator!r}; "
+                    "remove it", "warning")
+        return
+    gpu = compat.gpu(env.gpu)
+    if gpu is None:
+        return
+    label = f"{env.gpu} ({gpu.gfx})"
+    if "wsl2" in env.targets and not gpu.wsl:
+        ctx.env_err(env.name, ("targets",), f"{label} is not supported by AMD's WSL stack "
+                    "(WSL supports RDNA3/RDNA4 GPUs such as RX 7900 XTX, RX 7800 XT, RX 9070 "
+                    "XT); remove 'wsl2' or use the docker target on a Linux host")
+    if "windows" in env.targets and not gpu.windows:
+        ctx.env_err(env.name, ("targets",), f"{label} is not covered by AMD's native-Windows "
+                    "PyTorch wheels (gfx110X, gfx1151, gfx120X); remove 'windows' or use wsl2/"
+                    "docker")
+    if gpu.unverified and ({"wsl2", "windows"} & set(env.targets)):
+        ctx.env_err(env.name, ("gpu",), f"WSL/Windows support for {label} is unverified "
+                    f"({gpu.source})", "warning")
+    release = compat.rocm(env.rocm) if env.rocm else None
+    since = gpu.linux_official_since
+    if release is not None and {"docker", "native"} & set(env.targets) and (
+            since is None or Version(release.version) < Version(since)):
+        when = f"from ROCm {since}" if since else "in no ROCm release"
+        ctx.env_err(env.name, ("gpu",), f"{label} is officially supported on Linux {when}, "
+                    f"not in ROCm {release.version}; it may still work", "warning")
+
+
+def _torch_req(env: EnvSpec, target: TargetName) -> Requirement | None:
+    for spec in env.packages_for(target):
+        req = Requirement(spec)
+        if canonicalize_name(req.name) == "torch":
+            return req
+    return None
+
+
+def _pkg_path(env: EnvSpec, target: TargetName) -> tuple[str, ...]:
+    return (target, "packages") if target in env.target_packages else ("packages",)
+
+
+def _check_torch(env: EnvSpec, target: TargetName, label: str, indexes: Mapping[str, Index],
+                 compat: Compat, ctx: _Ctx) -> None:
+    req = _torch_req(env, target)
+    if req is None or req.url is not None:
+        return
+    python = env.python_for(target)
+    pin = env.index_pins_for(target).get("torch")
+    path = _pkg_path(env, target)
+    if pin is None:
+        if env.accelerator == "rocm" and target != "windows":
+            ctx.env_err(env.name, ("index_pins",), f"torch{label} has no index pin, so it "
+                        "would come from the default index (a CUDA build on Linux); pin it: "
+                        "index_pins = { torch = \"<an index with url "
+                        "https://download.pytorch.org/whl/rocmX.Y>\" }")
+        return
+    index = indexes.get(pin)
+    rows = compat.index_rows(index.url) if index else []
+    if not rows:
+        return  # not a PyTorch index envbuilder knows: nothing to check against
+    name = rows[0].index
+    serving = [r for r in rows if r.serves(req.specifier)]
+    if not serving:
+        ctx.env_err(env.name, path, f"{req}{label}: no torch wheel matching "
+                    f"'{req.specifier}' on the {name} index (it serves "
+                    f"{_served(rows)}); {_suggest(req, compat)}")
+        return
+    in_range = [r for r in serving if r.python.contains(python + ".0", prereleases=True)]
+    if not in_range:
+        ctx.env_err(env.name, _python_path(env, target), f"Python {python}{label}: "
+                    f"{req} on the {name} index has wheels for Python {_pyrange(serving[0])} "
+                    f"only; use a Python in that range or another torch version")
+    if env.accelerator == "rocm" and env.rocm and name.startswith("rocm"):
+        _check_index_matches_release(env, name, path, ctx)
+    if env.accelerator == "cpu" and name.startswith("rocm"):
+        ctx.env_err(env.name, ("index_pins",), f"torch comes from the {name} index, but the "
+                    "accelerator is cpu; pin the cpu index or set accelerator = \"rocm\"",
+                    "warning")
+
+
+def _check_index_matches_release(env: EnvSpec, index: str, path: Sequence[str],
+                                 ctx: _Ctx) -> None:
+    idx = Version(index.removeprefix("rocm"))
+    rel = Version(env.rocm or "0")
+    if idx.release[:2] != rel.release[:2]:
+        ctx.env_err(env.name, ("index_pins",), f"torch comes from the {index} index but the "
+                    f"env's ROCm is {env.rocm}; the wheel bundles its own ROCm {idx}, the "
+                    "system's libraries (and the WSL libhsa fix) are for the other; prefer the "
+                    f"rocm{rel.major}.{rel.minor} index", "warning")
+
+
+def _python_path(env: EnvSpec, target: TargetName) -> tuple[str, ...]:
+    if target == "windows" and env.windows is not None and env.windows.python != env.python:
+        return ("windows", "python")
+    if target == "native" and env.native is not None and env.native.python != env.python:
+        return ("native", "python")
+    return ("python",)
+
+
+def _served(rows: Sequence[TorchIndexEntry]) -> str:
+    versions = [v for r in rows for v in r.versions]
+    return ", ".join(dict.fromkeys(f"{v}+{rows[0].local}" for v in versions))
+
+
+def _pyrange(row: TorchIndexEntry) -> str:
+    lo = hi = None
+    for s in row.python:
+        if s.operator == ">=":
+            lo = s.version
+        if s.operator == "<":
+            v = Version(s.version)
+            hi = f"{v.major}.{v.minor - 1}"
+    return f"{lo}-{hi}" if lo and hi else str(row.python)
+
+
+def _suggest(req: Requirement, compat: Compat) -> str:
+    versions = [v for v in _pinned_versions(req.specifier)]
+    rows = [r for v in versions for r in compat.torch_indexes(v)]
+    if rows:
+        names = ", ".join(dict.fromkeys(r.index for r in rows))
+        return f"torch {versions[0]} is on: {names}"
+    return "pick a version the index serves"
+
+
+def _pinned_versions(spec: SpecifierSet) -> list[str]:
+    return [s.version for s in spec if s.operator in ("==", "===") and "*" not in s.version]
+
+
+def _check_wheel_urls(env: EnvSpec, target: TargetName, label: str, ctx: _Ctx) -> None:
+    """Direct wheel URLs: the wheel's tags must fit the target's Python and platform."""
+    python = env.python_for(target).replace(".", "")
+    for spec in env.packages_for(target):
+        req = Requirement(spec)
+        if req.url is None or not req.url.endswith(".whl"):
+            continue
+        filename = unquote(req.url.rsplit("/", 1)[-1])
+        try:
+            _, _, _, tags = parse_wheel_filename(filename)
+        except InvalidWheelFilename:
+            ctx.env_err(env.name, _pkg_path(env, target), f"{req.name}: {filename!r} is not a "
+                        "valid wheel file name")
+            continue
+        interpreters = {t.interpreter for t in tags}
+        platforms = {t.platform for t in tags}
+        if not ({f"cp{python}", "py3", f"py{python}"} & interpreters):
+            ctx.env_err(env.name, _pkg_path(env, target), f"{req.name}: the wheel {filename} is "
+                        f"for {', '.join(sorted(interpreters))}, but the {target} target uses "
+                        f"Python {env.python_for(target)}; use a matching wheel or Python")
+        want = "win" if target == "windows" else "linux"
+        if "any" not in platforms and not any(want in p for p in platforms):
+            ctx.env_err(env.name, _pkg_path(env, target), f"{req.name}: the wheel {filename} is "
+                        f"for {', '.join(sorted(platforms))}, not for the {target} target; "
+                        f"give the {target} target its own packages ([env.{env.name}.{target}] "
+                        "packages = [...])")
+
+
+def _check_pins_used(env: EnvSpec, ctx: _Ctx) -> None:
+    names = {str(canonicalize_name(Requirement(s).name)) for s in env.packages}
+    for pkg in env.index_pins:
+        if pkg not in names:
+            ctx.env_err(env.name, ("index_pins", pkg), f"pins {pkg}, which is not in packages; "
+                        "add it to packages or remove the pin", "warning")
+
+
+def _check_hsa(env: EnvSpec, compat: Compat, torch_index: TorchIndexEntry | None,
+               ctx: _Ctx) -> None:
+    wheel_gfx = torch_index.gfx if torch_index and torch_index.gfx else compat.wheel_gfx_base
+
+    def gfx_ok(gfx: str) -> bool:
+        return gfx in wheel_gfx
+
+    gpu = compat.gpu(env.gpu) if env.gpu else None
+    if HSA_VAR not in env.env:
+        if gpu is not None and gpu.hsa_override is not None and not gfx_ok(gpu.gfx) \
+                and any(t != "windows" for t in env.targets):
+            ctx.env_err(env.name, ("env",), f"{env.gpu} ({gpu.gfx}) is not among the torch "
+                        "wheel's gfx targets; it usually needs HSA_OVERRIDE_GFX_VERSION = "
+                        f"\"{gpu.hsa_override}\" (not an official workaround)", "warning")
+        return
+    value = env.env[HSA_VAR]
+    path = ("env", HSA_VAR)
+    if value.strip() == "":
+        ctx.env_err(env.name, path, "is empty; an empty HSA_OVERRIDE_GFX_VERSION breaks GPU "
+                    "detection: remove it (or set the version your GPU needs, e.g. 10.3.0)")
+        return
+    if not re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", value):
+        ctx.env_err(env.name, path, f"{value!r} is not a gfx version like 10.3.0 or 11.0.0; "
+                    "remove it or fix the value")
+        return
+    if gpu is not None:
+        label = f"{env.gpu} ({gpu.gfx})"
+        if gpu.hsa_override is None:
+            ctx.env_err(env.name, path, f"set to {value} for {label}, which needs no override "
+                        "(the torch wheels are compiled for it); remove "
+                        "HSA_OVERRIDE_GFX_VERSION")
+        elif gfx_ok(gpu.gfx):
+            ctx.env_err(env.name, path, f"set to {value} for {label}, but the torch wheel is "
+                        f"compiled for {gpu.gfx}; remove HSA_OVERRIDE_GFX_VERSION")
+        elif value != gpu.hsa_override:
+            ctx.env_err(env.name, path, f"set to {value} for {label}; it runs as "
+                        f"{gpu.hsa_override} (HSA_OVERRIDE_GFX_VERSION = "
+                        f"\"{gpu.hsa_override}\")", "warning")
+    if "windows" in env.targets:
+        ctx.env_err(env.name, path, "has no effect on Windows (the windows target ignores it)",
+                    "warning")
+
+
+def _check_rccl(env: EnvSpec, compat: Compat, ctx: _Ctx) -> None:
+    knobs = compat.rccl
+    for table, values in (("env", env.env), ("rccl", env.rccl)):
+        for name in values:
+            path = (table, name)
+            if name in knobs.misspelled:
+                real = knobs.misspelled[name]
+                ctx.env_err(env.name, path, f"{name} is not read by RCCL (it reads the NCCL_* "
+                            f"names); use {real} = \"{values[name]}\"")
+            elif table == "rccl" and not name.startswith(("NCCL_", "RCCL_")):
+                ctx.env_err(env.name, path, "is not an NCCL_*/RCCL_* setting; move it to "
+                            f"[env.{env.name}.env]")
+            elif name.startswith(("NCCL_", "RCCL_")) and name not in knobs.known:
+                close = difflib.get_close_matches(name, knobs.known, n=1, cutoff=0.7)
+                hint = f"; did you mean {close[0]}?" if close else ""
+                ctx.env_err(env.name, path, f"{name} is not a setting envbuilder knows RCCL "
+                            f"reads{hint}", "warning")
+
+
+def _check_windows(env: EnvSpec, compat: Compat, ctx: _Ctx) -> None:
+    if "windows" not in env.targets or env.windows is None or env.accelerator != "rocm":
+        return
+    pythons = [w for w in compat.windows_wheels
+               if w.python.contains(env.windows.python + ".0", prereleases=True)]
+    table = f"[env.{env.name}.windows]"
+    if not pythons:
+        ctx.env_err(env.name, _python_path(env, "windows"), f"Python {env.windows.python}: "
+                    "AMD's native-Windows PyTorch wheels need Python 3.12; set "
+                    f"{table} python = \"3.12\" or drop the windows target")
+    req = _torch_req(env, "windows")
+    if req is None:
+        ctx.env_err(env.name, _pkg_path(env, "windows"), "no torch for the windows target; "
+                    f"give it AMD's Windows wheel, e.g. {table} packages = "
+                    f"[\"torch @ {compat.windows_wheels[0].wheel_urls()[0]}\"]", "warning")
+    elif req.url is None and "torch" in env.index_pins_for("windows"):
+        ctx.env_err(env.name, ("windows", "index_pins"), "torch for windows is pinned to a "
+                    f"Linux wheel index; set {table} packages to AMD's Windows wheel and "
+                    "index_pins = {}")
+    elif req.url is not None and any(req.url.startswith(w.url) and w.unverified
+                                     for w in compat.windows_wheels):
+        ctx.env_err(env.name, _pkg_path(env, "windows"), "AMD's Windows wheel URLs are "
+                    "unverified here (see envbuilder/data/torch.toml)", "warning")

@@ -1,0 +1,84 @@
+"""What build, validate, push and pull share: picking (env, target) pairs and showing progress.
+
+Private (leading underscore): the CLI does not discover it as a command.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.progress import Progress, TaskID
+
+from envbuilder.cli import add_common_arguments
+from envbuilder.errors import UsageError
+from envbuilder.project import Project
+from envbuilder.spec import TARGETS, EnvSpec, load_spec
+from envbuilder.targets import ProgressFn
+from envbuilder.ui import UI
+
+
+def add_selection_arguments(parser: argparse.ArgumentParser, default_target: str | None) -> None:
+    """--spec, --env NAME (repeatable), --target T (required unless a default is given)."""
+    add_common_arguments(parser)
+    parser.add_argument("--env", action="append", default=[], metavar="NAME",
+                        help="env to work on (repeatable; default: every env having the target)")
+    parser.add_argument("--target", choices=TARGETS, default=default_target,
+                        required=default_target is None,
+                        help="deployment target" + (f" (default: {default_target})"
+                                                    if default_target else ""))
+
+
+def selected(args: argparse.Namespace) -> tuple[Project, list[EnvSpec]]:
+    """The project and the envs `args` name that have `args.target` (all such when none named).
+
+    UsageError when a named env does not have the target, or when no env has it.
+    """
+    project = Project.from_spec(args.spec)
+    spec = load_spec(project.spec_path)
+    envs = spec.select(args.env)
+    if args.env:
+        for env in envs:
+            if args.target not in env.targets:
+                raise UsageError(
+                    f"env {env.name!r} has no target {args.target!r} (its targets: "
+                    f"{', '.join(env.targets)}); add it to env.{env.name}.targets in "
+                    f"{project.spec_path.name}"
+                )
+        return project, envs
+    envs = [env for env in envs if args.target in env.targets]
+    if not envs:
+        raise UsageError(f"no env in {project.spec_path.name} has the target {args.target!r}")
+    return project, envs
+
+
+class ProgressView:
+    """A ProgressFn drawing on a rich Progress: one bar for steps, one per downloaded layer or
+    file ("pull ..."/"download ..." events with a byte total), plain lines for the rest."""
+
+    def __init__(self, progress: Progress, ui: UI) -> None:
+        self.progress = progress
+        self.ui = ui
+        self.main: TaskID | None = None
+        self.transfers: dict[str, TaskID] = {}
+
+    def __call__(self, what: str, done: int, total: int | None) -> None:
+        if total is None:
+            self.ui.info(what)
+        elif what.startswith(("pull ", "download ", "fetch ")):
+            task = self.transfers.get(what)
+            if task is None:
+                task = self.transfers[what] = self.progress.add_task(what, total=total)
+            self.progress.update(task, completed=done, total=total)
+        else:
+            if self.main is None:
+                self.main = self.progress.add_task(what, total=total)
+            self.progress.update(self.main, description=what, completed=done, total=total)
+
+
+@contextmanager
+def progress_for(ui: UI, bytes_: bool = False) -> Iterator[ProgressFn]:
+    """A ProgressFn for library calls, drawn on stderr while the block runs."""
+    with ui.progress(bytes_=bytes_) as prog:
+        yield ProgressView(prog, ui)

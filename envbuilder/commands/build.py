@@ -1,0 +1,68 @@
+"""`envbuilder build`: build each selected env's artifact for one target."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from envbuilder.commands._targets import add_selection_arguments, progress_for, selected
+from envbuilder.errors import UsageError
+from envbuilder.targets import get_target
+from envbuilder.ui import UI
+
+HELP = "build the locked, rendered envs for a target (docker image, .wsl, venv)"
+DESCRIPTION = """\
+Build each selected env (--env, repeatable; default: every env having the target) from its lock
+and its rendered files, and record the artifact in lockfiles/<env>.lock.toml:
+
+  docker    image envbuilder/<env>:<short lock hash>, built by the engine DOCKER_HOST names
+            (the local one by default); proxies from HTTP(S)_PROXY/NO_PROXY and an extra CA
+            bundle ($ENVBUILDER_CA_BUNDLE) are used at build time and never stored in the image
+  wsl2      dist/<env>.wsl
+  native    a venv (--path DIR, default .envbuilder/venvs/<env>-native)
+  windows   a venv on Windows (--path DIR)
+
+Building again with nothing changed builds nothing. Prints one line per artifact on stdout:
+    <env> <target> <reference> <digest> (built|up to date)
+"""
+
+VENV_TARGETS = ("native", "windows")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_selection_arguments(parser, default_target=None)
+    parser.add_argument("--path", type=Path, metavar="DIR",
+                        help="venv targets (native, windows): where the venv goes")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="docker: build every step again (no layer cache, no up-to-date check)")
+
+
+def _target_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Target-specific keyword arguments; refuses options the target does not take."""
+    options: dict[str, Any] = {}
+    if args.path is not None:
+        if args.target not in VENV_TARGETS:
+            raise UsageError(f"--path applies to the venv targets ({', '.join(VENV_TARGETS)}), "
+                             f"not {args.target}")
+        if len(args.env) != 1:
+            raise UsageError("--path needs exactly one --env (one venv per folder)")
+        options["path"] = args.path
+    if args.no_cache:
+        if args.target != "docker":
+            raise UsageError(f"--no-cache applies to --target docker, not {args.target}")
+        options["no_cache"] = True
+    return options
+
+
+def run(args: argparse.Namespace, ui: UI) -> int:
+    options = _target_options(args)
+    project, envs = selected(args)
+    target = get_target(args.target)
+    for env in envs:
+        with progress_for(ui) as progress:
+            artifact = target.build(project, env, progress, **options)
+        state = "up to date" if artifact.details.get("changed") == "no" else "built"
+        ui.print(f"{env.name} {artifact.target} {artifact.reference} "
+                 f"{artifact.digest or '-'} ({state})")
+    return 0

@@ -1,0 +1,50 @@
+"""`envbuilder check`: hold environments.toml against the compatibility data."""
+
+from __future__ import annotations
+
+import argparse
+
+from envbuilder.cli import add_common_arguments
+from envbuilder.spec import check_spec
+from envbuilder.ui import UI
+
+HELP = "check environments.toml: errors exit 1, warnings are printed"
+DESCRIPTION = """\
+Read the spec, merge [defaults] into each [env.NAME] and check every value: TOML syntax, unknown
+keys, types, PEP 508 requirements, torch vs wheel index vs Python, GPU vs target (WSL, Windows),
+ROCm release vs WSL runtime and Ubuntu release, HSA_OVERRIDE_GFX_VERSION, RCCL/NCCL settings,
+names that must be Docker/WSL names, and anything that could become code in a generated file.
+
+One line per finding, on stdout:
+    FILE: KEY: error|warning: what is wrong; what would be right
+Exit 0 when there are no errors (warnings allowed), 1 when there is any error. Writes nothing.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_common_arguments(parser)
+    parser.add_argument(
+        "--env", action="append", default=[], metavar="NAME",
+        help="report only findings for this env (repeatable); file-wide findings always show",
+    )
+
+
+def run(args: argparse.Namespace, ui: UI) -> int:
+    result = check_spec(args.spec)
+    findings = list(result.findings)
+    if args.env:
+        if result.spec is not None:
+            for name in args.env:
+                result.spec.env(name)  # UsageError (exit 2) for an unknown env
+        findings = [f for f in findings if not f.key.startswith("env.")
+                    or f.key.split(".")[1] in args.env]
+    for finding in findings:
+        ui.print(str(finding))
+    errors = sum(f.severity == "error" for f in findings)
+    warnings = len(findings) - errors
+    if errors:
+        ui.info(f"{args.spec}: {errors} error(s), {warnings} warning(s)")
+        return 1
+    envs = ", ".join(result.spec.envs) if result.spec else ""
+    ui.info(f"{args.spec}: ok ({envs}); {warnings} warning(s)")
+    return 0

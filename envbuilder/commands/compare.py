@@ -1,0 +1,87 @@
+"""`envbuilder compare`: reports -> table, markdown, JSON, HTML with charts."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.table import Table
+
+from envbuilder import compare
+from envbuilder.errors import UsageError
+from envbuilder.fsutil import atomic_write_text
+from envbuilder.ui import UI
+
+HELP = "compare validation reports: ratios, loss %, spread over repeats, noise verdicts"
+DESCRIPTION = f"""\
+Compare two or more probe reports (from `envbuilder validate`, e.g. reports/cpu.docker.json and
+reports/cpu.native.json). Metrics are matched by check, name, dtype and size. For each: the
+median, min/median/max over repeats, ratio to the baseline, loss in percent and a verdict.
+
+{compare.noise_rule_text(compare.DEFAULT_NOISE_FLOOR_PCT)}
+
+Fingerprint differences that make the comparison unfair (torch, HIP/CUDA, GPU, gfx, driver,
+lock, Python) are listed before the numbers. Exit 0 when the reports could be compared."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("reports", nargs="+", type=Path, metavar="REPORT",
+                        help="probe report JSON files (at least two, counting --baseline)")
+    parser.add_argument("--baseline", type=Path, metavar="REPORT",
+                        help="the report others are compared with (default: the first)")
+    parser.add_argument("--markdown", type=Path, metavar="PATH", help="also write markdown here")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write JSON here")
+    parser.add_argument("--html", type=Path, metavar="DIR",
+                        help="also write DIR/index.html with PNG charts (opens offline)")
+    parser.add_argument("--noise-floor", type=float, default=compare.DEFAULT_NOISE_FLOOR_PCT,
+                        metavar="PCT", help="smallest difference in %% that can count "
+                        f"(default {compare.DEFAULT_NOISE_FLOOR_PCT:g})")
+
+
+def _paths(args: argparse.Namespace) -> tuple[list[Path], int]:
+    paths: list[Path] = list(args.reports)
+    if args.baseline is None:
+        return paths, 0
+    resolved = [p.resolve() for p in paths]
+    if args.baseline.resolve() in resolved:
+        return paths, resolved.index(args.baseline.resolve())
+    return [args.baseline, *paths], 0
+
+
+def run(args: argparse.Namespace, ui: UI) -> int:
+    paths, baseline = _paths(args)
+    if len(paths) < 2:
+        raise UsageError("compare needs at least two reports (or one report and --baseline)")
+    reports = [compare.load_report(p) for p in paths]
+    comp = compare.compare_reports(reports, baseline, args.noise_floor)
+    _print(comp, ui)
+    if args.markdown:
+        atomic_write_text(args.markdown, compare.to_markdown(comp))
+        ui.info(f"wrote {args.markdown}")
+    if args.json:
+        atomic_write_text(args.json, compare.dumps_json(comp))
+        ui.info(f"wrote {args.json}")
+    if args.html:
+        page = compare.write_html(comp, args.html)
+        ui.info(f"wrote {page}")
+    return 0
+
+
+def _print(comp: compare.Comparison, ui: UI) -> None:
+    ui.print(f"baseline: {comp.baseline.label} ({comp.baseline.path})")
+    for line in compare.fingerprint_lines(comp):
+        ui.warn(line) if line.startswith("UNFAIR") else ui.info(line)
+    rows = compare.table_rows(comp)
+    with_notes = any(r[-1] for r in rows)  # the note column only when some row has one
+    header = compare.TABLE_HEADER if with_notes else compare.TABLE_HEADER[:-1]
+    table = Table(title=f"compared with {comp.baseline.label}", show_lines=False)
+    for h in header:  # numbers never wrap; names and notes fold
+        table.add_column(h, overflow="fold", no_wrap=h not in ("metric", "note", "report"))
+    styles = {"faster": "green", "slower": "red"}
+    for row in rows:
+        table.add_row(*row[: len(header)], style=styles.get(row[compare.VERDICT_COLUMN]),
+                      end_section=False)
+    ui.table(table)
+    ui.print(f"noise rule: {comp.noise_rule}")
+    for note in comp.notes:
+        ui.print(f"note: {note}")

@@ -1,0 +1,129 @@
+"""`envbuilder lock`: resolve each env per target with uv into PEP 751 pylocks, pin base images."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from typing import Any
+
+from envbuilder.cli import add_common_arguments
+from envbuilder.errors import EnvbuilderError, UsageError
+from envbuilder.lockfile import check_env
+from envbuilder.project import Project
+from envbuilder.spec import TARGETS, EnvSpec, Spec, load_spec
+from envbuilder.targets import ProgressFn
+from envbuilder.ui import UI
+
+HELP = "resolve envs into lockfiles/ (PEP 751 pylocks + base image digests); --check verifies"
+DESCRIPTION = """\
+Resolve each env for each of its targets with uv and write, beside the spec:
+
+  lockfiles/pylock.<env>-<target>.toml   PEP 751 lock (pip >= 26 and uv install it directly)
+  lockfiles/<env>.lock.toml              spec hash, per-target platform/Python/pylock sha256,
+                                         base images pinned by digest, built artifacts
+
+Locking again with nothing changed touches no file and needs no network. When the spec changed,
+every target of that env is re-resolved, keeping every pin that still fits; --upgrade-package
+re-resolves the named packages only, --upgrade everything (and re-reads base image digests).
+
+--check reads only local files: it exits 1 naming each env/target whose lock is stale (the spec
+changed, a pylock was edited by hand, a pylock is missing). An env that was never locked is
+reported as a note and does not fail the check.
+
+Mirrors: an index's `mirror` (spec) or ENVBUILDER_MIRROR_<INDEX_NAME> (environment; a folder of
+wheels or a URL; empty switches it off) is where uv resolves and envbuilder fetches; the locks
+always record the index's canonical URL and each file's sha256.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_common_arguments(parser)
+    parser.add_argument("--env", action="append", default=[], metavar="NAME",
+                        help="env to lock (repeatable; default: all)")
+    parser.add_argument("--target", choices=TARGETS, action="append", default=[],
+                        help="limit --upgrade/--upgrade-package/--check to these targets")
+    parser.add_argument("--check", action="store_true",
+                        help="verify lockfiles/ against the spec; no network, writes nothing")
+    parser.add_argument("--upgrade-package", "-P", action="append", default=[], metavar="NAME",
+                        help="re-resolve NAME (and what it needs), keep every other pin")
+    parser.add_argument("--upgrade", "-U", action="store_true",
+                        help="re-resolve everything and re-read base image digests")
+    parser.add_argument("--no-base-digest", action="store_true",
+                        help="no Docker engine: keep known digests, record new base images by "
+                             "tag (render then uses the tag; lock --check notes it)")
+
+
+def run(args: argparse.Namespace, ui: UI) -> int:
+    if args.check and (args.upgrade or args.upgrade_package):
+        raise UsageError("--check cannot be combined with --upgrade or --upgrade-package")
+    project = Project.from_spec(args.spec)
+    spec = load_spec(project.spec_path)
+    envs = spec.select(args.env)
+    if args.check:
+        return _check(project, spec, envs, args.target, ui)
+    return _lock(project, spec, envs, args, ui)
+
+
+def _targets_of(env: EnvSpec, wanted: list[str]) -> list[str]:
+    return [t for t in env.targets if not wanted or t in wanted]
+
+
+def _check(project: Project, spec: Spec, envs: list[EnvSpec], wanted: list[str], ui: UI) -> int:
+    failed = 0
+    for env in envs:
+        outcome = check_env(project, env.name, spec.env_hash(env.name), _targets_of(env, wanted))
+        for note in outcome.notes:
+            ui.info(f"note: {note}")
+        for line in outcome.stale:
+            ui.print(f"stale: {line}")
+        failed += bool(outcome.stale)
+        if not outcome.stale and not outcome.notes:
+            ui.info(f"{env.name}: lock is current")
+    if failed:
+        ui.print(f"{failed} env(s) need `envbuilder lock`")
+    return 1 if failed else 0
+
+
+def _lazy_progress(ui: UI, stack: contextlib.ExitStack) -> ProgressFn:
+    """A progress callback that opens a progress bar on its first event only (a lock that is
+    current prints no bar)."""
+    state: dict[str, Any] = {}
+
+    def progress(what: str, done: int, total: int | None) -> None:
+        if "bar" not in state:
+            state["bar"] = stack.enter_context(ui.progress())
+            state["task"] = state["bar"].add_task(what, total=total)
+        state["bar"].update(state["task"], description=what, completed=done, total=total)
+
+    return progress
+
+
+def _lock(project: Project, spec: Spec, envs: list[EnvSpec], args: argparse.Namespace,
+          ui: UI) -> int:
+    from envbuilder.resolve import LockOptions, lock_env  # keeps `--check` free of uv/docker
+
+    options = LockOptions(
+        targets=tuple(args.target) or None, upgrade=args.upgrade,
+        upgrade_packages=tuple(args.upgrade_package), base_digest=not args.no_base_digest,
+    )
+    failures = 0
+    for env in envs:
+        with contextlib.ExitStack() as stack:
+            try:
+                result = lock_env(project, env, spec.env_hash(env.name), spec.indexes, options,
+                                  progress=_lazy_progress(ui, stack))
+            except EnvbuilderError as exc:
+                ui.error(f"{env.name}: {exc}")
+                failures += 1
+                continue
+        for warning in result.warnings:
+            ui.warn(warning)
+        if not result.resolved and not result.written:
+            ui.print(f"{env.name}: lock is current, nothing written")
+            continue
+        for path in (*result.written, *result.removed):
+            verb = "wrote" if path in result.written else "removed"
+            ui.print(f"{env.name}: {verb} {path.relative_to(project.root)}")
+        if not result.written:
+            ui.print(f"{env.name}: re-resolved {', '.join(result.resolved)}; no change")
+    return 1 if failures else 0

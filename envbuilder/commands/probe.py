@@ -1,0 +1,46 @@
+"""`envbuilder probe`: run the validation suite here, in this interpreter's environment."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from envbuilder.errors import UsageError
+from envbuilder.fsutil import atomic_write_text
+from envbuilder.probe.cli import add_probe_arguments
+from envbuilder.probe.report import render_table
+from envbuilder.probe.runner import ProbeOptions, exit_code, run_probe
+from envbuilder.ui import UI
+
+HELP = "run the validation suite (the probe) in this environment"
+DESCRIPTION = """\
+Run the same checks that `envbuilder validate` runs inside images, WSL distros and venvs, but
+here, with this interpreter: device, matmul, amp, collectives, membw, conformance. Each check
+runs in its own process with a timeout. The options are those of the probe zipapp
+(`python probe.pyz --help`); see docs/probe.md.
+
+  envbuilder probe --level quick --expect cpu --lock lockfiles/pylock.cpu.native.toml \\
+      --json reports/cpu.native.json
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_probe_arguments(parser)
+
+
+def run(args: argparse.Namespace, ui: UI) -> int:
+    """Run the probe; print the table; write --json. Returns 0 when nothing failed."""
+    if args.lock and not Path(args.lock).is_file():
+        raise UsageError(f"--lock {args.lock}: no such file (give a PEP 751 pylock.toml, "
+                         "e.g. one under lockfiles/)")
+    opts = ProbeOptions(level=args.level, expect=args.expect, only=tuple(args.only),
+                        skip=tuple(args.skip),
+                        lock=str(Path(args.lock).resolve()) if args.lock else None,
+                        labels=dict(args.label), repeat=args.repeat, timeout_s=args.timeout)
+    report = run_probe(opts, progress=ui.info)
+    if args.json:
+        atomic_write_text(Path(args.json),
+                          json.dumps(report, indent=2, allow_nan=False) + "\n")
+    ui.print(render_table(report))
+    return exit_code(report)

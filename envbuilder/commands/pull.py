@@ -1,0 +1,38 @@
+"""`envbuilder pull`: pull the images the lock records, by digest, so validate needs no build."""
+
+from __future__ import annotations
+
+import argparse
+
+from envbuilder.commands._targets import add_selection_arguments, progress_for, selected
+from envbuilder.errors import UsageError
+from envbuilder.targets import get_target
+from envbuilder.ui import UI
+
+HELP = "pull the pushed images the lock records, by digest (refuses a mismatch)"
+DESCRIPTION = """\
+Pull each selected env's image by the digest recorded in lockfiles/<env>.lock.toml by
+`envbuilder push` ([artifacts.docker] repo_digest), check that it was built from the current lock
+(its org.envbuilder.lock-sha256 label) and is the recorded image, and tag it
+envbuilder/<env>:<short lock hash>, so that `envbuilder validate --target docker` runs on it
+without a build. A mismatch is refused and nothing is tagged.
+
+Credentials come from the Docker config, as for `docker pull`. Prints <env> <image id> per env.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_selection_arguments(parser, default_target="docker")
+
+
+def run(args: argparse.Namespace, ui: UI) -> int:
+    project, envs = selected(args)
+    target = get_target(args.target)
+    pull = getattr(target, "pull", None)
+    if pull is None:
+        raise UsageError(f"target {args.target} has no registry; pull applies to docker")
+    for env in envs:
+        with progress_for(ui, bytes_=True) as progress:
+            image_id = pull(project, env, progress)
+        ui.print(f"{env.name} {image_id}")
+    return 0

@@ -1,0 +1,40 @@
+"""`envbuilder push`: push built images to a registry and record their digests in the lock."""
+
+from __future__ import annotations
+
+import argparse
+
+from envbuilder.commands._targets import add_selection_arguments, progress_for, selected
+from envbuilder.errors import UsageError
+from envbuilder.targets import get_target
+from envbuilder.ui import UI
+
+HELP = "push built images to a registry; records the repository digest in the lock"
+DESCRIPTION = """\
+Push each selected env's image (envbuilder/<env>:<short lock hash>, from `envbuilder build`) to
+REGISTRY/<env>:<short lock hash> and record the repository digest in lockfiles/<env>.lock.toml
+([artifacts.docker] repo_digest), so that `envbuilder pull` elsewhere gets exactly this image.
+
+REGISTRY is HOST[:PORT]/PATH, e.g. registry.example.com/ml or 127.0.0.1:5000/envbuilder.
+Credentials come from the Docker config (`docker login HOST`; $DOCKER_CONFIG or ~/.docker,
+credential helpers included). Prints <env> <repository@sha256:...> per env on stdout.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_selection_arguments(parser, default_target="docker")
+    parser.add_argument("--registry", required=True, metavar="HOST[:PORT]/PATH",
+                        help="where to push (the env's name is appended)")
+
+
+def run(args: argparse.Namespace, ui: UI) -> int:
+    project, envs = selected(args)
+    target = get_target(args.target)
+    push = getattr(target, "push", None)
+    if push is None:
+        raise UsageError(f"target {args.target} has no registry; push applies to docker")
+    for env in envs:
+        with progress_for(ui, bytes_=True) as progress:
+            digest_ref = push(project, env, args.registry, progress)
+        ui.print(f"{env.name} {digest_ref}")
+    return 0

@@ -1,0 +1,77 @@
+"""`envbuilder render`: write (or check) dockerfiles/, wsl/ and windows/ from the spec and locks."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from envbuilder.cli import add_common_arguments
+from envbuilder.errors import UsageError
+from envbuilder.project import Project
+from envbuilder.render import RENDERED_TARGETS, RenderResult, render_all
+from envbuilder.spec import load_spec
+from envbuilder.ui import UI
+
+HELP = "render Dockerfiles, WSL rootfs files and Windows scripts; --check verifies them"
+DESCRIPTION = """\
+Render each env's definitions for its targets, beside the spec:
+
+  dockerfiles/<env>/Dockerfile                 multi-stage image: the venv, a uid-1000 user
+  wsl/<env>/Dockerfile, wsl.conf,              the WSL distro's root filesystem, its WSL settings
+      wsl-distribution.conf, oobe.sh           and first-launch script
+  windows/<env>/setup.ps1, README.md           a venv on native Windows without envbuilder
+
+Files are deterministic (a header with an input hash, no timestamp): rendering twice gives the
+same bytes. Base images are pinned by digest once the env is locked (`envbuilder lock`).
+
+--check writes nothing: it exits 1 listing files that are stale, missing, or left over (in the
+output folders but no longer rendered). Without --check, changed files are rewritten and
+leftover generated files removed.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_common_arguments(parser)
+    parser.add_argument("--env", action="append", default=[], metavar="NAME",
+                        help="env to render (repeatable; default: all)")
+    parser.add_argument("--target", action="append", default=[], choices=RENDERED_TARGETS,
+                        help="target to render (repeatable; default: docker, wsl2, windows)")
+    parser.add_argument("--check", action="store_true",
+                        help="compare with the files on disk; write nothing; exit 1 when stale")
+
+
+def _rel(project: Project, path: Path) -> str:
+    try:
+        return str(path.relative_to(project.root))
+    except ValueError:
+        return str(path)
+
+
+def _report(project: Project, result: RenderResult, ui: UI) -> int:
+    if result.check:
+        for label, paths in (("stale", result.stale), ("missing", result.missing),
+                             ("leftover", result.leftover)):
+            for path in paths:
+                ui.print(f"{label}: {_rel(project, path)}")
+        if result.ok:
+            ui.info(f"{len(result.unchanged)} rendered files are up to date")
+            return 0
+        ui.error("rendered files are out of date; run `envbuilder render` and commit the result")
+        return 1
+    for path in result.written:
+        ui.print(f"wrote {_rel(project, path)}")
+    for path in result.removed:
+        ui.print(f"removed {_rel(project, path)} (no longer rendered)")
+    for path in result.kept:
+        ui.warn(f"{_rel(project, path)} is not rendered by envbuilder and was left alone")
+    ui.info(f"{len(result.written)} written, {len(result.unchanged)} unchanged")
+    return 0
+
+
+def run(args: argparse.Namespace, ui: UI) -> int:
+    project = Project.from_spec(args.spec)
+    if not project.spec_path.is_file():
+        raise UsageError(f"{project.spec_path}: no such spec file; pass --spec PATH")
+    spec = load_spec(project.spec_path)
+    result = render_all(project, spec, args.env or None, args.target or None, check=args.check)
+    return _report(project, result, ui)

@@ -1,0 +1,89 @@
+"""`envbuilder validate`: run the probe inside each selected env's built artifact."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from envbuilder.commands._targets import add_selection_arguments, progress_for, selected
+from envbuilder.errors import UsageError, ValidationError
+from envbuilder.targets import ValidateOptions, get_target
+from envbuilder.ui import UI
+
+HELP = "run the validation probe inside built envs; writes reports/<env>.<target>.json"
+DESCRIPTION = """\
+Run the same probe (envbuilder.probe) inside each selected env's artifact, against the env's
+pylock, and write reports/<env>.<target>.json:
+
+  docker    a fresh container of envbuilder/<env>:<short lock hash>, as uid 1000, with this host's
+            device flags (ROCm: /dev/kfd, /dev/dri and the render/video gids; WSL2: /dev/dxg and
+            the ROCm library mounts; NVIDIA: all GPUs; otherwise none). The container is removed
+            afterwards, also on failure and Ctrl-C. ENVBUILDER_HOST_KIND overrides the detection
+            (native-rocm, wsl2-legacy, wsl2-rocdxg, nvidia, cpu), e.g. for a remote DOCKER_HOST.
+  native    the venv's Python (--path DIR as for build)
+
+Prints one line per report on stdout: <env> <target> pass|fail <report path>.
+Exit 0 when every probe passed, 1 when any failed.
+"""
+
+VENV_TARGETS = ("native", "windows")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_selection_arguments(parser, default_target=None)
+    parser.add_argument("--level", choices=("quick", "standard", "long"), default="quick",
+                        help="how much the probe runs (default: quick)")
+    parser.add_argument("--expect", choices=("rocm", "cuda", "cpu"),
+                        help="accelerator the probe must find (default: the env's)")
+    parser.add_argument("--repeat", type=int, default=1, metavar="N",
+                        help="repeat each timed check N times (default: 1)")
+    parser.add_argument("--only", action="append", default=[], metavar="CHECK",
+                        help="run only this check (repeatable)")
+    parser.add_argument("--skip", action="append", default=[], metavar="CHECK",
+                        help="skip this check (repeatable)")
+    parser.add_argument("--timeout", type=float, metavar="SECONDS",
+                        help="give up on a probe after this long")
+    parser.add_argument("--path", type=Path, metavar="DIR",
+                        help="venv targets (native, windows): the venv to validate")
+
+
+def _options(args: argparse.Namespace) -> ValidateOptions:
+    if args.repeat < 1:
+        raise UsageError(f"--repeat must be at least 1, not {args.repeat}")
+    return ValidateOptions(level=args.level, expect=args.expect, repeat=args.repeat,
+                           only=tuple(args.only), skip=tuple(args.skip), timeout_s=args.timeout)
+
+
+def _target_options(args: argparse.Namespace) -> dict[str, Any]:
+    if args.path is None:
+        return {}
+    if args.target not in VENV_TARGETS:
+        raise UsageError(f"--path applies to the venv targets ({', '.join(VENV_TARGETS)}), "
+                         f"not {args.target}")
+    return {"path": args.path}
+
+
+def report_status(report: Path) -> str:
+    """The `status` of a probe report ("pass"/"fail"); ValidationError if it is unreadable."""
+    try:
+        status = json.loads(report.read_text(encoding="utf-8"))["status"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValidationError(f"{report}: not a probe report ({exc})") from None
+    return str(status)
+
+
+def run(args: argparse.Namespace, ui: UI) -> int:
+    options = _options(args)
+    extra = _target_options(args)
+    project, envs = selected(args)
+    target = get_target(args.target)
+    failed = 0
+    for env in envs:
+        with progress_for(ui) as progress:
+            report = target.validate(project, env, options, progress, **extra)
+        status = report_status(report)
+        failed += status != "pass"
+        ui.print(f"{env.name} {args.target} {status} {report}")
+    return 1 if failed else 0

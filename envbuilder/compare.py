@@ -1,0 +1,711 @@
+"""Compare probe reports: match metrics, ratios to a baseline, spread over repeats, noise verdicts.
+
+Reports follow the probe contract (schema `envbuilder/schemas/probe-report.schema.json`,
+`schema_version` 1). Metrics are matched by (check, name, dtype, size).
+
+How a difference is judged (the *noise rule*, also printed with every comparison):
+
+    noise = max(range(baseline samples), range(other samples), floor% x |baseline value|)
+    |other - baseline| <= noise  -> "within noise"
+    otherwise                    -> "faster" / "slower" (by `higher_is_better`)
+    fewer than 2 samples in either report -> "noise unknown" (the direction is still shown)
+
+`range` is max - min over the repeats (`--repeat N`). With 3 repeats this is a rough bound, not
+a confidence interval; the floor keeps tiny, lucky ranges from calling a 0.5 % wobble a win.
+
+Values are relative to the baseline: `ratio` = other / baseline (raw values); `relative` is the
+performance relative to the baseline (> 1 is better: the ratio, or its inverse when lower is
+better); `loss_pct` = (1 - relative) x 100 (negative means a gain).
+
+Library code only: `load_report`, `compare_reports`, `to_json`, `to_markdown`, `write_html`
+return values or write files; printing is the command's job.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from statistics import median
+from typing import Any, Literal
+
+from envbuilder.errors import CompareError
+
+SUPPORTED_SCHEMA_VERSIONS = (1,)
+PROBE_TOOL = "envbuilder-probe"
+DEFAULT_NOISE_FLOOR_PCT = 2.0
+
+Verdict = Literal[
+    "baseline", "faster", "slower", "within noise", "noise unknown", "no comparison"
+]
+MetricKey = tuple[str, str, str | None, str | None]  # (check, name, dtype, size)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric of one report, with the samples its median came from."""
+
+    check: str
+    name: str
+    dtype: str | None
+    size: str | None
+    value: float | None  # None: missing or not a finite number (see `problem`)
+    unit: str
+    samples: tuple[float, ...]
+    higher_is_better: bool
+    check_status: str  # status of the check that produced it
+    problem: str | None = None  # why `value` cannot be used, in words
+
+    @property
+    def key(self) -> MetricKey:
+        return (self.check, self.name, self.dtype, self.size)
+
+
+@dataclass(frozen=True)
+class Report:
+    """A probe report, read and checked."""
+
+    path: Path
+    label: str  # short name for tables: "<env>/<target>" from the labels, else the file name
+    schema_version: int
+    status: str
+    fingerprint: Mapping[str, Any]
+    labels: Mapping[str, str]
+    options: Mapping[str, Any]
+    metrics: Mapping[MetricKey, Metric]
+    failed_checks: tuple[tuple[str, str | None], ...]  # (check name, reason) for fail/error
+    notes: tuple[str, ...] = ()  # problems found while reading (duplicate metrics, ...)
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Min / median / max over the repeats; n is the number of finite samples."""
+
+    min: float
+    median: float
+    max: float
+    n: int
+
+    @property
+    def range(self) -> float:
+        return self.max - self.min
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One report's entry for one metric, relative to the baseline."""
+
+    report: str
+    value: float | None
+    spread: Spread | None
+    ratio: float | None = None
+    relative: float | None = None
+    relative_low: float | None = None  # worst case of `relative` over the two sample ranges
+    relative_high: float | None = None  # best case
+    loss_pct: float | None = None
+    verdict: Verdict = "no comparison"
+    direction: Literal["faster", "slower", "same"] | None = None
+    noise: float | None = None  # the absolute noise bound used for the verdict
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Row:
+    """One matched metric across all reports. cells[0] is the baseline."""
+
+    check: str
+    name: str
+    dtype: str | None
+    size: str | None
+    unit: str
+    higher_is_better: bool
+    cells: tuple[Cell, ...]
+
+    @property
+    def label(self) -> str:
+        parts = [self.name] + [p for p in (self.dtype, self.size) if p]
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class FingerprintDiff:
+    """A fingerprint field that differs between reports; `unfair` ones skew the numbers."""
+
+    field: str
+    values: tuple[str, ...]  # one per report, in report order
+    unfair: bool
+    why: str
+
+
+@dataclass(frozen=True)
+class Comparison:
+    reports: tuple[Report, ...]  # reports[0] is the baseline
+    rows: tuple[Row, ...]
+    fingerprint_diffs: tuple[FingerprintDiff, ...]
+    notes: tuple[str, ...]
+    noise_floor_pct: float
+    noise_rule: str = field(default="")
+
+    @property
+    def baseline(self) -> Report:
+        return self.reports[0]
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _finite(x: object) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return None
+    v = float(x)
+    return v if math.isfinite(v) else None
+
+
+def _metric_from(check: Mapping[str, Any], raw: Mapping[str, Any], where: str) -> Metric:
+    name = raw.get("name")
+    if not isinstance(name, str) or not name:
+        raise CompareError(f"{where}: a metric has no name; expected {{'name': ..., 'value': ...}}")
+    raw_value = raw.get("value")
+    raw_samples = raw.get("samples") or []
+    if not isinstance(raw_samples, list):
+        raise CompareError(f"{where}: metric {name!r}: 'samples' must be a list of numbers")
+    samples = tuple(v for v in (_finite(s) for s in raw_samples) if v is not None)
+    value = _finite(raw_value)
+    problem = None
+    if value is None:
+        problem = ("value is missing" if raw_value is None
+                   else f"value is not a finite number ({raw_value!r})")
+    elif len(samples) < len(raw_samples):
+        bad = len(raw_samples) - len(samples)
+        problem = f"{bad} of {len(raw_samples)} samples are NaN/inf, ignored"
+    dtype, size = raw.get("dtype"), raw.get("size")
+    return Metric(
+        check=str(check.get("name")),
+        name=name,
+        dtype=None if dtype is None else str(dtype),
+        size=None if size is None else str(size),
+        value=value,
+        unit=str(raw.get("unit") or ""),
+        samples=samples,
+        higher_is_better=bool(raw.get("higher_is_better", True)),
+        check_status=str(check.get("status", "pass")),
+        problem=problem,
+    )
+
+
+def parse_report(data: object, path: Path) -> Report:
+    """Check a decoded report and turn it into a `Report`. Raises CompareError saying what is
+    wrong with which file."""
+    where = str(path)
+    if not isinstance(data, dict):
+        raise CompareError(f"{where}: not a probe report (expected a JSON object)")
+    version = data.get("schema_version")
+    if version not in SUPPORTED_SCHEMA_VERSIONS:
+        raise CompareError(
+            f"{where}: schema_version {version!r} is not supported (this envbuilder reads "
+            f"{', '.join(map(str, SUPPORTED_SCHEMA_VERSIONS))}); re-run `envbuilder validate` with "
+            "this envbuilder, or compare with the envbuilder that wrote it"
+        )
+    if data.get("tool") not in (PROBE_TOOL, None):
+        raise CompareError(f"{where}: written by {data.get('tool')!r}, not by {PROBE_TOOL}")
+    checks = data.get("checks")
+    if not isinstance(checks, list):
+        raise CompareError(f"{where}: 'checks' is missing or not a list; is this a probe report?")
+    metrics: dict[MetricKey, Metric] = {}
+    failed: list[tuple[str, str | None]] = []
+    notes: list[str] = []
+    for check in checks:
+        if not isinstance(check, dict) or not isinstance(check.get("name"), str):
+            raise CompareError(f"{where}: a check has no name")
+        if check.get("status") in ("fail", "error"):
+            reason = check.get("reason")
+            failed.append((check["name"], reason if isinstance(reason, str) else None))
+        for raw in check.get("metrics") or []:
+            if not isinstance(raw, dict):
+                raise CompareError(f"{where}: check {check['name']!r}: a metric is not an object")
+            m = _metric_from(check, raw, f"{where}: check {check['name']!r}")
+            if m.key in metrics:
+                notes.append(f"{where}: metric {' '.join(p for p in m.key if p)} appears twice; "
+                             "the first is used")
+                continue
+            metrics[m.key] = m
+    labels = {str(k): str(v) for k, v in (data.get("labels") or {}).items()}
+    label = "/".join(labels[k] for k in ("env", "target") if k in labels) or path.stem
+    fp_raw, opt_raw = data.get("fingerprint"), data.get("options")
+    fingerprint: dict[str, Any] = fp_raw if isinstance(fp_raw, dict) else {}
+    options: dict[str, Any] = opt_raw if isinstance(opt_raw, dict) else {}
+    return Report(
+        path=path, label=label, schema_version=int(version), status=str(data.get("status", "")),
+        fingerprint=fingerprint, labels=labels, options=options, metrics=metrics,
+        failed_checks=tuple(failed), notes=tuple(notes),
+    )
+
+
+def load_report(path: Path) -> Report:
+    """Read one report file. Raises CompareError (never a traceback) when it cannot be used."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CompareError(f"{path}: no such report; `envbuilder validate` writes them to "
+                           "reports/<env>.<target>.json") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CompareError(f"{path}: cannot read: {exc}") from None
+    try:
+        data = json.loads(text)  # Python's json accepts NaN/Infinity, which we then report
+    except json.JSONDecodeError as exc:
+        raise CompareError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    return parse_report(data, path)
+
+
+# --------------------------------------------------------------------------- fingerprints
+
+#: (field, unfair?, why) -- unfair fields change the numbers for reasons other than the target.
+_FP_FIELDS: tuple[tuple[str, bool, str], ...] = (
+    ("torch", True, "different torch builds run different kernels"),
+    ("hip", True, "different HIP runtimes"),
+    ("cuda", True, "different CUDA runtimes"),
+    ("gpu", True, "different GPUs"),
+    ("gfx", True, "different GPU architectures"),
+    ("driver", True, "different drivers"),
+    ("lock_sha256", True, "different locked package sets"),
+    ("python", True, "different Python versions"),
+    ("nccl", True, "different NCCL/RCCL versions (collectives)"),
+    ("cpu_count", True, "different CPU counts visible"),
+    ("level", True, "different probe levels (sizes and iterations differ)"),
+    ("repeat", False, "different numbers of repeats (the noise bounds differ)"),
+    ("wsl", False, "WSL vs not: usually what is being measured"),
+    ("host_os", False, "host OS differs"),
+    ("kernel", False, "kernel differs"),
+)
+
+
+def _fp_value(report: Report, name: str) -> str:
+    fp = report.fingerprint
+    raw = fp.get("devices")
+    devices: list[Any] = raw if isinstance(raw, list) else []
+    if name in ("gpu", "gfx"):
+        key = "name" if name == "gpu" else "gfx"
+        vals = [str(d.get(key)) for d in devices if isinstance(d, dict) and d.get(key)]
+        return ", ".join(vals) if vals else "none"
+    if name in ("level", "repeat"):
+        return str(report.options.get(name, "?"))
+    value = fp.get(name)
+    return "none" if value is None else str(value)
+
+
+def fingerprint_diffs(reports: Sequence[Report]) -> list[FingerprintDiff]:
+    """Fields whose values differ across the reports, unfair ones first."""
+    diffs = []
+    for name, unfair, why in _FP_FIELDS:
+        values = tuple(_fp_value(r, name) for r in reports)
+        if len(set(values)) > 1:
+            diffs.append(FingerprintDiff(name, values, unfair, why))
+    return sorted(diffs, key=lambda d: not d.unfair)
+
+
+# --------------------------------------------------------------------------- comparing
+
+
+def _spread(m: Metric) -> Spread | None:
+    if m.value is None:
+        return None
+    samples = m.samples or (m.value,)
+    return Spread(min(samples), median(samples), max(samples), len(m.samples) or 1)
+
+
+def _relative(ratio: float, higher_is_better: bool) -> float | None:
+    if higher_is_better:
+        return ratio
+    return None if ratio == 0 else 1.0 / ratio
+
+
+def _compare_cell(base: Metric, other: Metric, label: str, floor_pct: float) -> Cell:
+    spread = _spread(other)
+    if other.value is None:
+        return Cell(label, None, None, note=other.problem)
+    if base.value is None:
+        return Cell(label, other.value, spread, note=f"baseline {base.problem}; no ratio")
+    if base.value == 0:
+        return Cell(label, other.value, spread, note="baseline value is 0; no ratio")
+    ratio = other.value / base.value
+    relative = _relative(ratio, base.higher_is_better)
+    if relative is None:
+        return Cell(label, other.value, spread, ratio=ratio,
+                    note="value is 0 where lower is better; no ratio")
+    bs, os_ = _spread(base), spread
+    assert bs is not None and os_ is not None
+    low, high = _range_ratio(bs, os_, base.higher_is_better)
+    diff = other.value - base.value
+    noise = max(bs.range, os_.range, abs(base.value) * floor_pct / 100.0)
+    better = diff > 0 if base.higher_is_better else diff < 0
+    direction: Literal["faster", "slower", "same"] = (
+        "same" if diff == 0 else ("faster" if better else "slower"))
+    verdict: Verdict
+    if bs.n < 2 or os_.n < 2:
+        verdict = "noise unknown"
+    elif abs(diff) <= noise:
+        verdict = "within noise"
+    else:
+        verdict = "faster" if better else "slower"
+    notes = [n for n in (other.problem, base.problem and f"baseline: {base.problem}") if n]
+    if other.check_status in ("fail", "error"):
+        notes.append(f"check {other.check} {other.check_status}ed here")
+    return Cell(
+        label, other.value, spread, ratio=ratio, relative=relative, relative_low=low,
+        relative_high=high, loss_pct=(1.0 - relative) * 100.0, verdict=verdict,
+        direction=direction, noise=noise, note="; ".join(notes) or None,
+    )
+
+
+def _range_ratio(
+    base: Spread, other: Spread, higher_is_better: bool
+) -> tuple[float, float] | tuple[None, None]:
+    """Worst and best `relative` over the sample ranges (for error bars)."""
+    if min(base.min, base.max, other.min, other.max) <= 0:
+        return None, None
+    if higher_is_better:
+        return other.min / base.max, other.max / base.min
+    return base.min / other.max, base.max / other.min
+
+
+def _baseline_cell(m: Metric | None, label: str) -> Cell:
+    if m is None:
+        return Cell(label, None, None, verdict="no comparison", note="not in the baseline")
+    note = m.problem
+    if m.check_status in ("fail", "error"):
+        note = "; ".join(n for n in (note, f"check {m.check} {m.check_status}ed here") if n)
+    return Cell(label, m.value, _spread(m), ratio=1.0 if m.value else None,
+                relative=1.0 if m.value else None,
+                verdict="baseline", note=note)
+
+
+def noise_rule_text(floor_pct: float) -> str:
+    """The noise rule in words (printed above every table and in the docs)."""
+    return (
+        "A difference counts only when |other - baseline| exceeds the larger of the two runs' "
+        f"spreads (max - min over repeats) and {floor_pct:g}% of the baseline; otherwise it is "
+        "'within noise'. With fewer than 2 samples in either run the noise is unknown."
+    )
+
+
+def compare_reports(
+    reports: Sequence[Report], baseline: int = 0, noise_floor_pct: float = DEFAULT_NOISE_FLOOR_PCT
+) -> Comparison:
+    """Match the reports' metrics against `reports[baseline]`. The returned comparison lists the
+    baseline first. Raises CompareError when there is nothing to compare."""
+    if len(reports) < 2:
+        raise CompareError("compare needs at least two reports")
+    if not 0 <= noise_floor_pct < 100 or math.isnan(noise_floor_pct):
+        raise CompareError(f"noise floor {noise_floor_pct}% must be between 0 and 100")
+    ordered = [reports[baseline]] + [r for i, r in enumerate(reports) if i != baseline]
+    ordered = _unique_labels(ordered)
+    base = ordered[0]
+    keys = list(base.metrics)
+    for r in ordered[1:]:
+        keys += [k for k in r.metrics if k not in keys]
+    rows: list[Row] = []
+    notes: list[str] = []
+    for r in ordered:
+        notes.extend(r.notes)
+    shared = False
+    for key in keys:
+        bm = base.metrics.get(key)
+        first = bm or next(r.metrics[key] for r in ordered if key in r.metrics)
+        cells = [_baseline_cell(bm, base.label)]
+        for r in ordered[1:]:
+            om = r.metrics.get(key)
+            if om is None:
+                cells.append(Cell(r.label, None, None, note=f"missing in {r.label}"))
+            elif bm is None:
+                cells.append(Cell(r.label, om.value, _spread(om),
+                                  note="not in the baseline; no ratio"))
+            else:
+                shared = True
+                cells.append(_compare_cell(bm, om, r.label, noise_floor_pct))
+        rows.append(Row(first.check, first.name, first.dtype, first.size, first.unit,
+                        first.higher_is_better, tuple(cells)))
+    if not rows:
+        raise CompareError("none of the reports holds a metric; run `envbuilder validate` with a "
+                           "level that measures (e.g. --level quick or standard)")
+    if not base.metrics:
+        only = base.options.get("only") or []
+        raise CompareError(
+            f"the baseline {base.label} ({base.path}) holds no metric"
+            + (f" (it ran only {', '.join(map(str, only))})" if only else "")
+            + "; validate it with the timed checks (matmul, amp, membw, collectives) and "
+            "--repeat 3"
+        )
+    if not shared:
+        raise CompareError(
+            f"no metric of the baseline {base.label} appears in the other reports; were they made "
+            "with the same --level and --only/--skip?"
+        )
+    for r in ordered:
+        for check, reason in r.failed_checks:
+            notes.append(f"{r.label}: check {check} failed: {reason or 'no reason given'}"
+                         + _explain_hint(reason))
+        missing = [k for k in base.metrics if k not in r.metrics]
+        if r is not base and missing:
+            notes.append(f"{r.label}: {len(missing)} metric(s) of the baseline are missing")
+    return Comparison(
+        reports=tuple(ordered), rows=tuple(rows),
+        fingerprint_diffs=tuple(fingerprint_diffs(ordered)), notes=tuple(notes),
+        noise_floor_pct=noise_floor_pct, noise_rule=noise_rule_text(noise_floor_pct),
+    )
+
+
+def _explain_hint(reason: str | None) -> str:
+    """' -- envbuilder explain: <title>' when the reason is a known error message."""
+    if not reason:
+        return ""
+    from envbuilder.explain import match  # local: explain loads its data file lazily
+
+    found = match(reason)
+    return f" -- known problem: {found.title} (see `envbuilder explain`)" if found else ""
+
+
+def _unique_labels(reports: list[Report]) -> list[Report]:
+    seen: dict[str, int] = {}
+    out = []
+    for r in reports:
+        n = seen.get(r.label, 0)
+        seen[r.label] = n + 1
+        if n:
+            r = replace(r, label=f"{r.label} ({r.path.name})")
+        out.append(r)
+    return out
+
+
+# --------------------------------------------------------------------------- output
+
+
+def fmt_num(x: float | None, digits: int = 4) -> str:
+    """A number for tables: 4 significant digits, '-' for none."""
+    if x is None:
+        return "-"
+    return f"{x:.{digits}g}"
+
+
+def fmt_pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.1f}%"
+
+
+def cell_verdict(cell: Cell) -> str:
+    """Verdict text; for 'noise unknown' the direction it leans is added."""
+    if cell.verdict == "noise unknown" and cell.direction == "same":
+        return "noise unknown (no difference)"
+    if cell.verdict == "noise unknown" and cell.direction:
+        return f"noise unknown (looks {cell.direction})"
+    return cell.verdict
+
+
+def spread_text(s: Spread | None) -> str:
+    """'min-max (n=3)'; the median is its own column."""
+    if s is None:
+        return "-"
+    return f"{fmt_num(s.min)}-{fmt_num(s.max)} (n={s.n})"
+
+
+def table_rows(comp: Comparison) -> list[list[str]]:
+    """Rows for the terminal, markdown and HTML tables: one line per metric and report; the
+    metric's name only on its first (the baseline's) line."""
+    out = []
+    for row in comp.rows:
+        for i, c in enumerate(row.cells):
+            out.append([
+                f"{row.check}: {row.label}" if i == 0 else "", c.report,
+                f"{fmt_num(c.value)} {row.unit}".strip() if c.value is not None else "-",
+                spread_text(c.spread), fmt_num(c.ratio, 3), fmt_pct(c.loss_pct),
+                cell_verdict(c), c.note or "",
+            ])
+    return out
+
+
+TABLE_HEADER = ["metric", "report", "median", "min-max", "ratio", "loss", "verdict", "note"]
+VERDICT_COLUMN = TABLE_HEADER.index("verdict")
+
+
+def _short(value: str) -> str:
+    """Long hex digests are shortened to 12 characters for reading."""
+    if len(value) > 16 and all(ch in "0123456789abcdef" for ch in value.lower()):
+        return value[:12]
+    return value
+
+
+def fingerprint_lines(comp: Comparison) -> list[str]:
+    """Warnings about fingerprint differences, unfair first; empty when all match."""
+    labels = [r.label for r in comp.reports]
+    lines = []
+    for d in comp.fingerprint_diffs:
+        vals = ", ".join(f"{lab}: {_short(v)}" for lab, v in zip(labels, d.values, strict=True))
+        kind = "UNFAIR" if d.unfair else "note"
+        lines.append(f"{kind}: {d.field} differs ({d.why}): {vals}")
+    return lines
+
+
+def to_markdown(comp: Comparison) -> str:
+    """The comparison as a markdown document."""
+    lines = [f"# envbuilder compare: baseline {comp.baseline.label}", ""]
+    lines += ["Reports:", ""]
+    lines += [f"- `{r.label}`: `{r.path}` (status {r.status})" for r in comp.reports]
+    lines += ["", "## Fingerprint", ""]
+    fp = fingerprint_lines(comp)
+    lines += [f"- {line}" for line in fp] if fp else ["- all compared fields match"]
+    lines += ["", "## Metrics", "", f"Noise rule: {comp.noise_rule}", ""]
+    lines.append("| " + " | ".join(TABLE_HEADER) + " |")
+    lines.append("|" + "---|" * len(TABLE_HEADER))
+    for r in table_rows(comp):
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in r) + " |")
+    if comp.notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in comp.notes]
+    return "\n".join(lines) + "\n"
+
+
+def _cell_json(c: Cell) -> dict[str, Any]:
+    return {
+        "report": c.report, "value": c.value,
+        "min": c.spread.min if c.spread else None,
+        "median": c.spread.median if c.spread else None,
+        "max": c.spread.max if c.spread else None,
+        "n": c.spread.n if c.spread else 0,
+        "ratio": c.ratio, "relative": c.relative, "relative_low": c.relative_low,
+        "relative_high": c.relative_high, "loss_pct": c.loss_pct, "verdict": c.verdict,
+        "direction": c.direction, "noise": c.noise, "note": c.note,
+    }
+
+
+def to_json(comp: Comparison) -> dict[str, Any]:
+    """The comparison as a JSON-ready dict (no NaN: missing numbers are null)."""
+    return {
+        "schema_version": 1,
+        "tool": "envbuilder-compare",
+        "baseline": comp.baseline.label,
+        "noise_floor_pct": comp.noise_floor_pct,
+        "noise_rule": comp.noise_rule,
+        "reports": [
+            {"label": r.label, "path": str(r.path), "status": r.status, "labels": dict(r.labels)}
+            for r in comp.reports
+        ],
+        "fingerprint_differences": [
+            {"field": d.field, "values": list(d.values), "unfair": d.unfair, "why": d.why}
+            for d in comp.fingerprint_diffs
+        ],
+        "metrics": [
+            {"check": row.check, "name": row.name, "dtype": row.dtype, "size": row.size,
+             "unit": row.unit, "higher_is_better": row.higher_is_better,
+             "results": [_cell_json(c) for c in row.cells]}
+            for row in comp.rows
+        ],
+        "notes": list(comp.notes),
+    }
+
+
+def dumps_json(comp: Comparison) -> str:
+    """`to_json` serialised; allow_nan=False proves no NaN slipped through."""
+    return json.dumps(to_json(comp), indent=2, allow_nan=False) + "\n"
+
+
+# --------------------------------------------------------------------------- HTML + charts
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-") or "metrics"
+
+
+def chart_groups(comp: Comparison) -> dict[str, list[Row]]:
+    """Rows that have at least one ratio, grouped by check (one chart per group)."""
+    groups: dict[str, list[Row]] = {}
+    for row in comp.rows:
+        if any(c.relative is not None for c in row.cells[1:]):
+            groups.setdefault(row.check, []).append(row)
+    return groups
+
+
+def draw_chart(comp: Comparison, check: str, rows: Sequence[Row], dest: Path) -> None:
+    """One PNG: a dot per (metric, report) at the performance relative to the baseline (> 1 is
+    better), a whisker over the worst..best case of the two sample ranges, a grey band for the
+    noise floor and a line at 1."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display; must come before pyplot
+    import matplotlib.pyplot as plt
+
+    others = [r.label for r in comp.reports[1:]]
+    n_rows, n_rep = len(rows), max(len(others), 1)
+    step = 0.7 / n_rep
+    fig_h = max(2.4, 1.3 + n_rows * (0.35 + 0.3 * n_rep))
+    fig, ax = plt.subplots(figsize=(9, fig_h), dpi=100)
+    floor = comp.noise_floor_pct / 100.0
+    ax.axvspan(1 - floor, 1 + floor, color="0.88", zorder=0,
+               label=f"noise floor ±{comp.noise_floor_pct:g}%")
+    ax.axvline(1.0, color="0.3", linewidth=1, zorder=1)
+    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
+    lo_x, hi_x = 1 - 2 * floor, 1 + 2 * floor
+    labels_at: list[tuple[float, float, str]] = []
+    for j, label in enumerate(others):
+        ys, xs, lo, hi = [], [], [], []
+        for i, row in enumerate(rows):
+            c = row.cells[j + 1]
+            if c.relative is None:
+                continue
+            y = (n_rows - 1 - i) + ((n_rep - 1) / 2 - j) * step
+            low = c.relative if c.relative_low is None else c.relative_low
+            high = c.relative if c.relative_high is None else c.relative_high
+            ys.append(y)
+            xs.append(c.relative)
+            lo.append(max(c.relative - low, 0.0))
+            hi.append(max(high - c.relative, 0.0))
+            lo_x, hi_x = min(lo_x, low), max(hi_x, high)
+            labels_at.append((high, y, f"{-(c.loss_pct or 0.0):+.1f}%  {cell_verdict(c)}"))
+        ax.errorbar(xs, ys, xerr=[lo, hi], fmt="o", color=colors[j % len(colors)], label=label,
+                    capsize=4, markersize=7, elinewidth=1.5, zorder=3)
+    span = hi_x - lo_x
+    for x, y, text in labels_at:
+        ax.text(x + span * 0.02, y, text, va="center", fontsize=8, zorder=4)
+    ax.set_xlim(lo_x - span * 0.08, hi_x + span * 0.6)
+    ax.set_ylim(-0.6, n_rows - 0.4)
+    ax.set_yticks(range(n_rows))
+    ax.set_yticklabels([f"{r.label} [{r.unit}]" if r.unit else r.label for r in reversed(rows)])
+    for k in range(1, n_rows):
+        ax.axhline(k - 0.5, color="0.9", linewidth=0.8, zorder=0)
+    ax.set_xlabel(f"performance relative to {comp.baseline.label}  (> 1 is better; whiskers: "
+                  "worst..best over the repeats)")
+    ax.set_title(f"{check}: compared with {comp.baseline.label}")
+    # The legend sits in a strip of fixed height under the axes, whatever the figure's height.
+    fig.tight_layout(rect=(0, 0.32 / fig_h, 1, 1))
+    fig.legend(loc="lower center", ncol=min(len(others) + 1, 3), fontsize=8, frameon=False)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    # No timestamp or software tag in the PNG, so the same comparison gives the same bytes.
+    fig.savefig(dest, format="png", metadata={"Software": None}, bbox_inches="tight")
+    plt.close(fig)
+
+
+def write_html(comp: Comparison, out_dir: Path) -> Path:
+    """Write `out_dir/index.html` and one `chart-<check>.png` per metric group (relative paths,
+    no network: the page opens offline). Returns the page's path."""
+    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+    from envbuilder.fsutil import atomic_write_text
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    charts = []
+    for check, rows in chart_groups(comp).items():
+        name = f"chart-{_slug(check)}.png"
+        tmp = out_dir / f".{name}.tmp"
+        draw_chart(comp, check, rows, tmp)
+        tmp.replace(out_dir / name)
+        charts.append({"check": check, "file": name})
+    env = Environment(
+        loader=PackageLoader("envbuilder", "templates/compare"),
+        autoescape=select_autoescape(["html", "j2"]), undefined=StrictUndefined,
+        keep_trailing_newline=True,
+    )
+    page = env.get_template("index.html.j2").render(
+        comp=comp, charts=charts, header=TABLE_HEADER, rows=table_rows(comp),
+        fingerprint=fingerprint_lines(comp), verdict_column=VERDICT_COLUMN,
+    )
+    path = out_dir / "index.html"
+    atomic_write_text(path, page)
+    return path

@@ -1,0 +1,484 @@
+"""A thin layer over the docker SDK: connect, build, run, push, pull. Nothing else talks to Docker.
+
+Every function takes the client explicitly and reports through a `progress(what, done, total)`
+callback; engine and registry failures become `EngineError`/`RegistryError`/`BuildError` with a
+message that says what to do. The engine is whatever `DOCKER_HOST` (and `DOCKER_TLS_VERIFY`,
+`DOCKER_CERT_PATH`, `DOCKER_CONFIG`) point at, exactly as the docker CLI would use it, so a team
+can build on a remote build server without any envbuilder setting.
+
+Works with the legacy builder (Docker Engine 20.10+ API); BuildKit-only Dockerfile syntax is not
+used by envbuilder's templates (the SDK cannot drive BuildKit, docker/docker-py#2230).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import grp
+import io
+import os
+import re
+import tarfile
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import docker
+import docker.errors
+import docker.types
+import requests.exceptions
+
+from envbuilder.compat import HostKind, load_compat
+from envbuilder.errors import BuildError, EngineError, RegistryError
+from envbuilder.targets import ProgressFn, no_progress
+
+#: HTTP timeout (s) for one read from the engine. Builds stay silent for minutes (pip installing
+#: torch), so the default of 60 s would abort them.
+ENGINE_TIMEOUT_S = 3600
+#: How many output lines of the failing build step a BuildError quotes.
+TAIL_LINES = 40
+
+_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
+#: Terminal colour codes that RUN output carries (apt, pip): dropped from messages.
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _engine_where() -> str:
+    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock (the default)"
+
+
+def connect() -> docker.DockerClient:
+    """A client for the engine the environment names (DOCKER_HOST etc., as the docker CLI).
+
+    Raises EngineError, saying how to start an engine or point at one, when it does not answer.
+    """
+    where = _engine_where()
+    try:
+        client = docker.from_env(timeout=ENGINE_TIMEOUT_S)
+        client.ping()
+    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+        raise EngineError(_unreachable_message(where, exc)) from None
+    return client
+
+
+def _unreachable_message(where: str, exc: BaseException) -> str:
+    text = str(exc)
+    hint = (
+        "Start Docker Engine (Linux: `sudo systemctl start docker`; in this repository's CI: "
+        '`eval "$(.ci/services.sh)"`; Docker Desktop: start the app), or point DOCKER_HOST at a '
+        "running engine (e.g. DOCKER_HOST=ssh://user@buildhost)."
+    )
+    if "Permission denied" in text or "PermissionError" in text:
+        hint = (
+            "Your user may not use the Docker socket: add it to the `docker` group "
+            "(`sudo usermod -aG docker $USER`, then log in again) or use a rootless engine."
+        )
+    return f"cannot reach the Docker engine at {where}: {text}\n{hint}"
+
+
+# ---------------------------------------------------------------------------------------------
+# build
+
+
+@dataclass
+class _BuildState:
+    """What the JSON stream of a legacy build has told us so far."""
+
+    step: int = 0
+    steps: int = 0
+    instruction: str = ""
+    step_output: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
+    image_id: str | None = None
+    partial: str = ""
+
+
+def build_image(
+    client: docker.DockerClient,
+    context_dir: Path,
+    tag: str,
+    labels: Mapping[str, str],
+    buildargs: Mapping[str, str],
+    progress: ProgressFn = no_progress,
+    *,
+    network_mode: str | None = None,
+    nocache: bool = False,
+) -> str:
+    """Build `context_dir`/Dockerfile, tag it `tag`, and return the image id ("sha256:...").
+
+    Progress: one event per Dockerfile step ("step 3/12: RUN ...", 3, 12) and per base-image
+    layer pull ("pull <layer>", bytes, total). A failing step raises BuildError quoting that
+    step's instruction and the tail of its output; intermediate containers are removed.
+    `buildargs` should carry only what may not leak into the image (proxies are Docker's
+    predefined args, which `docker history` never shows).
+    """
+    try:
+        stream = client.api.build(
+            path=str(context_dir),
+            tag=tag,
+            labels=dict(labels),
+            buildargs=dict(buildargs),
+            rm=True,
+            forcerm=True,
+            decode=True,
+            nocache=nocache,
+            network_mode=network_mode,
+            timeout=ENGINE_TIMEOUT_S,
+        )
+        state = _BuildState()
+        for event in stream:
+            _on_build_event(event, state, progress)
+    except docker.errors.APIError as exc:
+        raise BuildError(f"the Docker engine refused the build of {tag}: {_explain(exc)}") from None
+    except requests.exceptions.ConnectionError as exc:
+        raise EngineError(_unreachable_message(_engine_where(), exc)) from None
+    image_id = state.image_id or _image_id(client, tag)
+    progress(f"built {tag}", state.steps, state.steps or None)
+    return image_id
+
+
+def _on_build_event(event: Mapping[str, Any], state: _BuildState, progress: ProgressFn) -> None:
+    if "error" in event:
+        raise BuildError(_build_failure(event, state))
+    if "stream" in event:
+        _on_build_text(str(event["stream"]), state, progress)
+    elif "status" in event:
+        _on_pull_status(event, progress)
+    aux = event.get("aux")
+    if isinstance(aux, Mapping) and isinstance(aux.get("ID"), str):
+        state.image_id = aux["ID"]
+
+
+def _on_build_text(text: str, state: _BuildState, progress: ProgressFn) -> None:
+    # The stream splits output at arbitrary points: keep the unfinished last line.
+    lines = _ANSI.sub("", state.partial + text).split("\n")
+    state.partial = lines.pop()
+    for line in lines:
+        match = _STEP.match(line)
+        if match:
+            state.step, state.steps = int(match[1]), int(match[2])
+            state.instruction = match[3]
+            state.step_output.clear()
+            progress(f"step {state.step}/{state.steps}: {_shorten(match[3])}", state.step,
+                     state.steps)
+        elif line.strip():
+            state.step_output.append(line.rstrip())
+            found = re.match(r"^Successfully built ([0-9a-f]{12,64})$", line.strip())
+            if found and state.image_id is None:
+                state.image_id = f"sha256:{found[1]}" if len(found[1]) == 64 else found[1]
+
+
+def _on_pull_status(event: Mapping[str, Any], progress: ProgressFn) -> None:
+    detail = event.get("progressDetail") or {}
+    layer = event.get("id")
+    if layer and isinstance(detail, Mapping) and detail.get("total"):
+        progress(f"pull {layer}", int(detail.get("current") or 0), int(detail["total"]))
+    elif layer:
+        progress(f"{event['status']} {layer}", 0, None)
+
+
+def _build_failure(event: Mapping[str, Any], state: _BuildState) -> str:
+    if state.partial.strip():
+        state.step_output.append(state.partial.rstrip())
+    where = (
+        f"step {state.step}/{state.steps} ({_shorten(state.instruction, 200)})"
+        if state.step
+        else "before the first step (reading the Dockerfile or the context)"
+    )
+    message = f"docker build failed at {where}: {str(event['error']).strip()}"
+    if state.step_output:
+        tail = "\n".join(f"    {line}" for line in state.step_output)
+        message += f"\n  last output of that step:\n{tail}"
+    return message
+
+
+def _shorten(text: str, limit: int = 70) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _image_id(client: docker.DockerClient, ref: str) -> str:
+    try:
+        image_id = str(client.images.get(ref).id)
+    except docker.errors.ImageNotFound:
+        raise BuildError(f"the build reported success but no image {ref} exists") from None
+    return image_id
+
+
+def _explain(exc: docker.errors.APIError) -> str:
+    return str(exc.explanation or exc)
+
+
+# ---------------------------------------------------------------------------------------------
+# run
+
+
+def host_group_ids(names: Iterable[str]) -> list[int]:
+    """The numeric gids of the host's groups `names` (skipping groups the host lacks).
+
+    Numbers, not names: the image's /etc/group does not know the host's `render` group, and the
+    device files are owned by the host's gid.
+    """
+    gids: list[int] = []
+    for name in names:
+        try:
+            gids.append(grp.getgrnam(name).gr_gid)
+        except KeyError:
+            continue
+    return sorted(set(gids))
+
+
+def device_run_options(host_kind: HostKind) -> dict[str, Any]:
+    """`containers.create` keyword arguments exposing the accelerator of a `host_kind` host."""
+    flags = load_compat().device_flags(host_kind)
+    options: dict[str, Any] = {}
+    if flags.devices:
+        options["devices"] = [f"{dev}:{dev}:rwm" for dev in flags.devices]
+    if flags.volumes:
+        options["volumes"] = {host: {"bind": inner, "mode": "ro"} for host, inner in flags.volumes}
+    if flags.environment:
+        options["environment"] = dict(flags.environment)
+    gids = host_group_ids(flags.group_add)
+    if gids:
+        options["group_add"] = [str(gid) for gid in gids]
+    if flags.security_opt:
+        options["security_opt"] = list(flags.security_opt)
+    if flags.cap_add:
+        options["cap_add"] = list(flags.cap_add)
+    if flags.ipc_mode:
+        options["ipc_mode"] = flags.ipc_mode
+    if flags.shm_size:
+        options["shm_size"] = flags.shm_size
+    if flags.gpu_request:
+        options["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    return options
+
+
+def _owner(user: str | None) -> tuple[int, int]:
+    """uid/gid for the files we copy in, when `user` is numeric ("1000" or "1000:1000")."""
+    if user and re.fullmatch(r"\d+(:\d+)?", user):
+        uid, _, gid = user.partition(":")
+        return int(uid), int(gid or uid)
+    return 0, 0
+
+
+def files_tar(files: Mapping[str, bytes], owner: tuple[int, int] = (0, 0)) -> bytes:
+    """A tar of `files` (absolute container path -> content) and their parent folders.
+
+    Folders we create belong to `owner`, so a non-root probe can write its report beside them.
+    """
+    buf = io.BytesIO()
+    dirs: set[PurePosixPath] = set()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for path in sorted(files):
+            pure = PurePosixPath(path)
+            if not pure.is_absolute():
+                raise ValueError(f"container path must be absolute: {path}")
+            for parent in reversed(pure.parents[:-1]):
+                if parent not in dirs and str(parent).startswith("/tmp/"):
+                    dirs.add(parent)
+                    tar.addfile(_tarinfo(parent, owner, tarfile.DIRTYPE, 0o755))
+            info = _tarinfo(pure, owner, tarfile.REGTYPE, 0o644)
+            info.size = len(files[path])
+            tar.addfile(info, io.BytesIO(files[path]))
+    return buf.getvalue()
+
+
+def _tarinfo(
+    path: PurePosixPath, owner: tuple[int, int], kind: bytes, mode: int
+) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(str(path).lstrip("/"))
+    info.type = kind
+    info.mode = mode
+    info.uid, info.gid = owner
+    return info
+
+
+def run_in_container(
+    client: docker.DockerClient,
+    image: str,
+    command: list[str],
+    *,
+    user: str | None = None,
+    host_kind: HostKind = "cpu",
+    files_in: Mapping[str, bytes] | None = None,
+    files_out: Iterable[str] = (),
+    network_mode: str | None = None,
+    progress: ProgressFn = no_progress,
+    environment: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    timeout_s: float | None = None,
+) -> tuple[int, str, dict[str, bytes]]:
+    """Run `command` in a fresh container of `image`; return (exit code, output, files).
+
+    The accelerator flags come from the compatibility data for `host_kind`. `files_in` are
+    copied in before the start (absolute paths; new folders under /tmp belong to `user` when it
+    is numeric); `files_out` are copied out after the exit, those missing are left out of the
+    returned dict. Each output line is reported as progress. The container is removed in every
+    case: success, failure, timeout (EngineError) and Ctrl-C.
+    """
+    options = device_run_options(host_kind)
+    env = {**options.pop("environment", {}), **(environment or {})}
+    try:
+        container = client.containers.create(
+            image, command, user=user, environment=env, network_mode=network_mode,
+            labels=dict(labels or {}), detach=True, **options,
+        )
+    except docker.errors.ImageNotFound:
+        raise EngineError(f"image {image} does not exist on the engine at {_engine_where()}") \
+            from None
+    except docker.errors.APIError as exc:
+        raise EngineError(f"the engine refused to create a container of {image}: {_explain(exc)}") \
+            from None
+    try:
+        if files_in:
+            container.put_archive("/", files_tar(files_in, _owner(user)))
+        try:
+            container.start()
+        except docker.errors.APIError as exc:
+            raise EngineError(f"a container of {image} could not start: {_explain(exc)}") \
+                from None
+        _follow(container, progress)
+        code = _wait(container, timeout_s)
+        # The followed stream may miss an unterminated last line: read the whole log again.
+        output = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+        return code, output, _copy_out(container, files_out)
+    finally:
+        _remove(container)
+
+
+def _follow(container: Any, progress: ProgressFn) -> None:
+    """Report each output line as it comes (progress only; the caller reads the full log)."""
+    count = 0
+    partial = ""
+    for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+        parts = (partial + chunk.decode("utf-8", "replace")).split("\n")
+        partial = parts.pop()
+        for line in parts:
+            count += 1
+            progress(line, count, None)
+    if partial:
+        progress(partial, count + 1, None)
+
+
+def _wait(container: Any, timeout_s: float | None) -> int:
+    try:
+        result = container.wait(timeout=timeout_s)
+    except requests.exceptions.ConnectionError:  # read timeout surfaces as ConnectionError
+        raise EngineError(f"the container did not finish within {timeout_s} s") from None
+    return int(result.get("StatusCode", 1))
+
+
+def _copy_out(container: Any, paths: Iterable[str]) -> dict[str, bytes]:
+    found: dict[str, bytes] = {}
+    for path in paths:
+        try:
+            chunks, _stat = container.get_archive(path)
+        except docker.errors.NotFound:
+            continue
+        with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
+            member = tar.next()
+            handle = tar.extractfile(member) if member is not None else None
+            if handle is not None:
+                found[path] = handle.read()
+    return found
+
+
+def _remove(container: Any) -> None:
+    with contextlib.suppress(docker.errors.NotFound):
+        container.remove(force=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# push / pull
+
+
+def split_reference(ref: str) -> tuple[str, str | None]:
+    """("repo", "tag") of "repo:tag"; the colon of a registry's port is not a tag separator."""
+    name, sep, tag = ref.rpartition(":")
+    if not sep or "/" in tag:
+        return ref, None
+    return name, tag
+
+
+def registry_of(repository: str) -> str:
+    """The registry host of a repository name ("docker.io" when it names none)."""
+    first, sep, _rest = repository.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return "docker.io"
+
+
+def _login_hint(repository: str) -> str:
+    config = os.environ.get("DOCKER_CONFIG") or "~/.docker"
+    return (
+        f"log in first (`docker login {registry_of(repository)}`); envbuilder uses the "
+        f"credentials of the Docker config in {config}/config.json, credential helpers included"
+    )
+
+
+def _stream_registry(events: Iterator[Mapping[str, Any]], action: str, ref: str,
+                     progress: ProgressFn) -> list[Mapping[str, Any]]:
+    """Consume a push/pull JSON stream, turning errors into RegistryError."""
+    seen: list[Mapping[str, Any]] = []
+    for event in events:
+        if "error" in event:
+            error = str(event["error"]).strip()
+            hint = ""
+            lowered = error.lower()
+            if any(w in lowered for w in ("auth", "denied", "unauthorized", "credentials")):
+                hint = f"\n{_login_hint(split_reference(ref)[0])}"
+            raise RegistryError(f"{action} of {ref} was refused: {error}{hint}")
+        _on_pull_status(event, progress)
+        seen.append(event)
+    return seen
+
+
+def push_image(
+    client: docker.DockerClient, image: str, repository: str, tag: str,
+    progress: ProgressFn = no_progress,
+) -> str:
+    """Tag `image` as repository:tag, push it, and return the repo digest "repository@sha256:...".
+
+    Credentials come from the Docker config (as `docker push`); a refusal raises RegistryError
+    saying how to log in.
+    """
+    ref = f"{repository}:{tag}"
+    try:
+        client.images.get(image).tag(repository, tag)
+        events = client.api.push(repository, tag=tag, stream=True, decode=True)
+        seen = _stream_registry(events, "push", ref, progress)
+    except docker.errors.ImageNotFound:
+        raise EngineError(f"no image {image} on the engine at {_engine_where()}") from None
+    except docker.errors.APIError as exc:
+        raise RegistryError(f"push of {ref} was refused: {_explain(exc)}") from None
+    for event in seen:
+        aux = event.get("aux")
+        if isinstance(aux, Mapping) and isinstance(aux.get("Digest"), str):
+            return f"{repository}@{aux['Digest']}"
+    raise RegistryError(f"push of {ref} finished without reporting a digest")
+
+
+def pull_image(client: docker.DockerClient, ref: str, progress: ProgressFn = no_progress) -> str:
+    """Pull `ref` ("repo@sha256:..." or "repo:tag") and return the local image id."""
+    repository, tag = split_reference(ref) if "@" not in ref else (ref, None)
+    try:
+        events = client.api.pull(repository, tag=tag, stream=True, decode=True)
+        _stream_registry(events, "pull", ref, progress)
+        image_id = str(client.images.get(ref).id)
+    except docker.errors.ImageNotFound:
+        raise RegistryError(f"pull of {ref} finished but the image is not on the engine") from None
+    except docker.errors.APIError as exc:
+        error = _explain(exc)
+        hint = f"\n{_login_hint(repository)}" if "auth" in error.lower() else ""
+        raise RegistryError(f"pull of {ref} was refused: {error}{hint}") from None
+    return image_id
+
+
+def repo_digests(client: docker.DockerClient, image: str) -> list[str]:
+    """The "repository@sha256:..." names the engine knows for `image` (empty if never pushed)."""
+    try:
+        digests: list[str] = client.images.get(image).attrs.get("RepoDigests") or []
+    except docker.errors.ImageNotFound:
+        return []
+    return digests

@@ -1,0 +1,106 @@
+"""conformance: the installed distributions equal the pylock's packages.
+
+Expected: every lock package whose marker holds here (PEP 508 markers, evaluated by
+`envbuilder.probe.pylock`). Installed: `importlib.metadata.distributions()` on this
+interpreter's path; where a name appears twice, the first on the path (the one imports use).
+Names are compared canonical (PEP 503), versions in PEP 440 normal form.
+
+Findings: missing (locked, not installed), extra (installed, not locked), wrong version.
+The bootstrap rule: pip, setuptools and wheel, which `python -m venv`/ensurepip put into
+every venv, are ignored when installed but absent from the lock; when the lock names them,
+they are checked like any other package.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+from pathlib import Path
+from typing import Any
+
+from envbuilder.probe.common import CheckFailed, CheckResult, CheckSkipped, Context
+from envbuilder.probe.pylock import (
+    LockReadError,
+    MarkerError,
+    canonical_name,
+    evaluate_marker,
+    marker_environment,
+    normalize_version,
+    read_pylock,
+)
+
+BOOTSTRAP = frozenset({"pip", "setuptools", "wheel"})
+
+
+def installed_distributions() -> tuple[dict[str, str], list[str]]:
+    """{canonical name: version} of what is installed, and the names found more than once."""
+    found: dict[str, str] = {}
+    duplicates: list[str] = []
+    for dist in importlib.metadata.distributions():
+        raw = dist.metadata["Name"] if dist.metadata else None
+        if not raw:
+            continue  # a broken .dist-info without metadata: nothing to compare
+        name = canonical_name(raw)
+        if name in found:
+            duplicates.append(name)
+            continue
+        found[name] = dist.version
+    return found, sorted(set(duplicates))
+
+
+def compare(lock_path: Path) -> dict[str, Any]:
+    """The findings as a dict: missing, extra, wrong_version, ignored, and counts."""
+    try:
+        packages, lock = read_pylock(lock_path)
+    except LockReadError as exc:
+        raise CheckFailed(str(exc)) from exc
+    env = marker_environment(lock)
+    expected: dict[str, str | None] = {}
+    not_here: list[str] = []
+    unparsed: list[str] = []
+    for pkg in packages:
+        applies = True
+        if pkg.marker:
+            try:
+                applies = evaluate_marker(pkg.marker, env)
+            except MarkerError:
+                unparsed.append(f"{pkg.name}: {pkg.marker}")  # counted as expected
+        if applies:
+            expected[pkg.name] = pkg.version
+        else:
+            not_here.append(pkg.name)
+    installed, duplicates = installed_distributions()
+    missing = sorted(n for n in expected if n not in installed)
+    extra = sorted(n for n in installed if n not in expected and n not in BOOTSTRAP)
+    ignored = sorted(n for n in installed if n not in expected and n in BOOTSTRAP)
+    wrong = [{"name": n, "locked": v, "installed": installed[n]}
+             for n, v in sorted(expected.items())
+             if n in installed and v is not None
+             and normalize_version(v) != normalize_version(installed[n])]
+    return {"lock": str(lock_path),
+            "lock_sha256": hashlib.sha256(lock_path.read_bytes()).hexdigest(),
+            "locked": len(packages), "expected_here": len(expected),
+            "installed": len(installed), "missing": missing, "extra": extra,
+            "wrong_version": wrong, "ignored_bootstrap": ignored,
+            "marker_not_for_here": sorted(not_here), "marker_not_understood": unparsed,
+            "duplicates": duplicates}
+
+
+def run(ctx: Context) -> CheckResult:
+    """Skip without --lock; fail on any missing, extra or wrong-version distribution."""
+    if not ctx.lock:
+        raise CheckSkipped("no --lock PYLOCK given")
+    details = compare(Path(ctx.lock))
+    result = CheckResult(details=details)
+    problems = []
+    if details["missing"]:
+        problems.append(f"missing: {', '.join(details['missing'])}")
+    if details["extra"]:
+        problems.append(f"not in the lock: {', '.join(details['extra'])}")
+    if details["wrong_version"]:
+        problems.append("wrong version: " + ", ".join(
+            f"{w['name']} {w['installed']} (locked {w['locked']})"
+            for w in details["wrong_version"]))
+    if problems:
+        raise CheckFailed("; ".join(problems), result)
+    return result

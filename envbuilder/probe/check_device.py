@@ -1,0 +1,146 @@
+"""device: what torch was built for, what it sees, and whether a kernel runs on each device.
+
+Its details also feed the report's fingerprint (torch, HIP/CUDA, driver, devices).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from envbuilder.probe.common import CheckFailed, CheckResult, Context, in_wsl
+
+DEVICE_NODES = ("/dev/kfd", "/dev/dri", "/dev/dxg")
+#: Variables that change what ROCm/CUDA/RCCL see or do; recorded as found (never changed).
+ENV_PREFIXES = ("HSA_", "HIP_", "ROCR_", "ROCM_", "RCCL_", "NCCL_", "AMD_", "GPU_DEVICE_ORDINAL",
+                "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "PYTORCH_ROCM_ARCH",
+                "PYTORCH_HIP_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "TORCH_NCCL_",
+                "TORCH_SYMM_MEM_", "NVSHMEM_", "GLOO_", "LD_LIBRARY_PATH")
+
+
+def relevant_env() -> dict[str, str]:
+    """The GPU-related environment variables, as this process sees them."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(ENV_PREFIXES)}
+
+
+def driver_version() -> str | None:
+    """The kernel driver's version where the OS exposes it (NVIDIA, amdgpu-dkms), else None."""
+    nvidia = Path("/proc/driver/nvidia/version")
+    amdgpu = Path("/sys/module/amdgpu/version")
+    try:
+        if nvidia.is_file():
+            found = re.search(r"Kernel Module\s+(?:for \S+\s+)?([\d.]+)", nvidia.read_text())
+            if found:
+                return f"nvidia {found.group(1)}"
+        if amdgpu.is_file():
+            return f"amdgpu {amdgpu.read_text().strip()}"
+    except OSError:
+        return None
+    return None
+
+
+def torch_facts() -> dict[str, Any]:
+    """torch's build and the devices it sees: the fingerprint's torch part."""
+    import torch
+
+    devices: list[dict[str, Any]] = []
+    available = bool(torch.cuda.is_available())
+    count = torch.cuda.device_count() if available else 0
+    for i in range(count):
+        props = torch.cuda.get_device_properties(i)
+        devices.append({
+            "index": i,
+            "name": str(props.name),
+            # CUDA builds fill gcnArchName with the device name: a gfx target only on ROCm.
+            "gfx": (str(getattr(props, "gcnArchName", "")) or None) if torch.version.hip
+            else None,
+            "memory_bytes": int(props.total_memory),
+            "capability": f"{props.major}.{props.minor}",
+            "multiprocessors": int(props.multi_processor_count),
+        })
+    driver = driver_version()
+    if driver is None and available and hasattr(torch._C, "_cuda_getDriverVersion"):
+        api = int(torch._C._cuda_getDriverVersion())
+        if api > 0:
+            driver = f"{'hip' if torch.version.hip else 'cuda'}-driver-api {api}"
+    return {
+        "torch": str(torch.__version__),
+        "hip": torch.version.hip,
+        "cuda": torch.version.cuda,
+        "driver": driver,
+        "gpu_available": available,
+        "devices": devices,
+        "distributed": bool(torch.distributed.is_available()),
+        "nccl": _nccl_version(),
+    }
+
+
+def _nccl_version() -> str | None:
+    import torch
+
+    try:
+        version = torch.cuda.nccl.version()
+    except Exception:  # not built with NCCL/RCCL (CPU builds, Windows ROCm)
+        return None
+    if isinstance(version, tuple):
+        return ".".join(str(v) for v in version)
+    return str(version)
+
+
+def _expectation_problems(ctx: Context, facts: dict[str, Any]) -> list[str]:
+    """What contradicts --expect: a CPU build where a GPU build was promised, no GPU, etc."""
+    problems: list[str] = []
+    if ctx.expect == "rocm" and not facts["hip"]:
+        problems.append(f"--expect rocm, but torch {facts['torch']} is not a ROCm build "
+                        f"(torch.version.hip is None, cuda={facts['cuda']})")
+    if ctx.expect == "cuda" and not facts["cuda"]:
+        problems.append(f"--expect cuda, but torch {facts['torch']} is not a CUDA build "
+                        f"(torch.version.cuda is None, hip={facts['hip']})")
+    if ctx.expect != "cpu" and not facts["devices"]:
+        problems.append(f"--expect {ctx.expect}, but torch sees no GPU "
+                        "(check the driver, the device nodes and *_VISIBLE_DEVICES)")
+    override = os.environ.get("HSA_OVERRIDE_GFX_VERSION")
+    if override is not None and not override.strip():
+        problems.append("HSA_OVERRIDE_GFX_VERSION is set but empty, which breaks GPU detection: "
+                        "unset it")
+    return problems
+
+
+def _run_kernels(facts: dict[str, Any]) -> None:
+    """A small computation on every visible device, checked (proves kernels launch)."""
+    import torch
+
+    for dev in facts["devices"]:
+        x = torch.arange(1, 1001, device=f"cuda:{dev['index']}", dtype=torch.float32)
+        got = float(x.sum().item())
+        if got != 500500.0:
+            raise CheckFailed(f"device {dev['index']} ({dev['name']}): sum(1..1000) gave {got}")
+    y = torch.arange(1, 1001, dtype=torch.float32)
+    if float(y.sum()) != 500500.0:
+        raise CheckFailed("CPU: sum(1..1000) is wrong")
+
+
+def run(ctx: Context) -> CheckResult:
+    """Collect the build/device facts; fail where they contradict --expect."""
+    facts = torch_facts()
+    nodes = {node: os.path.exists(node) for node in DEVICE_NODES}
+    wsl = in_wsl()
+    details: dict[str, Any] = {**facts, "device_nodes": nodes, "wsl": wsl,
+                               "env_vars": relevant_env()}
+    notes: list[str] = []
+    if ctx.expect == "rocm" and facts["devices"]:
+        wanted = ("/dev/dxg",) if wsl else ("/dev/kfd", "/dev/dri")
+        notes += [f"{n} missing" for n in wanted if not nodes[n]]
+    if ctx.expect == "cpu" and facts["devices"]:
+        notes.append(f"{len(facts['devices'])} GPU(s) visible, but --expect cpu: "
+                     "the checks run on the CPU")
+    details["notes"] = notes
+    result = CheckResult(details=details, reason="; ".join(notes) or None)
+    problems = _expectation_problems(ctx, facts)
+    if problems:
+        # The details still go back: the fingerprint needs them even when the check fails.
+        raise CheckFailed("; ".join(problems), result)
+    _run_kernels(facts)
+    return result

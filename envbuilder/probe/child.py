@@ -1,0 +1,78 @@
+"""The check child: runs one check and writes its result as JSON (stdlib here; torch in checks).
+
+Outcomes: the check returns -> "pass"; raises CheckFailed -> "fail"; CheckSkipped -> "skip";
+anything else -> "error" with the traceback. A crash or a hang leaves no result file, and the
+runner reports that as an error with the tail of this process's output.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from envbuilder.probe.common import (
+    CHECK_NAMES,
+    CheckFailed,
+    CheckResult,
+    CheckSkipped,
+    Context,
+    has_fault,
+)
+
+
+def _inject_faults(name: str) -> None:
+    """Test hooks (ENVBUILDER_PROBE_FAULT): hang:NAME sleeps forever, crash:NAME segfaults."""
+    if has_fault(f"hang:{name}"):
+        print(f"fault injection: {name} hangs", flush=True)
+        while True:
+            time.sleep(3600)
+    if has_fault(f"crash:{name}"):
+        print(f"fault injection: {name} crashes", flush=True)
+        if hasattr(signal, "SIGSEGV") and sys.platform != "win32":
+            signal.signal(signal.SIGSEGV, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGSEGV)
+        os._exit(139)
+
+
+def _as_json(status: str, reason: str | None, result: CheckResult | None,
+             extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    details = dict(result.details) if result else {}
+    details.update(extra or {})
+    return {"status": status, "reason": reason, "details": details,
+            "metrics": list(result.metrics) if result else []}
+
+
+def run_child(name: str, ctx: Context) -> dict[str, Any]:
+    """Run check `name` in this process; never raises for a check's own failure."""
+    if name not in CHECK_NAMES:
+        raise ValueError(f"unknown check {name!r}")
+    _inject_faults(name)
+    module = importlib.import_module(f"envbuilder.probe.check_{name}")
+    try:
+        result: CheckResult = module.run(ctx)
+    except CheckFailed as exc:
+        return _as_json("fail", str(exc), exc.result)
+    except CheckSkipped as exc:
+        return _as_json("skip", str(exc), None)
+    except Exception as exc:  # a driver error, an OOM, a bug: the check errs, the run goes on
+        return _as_json("error", f"{type(exc).__name__}: {exc}", None,
+                        {"traceback": traceback.format_exc()[-4000:]})
+    return _as_json("pass", result.reason, result)
+
+
+def main(name: str, ctx_path: str, out_path: str) -> int:
+    """Entry of `python -m envbuilder.probe --_child NAME --_ctx F --_out F`."""
+    ctx = Context.from_json(json.loads(Path(ctx_path).read_text(encoding="utf-8")))
+    data = run_child(name, ctx)
+    tmp = Path(out_path + ".tmp")
+    tmp.write_text(json.dumps(data, allow_nan=True), encoding="utf-8")
+    os.replace(tmp, out_path)
+    sys.stdout.flush()
+    return 0

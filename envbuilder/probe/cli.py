@@ -1,0 +1,138 @@
+"""Command line of the probe (the same for `python -m envbuilder.probe` and the zipapp).
+
+    python probe.pyz --level quick|standard|long --expect rocm|cuda|cpu [--only C] [--skip C]
+        [--lock PYLOCK] [--label key=value ...] [--json PATH] [--repeat N] [--timeout S]
+
+Exit codes: 0 nothing failed, 1 a check failed or erred, 2 usage, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from envbuilder.probe.common import CHECK_NAMES, EXPECTS, LEVELS
+from envbuilder.probe.report import render_table
+from envbuilder.probe.runner import PROBE_VERSION, ProbeOptions, exit_code, run_probe
+
+
+def _label(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--label wants key=value, got {text!r}")
+    return key, value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
+    """The probe's options (shared with `envbuilder probe`)."""
+    parser.add_argument("--level", choices=LEVELS, default="quick",
+                        help="quick (seconds), standard (about a minute on a GPU), long")
+    parser.add_argument("--expect", choices=EXPECTS, required=True,
+                        help="what the environment must have: a ROCm/CUDA build with a GPU, "
+                             "or the CPU (a promised GPU that is missing is a failure)")
+    parser.add_argument("--only", action="append", choices=CHECK_NAMES, default=[],
+                        metavar="CHECK", help=f"run only this check (repeatable): "
+                                              f"{', '.join(CHECK_NAMES)}")
+    parser.add_argument("--skip", action="append", choices=CHECK_NAMES, default=[],
+                        metavar="CHECK", help="skip this check (repeatable)")
+    parser.add_argument("--lock", metavar="PYLOCK",
+                        help="PEP 751 pylock.toml the installed packages must equal")
+    parser.add_argument("--label", action="append", type=_label, default=[],
+                        metavar="KEY=VALUE", help="copied into the report (e.g. env=cpu)")
+    parser.add_argument("--json", metavar="PATH", help="write the JSON report here")
+    parser.add_argument("--repeat", type=_positive, default=1, metavar="N",
+                        help="samples per metric (the value is their median)")
+    parser.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+                        help="per-check timeout (default: 120 quick, 300 standard, 1800 long)")
+
+
+def options_from_args(args: argparse.Namespace) -> ProbeOptions:
+    """ProbeOptions from parsed arguments; a missing --lock file is a usage error (exit 2)."""
+    if args.lock and not Path(args.lock).is_file():
+        raise SystemExit(f"error: --lock {args.lock}: no such file")
+    return ProbeOptions(level=args.level, expect=args.expect, only=tuple(args.only),
+                        skip=tuple(args.skip),
+                        lock=os.path.abspath(args.lock) if args.lock else None,
+                        labels=dict(args.label), repeat=args.repeat, timeout_s=args.timeout)
+
+
+def report_path(path: str) -> Path:
+    """Where this process writes the report; under torchrun, ranks > 0 add `.rankN`."""
+    target = Path(path)
+    rank = int(os.environ.get("RANK", "0") or 0)
+    if rank > 0:
+        return target.with_name(f"{target.stem}.rank{rank}{target.suffix}")
+    return target
+
+
+def write_json(path: Path, report: dict[str, Any]) -> None:
+    """Write atomically (temp file + rename): a reader never sees half a report."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(report, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _sigterm(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _child_main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="envbuilder-probe-child")
+    parser.add_argument("--_child", required=True)
+    parser.add_argument("--_ctx", required=True)
+    parser.add_argument("--_out", required=True)
+    args = parser.parse_args(argv)
+    from envbuilder.probe.child import main as child_main
+
+    return child_main(args._child, args._ctx, args._out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse, run every check, print the table, write --json; return the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--_child"]:
+        return _child_main(argv)
+    parser = argparse.ArgumentParser(
+        prog="probe", description="envbuilder's validation suite (stdlib + torch only).",
+        epilog="Exit codes: 0 nothing failed, 1 a check failed or erred, 2 usage, "
+               "130 interrupted.")
+    parser.add_argument("--version", action="version", version=f"envbuilder-probe {PROBE_VERSION}")
+    add_probe_arguments(parser)
+    args = parser.parse_args(argv)
+    opts = options_from_args(args)
+    if hasattr(signal, "SIGTERM"):
+        signal.signal(signal.SIGTERM, _sigterm)  # `docker stop` ends the children too
+    try:
+        report = run_probe(opts, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+    except KeyboardInterrupt:
+        print("interrupted: running checks were stopped", file=sys.stderr)
+        return 130
+    if args.json:
+        write_json(report_path(args.json), report)
+    if int(os.environ.get("RANK", "0") or 0) == 0:
+        print(render_table(report))
+    else:
+        print(f"rank {os.environ['RANK']}: {report['status']}")
+    return exit_code(report)

@@ -1,0 +1,71 @@
+"""The report for people: a plain-text table of checks and metrics (stdlib only)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+BYTE_SIZED = {"collectives", "membw"}
+
+
+def _bytes(n: int) -> str:
+    for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return str(n)
+
+
+def _size(check: str, size: str | None) -> str:
+    if size is None:
+        return "-"
+    if check in BYTE_SIZED and size.isdigit():
+        return _bytes(int(size))
+    return size
+
+
+def _num(value: float) -> str:
+    if value == 0 or 0.01 <= abs(value) < 100_000:
+        return f"{value:.4g}" if abs(value) < 1000 else f"{value:.0f}"
+    return f"{value:.3g}"
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+            for row in rows]
+
+
+def _short(text: str | None, limit: int = 90) -> str:
+    line = (text or "").strip().splitlines()[0] if text and text.strip() else ""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def render_table(report: dict[str, Any]) -> str:
+    """Checks, then metrics (median, and min..max when repeated), then the verdict."""
+    opts = report["options"]
+    fp = report["fingerprint"]
+    devices = ", ".join(d["name"] for d in fp["devices"]) or "no GPU"
+    build = f"hip {fp['hip']}" if fp["hip"] else (f"cuda {fp['cuda']}" if fp["cuda"] else "cpu")
+    lines = [f"envbuilder probe {report['probe_version']}: level {opts['level']}, expect "
+             f"{opts['expect']}, repeat {opts['repeat']}; torch {fp['torch']} ({build}); "
+             f"{devices}; {fp['host_os']}{' (WSL)' if fp['wsl'] else ''}", ""]
+    rows = [["check", "status", "time", "note"]]
+    rows += [[c["name"], c["status"].upper() if c["status"] in ("fail", "error")
+              else c["status"], f"{c['duration_s']:.1f}s", _short(c["reason"])]
+             for c in report["checks"]]
+    lines += _table(rows)
+    metric_rows = [["check", "metric", "dtype", "size", "value", "unit", "min..max"]]
+    for c in report["checks"]:
+        for m in c["metrics"]:
+            spread = (f"{_num(min(m['samples']))}..{_num(max(m['samples']))}"
+                      if len(m["samples"]) > 1 else "")
+            metric_rows.append([c["name"], m["name"], m["dtype"] or "-",
+                                _size(c["name"], m["size"]), _num(m["value"]), m["unit"],
+                                spread])
+    if len(metric_rows) > 1:
+        lines += ["", *_table(metric_rows)]
+    counts = {s: sum(1 for c in report["checks"] if c["status"] == s)
+              for s in ("pass", "fail", "error", "skip")}
+    lines += ["", f"result: {report['status'].upper()} ("
+              + ", ".join(f"{n} {s}" for s, n in counts.items())
+              + f") in {report['duration_s']:.1f} s"]
+    return "\n".join(lines)

@@ -1,0 +1,293 @@
+"""The `docker` target: build the rendered Dockerfile into an image, validate the probe inside it,
+push it to a registry and pull it back by digest.
+
+Names: the image is tagged `envbuilder/<env>:<first 12 hex of the docker pylock's sha256>` and
+labelled `org.envbuilder.lock-sha256` (that pylock's sha256) and `org.envbuilder.context-sha256`
+(everything that decides its content; an image whose label matches is not rebuilt). The lock's
+`[artifacts.docker]` records `image_id`, `tag` and, after a push, `repo_digest`.
+
+Corporate networks: HTTP(S)_PROXY / NO_PROXY (and lower-case) from the environment are passed as
+Docker's predefined build args, which `docker history` never shows; an extra CA bundle (the
+spec's `docker.ca_bundle` or $ENVBUILDER_CA_BUNDLE) goes into the build stage only.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import docker
+import docker.errors
+
+from envbuilder import docker_engine, lockfile
+from envbuilder.buildcontext import (
+    CONTEXT_LABEL,
+    assemble_context,
+    ca_bundle_path,
+    context_digest,
+)
+from envbuilder.compat import HostKind
+from envbuilder.errors import LockError, RegistryError, UsageError, ValidationError
+from envbuilder.fsutil import atomic_write_bytes, sha256_file
+from envbuilder.project import Project
+from envbuilder.spec import EnvSpec
+from envbuilder.targets import Artifact, ProgressFn, ValidateOptions, register
+
+TARGET = "docker"
+LOCK_LABEL = "org.envbuilder.lock-sha256"
+ENV_LABEL = "org.envbuilder.env"
+#: Build arg the rendered Dockerfile turns into the lock label (envbuilder.plan.LOCK_SHA_ARG).
+LOCK_SHA_ARG = "ENVBUILDER_LOCK_SHA256"
+#: Docker's predefined build args: usable in RUN, never recorded in the image or its history.
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "FTP_PROXY", "NO_PROXY", "ALL_PROXY")
+#: The image's user (build-context contract) and where the probe runs inside the container.
+RUN_USER = "1000"
+VENV_PYTHON = "/opt/venv/bin/python"
+PROBE_DIR = "/tmp/envbuilder-probe"
+HOST_KIND_ENV = "ENVBUILDER_HOST_KIND"
+
+
+def image_repository(env: str) -> str:
+    return f"envbuilder/{env}"
+
+
+def image_tag(env: str, lock_sha256: str) -> str:
+    """`envbuilder/<env>:<short lock hash>`."""
+    return f"{image_repository(env)}:{lock_sha256[:12]}"
+
+
+def proxy_build_args(environ: os._Environ[str] | dict[str, str]) -> dict[str, str]:
+    """The proxy settings of `environ` as predefined build args (both spellings Docker knows)."""
+    args: dict[str, str] = {}
+    for name in PROXY_VARIABLES:
+        value = environ.get(name) or environ.get(name.lower())
+        if value:
+            args[name] = value
+            args[name.lower()] = value
+    return args
+
+
+def needs_host_network(build_args: dict[str, str]) -> bool:
+    """True when a proxy listens on the host's loopback, which a bridged build cannot reach."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        value = build_args.get(name)
+        if value:
+            host = urlsplit(value if "://" in value else f"http://{value}").hostname or ""
+            if host == "localhost" or host.startswith("127.") or host == "::1":
+                return True
+    return False
+
+
+def detect_host_kind(root: Path = Path("/")) -> HostKind:
+    """What accelerator this host can hand to a container: $ENVBUILDER_HOST_KIND if set, else
+    /dev/kfd -> native-rocm, /dev/dxg -> wsl2-rocdxg (librocdxg installed) or wsl2-legacy,
+    an NVIDIA device or nvidia-smi -> nvidia, else cpu."""
+    forced = os.environ.get(HOST_KIND_ENV)
+    if forced:
+        from envbuilder.compat import HOST_KINDS
+
+        if forced not in HOST_KINDS:
+            raise UsageError(f"{HOST_KIND_ENV}={forced!r}: choose one of {', '.join(HOST_KINDS)}")
+        return forced
+    if (root / "dev/kfd").exists():
+        return "native-rocm"
+    if (root / "dev/dxg").exists():
+        return "wsl2-rocdxg" if (root / "opt/rocm/lib/librocdxg.so").exists() else "wsl2-legacy"
+    if (root / "dev/nvidia0").exists() or (root == Path("/") and shutil.which("nvidia-smi")):
+        return "nvidia"
+    return "cpu"
+
+
+def _docker_lock(project: Project, env: str) -> tuple[lockfile.EnvLock, lockfile.TargetLock]:
+    lock = lockfile.load_env_lock(project, env)
+    if lock is None:
+        raise LockError(
+            f"{project.env_lock(env)} does not exist; run `envbuilder lock --env {env}`"
+        )
+    target = lock.targets.get(TARGET)
+    if target is None:
+        raise LockError(
+            f"{project.env_lock(env)} has no [targets.docker]; add `docker` to env.{env}.targets "
+            f"in {project.spec_path.name} and run `envbuilder lock --env {env}`"
+        )
+    pylock = project.lockfiles / target.pylock
+    if not pylock.is_file() or sha256_file(pylock) != target.pylock_sha256:
+        raise LockError(
+            f"{pylock} is missing or does not match the sha256 recorded in "
+            f"{project.env_lock(env)}; run `envbuilder lock --env {env}`"
+        )
+    return lock, target
+
+
+def _existing(client: docker.DockerClient, ref: str) -> Any | None:
+    try:
+        return client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        return None
+
+
+@register
+class DockerTarget:
+    """Images built with the docker SDK against the engine DOCKER_HOST names."""
+
+    name = TARGET
+
+    # --- build ---------------------------------------------------------------------------
+
+    def build(
+        self, project: Project, env: EnvSpec, progress: ProgressFn, *, no_cache: bool = False
+    ) -> Artifact:
+        """Build (or find up to date) the env's image; record its id in the lock; return it.
+
+        details["changed"] is "no" when an image built from the same context already had the
+        tag (nothing was built). Raises LockError/RenderError-style BuildError before building
+        when inputs are missing, BuildError with the failing step's output when a step fails.
+        """
+        _lock, target = _docker_lock(project, env.name)
+        tag = image_tag(env.name, target.pylock_sha256)
+        client = docker_engine.connect()
+        spec_ca = getattr(env.docker, "ca_bundle", None)
+        ca = ca_bundle_path(spec_ca if isinstance(spec_ca, str) else None, project)
+        progress(f"{env.name}/docker: assembling the build context", 0, None)
+        context = assemble_context(
+            project, env.name, TARGET, project.dockerfiles / env.name, progress, ca_bundle=ca
+        )
+        try:
+            digest = context_digest(context)
+            current = _existing(client, tag)
+            if not no_cache and current is not None and current.labels.get(CONTEXT_LABEL) == digest:
+                progress(f"{env.name}/docker: {tag} is up to date", 1, 1)
+                return self._record(project, env.name, tag, str(current.id), changed=False)
+            build_args = {**proxy_build_args(os.environ), LOCK_SHA_ARG: target.pylock_sha256}
+            labels = {LOCK_LABEL: target.pylock_sha256, CONTEXT_LABEL: digest,
+                      ENV_LABEL: env.name}
+            image_id = docker_engine.build_image(
+                client, context, tag, labels, build_args, progress, nocache=no_cache,
+                network_mode="host" if needs_host_network(build_args) else None,
+            )
+        finally:
+            shutil.rmtree(context, ignore_errors=True)
+        return self._record(project, env.name, tag, image_id, changed=True)
+
+    @staticmethod
+    def _record(project: Project, env: str, tag: str, image_id: str, changed: bool) -> Artifact:
+        lockfile.record_artifact(project, env, TARGET, image_id=image_id, tag=tag)
+        return Artifact(TARGET, env, tag, image_id,
+                        {"changed": "yes" if changed else "no", "tag": tag})
+
+    # --- validate ------------------------------------------------------------------------
+
+    def validate(
+        self, project: Project, env: EnvSpec, options: ValidateOptions, progress: ProgressFn
+    ) -> Path:
+        """Run the probe as uid 1000 in a fresh container of the env's image, with this host's
+        device flags; write reports/<env>.docker.json and return its path. The container is
+        removed in every case. Raises ValidationError when the probe wrote no report."""
+        _lock, target = _docker_lock(project, env.name)
+        tag = image_tag(env.name, target.pylock_sha256)
+        client = docker_engine.connect()
+        if _existing(client, tag) is None:
+            raise ValidationError(
+                f"no image {tag} on the Docker engine; build it (`envbuilder build --target "
+                f"docker --env {env.name}`) or pull it (`envbuilder pull --env {env.name}`)"
+            )
+        host_kind = detect_host_kind()
+        pylock = (project.lockfiles / target.pylock).read_bytes()
+        files_in = {f"{PROBE_DIR}/probe.pyz": _probe_zipapp(), f"{PROBE_DIR}/pylock.toml": pylock}
+        report_in = f"{PROBE_DIR}/report.json"
+        command = [VENV_PYTHON, f"{PROBE_DIR}/probe.pyz", *probe_arguments(env, options),
+                   "--lock", f"{PROBE_DIR}/pylock.toml", "--json", report_in]
+        progress(f"{env.name}/docker: probe in {tag} ({host_kind} host)", 0, None)
+        code, output, files = docker_engine.run_in_container(
+            client, tag, command, user=RUN_USER, host_kind=host_kind, files_in=files_in,
+            files_out=[report_in], progress=progress, timeout_s=options.timeout_s,
+            labels={ENV_LABEL: env.name, "org.envbuilder.role": "validate"},
+        )
+        if report_in not in files:
+            tail = "\n".join(output.splitlines()[-20:])
+            raise ValidationError(
+                f"the probe in {tag} exited with {code} and wrote no report:\n{tail}"
+            )
+        report = project.report(env.name, TARGET)
+        atomic_write_bytes(report, files[report_in])
+        return report
+
+    # --- push / pull ---------------------------------------------------------------------
+
+    def push(self, project: Project, env: EnvSpec, registry: str, progress: ProgressFn) -> str:
+        """Push the env's image to `registry`/<env>:<short lock hash>; record and return the
+        repository digest ("HOST/REPO/<env>@sha256:...")."""
+        _lock, target = _docker_lock(project, env.name)
+        tag = image_tag(env.name, target.pylock_sha256)
+        repository = f"{registry.rstrip('/')}/{env.name}"
+        if "://" in registry or "@" in registry:
+            raise UsageError(f"--registry {registry}: give HOST[:PORT]/PATH, without a scheme")
+        client = docker_engine.connect()
+        image = _existing(client, tag)
+        if image is None:
+            raise RegistryError(
+                f"no image {tag} to push; run `envbuilder build --target docker --env {env.name}`"
+            )
+        digest_ref = docker_engine.push_image(
+            client, tag, repository, target.pylock_sha256[:12], progress
+        )
+        lockfile.record_artifact(project, env.name, TARGET, image_id=str(image.id), tag=tag,
+                                 repo_digest=digest_ref)
+        return digest_ref
+
+    def pull(self, project: Project, env: EnvSpec, progress: ProgressFn) -> str:
+        """Pull the image the lock records (`repo_digest`) by digest, check it was built from the
+        current lock (and is the recorded image), tag it envbuilder/<env>:<short hash>; return
+        the image id. A mismatch raises RegistryError and tags nothing."""
+        lock, target = _docker_lock(project, env.name)
+        recorded = lock.artifacts.get(TARGET, {})
+        digest_ref = recorded.get("repo_digest")
+        if not digest_ref:
+            raise LockError(
+                f"{project.env_lock(env.name)} records no pushed image for {env.name} "
+                f"([artifacts.docker] repo_digest); run `envbuilder push --env {env.name} "
+                "--registry HOST/PATH` on the machine that built it"
+            )
+        client = docker_engine.connect()
+        image_id = docker_engine.pull_image(client, digest_ref, progress)
+        image = client.images.get(image_id)
+        problem = _mismatch(image, target.pylock_sha256, recorded.get("image_id"))
+        if problem:
+            raise RegistryError(f"refusing {digest_ref}: {problem}")
+        tag = image_tag(env.name, target.pylock_sha256)
+        image.tag(*docker_engine.split_reference(tag))
+        return image_id
+
+
+def _mismatch(image: Any, lock_sha256: str, recorded_id: str | None) -> str | None:
+    label = (image.labels or {}).get(LOCK_LABEL)
+    if label != lock_sha256:
+        return (f"it was built from lock {label or '(no label)'}, but the docker pylock's sha256 "
+                f"is {lock_sha256}; build and push again, or check out the matching lock")
+    if recorded_id and image.id != recorded_id:
+        return f"its image id {image.id} is not the recorded {recorded_id}"
+    return None
+
+
+def probe_arguments(env: EnvSpec, options: ValidateOptions) -> list[str]:
+    """The probe's command-line options for `options` (expect defaults to the accelerator)."""
+    args = ["--level", options.level, "--expect", options.expect or env.accelerator,
+            "--label", f"env={env.name}", "--label", f"target={TARGET}"]
+    if options.repeat != 1:
+        args += ["--repeat", str(options.repeat)]
+    for check in options.only:
+        args += ["--only", check]
+    for check in options.skip:
+        args += ["--skip", check]
+    return args
+
+
+def _probe_zipapp() -> bytes:
+    from envbuilder.probe import build_zipapp
+
+    with tempfile.TemporaryDirectory(prefix="envbuilder-probe-") as tmp:
+        return build_zipapp(Path(tmp) / "probe.pyz").read_bytes()

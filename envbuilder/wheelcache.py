@@ -1,0 +1,332 @@
+"""The host-side wheel cache: every locked artifact downloaded once, by sha256, verified, reused.
+
+Layout (Project.wheels): `<cache>/wheels/<sha256[:2]>/<sha256>/<filename>`. A file enters the cache
+only after its sha256 matched the lock, so a path in the cache is its own proof; every later build
+of any env or target that locks the same file reuses it (the second env with the same torch
+downloads nothing).
+
+Sources, in order: the cache; the mirror of the file's index (`[indexes.NAME] mirror` or
+`ENVBUILDER_MIRROR_<NAME>`: a folder, or a URL under which `<file name>` or a simple-index page
+lists it); the canonical URL recorded in the pylock. A file from any source is accepted only when
+its sha256 matches the lock.
+
+CONTRACT:
+    fetch_locked(project, env, target, progress) -> list[CachedArtifact]
+    write_wheelhouse(project, env, target, dest_dir, in_image_prefix="/tmp/envbuilder/wheels",
+                     progress=no_progress) -> Path     the requirements.txt it wrote
+    CachedArtifact(name, version, filename, sha256, path, source, downloaded_bytes)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html.parser
+import os
+import shutil
+import ssl
+import tempfile
+import tomllib
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import quote, unquote, urljoin, urlsplit
+
+from packaging.markers import InvalidMarker, Marker
+from packaging.tags import Tag, compatible_tags, cpython_tags
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
+from envbuilder.errors import EnvbuilderError, LockError
+from envbuilder.fsutil import atomic_write_text
+from envbuilder.lockfile import load_env_lock
+from envbuilder.project import Project
+from envbuilder.resolve import IndexSource, index_source
+from envbuilder.spec import EnvSpec, Index
+from envbuilder.targets import ProgressFn, no_progress
+
+Source = Literal["cache", "mirror", "download"]
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class CachedArtifact:
+    """One locked artifact in the cache. `downloaded_bytes` is what this call transferred into the
+    cache for it (0 when it was already there); `source` says from where."""
+
+    name: str
+    version: str
+    filename: str
+    sha256: str
+    path: Path
+    source: Source = "cache"
+    downloaded_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class LockedFile:
+    """An artifact a pylock names for one target: the wheel an installer would pick."""
+
+    name: str
+    version: str
+    filename: str
+    url: str
+    sha256: str
+    size: int | None
+
+
+def cache_path(project: Project, sha256: str, filename: str) -> Path:
+    """Where a file with this sha256 lives in the cache."""
+    return project.wheels / sha256[:2] / sha256 / filename
+
+
+# --- which wheel of each package a target installs -------------------------------------------
+
+
+def _platform_tags(platform: str) -> list[str]:
+    if platform == "x86_64-pc-windows-msvc":
+        return ["win_amd64"]
+    if platform.startswith("x86_64-manylinux_2_"):
+        top = int(platform.rsplit("_", 1)[-1])
+        tags = [f"manylinux_2_{minor}_x86_64" for minor in range(top, 4, -1)]
+        return [*tags, "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64",
+                "linux_x86_64"]
+    raise LockError(f"no wheel tag rule for platform {platform!r}")
+
+
+def target_tags(platform: str, python: str) -> list[Tag]:
+    """The wheel tags an interpreter of `python` on `platform` accepts, most preferred first."""
+    major, minor = (int(p) for p in python.split(".")[:2])
+    platforms = _platform_tags(platform)
+    return [*cpython_tags((major, minor), platforms=platforms),
+            *compatible_tags((major, minor), f"cp{major}{minor}", platforms)]
+
+
+def marker_environment(platform: str, python: str) -> dict[str, str]:
+    """PEP 508 marker values of the target, to evaluate `marker` entries of a pylock."""
+    windows = platform.endswith("windows-msvc")
+    return {
+        "implementation_name": "cpython", "implementation_version": f"{python}.0",
+        "os_name": "nt" if windows else "posix",
+        "platform_machine": "AMD64" if windows else "x86_64",
+        "platform_python_implementation": "CPython", "platform_release": "",
+        "platform_system": "Windows" if windows else "Linux", "platform_version": "",
+        "python_full_version": f"{python}.0", "python_version": python,
+        "sys_platform": "win32" if windows else "linux", "extra": "",
+    }
+
+
+def _applies(package: Mapping[str, Any], environment: dict[str, str]) -> bool:
+    marker = package.get("marker")
+    if not marker:
+        return True
+    try:
+        return bool(Marker(str(marker)).evaluate(environment))
+    except InvalidMarker as exc:
+        raise LockError(f"package {package.get('name')}: bad marker {marker!r}: {exc}") from None
+
+
+def _best_wheel(package: Mapping[str, Any], rank: Mapping[Tag, int]) -> Mapping[str, Any] | None:
+    best: tuple[int, Mapping[str, Any]] | None = None
+    for wheel in package.get("wheels", []):
+        filename = wheel.get("name") or unquote(urlsplit(str(wheel.get("url", ""))).path
+                                                .rsplit("/", 1)[-1])
+        _, _, _, tags = parse_wheel_filename(filename)
+        score = min((rank[t] for t in tags if t in rank), default=None)
+        if score is not None and (best is None or score < best[0]):
+            best = (score, {**wheel, "name": filename})
+    return best[1] if best else None
+
+
+def locked_files(pylock: Path, platform: str, python: str) -> list[LockedFile]:
+    """The wheels a target installs from `pylock` (one per package that applies), sorted by name.
+    Raises LockError for a package that has no wheel for the target (builds install wheels only)."""
+    doc = tomllib.loads(pylock.read_text(encoding="utf-8"))
+    rank: dict[Tag, int] = {}
+    for i, tag in enumerate(target_tags(platform, python)):
+        rank.setdefault(tag, i)
+    environment = marker_environment(platform, python)
+    out: list[LockedFile] = []
+    for pkg in doc.get("packages", []):
+        if not _applies(pkg, environment):
+            continue
+        wheel = _best_wheel(pkg, rank)
+        if wheel is None:
+            raise LockError(f"{pylock.name}: {pkg['name']} {pkg.get('version')} has no wheel for "
+                            f"{platform} / Python {python}; envbuilder installs wheels only")
+        sha = wheel.get("hashes", {}).get("sha256")
+        if not sha or "url" not in wheel:
+            raise LockError(f"{pylock.name}: {wheel['name']} lacks a url or a sha256 hash; "
+                            "run `envbuilder lock` to re-resolve")
+        out.append(LockedFile(str(canonicalize_name(pkg["name"])), str(pkg.get("version", "")),
+                              wheel["name"], wheel["url"], sha, wheel.get("size")))
+    return sorted(out, key=lambda f: (f.name, f.filename))
+
+
+# --- fetching ----------------------------------------------------------------------------------
+
+
+def _mirrors(project: Project) -> list[IndexSource]:
+    """The mirrored indexes of this machine (spec mirrors and ENVBUILDER_MIRROR_* overrides)."""
+    from envbuilder.spec import load_spec
+
+    try:
+        indexes: Mapping[str, Index] = load_spec(project.spec_path).indexes
+    except EnvbuilderError:  # no spec, or a broken one: fetch from the canonical URLs
+        return []
+    return [src for ix in indexes.values() if (src := index_source(ix, project.root)[0]).mirrored]
+
+
+def _ssl_context() -> ssl.SSLContext:
+    cafile = os.environ.get("SSL_CERT_FILE")
+    return ssl.create_default_context(cafile=cafile if cafile and Path(cafile).is_file() else None)
+
+
+class _Links(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self.hrefs += [v for k, v in attrs if k == "href" and v]
+
+
+def _mirror_candidates(src: IndexSource, f: LockedFile) -> Iterable[str]:
+    """URLs (or a path) where a mirror may hold `f`: a folder's file, `<url>/<file name>`, and
+    the link a simple-index page `<url>/<project>/` gives for that file name."""
+    folder = src.mirror_folder()
+    if folder is not None:
+        yield str(folder / f.filename)
+        return
+    base = (src.mirror_url() or "").rstrip("/") + "/"
+    yield urljoin(base, quote(f.filename))
+    page = urljoin(base, f"{f.name}/")
+    try:
+        with urllib.request.urlopen(page, timeout=60, context=_ssl_context()) as resp:
+            parser = _Links()
+            parser.feed(resp.read().decode("utf-8", "replace"))
+    except (urllib.error.URLError, OSError, ValueError):
+        return
+    for href in parser.hrefs:
+        link = urljoin(page, href).split("#", 1)[0]
+        if unquote(link.rsplit("/", 1)[-1]) == f.filename:
+            yield link
+
+
+def _copy_verified(
+    reader: Any, dest: Path, f: LockedFile, total: int | None, progress: ProgressFn
+) -> int:
+    """Stream `reader` into `dest` (atomically) if its sha256 matches the lock. Returns bytes."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    done = 0
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".part-")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            while chunk := reader.read(_CHUNK):
+                out.write(chunk)
+                digest.update(chunk)
+                done += len(chunk)
+                progress(f.filename, done, total)
+        if digest.hexdigest() != f.sha256:
+            raise LockError(f"{f.filename}: sha256 {digest.hexdigest()} does not match the lock "
+                            f"({f.sha256}); the file was refused")
+        Path(tmp).chmod(0o644)  # readable in a build context whatever user builds it
+        Path(tmp).replace(dest)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return done
+
+
+def _fetch_one(
+    project: Project, f: LockedFile, mirrors: Sequence[IndexSource], progress: ProgressFn
+) -> CachedArtifact:
+    dest = cache_path(project, f.sha256, f.filename)
+    if dest.is_file():
+        return CachedArtifact(f.name, f.version, f.filename, f.sha256, dest)
+    refused: list[str] = []
+    for src in mirrors:
+        if not f.url.startswith(src.canonical.rstrip("/") + "/"):
+            continue
+        for where in _mirror_candidates(src, f):
+            got = _try_fetch(where, dest, f, progress, refused)
+            if got is not None:
+                return CachedArtifact(f.name, f.version, f.filename, f.sha256, dest, "mirror",
+                                      got)
+    got = _try_fetch(f.url, dest, f, progress, refused)
+    if got is not None:
+        return CachedArtifact(f.name, f.version, f.filename, f.sha256, dest, "download", got)
+    raise LockError(f"cannot fetch {f.filename} (sha256 {f.sha256}):\n  " + "\n  ".join(refused)
+                    + "\nGive its index a mirror (ENVBUILDER_MIRROR_<INDEX_NAME>=folder or URL).")
+
+
+def _try_fetch(where: str, dest: Path, f: LockedFile, progress: ProgressFn,
+               refused: list[str]) -> int | None:
+    try:
+        if "://" not in where:
+            path = Path(where)
+            if not path.is_file():
+                refused.append(f"{where}: not there")
+                return None
+            with path.open("rb") as fh:
+                return _copy_verified(fh, dest, f, path.stat().st_size, progress)
+        with urllib.request.urlopen(where, timeout=120, context=_ssl_context()) as resp:
+            length = resp.headers.get("Content-Length")
+            return _copy_verified(resp, dest, f, int(length) if length else f.size, progress)
+    except LockError as exc:
+        refused.append(f"{where}: {exc}")
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        refused.append(f"{where}: {exc}")
+    return None
+
+
+def fetch_locked(
+    project: Project, env: str | EnvSpec, target: str, progress: ProgressFn = no_progress
+) -> list[CachedArtifact]:
+    """Make sure every wheel the target's pylock installs is in the cache; return them, sorted by
+    package name. Downloads each file at most once (mirror first), accepts it only by sha256.
+    Raises LockError when the env/target is not locked or a file cannot be fetched."""
+    name = env if isinstance(env, str) else env.name
+    lock = load_env_lock(project, name)
+    if lock is None or target not in lock.targets:
+        raise LockError(f"env {name!r} target {target!r} is not locked; "
+                        f"run `envbuilder lock --env {name}` first")
+    t = lock.targets[target]
+    files = locked_files(project.lockfiles / t.pylock, t.platform, t.python)
+    mirrors = _mirrors(project)
+    return [_fetch_one(project, f, mirrors, progress) for f in files]
+
+
+def downloaded_bytes(artifacts: Iterable[CachedArtifact]) -> int:
+    """Bytes this fetch brought into the cache (0 when everything was cached already)."""
+    return sum(a.downloaded_bytes for a in artifacts)
+
+
+def write_wheelhouse(
+    project: Project,
+    env: str | EnvSpec,
+    target: str,
+    dest_dir: Path,
+    in_image_prefix: str = "/tmp/envbuilder/wheels",
+    progress: ProgressFn = no_progress,
+) -> Path:
+    """Fetch the target's wheels, hard-link (or copy) them into `dest_dir/wheels/`, and write
+    `dest_dir/requirements.txt`: one `<in_image_prefix>/<filename> --hash=sha256:<hex>` line per
+    wheel, sorted. Returns the requirements.txt path."""
+    artifacts = fetch_locked(project, env, target, progress)
+    wheels = dest_dir / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    for art in artifacts:
+        link = wheels / art.filename
+        link.unlink(missing_ok=True)
+        try:
+            os.link(art.path, link)
+        except OSError:  # another filesystem
+            shutil.copyfile(art.path, link)
+    prefix = in_image_prefix.rstrip("/")
+    lines = [f"{prefix}/{a.filename} --hash=sha256:{a.sha256}" for a in artifacts]
+    requirements = dest_dir / "requirements.txt"
+    atomic_write_text(requirements, "\n".join(lines) + "\n")
+    return requirements

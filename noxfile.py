@@ -1,0 +1,169 @@
+"""nox sessions: thin wrappers over the `envbuilder` CLI, plus tests and lint.
+
+    nox -s tests                 the test suite (real Docker engine and registries where CI starts them)
+    nox -s lint                  ruff + mypy
+    nox -s render                re-render dockerfiles/, wsl/, windows/ (`-- --check` to only check)
+
+Extra arguments after `--` are passed through (session.posargs).
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["lint", "tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+PYTHON = "3.11"
+# The CPU torch wheel the test suite imports; pip takes it from the machine's find-links folder
+# when present (see docs/lock.md), otherwise from the default index.
+TORCH = "torch==2.13.0"
+
+
+def _install(session: nox.Session, *extras: str) -> None:
+    spec = f".[{','.join(extras)}]" if extras else "."
+    session.install("-e", spec)
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """Run the test suite (pass pytest options after --)."""
+    _install(session, "test")
+    session.install(TORCH)
+    session.run("pytest", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """ruff and mypy (strict) over the package and tests."""
+    _install(session, "lint")
+    session.run("ruff", "check", "envbuilder", "tests", "noxfile.py")
+    session.run("mypy")
+
+
+# --- sessions added by feature owners below (keep one docstring line each) ---
+
+
+# --- venv targets (issue 7; docs/venv.md) ---
+
+
+def _venv_build_and_validate(session: nox.Session, target: str, default_env: str) -> None:
+    """`-- ENV [ENV ...] [--path DIR] [validate options]`: each env is built, then validated."""
+    args = list(session.posargs)
+    first_opt = next((i for i, a in enumerate(args) if a.startswith("-")), len(args))
+    names, extra = args[:first_opt] or [default_env], args[first_opt:]
+    path: list[str] = []
+    if "--path" in extra:  # build takes --path too; the rest is for validate only
+        i = extra.index("--path")
+        path = extra[i:i + 2]
+    path += [a for a in extra if a.startswith("--path=")]
+    _install(session)
+    for env in names:
+        session.run("envbuilder", "build", "--target", target, "--env", env, *path)
+        session.run("envbuilder", "validate", "--target", target, "--env", env, *extra)
+
+
+@nox.session(name="build-native", python=PYTHON)
+def build_native(session: nox.Session) -> None:
+    """Build an env's Linux venv from its lock and validate it (`-- cpu`)."""
+    import sys
+
+    if sys.platform != "linux":
+        session.error(f"build-native builds a Linux venv; this is {sys.platform}. "
+                      "On Windows use `nox -s build-windows -- ENV`.")
+    _venv_build_and_validate(session, "native", "cpu")
+
+
+@nox.session(name="build-windows", python=PYTHON)
+def build_windows(session: nox.Session) -> None:
+    """On Windows: build an env's venv (py launcher, AMD wheels) and validate it (`-- rocm64`)."""
+    import sys
+
+    if sys.platform != "win32":
+        session.error(
+            f"build-windows needs Windows (this is {sys.platform}): it creates the venv with "
+            "the `py` launcher's Python and installs the env's Windows wheels. Run it on the "
+            "Windows machine; here use `nox -s build-native -- ENV` (a Linux venv), "
+            "build-docker or build-wsl2.")
+    _venv_build_and_validate(session, "windows", "rocm64")
+
+
+# --- docker target (issue 5; docs/docker.md) ---
+
+
+@nox.session(name="build-docker", python=PYTHON)
+def build_docker(session: nox.Session) -> None:
+    """Build envs' Docker images and validate the probe inside (`-- cpu [ENV ...] [--level L]`)."""
+    args = list(session.posargs)
+    first_opt = next((i for i, a in enumerate(args) if a.startswith("-")), len(args))
+    names, extra = args[:first_opt] or ["cpu"], args[first_opt:]
+    _install(session)
+    for env in names:
+        session.run("envbuilder", "build", "--target", "docker", "--env", env)
+        session.run("envbuilder", "validate", "--target", "docker", "--env", env, *extra)
+
+
+@nox.session(python=PYTHON)
+def validate(session: nox.Session) -> None:
+    """Run the probe inside built envs (`-- --target docker --env cpu --level standard`)."""
+    _install(session)
+    args = list(session.posargs)
+    if not any(a == "--target" or a.startswith("--target=") for a in args):
+        args = ["--target", "docker", *args]
+    session.run("envbuilder", "validate", *args)
+
+
+# --- compare (issue 8; docs/compare.md) ---
+
+
+@nox.session(python=PYTHON)
+def compare(session: nox.Session) -> None:
+    """Validate an env in two or more targets (--repeat 3) and compare (`-- cpu docker native`)."""
+    args = list(session.posargs)
+    first_opt = next((i for i, a in enumerate(args) if a.startswith("-")), len(args))
+    words, extra = args[:first_opt], args[first_opt:]
+    if len(words) < 3:
+        session.error("usage: nox -s compare -- ENV TARGET TARGET [...] [--no-build] "
+                      "[validate options]; e.g. nox -s compare -- cpu docker native")
+    env, targets = words[0], words[1:]
+    build = "--no-build" not in extra
+    extra = [a for a in extra if a != "--no-build"]
+    if not any(a == "--repeat" or a.startswith("--repeat=") for a in extra):
+        extra += ["--repeat", "3"]  # the spread over repeats is what the noise verdict needs
+    _install(session)
+    for target in targets:
+        if build:
+            session.run("envbuilder", "build", "--target", target, "--env", env)
+        session.run("envbuilder", "validate", "--target", target, "--env", env, *extra)
+    out = f"reports/compare/{env}.{'-vs-'.join(targets)}"
+    session.run("envbuilder", "compare", *(f"reports/{env}.{t}.json" for t in targets),
+                "--markdown", f"{out}.md", "--json", f"{out}.json", "--html", f"{out}")
+
+
+# --- render (issue 2; docs/render.md) ---
+
+
+@nox.session(python=PYTHON)
+def render(session: nox.Session) -> None:
+    """Re-render dockerfiles/, wsl/, windows/ (`-- --check` verifies; `-- --update-golden`)."""
+    args = list(session.posargs)
+    update_golden = "--update-golden" in args
+    args = [a for a in args if a != "--update-golden"]
+    if update_golden:
+        _install(session, "test")
+    else:
+        _install(session)
+    session.run("envbuilder", "render", *args)
+    if update_golden:
+        # The golden files the render tests compare against (tests/data/render/): review the diff.
+        session.run("pytest", "-q", "tests/test_render.py", env={"UPDATE_GOLDEN": "1"})
+
+
+# --- lock (issue 4; docs/lock.md) ---
+
+
+@nox.session(python=PYTHON)
+def lock(session: nox.Session) -> None:
+    """Lock envs into lockfiles/ (`-- --check` verifies, `-- --env cpu`, `-- --upgrade`)."""
+    _install(session)
+    session.run("envbuilder", "lock", *session.posargs)

@@ -1,0 +1,113 @@
+"""Shared fixtures: the real Docker engine and the local registries that `.ci/services.sh` starts.
+
+Rule for every service fixture: locally a missing service skips the test with the reason and
+the command that starts it; under CI (`CI=true`) it FAILS, because CI promises the service.
+Tests that use these fixtures get the `docker` / `registry` marker automatically, so
+`pytest -m "not docker"` deselects them.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any, NoReturn
+
+import pytest
+
+START_HINT = 'start them with: eval "$(.ci/services.sh)"'
+DEFAULT_REGISTRY = "127.0.0.1:5000"
+DEFAULT_AUTH_REGISTRY = "127.0.0.1:5001"
+DEFAULT_AUTH_USER = "envbuilder"
+DEFAULT_AUTH_PASSWORD = "envbuilder-test"
+
+_SERVICE_MARKERS = {
+    "docker_client": "docker",
+    "registry": "registry",
+    "auth_registry": "registry",
+    "auth_registry_credentials": "registry",
+}
+
+
+def in_ci() -> bool:
+    """True when the environment says this is CI (`CI=true`, as GitHub/GitLab set it)."""
+    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
+
+
+def service_missing(reason: str) -> NoReturn:
+    """Skip locally, fail under CI: CI promises Docker and the registries."""
+    if in_ci():
+        pytest.fail(f"{reason} -- CI=true requires it ({START_HINT})", pytrace=False)
+    pytest.skip(f"{reason} ({START_HINT})")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark tests by the services they use, so `-m "not docker"` works without bookkeeping."""
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        for fixture, marker in _SERVICE_MARKERS.items():
+            if fixture in fixtures:
+                item.add_marker(getattr(pytest.mark, marker))
+
+
+def registry_status(hostport: str) -> int | None:
+    """HTTP status of `GET http://HOSTPORT/v2/` (200 open, 401 auth required); None if down."""
+    try:
+        with urllib.request.urlopen(f"http://{hostport}/v2/", timeout=5) as response:
+            status: int = response.status
+            return status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return None
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[Any]:
+    """A docker SDK client for the engine at DOCKER_HOST (default: the local socket)."""
+    import docker
+    import docker.errors
+
+    try:
+        client = docker.from_env(timeout=600)
+        client.ping()
+    except (docker.errors.DockerException, OSError) as exc:
+        where = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        service_missing(f"no Docker engine at {where}: {exc}")
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def _registry(variable: str, default: str, expected_status: int) -> str:
+    hostport = os.environ.get(variable, default)
+    status = registry_status(hostport)
+    if status != expected_status:
+        seen = "nothing answers" if status is None else f"GET /v2/ gave HTTP {status}"
+        service_missing(
+            f"no registry at {hostport} ({variable}): {seen}, expected HTTP {expected_status}"
+        )
+    return hostport
+
+
+@pytest.fixture(scope="session")
+def registry() -> str:
+    """HOST:PORT of the local registry without auth (ENVBUILDER_TEST_REGISTRY)."""
+    return _registry("ENVBUILDER_TEST_REGISTRY", DEFAULT_REGISTRY, 200)
+
+
+@pytest.fixture(scope="session")
+def auth_registry() -> str:
+    """HOST:PORT of the local htpasswd registry (ENVBUILDER_TEST_AUTH_REGISTRY)."""
+    return _registry("ENVBUILDER_TEST_AUTH_REGISTRY", DEFAULT_AUTH_REGISTRY, 401)
+
+
+@pytest.fixture(scope="session")
+def auth_registry_credentials(auth_registry: str) -> tuple[str, str]:
+    """(user, password) that the auth registry accepts."""
+    return (
+        os.environ.get("ENVBUILDER_TEST_AUTH_USER", DEFAULT_AUTH_USER),
+        os.environ.get("ENVBUILDER_TEST_AUTH_PASSWORD", DEFAULT_AUTH_PASSWORD),
+    )

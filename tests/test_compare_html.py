@@ -1,0 +1,69 @@
+"""The compare HTML page renders in headless Chromium (Debian's `chromium`) with its charts."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from envbuilder import compare
+
+DATA = Path(__file__).parent / "data" / "compare"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _need_chromium() -> str:
+    if CHROMIUM:
+        return CHROMIUM
+    if os.environ.get("CI") == "true":
+        pytest.fail("chromium is not installed (CI installs it: apt-get install -y chromium)")
+    pytest.skip("chromium is not installed (apt-get install -y chromium)")
+
+
+def render_dom(page: Path, profile: Path) -> str:
+    """The page's DOM after load, as headless Chromium sees it (no network, throw-away profile)."""
+    cmd = [
+        _need_chromium(), "--headless", "--no-sandbox", "--disable-gpu",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--no-first-run", f"--user-data-dir={profile}", "--virtual-time-budget=5000",
+        "--dump-dom", page.as_uri(),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def images_loaded(dom: str) -> tuple[int, int]:
+    m = re.search(r'data-images-loaded="(\d+)/(\d+)"', dom)
+    assert m, "the page's load script did not run"
+    return int(m.group(1)), int(m.group(2))
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    reports = [compare.load_report(DATA / n) for n in ("cpu.docker.json", "cpu.native.json")]
+    return compare.write_html(compare.compare_reports(reports), tmp_path_factory.mktemp("html"))
+
+
+def test_page_renders_with_all_charts_loaded(page: Path, tmp_path: Path) -> None:
+    dom = render_dom(page, tmp_path / "profile")
+    assert images_loaded(dom) == (3, 3)
+    assert "cpu/native" in dom and "within noise" in dom
+
+
+def test_page_moved_elsewhere_still_loads_its_charts(page: Path, tmp_path: Path) -> None:
+    moved = tmp_path / "moved"
+    shutil.copytree(page.parent, moved)
+    assert images_loaded(render_dom(moved / "index.html", tmp_path / "profile")) == (3, 3)
+
+
+def test_a_missing_chart_is_detected(page: Path, tmp_path: Path) -> None:
+    # Proves the check above can fail: one PNG removed -> 2 of 3 decoded.
+    broken = tmp_path / "broken"
+    shutil.copytree(page.parent, broken)
+    (broken / "chart-membw.png").unlink()
+    assert images_loaded(render_dom(broken / "index.html", tmp_path / "profile")) == (2, 3)

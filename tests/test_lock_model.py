@@ -1,0 +1,275 @@
+"""The lock model and the pieces of locking that need no network: strict reading, canonical
+writing, artifacts, `--check`, mirrors, uv output post-processing, base image pinning."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+from test_lock_support import FAKE_INDEX_URL
+
+from envbuilder.errors import LockError
+from envbuilder.fsutil import sha256_bytes
+from envbuilder.lockfile import (
+    LOCK_VERSION,
+    EnvLock,
+    TargetLock,
+    check_env,
+    dump_env_lock,
+    load_env_lock,
+    read_env_lock,
+    record_artifact,
+    write_env_lock,
+)
+from envbuilder.project import Project
+from envbuilder.resolve import (
+    ResolveRequest,
+    index_source,
+    make_request,
+    mirror_env_var,
+    pin_base,
+    postprocess,
+    pylock_header,
+    pyproject_for,
+    source_date_epoch,
+)
+from envbuilder.spec import Index
+
+DATA = Path(__file__).parent / "data" / "lock"
+
+
+def _lock(**changes: object) -> EnvLock:
+    lock = EnvLock(
+        version=LOCK_VERSION, env="cpu", spec_hash="ab" * 32, envbuilder_version="0.1.0",
+        source_date_epoch=1700000000,
+        targets={
+            "native": TargetLock("x86_64-manylinux_2_28", "3.11", "pylock.cpu-native.toml",
+                                 "cd" * 32),
+            "docker": TargetLock("x86_64-manylinux_2_28", "3.11", "pylock.cpu-docker.toml",
+                                 "ef" * 32, "debian:bookworm-slim@sha256:" + "12" * 32),
+        },
+        artifacts={"docker": {"image_id": "sha256:" + "34" * 32}},
+    )
+    return dataclasses.replace(lock, **changes)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    (tmp_path / "environments.toml").write_text("", encoding="utf-8")
+    return Project.from_spec(tmp_path / "environments.toml", cache=tmp_path / "cache")
+
+
+def test_dump_is_canonical_and_reads_back(tmp_path: Path) -> None:
+    lock = _lock()
+    data = dump_env_lock(lock)
+    # Targets in TARGETS order whatever the mapping order, so equal locks give equal bytes.
+    assert data.index(b"[targets.docker]") < data.index(b"[targets.native]")
+    assert dump_env_lock(_lock(targets=dict(reversed(list(lock.targets.items()))))) == data
+    path = tmp_path / "cpu.lock.toml"
+    path.write_bytes(data)
+    assert read_env_lock(path) == lock
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda t: t.replace("version = 1\n", 'version = 1\ncolour = "blue"\n'),
+         "unknown key 'colour'"),
+        (lambda t: t.replace("version = 1", "version = 2"), "newer than this envbuilder"),
+        (lambda t: t.replace("version = 1", "version = 0"), "not supported"),
+        (lambda t: t.replace("source_date_epoch = 1700000000", 'source_date_epoch = "x"'),
+         "source_date_epoch must be a int"),
+        (lambda t: t.replace("[targets.native]", "[targets.mac]"), "unknown target 'mac'"),
+        (lambda t: t.replace('python = "3.11"\n', "", 1), "missing key 'python'"),
+        (lambda t: t.replace("[artifacts.docker]", "[artifacts.docker]\nlayers = 3"),
+         "artifacts.docker must be a table of strings"),
+        (lambda t: t + "[[", "not valid TOML"),
+    ],
+)
+def test_read_is_strict_and_says_what_to_do(tmp_path: Path, edit, message: str) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "cpu.lock.toml"
+    path.write_text(edit(dump_env_lock(_lock()).decode()), encoding="utf-8")
+    with pytest.raises(LockError, match=message) as info:
+        read_env_lock(path)
+    assert str(path) in str(info.value)
+    assert "envbuilder" in str(info.value)  # says what to run (lock again / upgrade)
+
+
+def test_load_env_lock_none_when_never_locked(project: Project) -> None:
+    assert load_env_lock(project, "cpu") is None
+
+
+def test_record_artifact_merges_and_keeps_spec_hash(project: Project) -> None:
+    write_env_lock(project, _lock())
+    before = project.env_lock("cpu").read_bytes()
+    record_artifact(project, "cpu", "docker", repo_digest="r@sha256:" + "56" * 32)
+    record_artifact(project, "cpu", "native", venv="/opt/venv")
+    lock = read_env_lock(project.env_lock("cpu"))
+    assert lock.artifacts == {
+        "docker": {"image_id": "sha256:" + "34" * 32, "repo_digest": "r@sha256:" + "56" * 32},
+        "native": {"venv": "/opt/venv"},
+    }
+    assert lock.spec_hash == _lock().spec_hash and lock.targets == _lock().targets
+    assert project.env_lock("cpu").read_bytes() != before
+    with pytest.raises(LockError, match="not locked"):
+        record_artifact(project, "cpu", "windows", x="y")
+    with pytest.raises(LockError, match="not locked"):
+        record_artifact(project, "rocm64", "docker", x="y")
+
+
+def _locked_project(project: Project) -> EnvLock:
+    """Write real pylock files and a lock that matches them."""
+    targets = {}
+    for target in ("native", "docker"):
+        data = f"# pylock of {target}\n".encode()
+        (project.lockfiles / f"pylock.cpu-{target}.toml").parent.mkdir(exist_ok=True)
+        (project.lockfiles / f"pylock.cpu-{target}.toml").write_bytes(data)
+        targets[target] = TargetLock("x86_64-manylinux_2_28", "3.11",
+                                     f"pylock.cpu-{target}.toml", sha256_bytes(data))
+    lock = _lock(targets=targets)
+    write_env_lock(project, lock)
+    return lock
+
+
+def test_check_current_stale_and_never_locked(project: Project) -> None:
+    lock = _locked_project(project)
+    ok = check_env(project, "cpu", lock.spec_hash, ["native", "docker"])
+    assert ok.stale == () and ok.notes == ()
+    assert "spec hash" in check_env(project, "cpu", "00" * 32, ["native"]).stale[0]
+    never = check_env(project, "rocm64", "00" * 32, ["docker"])
+    assert never.stale == () and "not locked" in never.notes[0]
+    # A target the spec added, and one it dropped.
+    added = check_env(project, "cpu", lock.spec_hash, ["native", "docker", "wsl2"])
+    assert added.stale == ("cpu/wsl2: target not locked",)
+    dropped = check_env(project, "cpu", lock.spec_hash, ["native"])
+    assert "no longer has this target" in dropped.stale[0]
+
+
+def test_check_names_hand_edits_and_missing_pylocks(project: Project) -> None:
+    lock = _locked_project(project)
+    with (project.lockfiles / "pylock.cpu-native.toml").open("ab") as fh:
+        fh.write(b"# edited\n")
+    (project.lockfiles / "pylock.cpu-docker.toml").unlink()
+    stale = check_env(project, "cpu", lock.spec_hash, ["native", "docker"]).stale
+    assert stale == (
+        "cpu/native: lockfiles/pylock.cpu-native.toml was changed by hand (sha256 differs from "
+        "the lock); run `envbuilder lock` to re-resolve it",
+        "cpu/docker: lockfiles/pylock.cpu-docker.toml is missing",
+    )
+
+
+def test_check_reports_a_malformed_lock_as_stale(project: Project) -> None:
+    project.lockfiles.mkdir()
+    project.env_lock("cpu").write_text("version = 9\n", encoding="utf-8")
+    assert "newer than this envbuilder" in check_env(project, "cpu", "x", ["native"]).stale[0]
+
+
+# --- mirrors ------------------------------------------------------------------------------------
+
+
+def test_mirror_env_var_name() -> None:
+    assert mirror_env_var("pytorch-cpu") == "ENVBUILDER_MIRROR_PYTORCH_CPU"
+    assert mirror_env_var("rocm.6.4") == "ENVBUILDER_MIRROR_ROCM_6_4"
+
+
+def test_index_source_mirror_override_and_fallback(tmp_path: Path) -> None:
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    index = Index("pytorch-cpu", "https://download.pytorch.org/whl/cpu", str(folder))
+    src, warning = index_source(index, tmp_path, {})
+    assert (src.location, src.flat, src.mirrored, warning) == (str(folder), True, True, None)
+    # The machine's environment variable wins; empty switches the mirror off.
+    url = "https://mirror.example.invalid/simple"
+    assert index_source(index, tmp_path, {"ENVBUILDER_MIRROR_PYTORCH_CPU": url})[0].location == url
+    off, warning = index_source(index, tmp_path, {"ENVBUILDER_MIRROR_PYTORCH_CPU": ""})
+    assert (off.location, off.mirrored, warning) == (index.url, False, None)
+    # A relative folder is relative to the project root.
+    rel = index_source(index, tmp_path, {"ENVBUILDER_MIRROR_PYTORCH_CPU": "wheels"})[0]
+    assert rel.location == str(folder)
+    # A missing folder falls back to the canonical URL, with a warning naming both.
+    gone, warning = index_source(
+        dataclasses.replace(index, mirror=str(tmp_path / "nope")), tmp_path, {})
+    assert (gone.location, gone.mirrored) == (index.url, False)
+    assert warning and "does not exist" in warning and index.url in warning
+    assert src.artifact_url("torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl") == (
+        "https://download.pytorch.org/whl/cpu/torch-2.13.0%2Bcpu-cp311-cp311-"
+        "manylinux_2_28_x86_64.whl")
+
+
+def _request(tmp_path: Path) -> ResolveRequest:
+    index = Index("fake", FAKE_INDEX_URL, str(tmp_path))
+    request, warnings = make_request("x86_64-manylinux_2_28", "3.11", ("tinytorch==1.0", "six"),
+                                     {"TinyTorch": "fake"}, {"fake": index}, tmp_path, {})
+    assert warnings == []
+    return request
+
+
+def test_pyproject_pins_packages_to_explicit_indexes(tmp_path: Path) -> None:
+    text = pyproject_for(_request(tmp_path))
+    assert 'dependencies = [\n    "tinytorch==1.0",\n    "six",\n]' in text
+    assert f'url = "{tmp_path}"\nexplicit = true\nformat = "flat"' in text
+    assert '"tinytorch" = { index = "fake" }' in text
+
+
+def test_make_request_rejects_an_undefined_index(tmp_path: Path) -> None:
+    with pytest.raises(LockError, match=r"index 'nope'.*\[indexes.nope\]"):
+        make_request("x86_64-manylinux_2_28", "3.11", ("a",), {"a": "nope"}, {}, tmp_path, {})
+
+
+def test_postprocess_records_canonical_urls_and_nothing_machine_specific(tmp_path: Path) -> None:
+    raw = (DATA / "uv-output.toml").read_bytes()
+    out = postprocess(raw, _request(tmp_path), pylock_header("cpu", "native")).decode()
+    assert out.startswith("# Generated by `envbuilder lock` for env 'cpu', target 'native'")
+    assert "file://" not in out and str(tmp_path) not in out
+    assert (f'url = "{FAKE_INDEX_URL}/tinytorch-1.0%2Bcpu-py3-none-any.whl", hashes = '
+            '{ sha256 = "' + "a1" * 32 + '" }') in out
+    assert 'requires-python = "==3.11.*"' in out
+    assert "environments = [\"sys_platform == 'linux' and platform_machine == 'x86_64'\"]" in out
+    # Packages sorted by name, uv's own fields for default-index packages kept.
+    assert out.index('name = "six"') < out.index('name = "tinytorch"')
+    assert "upload-time = 2021-05-05T14:18:17Z" in out
+    assert postprocess(raw, _request(tmp_path), pylock_header("cpu", "native")).decode() == out
+
+
+def test_postprocess_refuses_a_local_file_of_an_unpinned_package(tmp_path: Path) -> None:
+    raw = (DATA / "uv-output.toml").read_bytes()
+    request = dataclasses.replace(_request(tmp_path), index_pins=())
+    with pytest.raises(LockError, match="tinytorch resolved to a local file"):
+        postprocess(raw, request, "")
+
+
+def test_source_date_epoch_is_the_newest_upload_time(tmp_path: Path) -> None:
+    raw = (DATA / "uv-output.toml").read_bytes()
+    # Mirror-dependent fields (tinytorch's upload time) are gone after post-processing.
+    locked = postprocess(raw, _request(tmp_path), "")
+    assert source_date_epoch([locked]) == 1620224298  # 2021-05-05T14:18:18Z, six's sdist
+    assert source_date_epoch([b'lock-version = "1.0"\n']) == 315532800
+
+
+def test_pin_base_reuses_a_known_digest_and_asks_the_registry_otherwise() -> None:
+    asked: list[str] = []
+
+    def lookup(ref: str) -> str:
+        asked.append(ref)
+        return "sha256:" + "9" * 64
+
+    known = "debian:bookworm-slim@sha256:" + "1" * 64
+    kw = {"base_digest": True, "lookup": lookup}
+    assert pin_base("debian:bookworm-slim", known, refresh=False, **kw) == known  # type: ignore[arg-type]
+    assert asked == []
+    assert pin_base("debian:bookworm-slim", known, refresh=True, **kw).endswith("9" * 64)  # type: ignore[arg-type,union-attr]
+    assert pin_base("debian:trixie-slim", known, refresh=False, **kw) == (  # type: ignore[arg-type]
+        "debian:trixie-slim@sha256:" + "9" * 64)
+    assert asked == ["debian:bookworm-slim", "debian:trixie-slim"]
+    assert pin_base(None, None, refresh=True, **kw) is None  # type: ignore[arg-type]
+    assert pin_base("x:1", None, refresh=False, base_digest=False, lookup=lookup) == "x:1"
+
+
+def test_written_files_are_readable_by_all(project: Project) -> None:
+    write_env_lock(project, _lock())
+    mode = project.env_lock("cpu").stat().st_mode & 0o777
+    umask = os.umask(0)
+    os.umask(umask)
+    assert mode == 0o666 & ~umask

@@ -1,0 +1,185 @@
+"""load_spec / Spec / EnvSpec on the shipped spec and small hand-written ones."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import tomlkit
+
+from envbuilder.errors import SpecError, UsageError
+from envbuilder.spec import Finding, Index, check_spec, load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "environments.toml"
+DATA = Path(__file__).parent / "data" / "spec"
+
+
+def test_shipped_envs() -> None:
+    spec = load_spec(SHIPPED)
+    assert list(spec.envs) == ["cpu", "rocm64", "rocm61"]
+    assert [f.severity for f in spec.findings] == ["warning"]  # the unverified Windows wheels
+
+
+def test_cpu_env_contract() -> None:
+    cpu = load_spec(SHIPPED).env("cpu")
+    assert (cpu.accelerator, cpu.python, cpu.targets) == ("cpu", "3.11",
+                                                          ("docker", "wsl2", "native"))
+    assert cpu.packages == ("torch==2.13.0+cpu",)
+    assert cpu.index_pins == {"torch": "pytorch-cpu"}
+    assert cpu.docker is not None and cpu.docker.base == "debian:bookworm-slim"
+    assert cpu.docker.python == "python3" and cpu.docker.user == "envbuilder"
+    assert cpu.wsl2 is not None and cpu.wsl2.distro == "envbuilder-cpu"
+    assert cpu.wsl2.base == "debian:bookworm-slim" and cpu.wsl2.ubuntu is None
+    assert cpu.native is not None and cpu.native.python == "3.11"
+    assert cpu.rocm is None and cpu.gpu is None and cpu.gfx is None
+    # [defaults] env vars are merged in
+    assert cpu.env["PYTHONUNBUFFERED"] == "1"
+
+
+def test_indexes_and_mirror() -> None:
+    spec = load_spec(SHIPPED)
+    assert spec.indexes["pytorch-cpu"] == Index("pytorch-cpu",
+                                                 "https://download.pytorch.org/whl/cpu",
+                                                 "/opt/wheels")
+    assert spec.indexes["pytorch-rocm64"].mirror is None
+    assert list(spec.indexes_for("cpu")) == ["pytorch-cpu"]
+    assert list(spec.indexes_for("rocm64")) == ["pytorch-rocm64"]
+
+
+def test_rocm64_contract() -> None:
+    env = load_spec(SHIPPED).env("rocm64")
+    assert (env.rocm, env.python, env.gfx) == ("6.4.1", "3.12", "gfx1100")
+    assert env.targets == ("docker", "wsl2", "windows")
+    assert env.wsl2 is not None and (env.wsl2.ubuntu, env.wsl2.base) == ("24.04", "ubuntu:24.04")
+    assert env.docker is not None and env.docker.base == "rocm/dev-ubuntu-24.04:6.4.1"
+    assert env.windows is not None and env.windows.python == "3.12"
+    # the windows target has its own packages and no index pins; the others keep the env's
+    assert env.packages_for("windows")[0].startswith("torch @ https://repo.radeon.com/")
+    assert env.index_pins_for("windows") == {}
+    assert env.packages_for("docker") == ("torch==2.9.1+rocm6.4",)
+    assert env.index_pins_for("docker") == {"torch": "pytorch-rocm64"}
+    assert env.python_for("windows") == "3.12"
+
+
+def test_rocm61_is_the_corrected_seed_setup() -> None:
+    env = load_spec(SHIPPED).env("rocm61")
+    assert (env.rocm, env.python, env.gfx) == ("6.1.3", "3.10", "gfx1100")
+    assert "HSA_OVERRIDE_GFX_VERSION" not in env.env
+    assert "RCCL_ALGO" not in env.rccl and env.rccl["NCCL_ALGO"] == "Ring"
+    assert env.wsl2 is not None and env.wsl2.ubuntu == "22.04"
+    assert "windows" not in env.targets
+
+
+def test_select_and_env() -> None:
+    spec = load_spec(SHIPPED)
+    assert [e.name for e in spec.select(None)] == ["cpu", "rocm64", "rocm61"]
+    assert [e.name for e in spec.select([])] == ["cpu", "rocm64", "rocm61"]
+    assert [e.name for e in spec.select(["rocm61", "cpu", "rocm61"])] == ["rocm61", "cpu"]
+    with pytest.raises(UsageError, match=r"no environment 'rocm46' \(did you mean 'rocm64'\?\)"):
+        spec.select(["rocm46"])
+    with pytest.raises(UsageError, match="known: cpu, rocm64, rocm61"):
+        spec.env("nope")
+
+
+def test_env_hash_is_stable_and_canonical(tmp_path: Path) -> None:
+    spec = load_spec(SHIPPED)
+    h = spec.env_hash("cpu")
+    assert len(h) == 64 and h == load_spec(SHIPPED).env_hash("cpu")
+    assert len({spec.env_hash(n) for n in spec.envs}) == 3
+    # comments, key order and whitespace do not change it
+    doc = tomlkit.parse(SHIPPED.read_text(encoding="utf-8"))
+    cpu = doc["env"]["cpu"]
+    items = list(cpu.items())
+    for k, _ in items:
+        del cpu[k]
+    for k, v in reversed(items):
+        cpu[k] = v
+    other = tmp_path / "environments.toml"
+    other.write_text("# a comment\n" + tomlkit.dumps(doc), encoding="utf-8")
+    assert load_spec(other).env_hash("cpu") == h
+
+
+def test_env_hash_follows_index_url_not_mirror(tmp_path: Path) -> None:
+    text = SHIPPED.read_text(encoding="utf-8")
+    base = load_spec(SHIPPED)
+    p = tmp_path / "environments.toml"
+    p.write_text(text.replace('mirror = "/opt/wheels"', 'mirror = "/srv/wheels"'),
+                 encoding="utf-8")
+    assert load_spec(p).env_hash("cpu") == base.env_hash("cpu")
+    p.write_text(text.replace("https://download.pytorch.org/whl/cpu",
+                              "https://download.pytorch.org/whl/cpu/"), encoding="utf-8")
+    assert load_spec(p).env_hash("cpu") != base.env_hash("cpu")
+    assert load_spec(p).env_hash("rocm64") == base.env_hash("rocm64")
+
+
+def test_defaults_merge_tables_by_key(tmp_path: Path) -> None:
+    p = tmp_path / "environments.toml"
+    p.write_text("""
+[defaults]
+accelerator = "cpu"
+python = "3.11"
+targets = ["docker"]
+env = { A = "1", B = "2" }
+[defaults.docker]
+base = "debian:bookworm-slim"
+user = "alice"
+
+[env.one]
+env = { B = "3" }
+[env.one.docker]
+user = "bob"
+
+[env.two]
+targets = ["docker", "native"]
+""", encoding="utf-8")
+    spec = load_spec(p)
+    one, two = spec.env("one"), spec.env("two")
+    assert one.env == {"A": "1", "B": "3"}
+    assert one.docker is not None and (one.docker.base, one.docker.user) == (
+        "debian:bookworm-slim", "bob")
+    assert two.docker is not None and two.docker.user == "alice"
+    assert two.targets == ("docker", "native") and two.native is not None
+    assert two.native.python == "3.11"
+
+
+def test_load_spec_raises_with_every_error(tmp_path: Path) -> None:
+    p = tmp_path / "environments.toml"
+    p.write_text('[env.x]\naccelerator = "gpu"\npython = "3"\ntargets = ["docker"]\n',
+                 encoding="utf-8")
+    with pytest.raises(SpecError) as info:
+        load_spec(p)
+    msg = str(info.value)
+    assert "env.x.accelerator: error: unknown accelerator 'gpu'" in msg
+    assert "env.x.python: error: '3' is not a Python major.minor version" in msg
+    assert "env.x.docker.base: error: missing" in msg
+
+
+def test_check_spec_keeps_the_tomlkit_document() -> None:
+    result = check_spec(SHIPPED)
+    assert result.spec is not None and result.spec.document is not None
+    assert "# envbuilder spec" in tomlkit.dumps(result.spec.document)
+
+
+def test_finding_str() -> None:
+    f = Finding("error", "environments.toml", "env.x.python", "bad; write 3.12")
+    assert str(f) == "environments.toml: env.x.python: error: bad; write 3.12"
+
+
+def test_rocm_docker_base_defaults_from_compat(tmp_path: Path) -> None:
+    p = tmp_path / "environments.toml"
+    p.write_text("""
+[indexes.r64]
+url = "https://download.pytorch.org/whl/rocm6.4"
+[env.g]
+accelerator = "rocm"
+rocm = "6.4.1"
+gpu = "gfx1100"
+python = "3.12"
+packages = ["torch==2.9.1"]
+index_pins = { torch = "r64" }
+targets = ["docker"]
+""", encoding="utf-8")
+    env = load_spec(p).env("g")
+    assert env.docker is not None and env.docker.base == "rocm/dev-ubuntu-24.04:6.4.1"
+    assert env.gfx == "gfx1100"

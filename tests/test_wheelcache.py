@@ -1,0 +1,198 @@
+"""The host-side wheel cache: which wheel a target installs, fetching by sha256 from a mirror
+folder, a mirror URL or the canonical URL (real HTTP servers on 127.0.0.1), refusing a file whose
+hash differs, reuse, and the build context's wheelhouse installing offline with pip."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_lock_support import FAKE_INDEX_URL, make_wheel, small_spec, write_spec
+
+from envbuilder.errors import LockError
+from envbuilder.fsutil import sha256_bytes, sha256_file
+from envbuilder.lockfile import LOCK_VERSION, EnvLock, TargetLock, write_env_lock
+from envbuilder.project import Project
+from envbuilder.wheelcache import (
+    cache_path,
+    downloaded_bytes,
+    fetch_locked,
+    locked_files,
+    write_wheelhouse,
+)
+
+LINUX = "x86_64-manylinux_2_28"
+WINDOWS = "x86_64-pc-windows-msvc"
+
+
+def _pylock(packages: list[tuple[str, str, list[tuple[str, str]], str | None]]) -> str:
+    """A pylock text: (name, version, [(url, sha256)], marker) per package."""
+    out = ['lock-version = "1.0"', 'created-by = "test"', ""]
+    for name, version, wheels, marker in packages:
+        out += ["[[packages]]", f'name = "{name}"', f'version = "{version}"']
+        if marker:
+            out.append(f'marker = "{marker}"')
+        items = ", ".join(f'{{ url = "{u}", hashes = {{ sha256 = "{h}" }} }}' for u, h in wheels)
+        out += [f"wheels = [{items}]", ""]
+    return "\n".join(out)
+
+
+def test_locked_files_pick_the_targets_best_wheel(tmp_path: Path) -> None:
+    base = "https://files.example.invalid/"
+    text = _pylock([
+        ("numpy", "2.0", [(base + "numpy-2.0-cp311-cp311-win_amd64.whl", "1" * 64),
+                          (base + "numpy-2.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_"
+                                  "x86_64.whl", "2" * 64),
+                          (base + "numpy-2.0-cp312-cp312-manylinux_2_28_x86_64.whl", "3" * 64)],
+         None),
+        ("six", "1.0", [(base + "six-1.0-py2.py3-none-any.whl", "4" * 64)], None),
+        ("colorama", "0.4", [(base + "colorama-0.4-py3-none-any.whl", "5" * 64)],
+         "sys_platform == 'win32'"),
+    ])
+    pylock = tmp_path / "pylock.t.toml"
+    pylock.write_text(text, encoding="utf-8")
+    linux = {f.name: f.sha256 for f in locked_files(pylock, LINUX, "3.11")}
+    assert linux == {"numpy": "2" * 64, "six": "4" * 64}  # no colorama: its marker is false
+    windows = {f.name: f.sha256 for f in locked_files(pylock, WINDOWS, "3.11")}
+    assert windows == {"colorama": "5" * 64, "numpy": "1" * 64, "six": "4" * 64}
+    with pytest.raises(LockError, match=r"numpy 2.0 has no wheel for .* Python 3.10"):
+        locked_files(pylock, LINUX, "3.10")
+
+
+def _lock_tinytorch(project: Project, wheel: Path, url: str | None = None,
+                    targets: tuple[str, ...] = ("native",)) -> None:
+    """Write a pylock naming `wheel` by its canonical URL (or `url`) and the env lock."""
+    url = url or f"{FAKE_INDEX_URL}/{wheel.name.replace('+', '%2B')}"
+    text = _pylock([("tinytorch", "1.0+cpu", [(url, sha256_file(wheel))], None)]).encode()
+    project.lockfiles.mkdir(parents=True, exist_ok=True)
+    locks = {}
+    for target in targets:
+        (project.lockfiles / f"pylock.small-{target}.toml").write_bytes(text)
+        locks[target] = TargetLock(LINUX, "3.11", f"pylock.small-{target}.toml",
+                                   sha256_bytes(text))
+    write_env_lock(project, EnvLock(LOCK_VERSION, "small", "0" * 64, "0", 0, locks, {}))
+
+
+@pytest.fixture
+def mirror(tmp_path: Path) -> Path:
+    return tmp_path / "mirror"
+
+
+@pytest.fixture
+def project(tmp_path: Path, mirror: Path) -> Project:
+    return write_spec(tmp_path / "proj", small_spec(mirror))
+
+
+def test_fetch_from_a_mirror_folder_once(project: Project, mirror: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ENVBUILDER_MIRROR_FAKE", raising=False)
+    wheel = make_wheel(mirror, "tinytorch", "1.0+cpu")
+    _lock_tinytorch(project, wheel, targets=("native", "docker"))
+    events: list[tuple[str, int, int | None]] = []
+    first = fetch_locked(project, "small", "native", lambda *e: events.append(e))
+    assert [(a.filename, a.source) for a in first] == [(wheel.name, "mirror")]
+    assert downloaded_bytes(first) == wheel.stat().st_size
+    assert first[0].path == cache_path(project, sha256_file(wheel), wheel.name)
+    assert first[0].path.read_bytes() == wheel.read_bytes()
+    assert events[-1] == (wheel.name, wheel.stat().st_size, wheel.stat().st_size)
+    # Another target (or env) locking the same file downloads nothing.
+    again = fetch_locked(project, "small", "docker")
+    assert [(a.source, a.downloaded_bytes) for a in again] == [("cache", 0)]
+
+
+def test_a_mirror_file_with_another_hash_is_refused(project: Project, mirror: Path,
+                                                    tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ENVBUILDER_MIRROR_FAKE", raising=False)
+    locked = make_wheel(tmp_path / "elsewhere", "tinytorch", "1.0+cpu")
+    make_wheel(mirror, "tinytorch", "1.0+cpu", requires=("six",))  # same name, other bytes
+    _lock_tinytorch(project, locked)
+    with pytest.raises(LockError, match="does not match the lock") as info:
+        fetch_locked(project, "small", "native")
+    assert "wheels.example.invalid" in str(info.value)  # then the canonical URL was tried
+    assert not list(project.wheels.rglob("*.whl"))  # nothing refused entered the cache
+
+
+@pytest.fixture
+def http_folder(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A real HTTP server on 127.0.0.1 serving a folder: (base URL, folder)."""
+    root = tmp_path / "served"
+    root.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    handler.log_message = lambda *a: None  # type: ignore[assignment,method-assign]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", root
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_fetch_from_a_simple_index_mirror_url(project: Project, tmp_path: Path,
+                                              http_folder: tuple[str, Path],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    base, root = http_folder
+    wheel = make_wheel(root / "files", "tinytorch", "1.0+cpu")
+    (root / "simple" / "tinytorch").mkdir(parents=True)
+    href = f"../../files/{wheel.name.replace('+', '%2B')}#sha256={sha256_file(wheel)}"
+    (root / "simple" / "tinytorch" / "index.html").write_text(
+        f'<html><body><a href="{href}">{wheel.name}</a></body></html>', encoding="utf-8")
+    monkeypatch.setenv("ENVBUILDER_MIRROR_FAKE", f"{base}/simple")
+    _lock_tinytorch(project, wheel)
+    got = fetch_locked(project, "small", "native")
+    assert [(a.source, a.downloaded_bytes) for a in got] == [("mirror", wheel.stat().st_size)]
+
+
+def test_fetch_from_the_canonical_url_without_mirror(project: Project, tmp_path: Path,
+                                                     http_folder: tuple[str, Path],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    base, root = http_folder
+    monkeypatch.setenv("ENVBUILDER_MIRROR_FAKE", "")  # mirror switched off on this machine
+    wheel = make_wheel(root, "tinytorch", "1.0+cpu")
+    _lock_tinytorch(project, wheel, url=f"{base}/{wheel.name.replace('+', '%2B')}")
+    got = fetch_locked(project, "small", "native")
+    assert [(a.source, a.downloaded_bytes) for a in got] == [("download", wheel.stat().st_size)]
+
+
+def test_fetch_needs_a_lock(project: Project) -> None:
+    with pytest.raises(LockError, match="run `envbuilder lock --env small` first"):
+        fetch_locked(project, "small", "native")
+
+
+def test_wheelhouse_installs_offline_with_hash_checking(project: Project, mirror: Path,
+                                                        tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ENVBUILDER_MIRROR_FAKE", raising=False)
+    wheel = make_wheel(mirror, "tinytorch", "1.0+cpu")
+    _lock_tinytorch(project, wheel)
+    context = tmp_path / "context"
+    requirements = write_wheelhouse(project, "small", "native", context,
+                                    in_image_prefix=str(context / "wheels"))
+    line = f"{context / 'wheels' / wheel.name} --hash=sha256:{sha256_file(wheel)}\n"
+    assert requirements == context / "requirements.txt"
+    assert requirements.read_text(encoding="utf-8") == line
+    assert (context / "wheels" / wheel.name).stat().st_ino == cache_path(
+        project, sha256_file(wheel), wheel.name).stat().st_ino  # hard link, no copy
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
+           "--no-index", "--no-deps", "--require-hashes", "--no-cache-dir", "-r"]
+    done = subprocess.run([*pip, str(requirements)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    probe = subprocess.run([str(venv / "bin" / "python"), "-c",
+                            "import tinytorch; print(tinytorch.VERSION)"],
+                           capture_output=True, text=True, check=True)
+    assert probe.stdout.strip() == "1.0+cpu"
+    # The same file with a wrong hash is refused.
+    requirements.write_text(line.replace(sha256_file(wheel), "0" * 64), encoding="utf-8")
+    refused = subprocess.run([*pip, str(requirements)], capture_output=True, text=True,
+                             check=False)
+    assert refused.returncode != 0 and "hash" in (refused.stdout + refused.stderr).lower()

@@ -1,0 +1,132 @@
+"""The wsl2 target's Docker path on a small rootfs (no network, no torch): build an image that
+has the nondeterminism real builds have (useradd's shadow day, logs, ldconfig's cache, a password
+hash, a kernel), build it twice without cache, export both through the normalizer, compare
+sha256s, check Microsoft's rules, then `docker import` the `.wsl` and run a command in it as the
+distro's default user -- the engine path validation uses.
+
+The full env build (torch, the probe) is tests/test_wsl2_build.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envbuilder import wsltar
+from envbuilder.targets import wsl2
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+SDE = 1_790_000_000
+DOCKERFILE = """\
+FROM debian:bookworm-slim
+RUN useradd --create-home --uid 1000 --shell /bin/bash envbuilder \\
+ && echo 'envbuilder:secret' | chpasswd \\
+ && mkdir -p /usr/lib/wsl /boot \\
+ && date +%s%N > /var/log/build-time.log \\
+ && head -c 64 /dev/urandom > /boot/vmlinuz-6.1.0-fake \\
+ && ldconfig \\
+ && head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n' > /etc/machine-id
+COPY wsl.conf /etc/wsl.conf
+COPY wsl-distribution.conf /etc/wsl-distribution.conf
+COPY oobe.sh /usr/lib/wsl/oobe.sh
+"""
+WSL_CONF = "[boot]\nsystemd = false\n\n[user]\ndefault = envbuilder\n"
+DIST_CONF = "[oobe]\ncommand = /usr/lib/wsl/oobe.sh\ndefaultUid = 1000\ndefaultName = tiny\n"
+OOBE = "#!/bin/sh\nexit 0\n"
+
+
+@pytest.fixture(scope="module")
+def tiny_images(docker_client: Any, tmp_path_factory: pytest.TempPathFactory
+                ) -> Iterator[tuple[str, str]]:
+    """Two builds of one Dockerfile, the second without the layer cache."""
+    from envbuilder import docker_engine
+
+    context = tmp_path_factory.mktemp("tiny-context")
+    (context / "Dockerfile").write_text(DOCKERFILE)
+    (context / "wsl.conf").write_text(WSL_CONF)
+    (context / "wsl-distribution.conf").write_text(DIST_CONF)
+    (context / "oobe.sh").write_text(OOBE)
+    first = docker_engine.build_image(docker_client, context, "envbuilder-test/wsl-tiny:a", {}, {})
+    second = docker_engine.build_image(docker_client, context, "envbuilder-test/wsl-tiny:b", {},
+                                       {}, nocache=True)
+    yield first, second
+    for tag in ("envbuilder-test/wsl-tiny:a", "envbuilder-test/wsl-tiny:b"):
+        docker_client.images.remove(tag, force=True)
+
+
+@pytest.fixture(scope="module")
+def tiny_wsl(docker_client: Any, tiny_images: tuple[str, str],
+             tmp_path_factory: pytest.TempPathFactory) -> tuple[wsltar.WslResult, ...]:
+    out = tmp_path_factory.mktemp("tiny-dist")
+    return tuple(wsl2.export_image(docker_client, image, out / f"tiny-{i}.wsl", SDE)
+                 for i, image in enumerate(tiny_images))
+
+
+def test_two_builds_differ_as_images_but_not_as_wsl(tiny_images: tuple[str, str],
+                                                    tiny_wsl: tuple[wsltar.WslResult, ...]
+                                                    ) -> None:
+    assert tiny_images[0] != tiny_images[1]  # the builds really differ (logs, machine-id, ...)
+    first, second = tiny_wsl
+    assert first.sha256 == second.sha256
+    assert first.path.read_bytes() == second.path.read_bytes()
+
+
+def test_exported_tar_keeps_microsoft_rules(tiny_wsl: tuple[wsltar.WslResult, ...]) -> None:
+    findings = wsltar.check_wsl_tar(tiny_wsl[0].path, source_date_epoch=SDE)
+    assert [str(f) for f in findings if f.level == "error"] == []
+    assert {f.rule for f in findings} <= {"icon", "default-user-exists"}
+
+
+def test_export_dropped_what_the_build_left(tiny_wsl: tuple[wsltar.WslResult, ...]) -> None:
+    dropped = tiny_wsl[0].stats.dropped
+    for name in ("etc/resolv.conf", ".dockerenv", "boot/vmlinuz-6.1.0-fake",
+                 "var/log/build-time.log", "var/cache/ldconfig/aux-cache"):
+        assert name in dropped, name
+
+
+def test_default_user_read_from_wsl_conf(tiny_wsl: tuple[wsltar.WslResult, ...]) -> None:
+    assert wsl2.default_user(tiny_wsl[0].path) == "envbuilder"
+
+
+def test_imported_wsl_runs_as_default_user(docker_client: Any,
+                                           tiny_wsl: tuple[wsltar.WslResult, ...]) -> None:
+    result = tiny_wsl[0]
+    tag = wsl2.imported_tag("tiny", result.sha256)
+    try:
+        image = wsl2.import_wsl(docker_client, result.path, tag)
+        # A stand-in "probe": the same ProbeRun shape validation uses, through a login shell.
+        script = ('printf \'{"uid": %s, "user": "%s", "resolv": %s}\' "$(id -u)" "$(id -un)" '
+                  '"$(test -s /etc/resolv.conf && echo true || echo false)" > "$0"')
+        run = wsl2.ProbeRun(("/bin/sh", "-lc", script, wsl2.REPORT_PATH),
+                            {"/tmp/envbuilder/probe.pyz": b"not used"})
+        engine = wsl2.DockerEngine(docker_client, image)
+        code, output, report = engine.run(run, wsl2.default_user(result.path), lambda *a: None)
+        assert code == 0, output
+        assert report is not None
+        assert json.loads(report)["uid"] == 1000
+        assert json.loads(report)["user"] == "envbuilder"
+    finally:
+        docker_client.images.remove(tag, force=True)
+
+
+def test_shadow_in_tar_has_no_hash(tiny_wsl: tuple[wsltar.WslResult, ...]) -> None:
+    import tarfile
+
+    with tarfile.open(tiny_wsl[0].path) as tar:
+        fh = tar.extractfile("etc/shadow")
+        assert fh is not None
+        lines = fh.read().decode().splitlines()
+    user = next(line for line in lines if line.startswith("envbuilder:"))
+    assert user.split(":")[1] == "*"  # chpasswd wrote a hash; the .wsl carries none
+
+
+def test_no_leftover_files(tiny_wsl: tuple[wsltar.WslResult, ...]) -> None:
+    folder = tiny_wsl[0].path.parent
+    assert sorted(p.name for p in folder.iterdir()) == ["tiny-0.wsl", "tiny-1.wsl"]
+    shutil.rmtree(folder)
