@@ -1,6 +1,6 @@
 """nox sessions: thin wrappers over the `envbuilder` CLI, plus tests and lint.
 
-    nox -s tests                 the test suite (real Docker engine and registries where CI starts them)
+    nox -s tests     the test suite (real Docker engine and registries, which CI starts)
     nox -s lint                  ruff + mypy
     nox -s render                re-render dockerfiles/, wsl/, windows/ (`-- --check` to only check)
 
@@ -167,3 +167,22 @@ def lock(session: nox.Session) -> None:
     """Lock envs into lockfiles/ (`-- --check` verifies, `-- --env cpu`, `-- --upgrade`)."""
     _install(session)
     session.run("envbuilder", "lock", *session.posargs)
+
+
+# --- wsl2 target (issue 6; docs/wsl2.md) ---
+
+
+@nox.session(name="build-wsl2", python=PYTHON)
+def build_wsl2(session: nox.Session) -> None:
+    """Build envs' .wsl distros and validate them (`-- cpu [ENV ...] [--replace] [--level L]`)."""
+    args = list(session.posargs)
+    first_opt = next((i for i, a in enumerate(args) if a.startswith("-")), len(args))
+    names, extra = args[:first_opt] or ["cpu"], args[first_opt:]
+    env: dict[str, str] = {}
+    if "--replace" in extra:  # Windows: unregister an existing distro of that name first
+        extra.remove("--replace")
+        env["ENVBUILDER_WSL_REPLACE"] = "1"
+    _install(session)
+    for name in names:
+        session.run("envbuilder", "build", "--target", "wsl2", "--env", name, env=env)
+        session.run("envbuilder", "validate", "--target", "wsl2", "--env", name, *extra, env=env)

@@ -4,7 +4,9 @@
 #   - two local registries: 127.0.0.1:5000 (no auth; also the engine's registry mirror) and
 #     127.0.0.1:5001 (htpasswd: envbuilder / envbuilder-test),
 #   - debian:bookworm-slim, seeded from debootstrap and served by the mirror, so that
-#     `docker pull debian:bookworm-slim` works without a public registry.
+#     `docker pull debian:bookworm-slim` works without a public registry. The seed is
+#     reproducible (.ci/seed_image.py): the same digest on every machine while Debian's archive
+#     serves the same bookworm packages; its files stay in $STATE_DIR/seed.
 # Idempotent: whatever already runs is left alone. Progress goes to stderr; stdout carries only
 # `export` lines, so `eval "$(.ci/services.sh)"` sets ENVBUILDER_TEST_REGISTRY and friends.
 # Usage: .ci/services.sh [--no-install]     (root, or a user with sudo)
@@ -17,6 +19,12 @@ AUTH_USER=envbuilder
 AUTH_PASSWORD=envbuilder-test
 SEED_IMAGE=debian:bookworm-slim
 SEED_SUITE=bookworm
+SEED_TAG=bookworm-slim
+# Only to try the seed itself without touching the served one (e.g. envbuilder-seedtest/debian).
+SEED_REPOSITORY="${ENVBUILDER_SEED_REPOSITORY:-library/debian}"
+SEED_DIR="$STATE_DIR/seed"
+if [ "$SEED_REPOSITORY" != library/debian ]; then SEED_DIR="$STATE_DIR/seed-${SEED_REPOSITORY//\//-}"; fi
+CI_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 DOCKER_SOCK=/var/run/docker.sock
 PACKAGES=(docker.io docker-registry debootstrap shellcheck chromium apache2-utils iptables curl python3-venv)
 
@@ -122,8 +130,18 @@ restart it with the flags in $0 (or add \"registry-mirrors\" to /etc/docker/daem
     wait_for "dockerd (see $STATE_DIR/dockerd.log)" 60 engine_up
 }
 
+# The digest the registry serves for $SEED_REPOSITORY:$SEED_TAG ("" when it serves none).
+served_digest() {
+    curl -s -I --max-time 5 -H 'Accept: application/vnd.docker.distribution.manifest.v2+json' \
+        "http://127.0.0.1:$REGISTRY_PORT/v2/$SEED_REPOSITORY/manifests/$SEED_TAG" \
+        | tr -d '\r' | awk 'tolower($1) == "docker-content-digest:" {print $2}'
+}
+
+# Seeded = the registry serves the image .ci/seed_image.py built here (an older, irreproducible
+# seed from `docker import` is replaced).
 seeded() {
-    [ "$(http_status "http://127.0.0.1:$REGISTRY_PORT/v2/library/debian/manifests/bookworm-slim")" = 200 ]
+    [ -f "$SEED_DIR/manifest.json" ] || return 1
+    [ "$(served_digest)" = "sha256:$(sha256sum "$SEED_DIR/manifest.json" | cut -d' ' -f1)" ]
 }
 
 # Make the debootstrap tree look like the official slim image where our Dockerfiles care:
@@ -161,33 +179,40 @@ EOF
     : >"$root/etc/hostname"
 }
 
+# debootstrap + slim_down + .ci/seed_image.py: the image's digest depends only on the package
+# versions Debian's archive serves (see docs/docker.md), not on the machine or the day.
+build_seed() {
+    local rootfs
+    rootfs=$(mktemp -d /tmp/envbuilder-seed.XXXXXX)
+    # shellcheck disable=SC2064  # expand now: the trap must remove this very directory
+    trap "$SUDO rm -rf '$rootfs' '$SEED_DIR.new'" EXIT
+    log "debootstrap $SEED_SUITE into $rootfs (about 20-60 s)"
+    $SUDO debootstrap --variant=minbase "$SEED_SUITE" "$rootfs" >"$STATE_DIR/debootstrap.log" 2>&1 \
+        || die "debootstrap failed, see $STATE_DIR/debootstrap.log"
+    $SUDO bash -c "$(declare -f slim_down die log); SEED_SUITE=$SEED_SUITE; slim_down '$rootfs'"
+    log "writing the reproducible image into $SEED_DIR"
+    $SUDO rm -rf "$SEED_DIR.new"
+    $SUDO python3 "$CI_DIR/seed_image.py" build "$rootfs" --out "$SEED_DIR.new" >&2
+    $SUDO rm -rf "$SEED_DIR" "$rootfs"
+    $SUDO mv "$SEED_DIR.new" "$SEED_DIR"
+    trap - EXIT
+}
+
 seed_base_image() {
+    local mirror_ref="127.0.0.1:$REGISTRY_PORT/$SEED_REPOSITORY:$SEED_TAG"
     if seeded; then
-        log "$SEED_IMAGE already served by 127.0.0.1:$REGISTRY_PORT"
-        return
+        log "$mirror_ref already served by 127.0.0.1:$REGISTRY_PORT"
+    else
+        # The files of an earlier seed are pushed again (e.g. after the registry lost its data).
+        [ -f "$SEED_DIR/manifest.json" ] || build_seed
+        log "pushing $SEED_DIR as $mirror_ref"
+        python3 "$CI_DIR/seed_image.py" push "$SEED_DIR" --registry "127.0.0.1:$REGISTRY_PORT" \
+            --name "$SEED_REPOSITORY" --tag "$SEED_TAG" >&2
+        seeded || die "the registry does not serve $mirror_ref after the push"
     fi
-    local mirror_ref="127.0.0.1:$REGISTRY_PORT/library/$SEED_IMAGE"
-    if ! docker image inspect "$mirror_ref" >/dev/null 2>&1; then
-        local rootfs
-        rootfs=$(mktemp -d /tmp/envbuilder-seed.XXXXXX)
-        # shellcheck disable=SC2064  # expand now: the trap must remove this very directory
-        trap "$SUDO rm -rf '$rootfs'" EXIT
-        log "debootstrap $SEED_SUITE into $rootfs (about 20-60 s)"
-        $SUDO debootstrap --variant=minbase "$SEED_SUITE" "$rootfs" >"$STATE_DIR/debootstrap.log" 2>&1 \
-            || die "debootstrap failed, see $STATE_DIR/debootstrap.log"
-        $SUDO bash -c "$(declare -f slim_down die log); SEED_SUITE=$SEED_SUITE; slim_down '$rootfs'"
-        $SUDO tar --numeric-owner -C "$rootfs" -c . | docker import \
-            --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-            --change 'CMD ["bash"]' \
-            --message "debootstrap --variant=minbase $SEED_SUITE (envbuilder CI seed)" \
-            - "$mirror_ref" >&2
-        $SUDO rm -rf "$rootfs"
-        trap - EXIT
-    fi
-    log "pushing $mirror_ref"
-    docker push "$mirror_ref" >&2
-    docker tag "$mirror_ref" "$SEED_IMAGE"
-    seeded || die "the registry does not serve $SEED_IMAGE after the push"
+    docker pull -q "$mirror_ref" >/dev/null || die "docker pull $mirror_ref failed"
+    if [ "$SEED_REPOSITORY" = library/debian ]; then docker tag "$mirror_ref" "$SEED_IMAGE"; fi
+    log "$mirror_ref is $(served_digest)"
 }
 
 check_pull() {

@@ -28,14 +28,25 @@ import time
 from pathlib import Path
 
 from envbuilder.project import Project
-from envbuilder.resolve import PLATFORMS, make_request, pyproject_for, target_python, uv_bin
+from envbuilder.resolve import (
+    PLATFORMS,
+    lock_env,
+    make_request,
+    pyproject_for,
+    target_python,
+    uv_bin,
+)
 from envbuilder.spec import load_spec
 from envbuilder.wheelcache import downloaded_bytes, fetch_locked
 
 ENVBUILDER = [sys.executable, "-m", "envbuilder"]
+#: Subprocesses may cache bytecode (this workplace sets PYTHONDONTWRITEBYTECODE=1, which makes
+#: every `envbuilder` start compile its modules again; a user's machine does not).
+BASE_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
 def _timed(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> float:
+    env = env or BASE_ENV
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
     took = time.perf_counter() - start
@@ -51,7 +62,7 @@ def _copy_project(spec: Path, dest: Path) -> Path:
 
 
 def _offline_env() -> dict[str, str]:
-    env = dict(os.environ)
+    env = dict(BASE_ENV)
     dead = "http://127.0.0.1:9"  # discard port: nothing listens
     env.update({"HTTP_PROXY": dead, "HTTPS_PROXY": dead, "http_proxy": dead,
                 "https_proxy": dead, "NO_PROXY": "", "no_proxy": "", "UV_OFFLINE": "1",
@@ -76,7 +87,7 @@ def _raw_uv(spec: Path, env_name: str, work: Path) -> list[str]:
     return [uv_bin(), "pip", "compile", "pyproject.toml", "--format", "pylock.toml",
             "--output-file", "pylock.toml", "--python-version", seen[0].python,
             "--python-platform", seen[0].platform, "--generate-hashes", "--no-header",
-            "--no-config", "--quiet"]
+            "--no-config", "--quiet", "--python", sys.executable]
 
 
 def main() -> int:
@@ -98,12 +109,18 @@ def main() -> int:
         raw_dir = root / "raw"
         raw_dir.mkdir()
         raw_cmd = _raw_uv(spec, args.env, raw_dir)
-        full, raw = [], []
+        full, raw, inproc = [], [], []
+        loaded = load_spec(spec)
         for i in range(args.runs):  # interleaved, so drift in network/cache hits both alike
             fresh = _copy_project(spec, root / f"full{i}")
             full.append(_timed(lock_cmd, fresh.parent))
             (raw_dir / "pylock.toml").unlink(missing_ok=True)
             raw.append(_timed(raw_cmd, raw_dir))
+            other = _copy_project(spec, root / f"inproc{i}")
+            start = time.perf_counter()
+            lock_env(Project.from_spec(other), loaded.env(args.env), loaded.env_hash(args.env),
+                     loaded.indexes)
+            inproc.append(time.perf_counter() - start)
         cache = root / "cache"
         project = Project.from_spec(locked, cache=cache)
         start = time.perf_counter()
@@ -121,10 +138,12 @@ def main() -> int:
     for name, xs in (("`lock` nothing changed (no network, no Docker)", nochange),
                      ("`lock --check` (all envs)", check),
                      ("`lock` full (fresh folder: uv + base digests)", full),
+                     ("`resolve.lock_env()` full, in-process (no CLI start-up)", inproc),
                      ("raw `uv pip compile`, same inputs", raw)):
         print(f"| {name} | {med(xs):.3f} | {min(xs):.3f} | {max(xs):.3f} |")
     print()
-    print(f"full lock / raw uv = {med(full) / med(raw):.2f}x")
+    print(f"full lock / raw uv = {med(full) / med(raw):.2f}x; "
+          f"lock_env() in-process / raw uv = {med(inproc) / med(raw):.2f}x")
     print(f"wheel cache: docker target brought in {downloaded_bytes(first)} bytes "
           f"({len(first)} files, {t_first:.2f} s); wsl2 target (same wheels) "
           f"{downloaded_bytes(second)} bytes ({t_second:.2f} s)")

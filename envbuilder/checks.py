@@ -243,6 +243,19 @@ def resolve_gfx(env: str, gpu: str, ctx: _Ctx) -> str | None:
 # --- compatibility checks on a typed env ---------------------------------------------------
 
 
+def check_spec_wide(envs: Sequence[EnvSpec], ctx: _Ctx) -> None:
+    """Checks across envs: names that must be unique on one machine."""
+    seen: dict[str, str] = {}
+    for env in envs:
+        if env.wsl2 is None:
+            continue
+        distro = env.wsl2.distro.lower()  # WSL compares distro names case-insensitively
+        if distro in seen:
+            ctx.env_err(env.name, ("wsl2", "distro"), f"{env.wsl2.distro!r} is also env "
+                        f"{seen[distro]!r}'s WSL distro name; give each env its own")
+        seen.setdefault(distro, env.name)
+
+
 def check_env(env: EnvSpec, indexes: Mapping[str, Index], ctx: _Ctx) -> None:
     """Every compatibility check for one env (findings go to `ctx`)."""
     compat = load_compat()
@@ -321,6 +334,10 @@ def _check_rocm(env: EnvSpec, compat: Compat, ctx: _Ctx) -> None:
         ctx.env_err(env.name, ("rocm",), f"ROCm {env.rocm} is not in envbuilder's release "
                     f"table; use one of: {known}")
         return
+    if release.version != env.rocm:
+        ctx.env_err(env.name, ("rocm",), f"{env.rocm!r} means ROCm {release.version} with this "
+                    "envbuilder's data, which a newer envbuilder may change; write "
+                    f"rocm = \"{release.version}\"", "warning")
     if release.unverified:
         ctx.env_err(env.name, ("rocm",), f"the WSL/package facts for ROCm {release.version} are "
                     f"unverified ({release.source}); check them before relying on them",
@@ -336,6 +353,11 @@ def _check_rocm(env: EnvSpec, compat: Compat, ctx: _Ctx) -> None:
     if env.wsl2.ubuntu is not None and env.wsl2.ubuntu not in release.ubuntu:
         ctx.env_err(env.name, ("wsl2", "ubuntu"), f"Ubuntu {env.wsl2.ubuntu} is not supported "
                     f"by ROCm {release.version} in WSL; use {' or '.join(release.ubuntu)}")
+    ubuntu = env.wsl2.ubuntu
+    if ubuntu and not env.wsl2.base.startswith((f"ubuntu:{ubuntu}", f"rocm/dev-ubuntu-{ubuntu}:")):
+        ctx.env_err(env.name, ("wsl2", "base"), f"{env.wsl2.base} does not look like Ubuntu "
+                    f"{ubuntu}, which the WSL ROCm stack is installed for; leave base unset "
+                    f"(ubuntu:{ubuntu}) unless it is an Ubuntu {ubuntu} image", "warning")
 
 
 def _check_gpu(env: EnvSpec, compat: Compat, ctx: _Ctx) -> None:
@@ -417,15 +439,17 @@ def _check_torch(env: EnvSpec, target: TargetName, label: str, indexes: Mapping[
                     f"{req} on the {name} index has wheels for Python {_pyrange(serving[0])} "
                     f"only; use a Python in that range or another torch version")
     if env.accelerator == "rocm" and env.rocm and name.startswith("rocm"):
-        _check_index_matches_release(env, name, path, ctx)
+        _check_index_matches_release(env, name, ctx)
+    if env.accelerator == "rocm" and name == "cpu":
+        ctx.env_err(env.name, ("index_pins",), "torch comes from the cpu index, which has no "
+                    "ROCm build, but the accelerator is rocm; pin torch to a rocmX.Y index")
     if env.accelerator == "cpu" and name.startswith("rocm"):
         ctx.env_err(env.name, ("index_pins",), f"torch comes from the {name} index, but the "
                     "accelerator is cpu; pin the cpu index or set accelerator = \"rocm\"",
                     "warning")
 
 
-def _check_index_matches_release(env: EnvSpec, index: str, path: Sequence[str],
-                                 ctx: _Ctx) -> None:
+def _check_index_matches_release(env: EnvSpec, index: str, ctx: _Ctx) -> None:
     idx = Version(index.removeprefix("rocm"))
     rel = Version(env.rocm or "0")
     if idx.release[:2] != rel.release[:2]:
@@ -580,6 +604,13 @@ def _check_windows(env: EnvSpec, compat: Compat, ctx: _Ctx) -> None:
         ctx.env_err(env.name, _python_path(env, "windows"), f"Python {env.windows.python}: "
                     "AMD's native-Windows PyTorch wheels need Python 3.12; set "
                     f"{table} python = \"3.12\" or drop the windows target")
+    if env.rocm and not any(_same_release(w.rocm, env.rocm.rsplit(".", 1)[0]
+                                          if env.rocm.count(".") == 2 else env.rocm)
+                            for w in compat.windows_wheels):
+        known = ", ".join(w.rocm for w in compat.windows_wheels)
+        ctx.env_err(env.name, ("rocm",), f"AMD publishes native-Windows PyTorch wheels for ROCm "
+                    f"{known}, not {env.rocm}; the windows target uses those wheels' own ROCm",
+                    "warning")
     req = _torch_req(env, "windows")
     if req is None:
         ctx.env_err(env.name, _pkg_path(env, "windows"), "no torch for the windows target; "

@@ -59,7 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module in _command_modules():
         p = sub.add_parser(
-            name, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP),
+            # argparse %-formats help strings; a literal "%" in a HELP must not crash --help.
+            name, help=module.HELP.replace("%", "%%"),
+            description=getattr(module, "DESCRIPTION", module.HELP),
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         module.add_arguments(p)

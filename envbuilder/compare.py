@@ -269,7 +269,8 @@ _FP_FIELDS: tuple[tuple[str, bool, str], ...] = (
     ("gpu", True, "different GPUs"),
     ("gfx", True, "different GPU architectures"),
     ("driver", True, "different drivers"),
-    ("lock_sha256", True, "different locked package sets"),
+    ("lock_sha256", True, "different lock files (each target has its own pylock: check that "
+                          "the pinned versions match)"),
     ("python", True, "different Python versions"),
     ("nccl", True, "different NCCL/RCCL versions (collectives)"),
     ("cpu_count", True, "different CPU counts visible"),
@@ -502,10 +503,10 @@ def cell_verdict(cell: Cell) -> str:
 
 
 def spread_text(s: Spread | None) -> str:
-    """'min-max (n=3)'; the median is its own column."""
+    """'min .. max (n=3)'; the median is its own column."""
     if s is None:
         return "-"
-    return f"{fmt_num(s.min)}-{fmt_num(s.max)} (n={s.n})"
+    return f"{fmt_num(s.min)} .. {fmt_num(s.max)} (n={s.n})"
 
 
 def table_rows(comp: Comparison) -> list[list[str]]:
@@ -523,7 +524,7 @@ def table_rows(comp: Comparison) -> list[list[str]]:
     return out
 
 
-TABLE_HEADER = ["metric", "report", "median", "min-max", "ratio", "loss", "verdict", "note"]
+TABLE_HEADER = ["metric", "report", "median", "min .. max", "ratio", "loss", "verdict", "note"]
 VERDICT_COLUMN = TABLE_HEADER.index("verdict")
 
 
@@ -661,17 +662,24 @@ def draw_chart(comp: Comparison, check: str, rows: Sequence[Row], dest: Path) ->
             labels_at.append((high, y, f"{-(c.loss_pct or 0.0):+.1f}%  {cell_verdict(c)}"))
         ax.errorbar(xs, ys, xerr=[lo, hi], fmt="o", color=colors[j % len(colors)], label=label,
                     capsize=4, markersize=7, elinewidth=1.5, zorder=3)
+    # Ratios are multiplicative: when they span more than 3x, a log axis keeps 0.5 and 2 the
+    # same distance from 1.
+    log = lo_x > 0 and hi_x / lo_x > 3
     span = hi_x - lo_x
     for x, y, text in labels_at:
-        ax.text(x + span * 0.02, y, text, va="center", fontsize=8, zorder=4)
-    ax.set_xlim(lo_x - span * 0.08, hi_x + span * 0.6)
+        ax.text(x * 1.06 if log else x + span * 0.02, y, text, va="center", fontsize=8, zorder=4)
+    if log:
+        ax.set_xscale("log")
+        ax.set_xlim(lo_x / 1.3, hi_x * 4)
+    else:
+        ax.set_xlim(lo_x - span * 0.08, hi_x + span * 0.6)
     ax.set_ylim(-0.6, n_rows - 0.4)
     ax.set_yticks(range(n_rows))
     ax.set_yticklabels([f"{r.label} [{r.unit}]" if r.unit else r.label for r in reversed(rows)])
     for k in range(1, n_rows):
         ax.axhline(k - 0.5, color="0.9", linewidth=0.8, zorder=0)
     ax.set_xlabel(f"performance relative to {comp.baseline.label}  (> 1 is better; whiskers: "
-                  "worst..best over the repeats)")
+                  f"worst..best over the repeats{'; log scale' if log else ''})")
     ax.set_title(f"{check}: compared with {comp.baseline.label}")
     # The legend sits in a strip of fixed height under the axes, whatever the figure's height.
     fig.tight_layout(rect=(0, 0.32 / fig_h, 1, 1))

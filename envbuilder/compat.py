@@ -150,9 +150,10 @@ class RcclKnobs:
 
 
 def _norm(name: str) -> str:
-    """Normalize a GPU name for look-up: "AMD Radeon RX 7900 XTX" -> "rx7900xtx"."""
+    """Normalize a GPU name for look-up: "AMD Radeon RX 7900 XTX" -> "7900xtx" (so "RX 7900
+    XTX", "rx7900xtx", "7900 XTX" and "Radeon PRO W7900" / "W7900" all match)."""
     out = re.sub(r"[^a-z0-9]", "", name.lower())
-    for prefix in ("amd", "radeon", "instinct"):
+    for prefix in ("amd", "radeon", "instinct", "pro", "rx"):
         out = out.removeprefix(prefix)
     return out
 
@@ -178,7 +179,7 @@ class Compat:
         if re.fullmatch(r"gfx[0-9a-f]+", key):
             return next((g for g in self.gpus if g.gfx == key), None)
         for g in self.gpus:
-            if any(_norm(n) == key or _norm(n).removeprefix("pro") == key for n in g.names):
+            if any(_norm(n) == key for n in g.names):
                 return g
         return None
 
@@ -221,9 +222,15 @@ class Compat:
         return [e for e in self.torch_matrix if e.torch.contains(public, prereleases=True)]
 
     def index_rows(self, url: str) -> list[TorchIndexEntry]:
-        """Matrix rows for an index URL (trailing slash ignored)."""
+        """Matrix rows for an index URL (trailing slash ignored). A URL that is not PyTorch's
+        but ends in a PyTorch index name (a mirror: https://mirror.example/whl/rocm6.4) gets
+        that index's rows."""
         want = url.rstrip("/")
-        return [e for e in self.torch_matrix if e.url.rstrip("/") == want]
+        exact = [e for e in self.torch_matrix if e.url.rstrip("/") == want]
+        if exact:
+            return exact
+        last = want.rsplit("/", 1)[-1]
+        return [e for e in self.torch_matrix if e.index == last]
 
     def wheel_gfx(self, index: str) -> tuple[str, ...]:
         """gfx targets upstream torch wheels of that index are compiled for."""

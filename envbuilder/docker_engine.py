@@ -40,6 +40,9 @@ ENGINE_TIMEOUT_S = 3600
 TAIL_LINES = 40
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
+#: Per-layer statuses worth a line (the rest, "Preparing", "Waiting", ..., is noise).
+_FINAL_LAYER_STATUS = ("Pushed", "Pull complete", "Already exists", "Layer already exists",
+                       "Mounted from")
 #: Terminal colour codes that RUN output carries (apt, pip): dropped from messages.
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -109,8 +112,8 @@ def build_image(
     Progress: one event per Dockerfile step ("step 3/12: RUN ...", 3, 12) and per base-image
     layer pull ("pull <layer>", bytes, total). A failing step raises BuildError quoting that
     step's instruction and the tail of its output; intermediate containers are removed.
-    `buildargs` should carry only what may not leak into the image (proxies are Docker's
-    predefined args, which `docker history` never shows).
+    Of the `buildargs`, Docker's predefined proxy args never show in `docker history`; any
+    other arg the Dockerfile declares is visible in the history of the RUN steps after it.
     """
     try:
         stream = client.api.build(
@@ -163,9 +166,6 @@ def _on_build_text(text: str, state: _BuildState, progress: ProgressFn) -> None:
                      state.steps)
         elif line.strip():
             state.step_output.append(line.rstrip())
-            found = re.match(r"^Successfully built ([0-9a-f]{12,64})$", line.strip())
-            if found and state.image_id is None:
-                state.image_id = f"sha256:{found[1]}" if len(found[1]) == 64 else found[1]
 
 
 def _on_pull_status(event: Mapping[str, Any], progress: ProgressFn) -> None:
@@ -173,7 +173,7 @@ def _on_pull_status(event: Mapping[str, Any], progress: ProgressFn) -> None:
     layer = event.get("id")
     if layer and isinstance(detail, Mapping) and detail.get("total"):
         progress(f"pull {layer}", int(detail.get("current") or 0), int(detail["total"]))
-    elif layer:
+    elif layer and str(event.get("status", "")).startswith(_FINAL_LAYER_STATUS):
         progress(f"{event['status']} {layer}", 0, None)
 
 
@@ -446,17 +446,27 @@ def push_image(
     ref = f"{repository}:{tag}"
     try:
         client.images.get(image).tag(repository, tag)
-        events = client.api.push(repository, tag=tag, stream=True, decode=True)
-        seen = _stream_registry(events, "push", ref, progress)
     except docker.errors.ImageNotFound:
         raise EngineError(f"no image {image} on the engine at {_engine_where()}") from None
+    try:
+        events = client.api.push(repository, tag=tag, stream=True, decode=True)
+        seen = _stream_registry(events, "push", ref, progress)
     except docker.errors.APIError as exc:
+        _untag(client, ref)
         raise RegistryError(f"push of {ref} was refused: {_explain(exc)}") from None
+    except RegistryError:
+        _untag(client, ref)  # leave no tag behind that names an image the registry lacks
+        raise
     for event in seen:
         aux = event.get("aux")
         if isinstance(aux, Mapping) and isinstance(aux.get("Digest"), str):
             return f"{repository}@{aux['Digest']}"
     raise RegistryError(f"push of {ref} finished without reporting a digest")
+
+
+def _untag(client: docker.DockerClient, ref: str) -> None:
+    with contextlib.suppress(docker.errors.APIError):
+        client.images.remove(ref, noprune=True)
 
 
 def pull_image(client: docker.DockerClient, ref: str, progress: ProgressFn = no_progress) -> str:

@@ -533,7 +533,7 @@ def check_python(host: Host, env: EnvSpec | None) -> Finding:
                        f"({env.python})")
     have = ".".join(host.python.split(".")[:2])
     missing = [f"{t}: {v}" for t, v in wants.items()
-               if v != have and not host.run([f"python{v}", "--version"], 10)]
+               if v != have and not host.run(_python_probe(host, v), 10)]
     if not missing:
         return Finding("python", "ok", f"Python for env {env.name}: "
                        + ", ".join(f"{t} {v}" for t, v in wants.items()))
@@ -541,6 +541,13 @@ def check_python(host: Host, env: EnvSpec | None) -> Finding:
                    f"this host runs {host.python}",
                    fix="uv python install " + " ".join(sorted(set(wants.values())))
                    + " (uv's interpreter discovery finds it)")
+
+
+def _python_probe(host: Host, version: str) -> list[str]:
+    """How to ask for a Python X.Y: the py launcher on Windows, pythonX.Y elsewhere."""
+    if host.kind == "windows":
+        return ["py", f"-{version}", "--version"]
+    return [f"python{version}", "--version"]
 
 
 def check_env_gpu(host: Host, env: EnvSpec, facts: GpuFacts, compat: Compat) -> Finding:

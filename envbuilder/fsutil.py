@@ -18,8 +18,8 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int | None = None) -> None
             fh.flush()
             os.fsync(fh.fileno())
         if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
+            Path(tmp).chmod(mode)
+        Path(tmp).replace(path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -135,6 +135,35 @@ def parse_env_lock(data: Mapping[str, Any], where: str) -> EnvLock:
     )
 
 
+_JSON_TYPES = {str: "string", int: "integer", dict: "object"}
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON schema of `<env>.lock.toml` (as parsed TOML), generated from the same tables the
+    strict reader uses; `envbuilder/schemas/lock.schema.json` is this, and a test fails when the
+    two drift."""
+    def props(schema: Mapping[str, type]) -> dict[str, Any]:
+        return {k: {"type": _JSON_TYPES[v]} for k, v in schema.items()}
+
+    target = {"type": "object", "additionalProperties": False, "properties": props(_TARGET_KEYS),
+              "required": [k for k in _TARGET_KEYS if k not in _OPTIONAL]}
+    top = props(_TOP_KEYS)
+    top["version"] = {"const": LOCK_VERSION}
+    top["targets"] = {"type": "object", "additionalProperties": False,
+                      "properties": {t: {"$ref": "#/$defs/target"} for t in TARGETS}}
+    top["artifacts"] = {"type": "object", "propertyNames": {"enum": list(TARGETS)},
+                        "additionalProperties": {"type": "object",
+                                                 "additionalProperties": {"type": "string"}}}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "urn:envbuilder:lock:1",
+        "title": "envbuilder env lock (lockfiles/<env>.lock.toml)",
+        "type": "object", "additionalProperties": False, "properties": top,
+        "required": [k for k in _TOP_KEYS if k not in _OPTIONAL],
+        "$defs": {"target": target},
+    }
+
+
 def read_env_lock(path: Path) -> EnvLock:
     """Read and validate one `<env>.lock.toml`. Raises LockError saying what is wrong."""
     try:
@@ -259,10 +288,12 @@ class CheckOutcome:
 
 
 def check_env(
-    project: Project, env: str, spec_hash: str, targets: Sequence[str]
+    project: Project, env: str, spec_hash: str, targets: Sequence[str],
+    only: Sequence[str] | None = None,
 ) -> CheckOutcome:
-    """Compare the env's lock with the spec (by hash) and with its pylocks (by sha256). Reads
-    only local files. An env never locked is a note, not a failure."""
+    """Compare the env's lock with the spec (by hash; `targets` are the spec's targets of the
+    env) and with its pylocks (by sha256; those in `only`, default all). Reads only local files.
+    An env never locked is a note, not a failure."""
     path = project.env_lock(env)
     if not path.is_file():
         return CheckOutcome(env, notes=(f"{env}: not locked (no {_rel(project, path)})",))
@@ -276,7 +307,7 @@ def check_env(
         stale.append(f"{env}: {_rel(project, path)} is the lock of env {lock.env!r}")
     if lock.spec_hash != spec_hash:
         stale.append(f"{env}: environments.toml changed since it was locked (spec hash)")
-    for target in targets:
+    for target in (t for t in targets if only is None or t in only):
         stale += _check_target(project, env, target, lock.targets.get(target))
         t = lock.targets.get(target)
         if t is not None and t.base_image is not None and "@sha256:" not in t.base_image:

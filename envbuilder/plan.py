@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, ClassVar, Literal
 
 from envbuilder.compat import RocmRelease
@@ -306,7 +306,6 @@ class Plan:
     stages: tuple[Stage, ...] = ()
     steps: tuple[Step, ...] = ()  # single-stage targets (windows)
     wsl: WslConfig | None = None
-    notes: tuple[str, ...] = field(default=())
 
     @property
     def input_sha256(self) -> str:

@@ -20,11 +20,14 @@ hashes what it resolves; envbuilder.wheelcache verifies every file against the l
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime
+import functools
 import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
@@ -248,6 +251,10 @@ def run_uv(
             "--format", "pylock.toml", "--output-file", out.name,
             "--python-version", request.python, "--python-platform", request.platform,
             "--generate-hashes", "--no-header", "--no-config", "--quiet",
+            # uv resolves for --python-version/--python-platform; the interpreter only builds
+            # sdists that lack static metadata. Naming ours skips uv's interpreter discovery
+            # (seconds per run where pyenv shims answer for versions that are not installed).
+            "--python", sys.executable,
         ]
         if upgrade:
             cmd.append("--upgrade")
@@ -381,6 +388,7 @@ class LockOptions:
     upgrade: bool = False  # re-resolve everything (and re-read base digests)
     upgrade_packages: tuple[str, ...] = ()  # re-resolve these (and what they need) only
     base_digest: bool = True  # False: record base images by tag when no digest is known
+    refresh_base: bool = False  # re-read base digests only; the pylocks stay as they are
 
 
 @dataclass(frozen=True)
@@ -493,27 +501,52 @@ def lock_env(
     else:
         warn0 = []
     old = previous.targets if previous else {}
-    refresh = options.upgrade or bool(options.upgrade_packages)
+    wanted: set[str] = set(options.targets if options.targets is not None else env.targets)
+    to_resolve = _stale_targets(project, env, spec_hash, previous, options, wanted)
+
+    def pins(look: DigestLookup) -> dict[str, str | None]:
+        return {
+            t: pin_base(base_ref(env, t), old[t].base_image if t in old else None,
+                        refresh=(options.upgrade or options.refresh_base) and t in wanted,
+                        base_digest=options.base_digest, lookup=look)
+            for t in env.targets
+        }
+
+    asked: list[str] = []
+
+    def dry(ref: str) -> str:
+        asked.append(ref)
+        return ""
+
+    known = pins(dry)  # exact when no registry had to be asked
+    if not asked and not to_resolve and set(old) == set(env.targets) \
+            and all(old[t].base_image == known[t] for t in env.targets):
+        return LockResult(env.name, warnings=tuple(warn0))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        # Registry look-ups (once per image: docker and wsl2 often share one) run while uv
+        # resolves; either failing writes nothing.
+        pinning = pool.submit(pins, functools.cache(lookup)) if asked else None
+        new_pylocks, warnings = _resolve_targets(project, env, indexes, to_resolve, old,
+                                                 options, progress)
+        final = pinning.result() if pinning is not None else known
+    return _write_env(project, env, spec_hash, previous, new_pylocks, final,
+                      tuple(to_resolve), (*warn0, *warnings))
+
+
+def _stale_targets(
+    project: Project, env: EnvSpec, spec_hash: str, previous: EnvLock | None,
+    options: LockOptions, wanted: set[str],
+) -> list[str]:
+    """The targets uv must resolve: all of them when the spec changed (a half-updated env would
+    hide staleness), those whose pylock is missing or edited, and those asked to upgrade."""
+    old = previous.targets if previous else {}
     current = previous is not None and previous.spec_hash == spec_hash
-    wanted = set(options.targets) if options.targets is not None else set(env.targets)
-    to_resolve = [
+    refresh = options.upgrade or bool(options.upgrade_packages)
+    return [
         t for t in env.targets
         if not current or not _pylock_ok(project, old.get(t))
         or old[t].platform != PLATFORMS[t] or (refresh and t in wanted)
     ]
-    pins: dict[str, str | None] = {
-        t: pin_base(base_ref(env, t), old[t].base_image if t in old else None,
-                    refresh=options.upgrade and t in wanted,
-                    base_digest=options.base_digest, lookup=lookup)
-        for t in env.targets
-    }
-    if not to_resolve and all(old[t].base_image == pins[t] for t in env.targets) \
-            and set(old) == set(env.targets):
-        return LockResult(env.name, warnings=tuple(warn0))
-    new_pylocks, warnings = _resolve_targets(project, env, indexes, to_resolve, old, options,
-                                             progress)
-    return _write_env(project, env, spec_hash, previous, new_pylocks, pins,
-                      tuple(to_resolve), (*warn0, *warnings))
 
 
 def _resolve_targets(
@@ -543,8 +576,9 @@ def _resolve_targets(
                          upgrade=options.upgrade, upgrade_packages=options.upgrade_packages)
         except LockError as exc:  # the mirror warnings often explain the failure
             raise LockError("\n".join([*(f"warning: {w}" for w in warnings), str(exc)])) from None
+        body = postprocess(raw, request, "")
         for target in members:
-            out[target] = postprocess(raw, request, pylock_header(env.name, target))
+            out[target] = pylock_header(env.name, target).encode("utf-8") + body
     progress(f"resolved {env.name}", len(groups), len(groups))
     return out, warnings
 

@@ -516,6 +516,7 @@ def _build(path: Path, doc: dict[str, Any], ctx: _Ctx) -> Spec | None:
 
     for env in envs.values():
         checks.check_env(env, indexes, ctx)
+    checks.check_spec_wide(list(envs.values()), ctx)
     return Spec(path=path, envs=envs, indexes=indexes, merged=merged, document=ctx.doc)
 
 
@@ -550,41 +551,12 @@ def _indexes(raw: Any, ctx: _Ctx) -> dict[str, Index]:
 
 def _make_env(name: str, m: dict[str, Any], indexes: Mapping[str, Index],
               ctx: _Ctx) -> EnvSpec | None:
-    """Typed EnvSpec from the merged table; None (with findings) when a value is unusable."""
+    """Typed EnvSpec from the merged table; None (with findings) when a value it needs is
+    unusable. The other values are still checked, so one run reports every mistake."""
     from envbuilder import checks
 
-    e = _env_err_fn(ctx, name)
-    accelerator = m.get("accelerator")
-    if accelerator is None:
-        e(("accelerator",), 'missing; set accelerator = "rocm", "cuda" or "cpu"')
-    elif accelerator not in ACCELERATORS:
-        e(("accelerator",), f"unknown accelerator {accelerator!r}"
-          f"{_did_you_mean(accelerator, ACCELERATORS)}; use one of: {', '.join(ACCELERATORS)}")
-    python = m.get("python")
-    if python is None:
-        e(("python",), 'missing; set python = "3.12" (major.minor)')
-    elif not PYTHON_RE.fullmatch(python):
-        e(("python",), f"{python!r} is not a Python major.minor version; write e.g. "
-          f'"{_major_minor(python) or "3.12"}"')
+    accelerator, python, rocm, cuda = _versions(name, m, ctx)
     targets = _targets(name, m, ctx)
-    rocm, cuda = m.get("rocm"), m.get("cuda")
-    if accelerator == "rocm" and rocm is None:
-        e(("rocm",), 'missing for accelerator "rocm"; set rocm = "6.4.1" (a ROCm release)')
-    if rocm is not None and not ROCM_RE.fullmatch(rocm):
-        e(("rocm",), f"{rocm!r} is not a ROCm release number; write e.g. \"6.4.1\"")
-    if rocm is not None and accelerator in ("cpu", "cuda"):
-        e(("rocm",), f'set for accelerator "{accelerator}"; remove it, or set accelerator = '
-          '"rocm"')
-    if accelerator == "cuda" and cuda is None:
-        e(("cuda",), 'missing for accelerator "cuda"; set cuda = "12.8"')
-    if cuda is not None and not CUDA_RE.fullmatch(cuda):
-        e(("cuda",), f"{cuda!r} is not a CUDA major.minor version; write e.g. \"12.8\"")
-    if cuda is not None and accelerator in ("cpu", "rocm"):
-        e(("cuda",), f'set for accelerator "{accelerator}"; remove it, or set accelerator = '
-          '"cuda"')
-    # Unusable values were reported above; the checks below must not see them.
-    rocm = rocm if rocm is not None and ROCM_RE.fullmatch(rocm) else None
-    cuda = cuda if cuda is not None and CUDA_RE.fullmatch(cuda) else None
     packages = checks.check_packages(name, ("packages",), m.get("packages", []), ctx)
     pins = _pins(name, ("index_pins",), m.get("index_pins", {}), indexes, ctx)
     env_vars = checks.check_env_vars(name, ("env",), m.get("env", {}), ctx)
@@ -600,16 +572,50 @@ def _make_env(name: str, m: dict[str, Any], indexes: Mapping[str, Index],
     wsl2 = _wsl2(name, m, targets, accelerator, ctx)
     windows = _windows(name, m, targets, python, ctx)
     native = _native(name, m, targets, python, ctx)
-    # Checks of the other values still run on an env with value errors (more findings in one
-    # go), as long as the values they need are usable; the Spec is dropped on any error anyway.
-    if accelerator not in ACCELERATORS or python is None or not PYTHON_RE.fullmatch(python):
+    if accelerator is None or python is None:
         return None
     return EnvSpec(
-        name=name, description=description, accelerator=cast(Accelerator, accelerator),
-        python=cast(str, python), packages=packages, index_pins=pins, targets=targets,
-        rocm=rocm, cuda=cuda, gpu=gpu, gfx=gfx, env=env_vars, rccl=rccl, apt=apt,
-        docker=docker, wsl2=wsl2, windows=windows, native=native,
-        target_packages=tp, target_index_pins=tpins)
+        name=name, description=description, accelerator=accelerator, python=python,
+        packages=packages, index_pins=pins, targets=targets, rocm=rocm, cuda=cuda, gpu=gpu,
+        gfx=gfx, env=env_vars, rccl=rccl, apt=apt, docker=docker, wsl2=wsl2, windows=windows,
+        native=native, target_packages=tp, target_index_pins=tpins)
+
+
+def _versions(name: str, m: dict[str, Any], ctx: _Ctx
+              ) -> tuple[Accelerator | None, str | None, str | None, str | None]:
+    """accelerator, python, rocm, cuda: each None when missing or unusable (with a finding)."""
+    e = _env_err_fn(ctx, name)
+    accelerator = m.get("accelerator")
+    if accelerator is None:
+        e(("accelerator",), 'missing; set accelerator = "rocm", "cuda" or "cpu"')
+    elif accelerator not in ACCELERATORS:
+        e(("accelerator",), f"unknown accelerator {accelerator!r}"
+          f"{_did_you_mean(accelerator, ACCELERATORS)}; use one of: {', '.join(ACCELERATORS)}")
+    python = m.get("python")
+    if python is None:
+        e(("python",), 'missing; set python = "3.12" (major.minor)')
+    elif not PYTHON_RE.fullmatch(python):
+        e(("python",), f"{python!r} is not a Python major.minor version; write e.g. "
+          f'"{_major_minor(python) or "3.12"}"')
+    rocm, cuda = m.get("rocm"), m.get("cuda")
+    if accelerator == "rocm" and rocm is None:
+        e(("rocm",), 'missing for accelerator "rocm"; set rocm = "6.4.1" (a ROCm release)')
+    if rocm is not None and not ROCM_RE.fullmatch(rocm):
+        e(("rocm",), f"{rocm!r} is not a ROCm release number; write e.g. \"6.4.1\"")
+    if rocm is not None and accelerator in ("cpu", "cuda"):
+        e(("rocm",), f'set for accelerator "{accelerator}"; remove it, or set accelerator = '
+          '"rocm"')
+    if accelerator == "cuda" and cuda is None:
+        e(("cuda",), 'missing for accelerator "cuda"; set cuda = "12.8"')
+    if cuda is not None and not CUDA_RE.fullmatch(cuda):
+        e(("cuda",), f"{cuda!r} is not a CUDA major.minor version; write e.g. \"12.8\"")
+    if cuda is not None and accelerator in ("cpu", "rocm"):
+        e(("cuda",), f'set for accelerator "{accelerator}"; remove it, or set accelerator = '
+          '"cuda"')
+    return (cast(Accelerator, accelerator) if accelerator in ACCELERATORS else None,
+            python if python is not None and PYTHON_RE.fullmatch(python) else None,
+            rocm if rocm is not None and ROCM_RE.fullmatch(rocm) else None,
+            cuda if cuda is not None and CUDA_RE.fullmatch(cuda) else None)
 
 
 def _env_err_fn(ctx: _Ctx, name: str) -> Callable[[Sequence[str], str], None]:

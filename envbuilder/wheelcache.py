@@ -39,7 +39,7 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from envbuilder.errors import EnvbuilderError, LockError
-from envbuilder.fsutil import atomic_write_text
+from envbuilder.fsutil import atomic_write_text, sha256_file
 from envbuilder.lockfile import load_env_lock
 from envbuilder.project import Project
 from envbuilder.resolve import IndexSource, index_source
@@ -129,7 +129,11 @@ def _applies(package: Mapping[str, Any], environment: dict[str, str]) -> bool:
 
 def _best_wheel(package: Mapping[str, Any], rank: Mapping[Tag, int]) -> Mapping[str, Any] | None:
     best: tuple[int, Mapping[str, Any]] | None = None
-    for wheel in package.get("wheels", []):
+    candidates = list(package.get("wheels", []))
+    archive = package.get("archive")  # a direct-URL requirement (`torch @ https://...whl`)
+    if archive and str(archive.get("url", "")).endswith(".whl"):
+        candidates.append(archive)
+    for wheel in candidates:
         filename = wheel.get("name") or unquote(urlsplit(str(wheel.get("url", ""))).path
                                                 .rsplit("/", 1)[-1])
         _, _, _, tags = parse_wheel_filename(filename)
@@ -294,7 +298,12 @@ def fetch_locked(
         raise LockError(f"env {name!r} target {target!r} is not locked; "
                         f"run `envbuilder lock --env {name}` first")
     t = lock.targets[target]
-    files = locked_files(project.lockfiles / t.pylock, t.platform, t.python)
+    pylock = project.lockfiles / t.pylock
+    if not pylock.is_file() or sha256_file(pylock) != t.pylock_sha256:
+        raise LockError(f"{pylock} is missing or differs from the sha256 in "
+                        f"{project.env_lock(name).name} (edited by hand?); run "
+                        f"`envbuilder lock --env {name}` and commit lockfiles/")
+    files = locked_files(pylock, t.platform, t.python)
     mirrors = _mirrors(project)
     return [_fetch_one(project, f, mirrors, progress) for f in files]
 

@@ -171,6 +171,13 @@ CASES: list[tuple[str, Mutation, str, str, list[str]]] = [
                                            "3.11"]),
     ("windows-linux-pin", gpu(targets=["windows"]), "env.gpu.windows.index_pins", "error",
      ["torch for windows is pinned to a Linux wheel index"]),
+    ("rocm-cpu-index", gpu(packages=["torch==2.13.0+cpu"], index_pins={"torch": "pytorch-cpu"}),
+     "env.gpu.index_pins", "error", ["torch comes from the cpu index, which has no ROCm build"]),
+    ("distro-twice", chain(gpu_table("wsl2", distro="Shared"),
+                           lambda d: d["env"]["cpu"].update(
+                               targets=["wsl2"], wsl2={"distro": "shared",
+                                                       "base": "debian:bookworm-slim"})),
+     "env.cpu.wsl2.distro", "error", ["'shared' is also env 'gpu''s WSL distro name"]),
     ("missing-accelerator", lambda d: d["env"]["cpu"].pop("accelerator"),
      "env.cpu.accelerator", "error", ['missing; set accelerator = "rocm", "cuda" or "cpu"']),
     ("missing-docker-base", lambda d: d["env"]["cpu"].pop("docker"), "env.cpu.docker.base",
@@ -242,12 +249,20 @@ WARNINGS: list[tuple[str, Mutation, str, list[str]]] = [
      "env.cpu.index_pins.torch", ["pins torch, which is not in packages"]),
     ("index-release-mismatch", gpu(rocm="6.3.4"), "env.gpu.index_pins",
      ["torch comes from the rocm6.4 index but the env's ROCm is 6.3.4"]),
+    ("wsl-base-not-ubuntu", gpu_table("wsl2", base="myorg/rootfs:1"), "env.gpu.wsl2.base",
+     ["does not look like Ubuntu 24.04"]),
+    ("windows-rocm-release", gpu(rocm="6.1.3", targets=["windows"], packages=["numpy"],
+                                 index_pins={}),
+     "env.gpu.rocm", ["AMD publishes native-Windows PyTorch wheels for ROCm 6.4.4, 7.2, not "
+                      "6.1.3"]),
+    ("rocm-major-minor", gpu(rocm="6.4"), "env.gpu.rocm",
+     ["'6.4' means ROCm 6.4.1 with this envbuilder's data", 'write rocm = "6.4.1"']),
     ("no-gpu", lambda d: d["env"]["gpu"].pop("gpu"), "env.gpu.gpu",
      ["not set; the GPU checks"]),
     ("table-not-in-targets", lambda d: d["env"]["cpu"].update(native={"python": "3.11"}),
      "env.cpu.native", ["is set but 'native' is not in targets"]),
-    ("unverified-release", gpu(rocm="6.2.3", packages=["torch==2.5.1+rocm6.2"],
-                               index_pins={"torch": "r62"}),
+    ("unverified-release", gpu(rocm="7.2.1", packages=["torch==2.13.0+rocm7.2"],
+                               index_pins={"torch": "r72"}),
      "env.gpu.rocm", ["unverified"]),
 ]
 
@@ -269,11 +284,11 @@ def test_error_message(tmp_path: Path, capsys: pytest.CaptureFixture[str], case:
                          ids=[c[0] for c in WARNINGS])
 def test_warning_message(tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str,
                          mutate: Mutation, key: str, words: list[str]) -> None:
-    def with_r62(d: dict[str, Any]) -> None:
-        d["indexes"]["r62"] = {"url": "https://download.pytorch.org/whl/rocm6.2"}
+    def with_r72(d: dict[str, Any]) -> None:
+        d["indexes"]["r72"] = {"url": "https://download.pytorch.org/whl/rocm7.2"}
         mutate(d)
 
-    code, lines = run_check(tmp_path, mutated(with_r62), capsys)
+    code, lines = run_check(tmp_path, mutated(with_r72), capsys)
     assert code == 0, lines
     prefix = f"{tmp_path / 'environments.toml'}: {key}: warning: "
     hits = [line for line in lines if line.startswith(prefix)]
@@ -378,3 +393,22 @@ def test_finding_is_one_line_even_for_control_characters(
     assert code == 1
     assert f"{tmp_path / 'environments.toml'}: env.gpu.env.A\\nB: error: is not a valid " \
            "environment variable name" in "\n".join(lines)
+
+
+def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    code, _ = run_check(tmp_path, mutated(gpu(rccl={"RCCL_ALGO": "ring"})), capsys)
+    spec = tmp_path / "environments.toml"
+    assert main(["check", "--spec", str(spec), "--json"]) == code == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["ok"] is False and data["envs"] == []
+    assert {"severity": "error", "file": str(spec), "key": "env.gpu.rccl.RCCL_ALGO",
+            "message": 'RCCL_ALGO is not read by RCCL (it reads the NCCL_* names); use '
+                       'NCCL_ALGO = "ring"'} in data["findings"]
+
+
+def test_spec_path_is_a_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", "--spec", str(tmp_path)]) == 1
+    assert capsys.readouterr().out.strip() == (f"{tmp_path}: file: error: is a folder; pass the "
+                                               "spec file itself with --spec PATH")

@@ -332,3 +332,10 @@ def test_repeat_and_level_differences_are_flagged(tmp_path: Path) -> None:
     assert compare.cell_verdict(compare_two(tmp_path, report([metric([2.0])]),
                                             report([metric([2.0])])).rows[0].cells[1]) == \
         "noise unknown (no difference)"
+
+
+def test_baseline_outside_the_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "c.json"
+    assert main(["compare", str(DATA / "cpu.docker.json"), "--baseline",
+                 str(DATA / "cpu.native.json"), "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["baseline"] == "cpu/native"

@@ -37,6 +37,8 @@ def test_every_reference_gpu(name: str, gfx: str) -> None:
 
 def test_gpu_lookup_spellings() -> None:
     assert C.gpu("AMD Radeon RX 7900 XTX") == C.gpu("rx7900xtx") == C.gpu("gfx1100")
+    assert C.gpu("7900 XTX") == C.gpu("Radeon PRO W7900") == C.gpu("w7900") == C.gpu("GFX1100")
+    assert C.gpu("MI300X") == C.gpu("AMD Instinct MI300X") != C.gpu("MI250X")
     assert C.gpu("RX 7900") is None and C.gpu("gfx9999") is None
 
 
@@ -108,6 +110,14 @@ def test_local_labels() -> None:
     (row,) = C.index_rows("https://download.pytorch.org/whl/cpu/")
     assert row.serves(SpecifierSet("==2.13.0+cpu")) and not row.serves(SpecifierSet("==2.13.0+cu1"))
     assert C.torch_indexes("2.9.1+rocm6.4")[0].index == "rocm6.4"
+
+
+def test_index_rows_by_url() -> None:
+    assert [r.index for r in C.index_rows("https://download.pytorch.org/whl/rocm6.4/")] == [
+        "rocm6.4", "rocm6.4"]
+    assert [r.index for r in C.index_rows("https://mirror.example/pytorch/whl/rocm6.1")] == [
+        "rocm6.1", "rocm6.1", "rocm6.1"]
+    assert C.index_rows("https://mirror.example/simple") == []
 
 
 def test_wheel_gfx() -> None:

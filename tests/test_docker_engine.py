@@ -273,11 +273,14 @@ def test_push_without_credentials_is_refused_clearly(
     docker_client: Any, small_image: str, auth_registry: str, empty_docker_config: Path
 ) -> None:
     client = docker_engine.connect()
+    repo = f"{auth_registry}/envbuilder-test/small"
     with pytest.raises(RegistryError) as err:
-        docker_engine.push_image(client, small_image, f"{auth_registry}/envbuilder-test/small", "t")
+        docker_engine.push_image(client, small_image, repo, "t")
     message = str(err.value)
     assert "refused" in message
     assert f"docker login {auth_registry}" in message
+    with pytest.raises(docker.errors.ImageNotFound):
+        client.images.get(f"{repo}:t")  # no tag left behind
 
 
 def test_push_uses_the_docker_config_credentials(

@@ -245,6 +245,15 @@ def test_windows_host_ready(tmp_path: Path) -> None:
     jsonschema.validate(report.to_json(), SCHEMA)
 
 
+def test_windows_python_is_found_with_the_py_launcher(tmp_path: Path) -> None:
+    host, run = windows_host(tmp_path)
+    host = type(host)(**{**host.__dict__, "python": "3.11.9"})
+    env = load_spec(SPEC).env("rocm64")
+    found = by_check(doctor.diagnose(host, env))["python"]
+    assert ["py", "-3.12", "--version"] in run.calls
+    assert found.severity == "warn" and "uv python install 3.12" in (found.fix or "")
+
+
 def test_windows_host_too_old(tmp_path: Path) -> None:
     host, _ = windows_host(tmp_path, ver="ver-16193.txt", wsl="wsl-version-1.2.5-win10.txt",
                            hip_path=None)

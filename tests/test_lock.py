@@ -233,3 +233,82 @@ base = "{base}"
     capsys.readouterr()
     assert main(["lock", "--spec", str(project.spec_path), "--check"]) == 0
     assert "not pinned by digest" in capsys.readouterr().err
+
+
+TORCH_WHEEL = Path("/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")
+TORCH_SHA256 = "6746dbcbeb526eb61330b76b41ff1b4eb848951103a892eeb080dfa2b264667b"
+
+
+@pytest.mark.slow
+def test_lock_the_shipped_cpu_env(tmp_path: Path, docker_client: object,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Acceptance 1 on a copy of the shipped spec: torch from the local mirror folder, the rest
+    from the default index, base images pinned through the engine; then --check passes with the
+    unlockable ROCm envs as notes."""
+    if not TORCH_WHEEL.is_file():
+        pytest.skip(f"{TORCH_WHEEL} (the pytorch-cpu mirror of the shipped spec) is not here")
+    root = Path(__file__).resolve().parent.parent
+    project = write_spec(tmp_path / "proj", (root / "environments.toml").read_text("utf-8"))
+    assert _lock(project, "--env", "cpu") == 0
+    for target in ("docker", "wsl2", "native"):
+        torch = _packages(project.pylock("cpu", target))["torch"]
+        assert ('url = "https://download.pytorch.org/whl/cpu/torch-2.13.0%2Bcpu-cp311-cp311-'
+                f'manylinux_2_28_x86_64.whl", hashes = {{ sha256 = "{TORCH_SHA256}" }}') in torch
+    lock = read_env_lock(project.env_lock("cpu"))
+    assert lock.targets["docker"].base_image.startswith(  # type: ignore[union-attr]
+        "debian:bookworm-slim@sha256:")
+    assert lock.targets["native"].base_image is None
+    before = _files(project)
+    assert _lock(project, "--env", "cpu") == 0
+    assert _files(project) == before
+    capsys.readouterr()
+    assert main(["lock", "--check", "--spec", str(project.spec_path)]) == 0
+    err = capsys.readouterr().err
+    assert "note: rocm64: not locked" in err and "note: rocm61: not locked" in err
+
+
+def test_one_env_failing_does_not_stop_the_others(tmp_path: Path, mirror: Path,
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    body = small_spec(mirror) + """
+[env.broken]
+accelerator = "cpu"
+python = "3.11"
+packages = ["tinytorch==9.9"]
+index_pins = { tinytorch = "fake" }
+targets = ["native"]
+"""
+    project = write_spec(tmp_path / "proj", body)
+    monkeypatch.setenv("UV_HTTP_RETRIES", "0")
+    assert _lock(project) == 1
+    assert "error: broken: uv could not resolve" in capsys.readouterr().err
+    assert project.env_lock("small").is_file() and not project.env_lock("broken").exists()
+    assert main(["lock", "--spec", str(project.spec_path), "--check", "--upgrade"]) == 2
+
+
+def test_windows_and_linux_targets_resolve_for_their_platforms(tmp_path: Path) -> None:
+    from envbuilder.wheelcache import locked_files
+
+    project = write_spec(tmp_path / "proj", """
+[env.win]
+accelerator = "cpu"
+python = "3.12"
+packages = ["click==8.1.7", "markupsafe==3.0.2"]
+targets = ["windows", "native"]
+
+[env.win.windows]
+python = "3.12"
+""")
+    assert _lock(project) == 0
+    lock = read_env_lock(project.env_lock("win"))
+    assert lock.targets["windows"].platform == "x86_64-pc-windows-msvc"
+    windows = project.pylock("win", "windows")
+    assert "sys_platform == 'win32' and platform_machine == 'AMD64'" in windows.read_text("utf-8")
+    picked = {f.name: f.filename
+              for f in locked_files(windows, "x86_64-pc-windows-msvc", "3.12")}
+    assert picked["markupsafe"] == "MarkupSafe-3.0.2-cp312-cp312-win_amd64.whl"
+    assert "colorama" in picked  # click needs it on Windows only
+    native = {f.name: f.filename for f in locked_files(project.pylock("win", "native"),
+                                                       "x86_64-manylinux_2_28", "3.12")}
+    assert "colorama" not in native and native["markupsafe"].endswith("x86_64.whl")
+    assert "manylinux" in native["markupsafe"]

@@ -273,3 +273,64 @@ def test_written_files_are_readable_by_all(project: Project) -> None:
     umask = os.umask(0)
     os.umask(umask)
     assert mode == 0o666 & ~umask
+
+
+# --- the JSON schema and the committed locks ---------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_json_schema_file_matches_the_model() -> None:
+    import json
+
+    from envbuilder.lockfile import json_schema
+
+    shipped = (ROOT / "envbuilder" / "schemas" / "lock.schema.json").read_text(encoding="utf-8")
+    assert shipped == json.dumps(json_schema(), indent=2) + "\n", (
+        "lock.schema.json drifted from envbuilder.lockfile: regenerate it with "
+        "python -c 'import json; from envbuilder.lockfile import json_schema; "
+        "print(json.dumps(json_schema(), indent=2))' > envbuilder/schemas/lock.schema.json")
+
+
+def test_json_schema_accepts_a_lock_and_refuses_unknown_keys() -> None:
+    import tomllib
+
+    import jsonschema
+
+    from envbuilder.lockfile import json_schema
+
+    data = tomllib.loads(dump_env_lock(_lock()).decode())
+    jsonschema.validate(data, json_schema())
+    data["targets"]["native"]["colour"] = "blue"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(data, json_schema())
+
+
+def test_committed_locks_match_the_shipped_spec(capsys: pytest.CaptureFixture[str]) -> None:
+    """What CI's `nox -s lock -- --check` asserts: lockfiles/ is current for environments.toml
+    (envs never locked, the ROCm ones here, are notes)."""
+    from envbuilder.cli import main
+
+    if not (ROOT / "lockfiles").is_dir():
+        pytest.fail("lockfiles/ is missing: run `envbuilder lock --env cpu` and commit it")
+    assert main(["lock", "--check", "--spec", str(ROOT / "environments.toml")]) == 0, (
+        capsys.readouterr().out)
+
+
+def test_record_artifact_loses_no_update_between_concurrent_writers(project: Project) -> None:
+    import threading
+
+    write_env_lock(project, _lock())
+
+    def record(target: str, n: int) -> None:
+        for i in range(15):
+            record_artifact(project, "cpu", target, **{f"k{n}_{i}": str(i)})
+
+    threads = [threading.Thread(target=record, args=(t, n))
+               for n, t in enumerate(["docker", "native"] * 3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    artifacts = read_env_lock(project.env_lock("cpu")).artifacts
+    assert sum(len(v) for v in artifacts.values()) == 1 + 6 * 15  # + docker's image_id

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from test_probe_unit import DATA, validate
 
 MAKE_PYLOCK = DATA / "make_pylock.py"
@@ -214,9 +213,9 @@ def _with_token(token: str, exclude: int) -> list[int]:
         if not entry.name.isdigit() or int(entry.name) == exclude:
             continue
         try:
-            if f"PROBE_TEST_TOKEN={token}".encode() in (entry / "environ").read_bytes():
-                if b"--_child" in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
+            if (f"PROBE_TEST_TOKEN={token}".encode() in (entry / "environ").read_bytes()
+                    and b"--_child" in (entry / "cmdline").read_bytes()):
+                found.append(int(entry.name))
         except OSError:
             continue
     return found

@@ -70,9 +70,9 @@ def test_canonical_name(raw: str, canon: str) -> None:
     assert canonical_name(raw) == canon
 
 
-@pytest.mark.parametrize(("a", "b", "equal"), [("1.0", "1.0.0", True), ("2.13.0+cpu", "2.13.0+cpu", True),
-                                               ("2.13.0+cpu", "2.13.0", False), ("V1.2", "1.2", True),
-                                               ("1.2", "1.20", False), ("1.0rc1", "1.0", False)])
+@pytest.mark.parametrize(("a", "b", "equal"), [
+    ("1.0", "1.0.0", True), ("2.13.0+cpu", "2.13.0+cpu", True), ("2.13.0+cpu", "2.13.0", False),
+    ("V1.2", "1.2", True), ("1.2", "1.20", False), ("1.0rc1", "1.0", False)])
 def test_normalize_version(a: str, b: str, equal: bool) -> None:
     assert (normalize_version(a) == normalize_version(b)) is equal
 
@@ -155,3 +155,18 @@ def test_schema_rejects_broken_reports() -> None:
     broken["checks"][0].update(status="fail", reason=None)
     with pytest.raises(jsonschema.ValidationError):
         validate(broken)
+
+
+def test_pylock_subset_parser_matches_tomllib() -> None:
+    """The Python 3.10 fallback reads a real uv-written pylock like tomllib does."""
+    import tomllib
+
+    from envbuilder.probe.pylock import parse_pylock_subset
+
+    for path in (DATA / "uv-pylock.toml", DATA / "marker-pylock.toml"):
+        text = path.read_text()
+        full, subset = tomllib.loads(text), parse_pylock_subset(text)
+        assert [(p["name"], p.get("version"), p.get("marker")) for p in full["packages"]] == [
+            (p["name"], p.get("version"), p.get("marker")) for p in subset["packages"]]
+        assert full["lock-version"] == subset["lock-version"]
+        assert full.get("default-groups") == subset.get("default-groups")

@@ -595,3 +595,67 @@ def test_random_env_values_never_change_the_structure(
     evil = dockerfiles(files)["dockerfiles/rocm61/Dockerfile"]
     assert [c.cmd for c in evil] == [c.cmd for c in benign]
 
+
+
+KEYS = st.sampled_from(["description", "env.X", "docker.base", "docker.user", "wsl2.distro",
+                        "wsl2.user", "apt"])
+
+
+@settings(max_examples=30, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(st.lists(st.tuples(KEYS, st.text(max_size=16)), min_size=1, max_size=3))
+def test_random_specs_render_or_fail_cleanly(tmp_path_factory: pytest.TempPathFactory,
+                                             edits: list[tuple[str, str]]) -> None:
+    """`envbuilder render` on a spec with random values either renders files that parse, or
+    exits 1/2 with a message and writes nothing; never a traceback."""
+    import tomlkit
+
+    project, _ = make_project(tmp_path_factory.mktemp("random"), locked=False)
+    doc = tomlkit.parse(project.spec_path.read_text())
+    cpu = doc["env"]["cpu"]  # type: ignore[index]
+    for key, value in edits:
+        if key == "apt":
+            cpu["apt"] = [value]  # type: ignore[index]
+        elif "." in key:
+            table, name = key.split(".")
+            cpu.setdefault(table, tomlkit.table())[name] = value  # type: ignore[union-attr]
+        else:
+            cpu[key] = value  # type: ignore[index]
+    project.spec_path.write_text(tomlkit.dumps(doc))
+    code = cli.main(["-q", "render", "--spec", str(project.spec_path), "--env", "cpu"])
+    written = [p for d in ("dockerfiles", "wsl", "windows") for p in (project.root / d).rglob("*")]
+    if code == 0:
+        for path in written:
+            if path.name == "Dockerfile":
+                dockerfile.parse_string(path.read_text())
+    else:
+        assert code in (1, 2) and written == []
+
+
+def test_cli_refuses_an_env_without_the_target(capsys: pytest.CaptureFixture[str]) -> None:
+    spec = str(REPO / "environments.toml")
+    args = ["render", "--spec", spec, "--check"]
+    assert cli.main([*args, "--env", "cpu", "--target", "windows"]) == 2
+    assert "env 'cpu' has none of the targets windows" in capsys.readouterr().err
+    assert cli.main([*args, "--env", "nope"]) == 2
+
+
+def test_native_has_no_rendered_files(unlocked: tuple[Project, Spec]) -> None:
+    project, spec = unlocked
+    assert render_env(project, spec, "cpu", "native") == {}
+    with pytest.raises(RenderError, match="no rendered files"):
+        plan.build_plan(spec.env("cpu"), "native", rocm=None, lock=plan.LockPins(), variables={})
+
+
+def test_a_step_without_a_template_branch_is_an_error() -> None:
+    from envbuilder.render import environment
+
+    @dataclasses.dataclass(frozen=True)
+    class Bogus(plan.Step):
+        kind = "bogus"
+
+    p = plan.Plan("x", "docker", "d", False,
+                  (plan.Stage("runtime", "debian:bookworm-slim", False, (Bogus(),)),))
+    with pytest.raises(RenderError, match="'bogus'"):
+        environment().get_template("docker/Dockerfile.j2").render(
+            plan=p, header=[], source_date_epoch=None, lock_sha_arg="A")

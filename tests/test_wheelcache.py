@@ -65,6 +65,18 @@ def test_locked_files_pick_the_targets_best_wheel(tmp_path: Path) -> None:
         locked_files(pylock, LINUX, "3.10")
 
 
+def test_locked_files_take_a_direct_url_wheel(tmp_path: Path) -> None:
+    url = "https://repo.example.invalid/torch-2.8.0a0%2Bgit-cp312-cp312-win_amd64.whl"
+    pylock = tmp_path / "pylock.t.toml"
+    pylock.write_text('lock-version = "1.0"\ncreated-by = "uv"\n\n[[packages]]\n'
+                      'name = "torch"\nversion = "2.8.0a0+git"\n'
+                      f'archive = {{ url = "{url}", hashes = {{ sha256 = "{"6" * 64}" }} }}\n',
+                      encoding="utf-8")
+    (got,) = locked_files(pylock, WINDOWS, "3.12")
+    assert (got.filename, got.url, got.sha256) == (
+        "torch-2.8.0a0+git-cp312-cp312-win_amd64.whl", url, "6" * 64)
+
+
 def _lock_tinytorch(project: Project, wheel: Path, url: str | None = None,
                     targets: tuple[str, ...] = ("native",)) -> None:
     """Write a pylock naming `wheel` by its canonical URL (or `url`) and the env lock."""
@@ -162,8 +174,13 @@ def test_fetch_from_the_canonical_url_without_mirror(project: Project, tmp_path:
     assert [(a.source, a.downloaded_bytes) for a in got] == [("download", wheel.stat().st_size)]
 
 
-def test_fetch_needs_a_lock(project: Project) -> None:
+def test_fetch_needs_a_lock_that_matches_its_pylock(project: Project, mirror: Path) -> None:
     with pytest.raises(LockError, match="run `envbuilder lock --env small` first"):
+        fetch_locked(project, "small", "native")
+    _lock_tinytorch(project, make_wheel(mirror, "tinytorch", "1.0+cpu"))
+    with (project.lockfiles / "pylock.small-native.toml").open("a") as fh:
+        fh.write("# edited\n")
+    with pytest.raises(LockError, match=r"differs from the sha256 in small\.lock\.toml"):
         fetch_locked(project, "small", "native")
 
 

@@ -427,3 +427,29 @@ def test_is_x86_64_elf() -> None:
     assert wsltar.is_x86_64_elf(ELF)
     assert not wsltar.is_x86_64_elf(ELF[:18] + (183).to_bytes(2, "little") + ELF[20:])  # arm64
     assert not wsltar.is_x86_64_elf(b"#!/bin/sh\n" + b"\0" * 60)
+
+
+# ----------------------------------------------------------------------------- parallel gzip
+
+
+@pytest.mark.parametrize("size", [0, 1, wsltar.ParallelGzipWriter.BLOCK,
+                                  3 * wsltar.ParallelGzipWriter.BLOCK + 12345])
+def test_parallel_gzip_round_trips_and_ignores_thread_count(size: int) -> None:
+    import random
+
+    rng = random.Random(size)
+    # compressible but not trivial: words from a small vocabulary plus some noise
+    words = [bytes(rng.choices(range(97, 123), k=rng.randint(2, 9))) for _ in range(500)]
+    data = b" ".join(rng.choices(words, k=size // 5 + 1))[:size]
+    outputs = []
+    for threads in (1, 3):
+        buf = io.BytesIO()
+        writer = wsltar.ParallelGzipWriter(buf, 6, threads)
+        for i in range(0, len(data), 70_000):  # writes that straddle block borders
+            writer.write(data[i:i + 70_000])
+        writer.close()
+        outputs.append(buf.getvalue())
+    assert outputs[0] == outputs[1]
+    assert gzip.decompress(outputs[0]) == data
+    head = outputs[0][:10]
+    assert head[:4] == b"\x1f\x8b\x08\x00" and head[4:8] == b"\0\0\0\0" and head[9] == 255

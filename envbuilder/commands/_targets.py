@@ -53,9 +53,13 @@ def selected(args: argparse.Namespace) -> tuple[Project, list[EnvSpec]]:
     return project, envs
 
 
+#: Events named after a file being fetched (envbuilder.wheelcache reports wheel names).
+_FILES = (".whl", ".tar.gz", ".zip")
+
+
 class ProgressView:
     """A ProgressFn drawing on a rich Progress: one bar for steps, one per downloaded layer or
-    file ("pull ..."/"download ..." events with a byte total), plain lines for the rest."""
+    file ("pull ..." events or file names, with a total), plain lines for events without one."""
 
     def __init__(self, progress: Progress, ui: UI) -> None:
         self.progress = progress
@@ -66,7 +70,7 @@ class ProgressView:
     def __call__(self, what: str, done: int, total: int | None) -> None:
         if total is None:
             self.ui.info(what)
-        elif what.startswith(("pull ", "download ", "fetch ")):
+        elif what.startswith(("pull ", "download ", "fetch ")) or what.endswith(_FILES):
             task = self.transfers.get(what)
             if task is None:
                 task = self.transfers[what] = self.progress.add_task(what, total=total)

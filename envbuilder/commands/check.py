@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 
 from envbuilder.cli import add_common_arguments
 from envbuilder.spec import check_spec
@@ -17,6 +19,7 @@ names that must be Docker/WSL names, and anything that could become code in a ge
 
 One line per finding, on stdout:
     FILE: KEY: error|warning: what is wrong; what would be right
+(--json: {"ok": bool, "envs": [...], "findings": [{"severity", "file", "key", "message"}]}).
 Exit 0 when there are no errors (warnings allowed), 1 when there is any error. Writes nothing.
 """
 
@@ -27,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--env", action="append", default=[], metavar="NAME",
         help="report only findings for this env (repeatable); file-wide findings always show",
     )
+    parser.add_argument("--json", action="store_true", help="print the findings as JSON")
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:
@@ -38,10 +42,17 @@ def run(args: argparse.Namespace, ui: UI) -> int:
                 result.spec.env(name)  # UsageError (exit 2) for an unknown env
         findings = [f for f in findings if not f.key.startswith("env.")
                     or f.key.split(".")[1] in args.env]
-    for finding in findings:
-        ui.print(str(finding))
     errors = sum(f.severity == "error" for f in findings)
     warnings = len(findings) - errors
+    if args.json:
+        ui.print(json.dumps({
+            "ok": not errors,
+            "envs": list(result.spec.envs) if result.spec else [],
+            "findings": [dataclasses.asdict(f) for f in findings],
+        }, indent=2))
+    else:
+        for finding in findings:
+            ui.print(str(finding))
     if errors:
         ui.info(f"{args.spec}: {errors} error(s), {warnings} warning(s)")
         return 1

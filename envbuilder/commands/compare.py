@@ -75,8 +75,12 @@ def _print(comp: compare.Comparison, ui: UI) -> None:
     with_notes = any(r[-1] for r in rows)  # the note column only when some row has one
     header = compare.TABLE_HEADER if with_notes else compare.TABLE_HEADER[:-1]
     table = Table(title=f"compared with {comp.baseline.label}", show_lines=False)
-    for h in header:  # numbers never wrap; names and notes fold
-        table.add_column(h, overflow="fold", no_wrap=h not in ("metric", "note", "report"))
+    # Minimum widths keep every column readable on an 80-column (or piped) console: cells
+    # fold onto more lines instead of a column shrinking to nothing.
+    min_widths = {"metric": 14, "report": 10, "median": 9, "min .. max": 11, "ratio": 5,
+                  "loss": 7, "verdict": 12, "note": 10}
+    for h in header:
+        table.add_column(h, overflow="fold", min_width=min_widths.get(h))
     styles = {"faster": "green", "slower": "red"}
     for row in rows:
         table.add_row(*row[: len(header)], style=styles.get(row[compare.VERDICT_COLUMN]),

@@ -25,6 +25,8 @@ Resolve each env for each of its targets with uv and write, beside the spec:
 Locking again with nothing changed touches no file and needs no network. When the spec changed,
 every target of that env is re-resolved, keeping every pin that still fits; --upgrade-package
 re-resolves the named packages only, --upgrade everything (and re-reads base image digests).
+A base image's digest is kept while its tag stays the same in the spec; --refresh-base re-reads
+it from the registry (the tag now names another image) without re-resolving any package.
 
 --check reads only local files: it exits 1 naming each env/target whose lock is stale (the spec
 changed, a pylock was edited by hand, a pylock is missing). An env that was never locked is
@@ -44,18 +46,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="limit --upgrade/--upgrade-package/--check to these targets")
     parser.add_argument("--check", action="store_true",
                         help="verify lockfiles/ against the spec; no network, writes nothing")
-    parser.add_argument("--upgrade-package", "-P", action="append", default=[], metavar="NAME",
-                        help="re-resolve NAME (and what it needs), keep every other pin")
+    parser.add_argument("--upgrade-package", "-P", action="extend", nargs="+", default=[],
+                        metavar="NAME",
+                        help="re-resolve these packages (and what they need), keep every other "
+                             "pin (repeatable)")
     parser.add_argument("--upgrade", "-U", action="store_true",
                         help="re-resolve everything and re-read base image digests")
+    parser.add_argument("--refresh-base", action="store_true",
+                        help="re-read the base images' digests from their registries (the tag "
+                             "now names another image); the pylocks are not re-resolved")
     parser.add_argument("--no-base-digest", action="store_true",
                         help="no Docker engine: keep known digests, record new base images by "
                              "tag (render then uses the tag; lock --check notes it)")
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:
-    if args.check and (args.upgrade or args.upgrade_package):
-        raise UsageError("--check cannot be combined with --upgrade or --upgrade-package")
+    if args.check and (args.upgrade or args.upgrade_package or args.refresh_base):
+        raise UsageError(
+            "--check cannot be combined with --upgrade, --upgrade-package or --refresh-base")
+    if args.refresh_base and args.no_base_digest:
+        raise UsageError("--refresh-base reads digests; it cannot be combined with "
+                         "--no-base-digest")
     project = Project.from_spec(args.spec)
     spec = load_spec(project.spec_path)
     envs = spec.select(args.env)
@@ -64,14 +75,11 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     return _lock(project, spec, envs, args, ui)
 
 
-def _targets_of(env: EnvSpec, wanted: list[str]) -> list[str]:
-    return [t for t in env.targets if not wanted or t in wanted]
-
-
 def _check(project: Project, spec: Spec, envs: list[EnvSpec], wanted: list[str], ui: UI) -> int:
     failed = 0
     for env in envs:
-        outcome = check_env(project, env.name, spec.env_hash(env.name), _targets_of(env, wanted))
+        outcome = check_env(project, env.name, spec.env_hash(env.name), env.targets,
+                            only=wanted or None)
         for note in outcome.notes:
             ui.info(f"note: {note}")
         for line in outcome.stale:
@@ -105,6 +113,7 @@ def _lock(project: Project, spec: Spec, envs: list[EnvSpec], args: argparse.Name
     options = LockOptions(
         targets=tuple(args.target) or None, upgrade=args.upgrade,
         upgrade_packages=tuple(args.upgrade_package), base_digest=not args.no_base_digest,
+        refresh_base=args.refresh_base,
     )
     failures = 0
     for env in envs:

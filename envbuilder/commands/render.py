@@ -73,5 +73,12 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     if not project.spec_path.is_file():
         raise UsageError(f"{project.spec_path}: no such spec file; pass --spec PATH")
     spec = load_spec(project.spec_path)
+    if args.env and args.target:
+        for env in spec.select(args.env):
+            if not set(args.target) & set(env.targets):
+                raise UsageError(
+                    f"env {env.name!r} has none of the targets {', '.join(args.target)} (its "
+                    f"targets: {', '.join(env.targets)}); see env.{env.name}.targets in "
+                    f"{project.spec_path.name}")
     result = render_all(project, spec, args.env or None, args.target or None, check=args.check)
     return _report(project, result, ui)

@@ -22,7 +22,7 @@ __all__ = ["CHECK_NAMES", "PROBE_VERSION", "SCHEMA_VERSION", "build_zipapp"]
 #: Fixed timestamp of every zip entry (the earliest a zip can hold): same sources, same bytes.
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 SHEBANG = b"#!/usr/bin/env python3\n"
-_STUB_INIT = b'"""Only the probe of envbuilder (a zipapp made by envbuilder.probe.build_zipapp)."""\n'
+_STUB_INIT = b'"""Only the probe of envbuilder (a zipapp made by build_zipapp)."""\n'
 _MAIN = b"import sys\n\nfrom envbuilder.probe.cli import main\n\nsys.exit(main())\n"
 
 
@@ -54,7 +54,7 @@ def build_zipapp(dest: Path) -> Path:
                     info.create_system = 3  # unix, wherever it is built
                     zf.writestr(info, data)
         tmp.chmod(0o755)
-        os.replace(tmp, dest)
+        tmp.replace(dest)
     finally:
         tmp.unlink(missing_ok=True)
     return dest

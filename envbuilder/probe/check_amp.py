@@ -30,7 +30,7 @@ def _shape(ctx: Context, gpu: bool) -> dict[str, int]:
         return dict(ctx.pick({"width": 2048, "depth": 4, "batch": 2048, "steps": 12},
                              {"width": 4096, "depth": 8, "batch": 4096, "steps": 20},
                              {"width": 4096, "depth": 8, "batch": 8192, "steps": 50}))
-    return dict(ctx.pick({"width": 256, "depth": 4, "batch": 256, "steps": 20},
+    return dict(ctx.pick({"width": 256, "depth": 4, "batch": 256, "steps": 12},
                          {"width": 512, "depth": 4, "batch": 512, "steps": 30},
                          {"width": 1024, "depth": 6, "batch": 1024, "steps": 50}))
 
@@ -124,7 +124,7 @@ def check_training(trainer: Trainer, steps: int) -> dict[str, Any]:
 def time_steps(trainer: Trainer, ctx: Context) -> list[float]:
     """Milliseconds per training step, one sample per repeat."""
     gpu = trainer.device.type == "cuda"
-    iters = calibrate(trainer.step, trainer.device, ctx.pick(0.1, 0.3, 1.0) if gpu else 0.1,
+    iters = calibrate(trainer.step, trainer.device, ctx.pick(0.1, 0.3, 1.0) if gpu else 0.05,
                       warmup_s=0.02 if gpu else 0.0, min_iters=2)
     samples = [1000.0 * time_loop(trainer.step, trainer.device, iters)
                for _ in range(ctx.repeat)]

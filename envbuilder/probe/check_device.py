@@ -125,7 +125,7 @@ def _run_kernels(facts: dict[str, Any]) -> None:
 def run(ctx: Context) -> CheckResult:
     """Collect the build/device facts; fail where they contradict --expect."""
     facts = torch_facts()
-    nodes = {node: os.path.exists(node) for node in DEVICE_NODES}
+    nodes = {node: Path(node).exists() for node in DEVICE_NODES}
     wsl = in_wsl()
     details: dict[str, Any] = {**facts, "device_nodes": nodes, "wsl": wsl,
                                "env_vars": relevant_env()}

@@ -11,8 +11,8 @@ Speed: for each dtype and size, warm-up, then back-to-back products timed with d
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from envbuilder.probe.common import (

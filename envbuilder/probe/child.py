@@ -73,6 +73,6 @@ def main(name: str, ctx_path: str, out_path: str) -> int:
     data = run_child(name, ctx)
     tmp = Path(out_path + ".tmp")
     tmp.write_text(json.dumps(data, allow_nan=True), encoding="utf-8")
-    os.replace(tmp, out_path)
+    tmp.replace(out_path)
     sys.stdout.flush()
     return 0

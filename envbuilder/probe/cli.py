@@ -68,12 +68,10 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def options_from_args(args: argparse.Namespace) -> ProbeOptions:
-    """ProbeOptions from parsed arguments; a missing --lock file is a usage error (exit 2)."""
-    if args.lock and not Path(args.lock).is_file():
-        raise SystemExit(f"error: --lock {args.lock}: no such file")
+    """ProbeOptions from parsed (and checked) arguments."""
     return ProbeOptions(level=args.level, expect=args.expect, only=tuple(args.only),
                         skip=tuple(args.skip),
-                        lock=os.path.abspath(args.lock) if args.lock else None,
+                        lock=str(Path(args.lock).resolve()) if args.lock else None,
                         labels=dict(args.label), repeat=args.repeat, timeout_s=args.timeout)
 
 
@@ -91,7 +89,7 @@ def write_json(path: Path, report: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(report, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    tmp.replace(path)
 
 
 def _sigterm(_signum: int, _frame: FrameType | None) -> None:
@@ -121,6 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"envbuilder-probe {PROBE_VERSION}")
     add_probe_arguments(parser)
     args = parser.parse_args(argv)
+    if args.lock and not Path(args.lock).is_file():
+        parser.error(f"--lock {args.lock}: no such file")
     opts = options_from_args(args)
     if hasattr(signal, "SIGTERM"):
         signal.signal(signal.SIGTERM, _sigterm)  # `docker stop` ends the children too

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 #: Checks in the order they run. Each is the module `envbuilder.probe.check_<name>`.
@@ -105,8 +106,7 @@ def in_wsl() -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        with open("/proc/sys/kernel/osrelease", encoding="utf-8") as fh:
-            return "microsoft" in fh.read().lower()
+        return "microsoft" in Path("/proc/sys/kernel/osrelease").read_text().lower()
     except OSError:
         return False
 

@@ -3,11 +3,11 @@ equality for the conformance check, with the standard library only (no `packagin
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import re
 import sys
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,11 +51,52 @@ def normalize_version(version: str) -> str:
     return v
 
 
+_KEY = re.compile(r"""^([A-Za-z0-9_-]+)\s*=\s*("(?:[^"\\]|\\.)*"|'[^']*'|\[[^\]]*\])\s*(?:#.*)?$""")
+
+
+def _toml_value(text: str) -> Any:
+    if text.startswith("'"):
+        return text[1:-1]
+    if text.startswith('"'):
+        return json.loads(text)  # TOML basic strings use JSON's escapes
+    return [_toml_value(v.strip()) for v in re.findall(r"""("(?:[^"\\]|\\.)*"|'[^']*')""",
+                                                        text)]
+
+
+def parse_pylock_subset(text: str) -> dict[str, Any]:
+    """Python < 3.11 has no tomllib: read the keys the check needs (top-level and each
+    `[[packages]]` table's own one-line string keys); nested tables are passed over."""
+    data: dict[str, Any] = {"packages": []}
+    table: dict[str, Any] | None = data
+    for line in text.splitlines():
+        header = line.strip()
+        if header.startswith("["):
+            table = {} if header == "[[packages]]" else None
+            if table is not None:
+                data["packages"].append(table)
+            continue
+        found = _KEY.match(line)  # keys indented or inside inline arrays are not ours
+        if table is not None and found:
+            table[found.group(1)] = _toml_value(found.group(2))
+    return data
+
+
+def _load_toml(text: str) -> dict[str, Any]:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10 (e.g. ROCm 6.1 images)
+        return parse_pylock_subset(text)
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(str(exc)) from exc
+
+
 def read_pylock(path: Path) -> tuple[list[LockedPackage], dict[str, Any]]:
     """The lock's packages (names canonical) and its top-level table."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        data = _load_toml(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise LockReadError(f"cannot read {path}: {exc}") from exc
     if "lock-version" not in data or not isinstance(data.get("packages"), list):
         raise LockReadError(f"{path} is not a PEP 751 lock: it needs `lock-version` and "

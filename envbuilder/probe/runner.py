@@ -8,6 +8,7 @@ group and propagates as KeyboardInterrupt.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -60,22 +61,30 @@ class ProbeOptions:
 
 def probe_root() -> Path:
     """The sys.path entry holding the `envbuilder` package (a directory or the zipapp)."""
-    return Path(os.path.abspath(__file__)).parents[2]
+    return Path(__file__).resolve().parents[2]
 
 
 def child_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    """An environment in which `python -m envbuilder.probe` finds this very probe."""
+    """The environment of a check child: the parent's, output unbuffered."""
     env = dict(os.environ if base is None else base)
-    parts = [str(probe_root())] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join(parts)
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
 
 def child_command(name: str, ctx_file: Path, out_file: Path) -> list[str]:
-    """The command line of one check child (same for module and zipapp runs)."""
-    return [sys.executable, "-m", "envbuilder.probe", "--_child", name,
-            "--_ctx", str(ctx_file), "--_out", str(out_file)]
+    """The command line of one check child: this very probe, never one found elsewhere.
+
+    A zipapp runs itself (the zip is sys.path[0]); a source tree is put first on sys.path in
+    place of the current directory, which `-m` would add (an `envbuilder` or a stray
+    .dist-info in the working directory must neither shadow the probe nor count as installed).
+    """
+    root = probe_root()
+    args = ["--_child", name, "--_ctx", str(ctx_file), "--_out", str(out_file)]
+    if root.is_file():
+        return [sys.executable, str(root), *args]
+    boot = (f"import sys; sys.path[0] = {str(root)!r}; "
+            "from envbuilder.probe.cli import main; sys.exit(main())")
+    return [sys.executable, "-c", boot, *args]
 
 
 def output_tail(log: Path, chars: int = TAIL_CHARS) -> str:
@@ -95,10 +104,8 @@ def kill_tree(proc: subprocess.Popen[bytes]) -> None:
         subprocess.run(["taskkill", "/F", "/T", "/PID", str(proc.pid)],
                        capture_output=True, check=False)
     else:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
     proc.wait()
 
 
@@ -134,8 +141,9 @@ def _clean_metrics(metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def run_check(name: str, ctx_file: Path, workdir: Path, timeout_s: float) -> dict[str, Any]:
     """Run one check child; return its report entry (never raises for the check's fate)."""
     out, log = workdir / f"{name}.json", workdir / f"{name}.log"
-    kwargs: dict[str, Any] = ({"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}
-                              if sys.platform == "win32" else {"start_new_session": True})
+    new_group = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)  # Windows only
+    kwargs: dict[str, Any] = ({"creationflags": new_group} if sys.platform == "win32"
+                              else {"start_new_session": True})
     start = time.monotonic()
     with log.open("wb") as fh:
         proc = subprocess.Popen(child_command(name, ctx_file, out), env=child_env(),
@@ -197,7 +205,7 @@ def fingerprint(device_entry: dict[str, Any] | None, opts: ProbeOptions) -> dict
 def run_probe(opts: ProbeOptions, progress: ProgressFn | None = None) -> dict[str, Any]:
     """Run the selected checks, each in its own process; return the report (schema v1)."""
     say = progress or (lambda _msg: None)
-    started = dt.datetime.now(dt.UTC)
+    started = dt.datetime.now(dt.timezone.utc)  # noqa: UP017 (datetime.UTC is 3.11+)
     t0 = time.monotonic()
     ctx = Context(level=opts.level, expect=opts.expect, repeat=opts.repeat, lock=opts.lock,
                   timeout_s=opts.check_timeout_s)

@@ -6,7 +6,8 @@ CONTRACT:
 
 A Target builds an artifact from the locked, rendered definition and validates it by running the
 probe inside it. Targets never print: they report progress through the `progress` callback and
-return values. The CLI (envbuilder/commands/build.py, validate.py, push.py, pull.py) dispatches here.
+return values. The CLI (envbuilder/commands/build.py, validate.py, push.py, pull.py) dispatches
+here.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from envbuilder.errors import UsageError
 from envbuilder.project import Project
@@ -71,12 +72,16 @@ _MODULES = {
     "windows": "envbuilder.targets.venv",
     "native": "envbuilder.targets.venv",
 }
-_REGISTRY: dict[str, type] = {}
+# Values are classes whose instances satisfy `Target` structurally; the protocol is checked
+# where they are used (get_target's annotation), not at registration.
+_REGISTRY: dict[str, Callable[[], Any]] = {}
+
+_C = TypeVar("_C", bound=type)
 
 
-def register(cls: type) -> type:
+def register(cls: _C) -> _C:
     """Class decorator: make `cls` the implementation of target `cls.name`."""
-    _REGISTRY[cls.name] = cls
+    _REGISTRY[str(getattr(cls, "name"))] = cls  # noqa: B009
     return cls
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -31,7 +32,13 @@ from envbuilder.buildcontext import (
     context_digest,
 )
 from envbuilder.compat import HostKind
-from envbuilder.errors import LockError, RegistryError, UsageError, ValidationError
+from envbuilder.errors import (
+    BuildError,
+    LockError,
+    RegistryError,
+    UsageError,
+    ValidationError,
+)
 from envbuilder.fsutil import atomic_write_bytes, sha256_file
 from envbuilder.project import Project
 from envbuilder.spec import EnvSpec
@@ -60,7 +67,7 @@ def image_tag(env: str, lock_sha256: str) -> str:
     return f"{image_repository(env)}:{lock_sha256[:12]}"
 
 
-def proxy_build_args(environ: os._Environ[str] | dict[str, str]) -> dict[str, str]:
+def proxy_build_args(environ: Mapping[str, str]) -> dict[str, str]:
     """The proxy settings of `environ` as predefined build args (both spellings Docker knows)."""
     args: dict[str, str] = {}
     for name in PROXY_VARIABLES:
@@ -71,7 +78,7 @@ def proxy_build_args(environ: os._Environ[str] | dict[str, str]) -> dict[str, st
     return args
 
 
-def needs_host_network(build_args: dict[str, str]) -> bool:
+def needs_host_network(build_args: Mapping[str, str]) -> bool:
     """True when a proxy listens on the host's loopback, which a bridged build cannot reach."""
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
         value = build_args.get(name)
@@ -130,6 +137,31 @@ def _existing(client: docker.DockerClient, ref: str) -> Any | None:
         return None
 
 
+def _ensure_base(client: docker.DockerClient, base: str, repin: str,
+                 progress: ProgressFn) -> None:
+    """Pull the locked base image (by digest) unless the engine has it already. A failure is
+    one line naming the image and `repin`, the command that pins what the tag serves now."""
+    if _existing(client, base) is not None:
+        return
+    progress(f"pulling the base image {base}", 0, None)
+    try:
+        docker_engine.pull_image(client, base, progress)
+    except RegistryError as exc:
+        reason = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        if "@sha256:" in base and any(w in reason.lower()
+                                      for w in ("manifest unknown", "not found")):
+            raise BuildError(
+                f"the base image {base} (from the lock) cannot be pulled: its registry does not "
+                f"have that digest (the tag now names another image); re-pin with `{repin}`, "
+                "then build again"
+            ) from None
+        raise BuildError(
+            f"the base image {base} (from the lock) cannot be pulled: {reason}; log in to its "
+            "registry or make the image available to the engine (docker load/pull), or, if "
+            f"the registry no longer has that digest, re-pin with `{repin}`"
+        ) from None
+
+
 @register
 class DockerTarget:
     """Images built with the docker SDK against the engine DOCKER_HOST names."""
@@ -150,6 +182,11 @@ class DockerTarget:
         _lock, target = _docker_lock(project, env.name)
         tag = image_tag(env.name, target.pylock_sha256)
         client = docker_engine.connect()
+        if target.base_image:
+            # Before fetching wheels (gigabytes for ROCm): an unreachable base fails fast.
+            repin = (f"envbuilder lock --env {env.name} --refresh-base && "
+                     f"envbuilder render --env {env.name}")
+            _ensure_base(client, target.base_image, repin, progress)
         spec_ca = getattr(env.docker, "ca_bundle", None)
         ca = ca_bundle_path(spec_ca if isinstance(spec_ca, str) else None, project)
         progress(f"{env.name}/docker: assembling the build context", 0, None)

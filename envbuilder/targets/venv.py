@@ -431,6 +431,6 @@ class WindowsVenvTarget(VenvTarget):
 
     def wrong_host_message(self) -> str:
         return (f"the windows target builds a venv with Windows' Python and the env's Windows "
-                f"wheels, so it needs Windows (this is {sys.platform}); run `envbuilder build "
-                f"--target windows` there, or use the rendered windows/<env>/setup.ps1. On Linux "
-                f"use --target native, docker or wsl2")
+                f"wheels, so it needs Windows (this is {sys.platform}); run the same command "
+                f"there, or use the rendered windows/<env>/setup.ps1. On Linux use --target "
+                f"native, docker or wsl2")

@@ -76,6 +76,10 @@ def _require_lock(project: Project, env: EnvSpec) -> EnvLock:
     if lock is None or TARGET not in lock.targets:
         raise LockError(f"env {env.name!r} has no wsl2 lock in {project.env_lock(env.name)}; "
                         f"run `envbuilder lock --env {env.name}` first")
+    pylock = project.lockfiles / lock.targets[TARGET].pylock
+    if not pylock.is_file() or sha256_file(pylock) != lock.targets[TARGET].pylock_sha256:
+        raise LockError(f"{pylock} is missing or does not match the sha256 recorded in "
+                        f"{project.env_lock(env.name)}; run `envbuilder lock --env {env.name}`")
     return lock
 
 
@@ -114,7 +118,8 @@ def build_rootfs_image(client: docker.DockerClient, project: Project, env: EnvSp
     tag = image_tag(env.name, pylock_sha)
     progress(f"{env.name}/wsl2: assembling the build context", 0, None)
     context = buildcontext.assemble_context(
-        project, env.name, TARGET, project.wsl / env.name, progress)
+        project, env.name, TARGET, project.wsl / env.name, progress,
+        ca_bundle=buildcontext.ca_bundle_path(None, project))
     try:
         digest = buildcontext.context_digest(context)
         if not nocache:
@@ -215,7 +220,7 @@ def make_probe_run(project: Project, env: EnvSpec, options: ValidateOptions,
     with tempfile.TemporaryDirectory(prefix="envbuilder-probe-") as tmp:
         files[PROBE_PATH] = build_zipapp(Path(tmp) / "probe.pyz").read_bytes()
     pylock = project.pylock(env.name, TARGET)
-    if pylock.is_file():
+    if pylock.is_file():  # the lock conformance check compares the distro with it
         files[PYLOCK_PATH] = pylock.read_bytes()
     return ProbeRun(tuple(probe_argv(env, options, labels, pylock.is_file())), files)
 
@@ -332,6 +337,7 @@ class Wsl2Target:
         path = wsl_path(project, env.name)
         recorded = lock.artifacts.get(TARGET, {})
         if (not built and path.is_file() and recorded.get("image_id") == image_id
+                and recorded.get("format") == wsltar.FORMAT
                 and recorded.get("sha256") == sha256_file(path)):
             progress(f"{env.name}/wsl2: {path.name} is up to date", 1, 1)
             return Artifact(TARGET, env.name, str(path), recorded["sha256"],
@@ -352,7 +358,8 @@ class Wsl2Target:
             raise BuildError(f"{result.path} made from {details.get('pulled', image)} has sha256 "
                              f"{result.sha256}, but the lock recorded {expected_sha256} for the "
                              "build; the lock is left as it was")
-        record_artifact(project, env.name, TARGET, sha256=result.sha256, image_id=image)
+        record_artifact(project, env.name, TARGET, sha256=result.sha256, image_id=image,
+                        format=wsltar.FORMAT)
         details = {**details, "size": str(result.size), "entries": str(result.stats.entries),
                    "dropped": str(len(result.stats.dropped))}
         way = _install_on_windows(env, result.path)

@@ -1,0 +1,80 @@
+"""The generic build/validate/push/pull commands: selection, option checks, exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rich.progress import Progress
+
+from envbuilder.cli import main
+from envbuilder.commands._targets import ProgressView
+from envbuilder.commands.validate import report_status
+from envbuilder.errors import ValidationError
+from envbuilder.ui import UI
+
+SPEC = str(Path(__file__).resolve().parent.parent / "environments.toml")
+
+
+def _run(*args: str) -> int:
+    return main([*args, "--spec", SPEC])
+
+
+def test_unknown_env_is_a_usage_error() -> None:
+    assert _run("build", "--target", "docker", "--env", "nosuch") == 2
+
+
+def test_env_without_the_target_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run("validate", "--target", "native", "--env", "rocm64") == 2
+    assert "has no target 'native'" in capsys.readouterr().err
+
+
+def test_path_is_only_for_venv_targets(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run("build", "--target", "docker", "--env", "cpu", "--path", "/tmp/x") == 2
+    assert "--path applies to the venv targets" in capsys.readouterr().err
+
+
+def test_no_cache_is_only_for_docker() -> None:
+    assert _run("build", "--target", "native", "--env", "cpu", "--no-cache") == 2
+
+
+def test_push_needs_a_registry() -> None:
+    with pytest.raises(SystemExit) as exit_:
+        _run("push", "--env", "cpu")
+    assert exit_.value.code == 2
+
+
+def test_push_refuses_a_url_with_a_scheme(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run("push", "--env", "cpu", "--registry", "https://127.0.0.1:5000/x") == 2
+    assert "without a scheme" in capsys.readouterr().err
+
+
+def test_repeat_must_be_positive() -> None:
+    assert _run("validate", "--target", "docker", "--env", "cpu", "--repeat", "0") == 2
+
+
+def test_report_status(tmp_path: Path) -> None:
+    good = tmp_path / "r.json"
+    good.write_text(json.dumps({"status": "fail"}))
+    assert report_status(good) == "fail"
+    good.write_text("not json")
+    with pytest.raises(ValidationError, match="not a probe report"):
+        report_status(good)
+
+
+def test_progress_view_keeps_one_bar_per_transfer() -> None:
+    with Progress(disable=True) as prog:
+        view = ProgressView(prog, UI(quiet=True))
+        view("step 1/3: FROM x", 1, 3)
+        view("step 2/3: RUN y", 2, 3)
+        view("pull abc", 10, 100)
+        view("pull abc", 100, 100)
+        view("torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl", 5, 50)
+        view("a line of output", 1, None)
+        tasks = {t.description: (t.completed, t.total) for t in prog.tasks}
+    assert tasks == {
+        "step 2/3: RUN y": (2, 3),
+        "pull abc": (100, 100),
+        "torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl": (5, 50),
+    }

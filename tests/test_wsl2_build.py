@@ -1,0 +1,158 @@
+"""The wsl2 target end to end on the shipped cpu env (real Docker, real torch, the real probe):
+build -> dist/cpu.wsl with Microsoft's rules -> a second build without any cache gives the same
+sha256 -> the probe passes inside that very tar (docker import) -> push, and pull back into the
+same `.wsl` without building.
+
+The project is a copy of the repository's spec, locks and rendered wsl/ in a temp folder, so
+the repository's lockfiles are not touched. Heavy: one full build (about 3 minutes here), one
+build without cache, one export of a pulled image.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envbuilder import wsltar
+from envbuilder.fsutil import sha256_file
+from envbuilder.lockfile import load_env_lock
+from envbuilder.project import Project
+from envbuilder.spec import EnvSpec, load_spec
+from envbuilder.targets import Artifact, ValidateOptions, get_target, no_progress, wsl2
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Project:
+    if not (ROOT / "lockfiles" / "cpu.lock.toml").is_file():
+        pytest.fail("lockfiles/cpu.lock.toml is missing: the repository ships the cpu lock")
+    root = tmp_path_factory.mktemp("wsl2-project")
+    shutil.copy(ROOT / "environments.toml", root / "environments.toml")
+    shutil.copytree(ROOT / "lockfiles", root / "lockfiles")
+    shutil.copytree(ROOT / "wsl", root / "wsl")
+    return Project.from_spec(root / "environments.toml")
+
+
+@pytest.fixture(scope="module")
+def cpu(project: Project) -> EnvSpec:
+    return load_spec(project.spec_path).env("cpu")
+
+
+@pytest.fixture(scope="module")
+def target(docker_client: Any) -> wsl2.Wsl2Target:
+    return wsl2.Wsl2Target(docker_client)
+
+
+@pytest.fixture(scope="module")
+def built(target: wsl2.Wsl2Target, project: Project, cpu: EnvSpec) -> Artifact:
+    return target.build(project, cpu, no_progress)
+
+
+def test_registry_gives_the_wsl2_target() -> None:
+    assert isinstance(get_target("wsl2"), wsl2.Wsl2Target)
+
+
+def test_build_writes_the_wsl_and_records_its_sha256(built: Artifact, project: Project) -> None:
+    path = Path(built.reference)
+    assert path == project.dist / "cpu.wsl"
+    assert built.digest == sha256_file(path)
+    lock = load_env_lock(project, "cpu")
+    assert lock is not None
+    assert lock.artifacts["wsl2"]["sha256"] == built.digest
+    assert [p.name for p in project.dist.iterdir()] == ["cpu.wsl"]  # no temp/spool file left
+
+
+def test_wsl_keeps_microsoft_rules(built: Artifact, project: Project) -> None:
+    lock = load_env_lock(project, "cpu")
+    assert lock is not None
+    findings = wsltar.check_wsl_tar(Path(built.reference), source_date_epoch=lock.source_date_epoch)
+    assert [str(f) for f in findings if f.level == "error"] == []
+    # Microsoft's warnings that fit a team distro: no icon; uid 1000 exists (made in the image).
+    assert {f.rule for f in findings} == {"icon", "default-user-exists"}
+
+
+def test_wsl_has_the_env_inside(built: Artifact) -> None:
+    import tarfile
+
+    with tarfile.open(built.reference) as tar:
+        view = wsltar.TarView(tar)
+        names = set(view.by_name)
+        assert "opt/venv/bin/python" in names
+        assert any(n.startswith("opt/venv/lib/python3.11/site-packages/torch/") for n in names)
+        assert view.resolve("/sbin/init") is not None  # systemd = true in wsl.conf
+        assert not [n for n in names if n.startswith("tmp/envbuilder")]  # no wheels, no lock
+    assert wsl2.default_user(Path(built.reference)) == "envbuilder"
+
+
+def test_build_again_is_up_to_date(target: wsl2.Wsl2Target, project: Project, cpu: EnvSpec,
+                                   built: Artifact) -> None:
+    again = target.build(project, cpu, no_progress)
+    assert again.digest == built.digest
+    assert again.details["changed"] == "no"
+
+
+def test_second_build_without_cache_gives_the_same_sha256(
+        docker_client: Any, project: Project, cpu: EnvSpec, built: Artifact,
+        tmp_path: Path) -> None:
+    lock = load_env_lock(project, "cpu")
+    assert lock is not None
+    image_id, ran = wsl2.build_rootfs_image(docker_client, project, cpu, lock, nocache=True)
+    assert ran
+    second = wsl2.export_image(docker_client, image_id, tmp_path / "cpu-again.wsl",
+                               lock.source_date_epoch)
+    assert second.sha256 == built.digest
+
+
+def test_probe_passes_inside_the_imported_wsl(target: wsl2.Wsl2Target, project: Project,
+                                              cpu: EnvSpec, built: Artifact) -> None:
+    options = ValidateOptions(level="quick", only=("device", "conformance"))
+    report_path = target.validate(project, cpu, options, no_progress)
+    assert report_path == project.report("cpu", "wsl2")
+    report = json.loads(report_path.read_text())
+    assert report["status"] == "pass", [c for c in report["checks"] if c["status"] != "pass"]
+    assert report["labels"] == {"engine": "docker", "env": "cpu", "target": "wsl2",
+                                "wsl_sha256": built.digest}
+    ran = {c["name"] for c in report["checks"] if c["status"] != "skip"}
+    assert ran == {"device", "conformance"}  # the others are listed as skipped (--only)
+
+
+def test_validate_refuses_a_changed_wsl(target: wsl2.Wsl2Target, project: Project,
+                                        cpu: EnvSpec, built: Artifact) -> None:
+    from envbuilder.errors import ValidationError
+
+    path = Path(built.reference)
+    saved = path.with_suffix(".saved")
+    shutil.copy(path, saved)
+    try:
+        with path.open("ab") as fh:
+            fh.write(b"\0")
+        with pytest.raises(ValidationError, match="build it again"):
+            target.validate(project, cpu, ValidateOptions(), no_progress)
+    finally:
+        saved.replace(path)
+
+
+@pytest.fixture
+def pushed(target: wsl2.Wsl2Target, project: Project, cpu: EnvSpec, built: Artifact,
+           registry: str) -> Iterator[str]:
+    yield target.push(project, cpu, f"{registry}/envbuilder-test", no_progress)
+
+
+def test_pull_makes_the_same_wsl_without_building(target: wsl2.Wsl2Target, project: Project,
+                                                  cpu: EnvSpec, built: Artifact,
+                                                  pushed: str) -> None:
+    assert "@sha256:" in pushed
+    lock = load_env_lock(project, "cpu")
+    assert lock is not None and lock.artifacts["wsl2"]["repo_digest"] == pushed
+    Path(built.reference).unlink()
+    result = target.pull(project, cpu, no_progress)
+    assert result == f"{built.reference} sha256:{built.digest}"
+    assert sha256_file(Path(built.reference)) == built.digest
