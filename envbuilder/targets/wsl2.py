@@ -464,5 +464,17 @@ def import_wsl(client: Any, path: Path, tag: str, progress: ProgressFn = no_prog
         client.images.get(tag)
     except docker.errors.APIError as exc:
         raise EngineError(f"docker import of {path} failed: {exc.explanation}") from None
+    _remove_older_imports(client, repository, tag)
     return tag
+
+
+def _remove_older_imports(client: Any, repository: str, keep: str) -> None:
+    """Imports of earlier `.wsl` files of the env (a GB each) go once a newer one is in."""
+    import docker.errors
+
+    for image in client.images.list(name=repository):
+        if keep not in image.tags:
+            for old in image.tags:
+                with contextlib.suppress(docker.errors.APIError):
+                    client.images.remove(old)
 
