@@ -269,6 +269,7 @@ _FP_FIELDS: tuple[tuple[str, bool, str], ...] = (
     ("gpu", True, "different GPUs"),
     ("gfx", True, "different GPU architectures"),
     ("driver", True, "different drivers"),
+    ("packages_sha256", True, "different installed packages (name==version)"),
     ("lock_sha256", True, "different lock files (each target has its own pylock: check that "
                           "the pinned versions match)"),
     ("python", True, "different Python versions"),
@@ -280,6 +281,7 @@ _FP_FIELDS: tuple[tuple[str, bool, str], ...] = (
     ("host_os", False, "host OS differs"),
     ("kernel", False, "kernel differs"),
 )
+_FP_WHY = {name: why for name, _unfair, why in _FP_FIELDS}
 
 
 def _fp_value(report: Report, name: str) -> str:
@@ -296,12 +298,39 @@ def _fp_value(report: Report, name: str) -> str:
     return "none" if value is None else str(value)
 
 
+def _all_have_packages(reports: Sequence[Report]) -> bool:
+    return all(isinstance(r.fingerprint.get("packages_sha256"), str) for r in reports)
+
+
+def _lock_diff(reports: Sequence[Report], values: tuple[str, ...]) -> FingerprintDiff:
+    """Differing pylock files: unfair unless every report says what it had installed.
+
+    Each target has its own pylock, so the files differ even when every pin is the same; what
+    the numbers depend on is what was installed (`packages_sha256`; older reports lack it).
+    When all reports carry it, that field decides fairness and the lock difference is a note.
+    """
+    packages = [r.fingerprint.get("packages_sha256") for r in reports]
+    if not _all_have_packages(reports):
+        return FingerprintDiff("lock_sha256", values, True, _FP_WHY["lock_sha256"])
+    if len(set(packages)) == 1:
+        return FingerprintDiff("lock_sha256", values, False,
+                               "different pylock files, same installed packages")
+    return FingerprintDiff("lock_sha256", values, False,
+                           "different pylock files (see packages_sha256)")
+
+
 def fingerprint_diffs(reports: Sequence[Report]) -> list[FingerprintDiff]:
     """Fields whose values differ across the reports, unfair ones first."""
     diffs = []
     for name, unfair, why in _FP_FIELDS:
         values = tuple(_fp_value(r, name) for r in reports)
-        if len(set(values)) > 1:
+        if len(set(values)) <= 1:
+            continue
+        if name == "packages_sha256" and not _all_have_packages(reports):
+            continue  # a report from before the field: the lock_sha256 rule decides
+        if name == "lock_sha256":
+            diffs.append(_lock_diff(reports, values))
+        else:
             diffs.append(FingerprintDiff(name, values, unfair, why))
     return sorted(diffs, key=lambda d: not d.unfair)
 

@@ -12,6 +12,7 @@ CONTRACT (other modules code against these names; keep them stable):
     Compat.nearest_wsl_releases(version) -> list[str]   releases with a WSL runtime, nearest first
     Compat.torch_indexes(torch_version) -> list[TorchIndexEntry]   entries whose `torch` matches
     Compat.device_flags(host_kind) -> DeviceFlags      host_kind in HOST_KINDS
+    Compat.wsl_units -> WslUnits                 systemd units a WSL distro masks (wsl.toml)
 """
 
 from __future__ import annotations
@@ -159,6 +160,21 @@ def _norm(name: str) -> str:
 
 
 @dataclass(frozen=True)
+class WslUnits:
+    """systemd units of a WSL distro (wsl.toml). `discouraged` are the ones Microsoft's distro
+    validator warns about when enabled; `masked` are those plus `also_masked`, sorted: what the
+    rendered WSL Dockerfile masks."""
+
+    discouraged: tuple[str, ...]
+    also_masked: tuple[str, ...]
+    source: str
+
+    @property
+    def masked(self) -> tuple[str, ...]:
+        return tuple(sorted({*self.discouraged, *self.also_masked}))
+
+
+@dataclass(frozen=True)
 class Compat:
     """All compatibility data, loaded once (`load_compat()`)."""
 
@@ -172,6 +188,7 @@ class Compat:
     wheel_gfx_later: tuple[str, ...]
     wheel_gfx_later_from: tuple[str, ...]
     base_images: tuple[BaseImage, ...] = ()
+    wsl_units: WslUnits = WslUnits((), (), "")
 
     def gpu(self, name_or_gfx: str) -> Gpu | None:
         """The GPU by marketing name (any spelling/case) or by gfx target (first row of it)."""
@@ -422,7 +439,30 @@ def load_compat() -> Compat:
                   wheel_gfx_base=gfx_base, wheel_gfx_later=gfx_later,
                   wheel_gfx_later_from=later_from,
                   base_images=tuple(_rows("images.toml", _read("images.toml"), "image",
-                                          _base_image)))
+                                          _base_image)),
+                  wsl_units=_wsl_units(_read("wsl.toml")))
+
+
+_UNIT = re.compile(r"[\w@.:-]+\.(service|timer|mount|socket|target|path)")
+
+
+def _wsl_units(data: dict[str, Any]) -> WslUnits:
+    unknown = set(data) - {"systemd"}
+    if unknown:
+        raise CompatDataError(f"envbuilder/data/wsl.toml: unknown table [{sorted(unknown)[0]}]")
+    r = _Reader("wsl.toml", "systemd", data.get("systemd"))
+    units = WslUnits(discouraged=r.strs("discouraged_units"), also_masked=r.strs("also_masked"),
+                     source=r.get("source", str))
+    r.get("also_masked_source", str)
+    r.done()
+    for key, names in (("discouraged_units", units.discouraged),
+                       ("also_masked", units.also_masked)):
+        bad = [n for n in names if not _UNIT.fullmatch(n)]
+        if bad or len(set(names)) != len(names):
+            raise r._fail(key, f"expected distinct systemd unit names, got {bad or list(names)}")
+    if not units.discouraged:
+        raise r._fail("discouraged_units", "empty")
+    return units
 
 
 def _base_image(r: _Reader) -> BaseImage:

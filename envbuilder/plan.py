@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, ClassVar, Literal
 
-from envbuilder.compat import RocmRelease
+from envbuilder.compat import RocmRelease, load_compat
 from envbuilder.errors import RenderError
 from envbuilder.spec import EnvSpec, TargetName
 
@@ -40,21 +40,6 @@ UBUNTU_CODENAMES = {"22.04": "jammy", "24.04": "noble"}
 #: Ubuntu 24.04's own ROCr/thunk packages shadow /opt/rocm inside WSL: removed
 #: (rocm-reference.md, "WSL2").
 DISTRO_HSA_PACKAGES = ("libhsa-runtime64-1", "libhsakmt1")
-#: Units a WSL distro with systemd should mask (Microsoft's distributions/validate-modern.py,
-#: DISCOURAGED_SYSTEM_UNITS; learn.microsoft.com "Build a custom Linux distribution for WSL").
-WSL_MASKED_UNITS = (
-    "NetworkManager.service",
-    "networking.service",
-    "systemd-networkd-wait-online.service",
-    "systemd-networkd.service",
-    "systemd-resolved.service",
-    "systemd-tmpfiles-clean.service",
-    "systemd-tmpfiles-clean.timer",
-    "systemd-tmpfiles-setup-dev-early.service",
-    "systemd-tmpfiles-setup-dev.service",
-    "systemd-tmpfiles-setup.service",
-    "tmp.mount",
-)
 #: Where WSL's first-launch script lives (Microsoft: under /usr/lib/wsl).
 OOBE_PATH = "/usr/lib/wsl/oobe.sh"
 #: librocdxg is built from source against the Windows SDK headers (ROCm/librocdxg README), which
@@ -468,7 +453,8 @@ def _wsl_plan(
     rootfs: list[Step] = [AptInstall(_python_packages((*env.apt, *system)))]
     rootfs += _wsl_stack(env, rocm, wsl.ubuntu)
     if wsl.systemd:
-        rootfs.append(MaskUnits(WSL_MASKED_UNITS))
+        # Which units: compatibility data (envbuilder/data/wsl.toml, with its sources).
+        rootfs.append(MaskUnits(load_compat().wsl_units.masked))
     rootfs += [
         CreateUser(wsl.user, UID, GPU_GROUPS),
         WriteFile("/etc/profile.d/envbuilder.sh", _profile_lines(variables)),

@@ -48,22 +48,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Literal
 
+from envbuilder.compat import load_compat
 from envbuilder.errors import BuildError
 from envbuilder.targets import ProgressFn, no_progress
 
-#: The units Microsoft's validator warns about when enabled (validate-modern.py).
-DISCOURAGED_UNITS: tuple[str, ...] = (
-    "NetworkManager.service",
-    "networking.service",
-    "systemd-networkd-wait-online.service",
-    "systemd-networkd.service",
-    "systemd-resolved.service",
-    "systemd-tmpfiles-clean.service",
-    "systemd-tmpfiles-setup-dev-early.service",
-    "systemd-tmpfiles-setup-dev.service",
-    "systemd-tmpfiles-setup.service",
-    "tmp.mount",
-)
 #: Keys Microsoft's validator accepts in /etc/wsl-distribution.conf (section.key, lower case).
 DISTRIBUTION_CONF_KEYS = frozenset(
     {"oobe.command", "oobe.defaultuid", "oobe.defaultname", "shortcut.icon",
@@ -234,6 +222,12 @@ def pyc_header_fix(name: str, head: bytes, source_date_epoch: int) -> bytes:
     return head[:8] + (source_date_epoch & 0xFFFFFFFF).to_bytes(4, "little") + head[12:]
 
 
+def discouraged_units() -> tuple[str, ...]:
+    """The units Microsoft's validator warns about when enabled (validate-modern.py), from the
+    compatibility data (envbuilder/data/wsl.toml)."""
+    return load_compat().wsl_units.discouraged
+
+
 def mask_entries(entries: dict[str, Entry]) -> list[Entry]:
     """Symlinks that mask Microsoft's discouraged units, for a rootfs with systemd."""
     if not any(b in entries for b in _SYSTEMD_BINARIES):
@@ -241,7 +235,7 @@ def mask_entries(entries: dict[str, Entry]) -> list[Entry]:
     return [
         Entry(name=f"etc/systemd/system/{unit}", type=tarfile.SYMTYPE, mode=0o777, uid=0, gid=0,
               linkname="/dev/null")
-        for unit in DISCOURAGED_UNITS
+        for unit in discouraged_units()
     ]
 
 
@@ -907,10 +901,11 @@ def _passwd_checks(data: bytes, default_uid: int | None,
 def _enabled_discouraged_units(view: TarView) -> list[str]:
     """Discouraged units wanted by some target and not masked in /etc/systemd/system."""
     found = []
+    discouraged = set(discouraged_units())
     for name, member in view.by_name.items():
         base = posixpath.basename(name)
         parent = posixpath.dirname(name)
-        if base not in DISCOURAGED_UNITS or not parent.endswith(".target.wants"):
+        if base not in discouraged or not parent.endswith(".target.wants"):
             continue
         if not member.issym() and not member.isfile():
             continue
@@ -960,7 +955,7 @@ def _envbuilder_checks(view: TarView, source_date_epoch: int | None) -> list[Rul
             if len(fields) > 1 and is_password_hash(fields[1]):
                 add("shadow", f"/etc/shadow has a password for {fields[0]!r}")
     if any(b in view.by_name for b in _SYSTEMD_BINARIES):
-        for unit in DISCOURAGED_UNITS:
+        for unit in discouraged_units():
             m = view.by_name.get(f"etc/systemd/system/{unit}")
             if m is None or not m.issym() or m.linkname != "/dev/null":
                 add("masked", f"{unit} is not masked (/etc/systemd/system/{unit} -> /dev/null)")
@@ -977,7 +972,6 @@ def gzip_header_is_deterministic(path: Path) -> bool:
 
 __all__ = [
     "COMPRESSLEVEL",
-    "DISCOURAGED_UNITS",
     "FORMAT",
     "Entry",
     "NormalizeStats",
@@ -986,6 +980,7 @@ __all__ = [
     "WslResult",
     "check_wsl_tar",
     "clean_name",
+    "discouraged_units",
     "gzip_header_is_deterministic",
     "is_password_hash",
     "normalize",

@@ -225,6 +225,41 @@ def test_fingerprint_differences_unfair_first(tmp_path: Path) -> None:
     assert lines[-1].startswith("note: kernel differs")
 
 
+def test_other_pylock_same_packages_is_only_a_note(tmp_path: Path) -> None:
+    """docker vs native of one env: two pylock files, the same pins installed."""
+    a = report([metric([1.0, 1.0])], lock_sha256="a" * 64, packages_sha256="c" * 64)
+    b = report([metric([1.0, 1.0])], target="native", lock_sha256="b" * 64,
+               packages_sha256="c" * 64)
+    comp = compare_two(tmp_path, a, b)
+    assert [(d.field, d.unfair) for d in comp.fingerprint_diffs] == [("lock_sha256", False)]
+    (line,) = compare.fingerprint_lines(comp)
+    assert line.startswith("note: lock_sha256 differs (different pylock files, same installed "
+                           "packages)")
+
+
+def test_other_installed_packages_are_unfair(tmp_path: Path) -> None:
+    a = report([metric([1.0, 1.0])], lock_sha256="a" * 64, packages_sha256="c" * 64)
+    b = report([metric([1.0, 1.0])], lock_sha256="b" * 64, packages_sha256="d" * 64)
+    comp = compare_two(tmp_path, a, b)
+    assert [(d.field, d.unfair) for d in comp.fingerprint_diffs] == [
+        ("packages_sha256", True), ("lock_sha256", False)]
+    lines = compare.fingerprint_lines(comp)
+    assert lines[0].startswith("UNFAIR: packages_sha256 differs (different installed packages")
+    # Same lock file, different installs (a venv changed by hand): still unfair.
+    b2 = report([metric([1.0, 1.0])], lock_sha256="a" * 64, packages_sha256="d" * 64)
+    comp = compare_two(tmp_path, a, b2)
+    assert [(d.field, d.unfair) for d in comp.fingerprint_diffs] == [("packages_sha256", True)]
+
+
+def test_report_without_packages_keeps_lock_rule(tmp_path: Path) -> None:
+    """A report from before packages_sha256: a lock difference stays unfair, and the missing
+    field itself is not reported as a package difference."""
+    a = report([metric([1.0, 1.0])], lock_sha256="a" * 64, packages_sha256="c" * 64)
+    b = report([metric([1.0, 1.0])], lock_sha256="b" * 64)
+    comp = compare_two(tmp_path, a, b)
+    assert [(d.field, d.unfair) for d in comp.fingerprint_diffs] == [("lock_sha256", True)]
+
+
 def test_identical_fingerprints_flag_nothing(tmp_path: Path) -> None:
     comp = compare_two(tmp_path, report([metric([1.0, 1.0])]), report([metric([1.0, 1.0])]))
     assert comp.fingerprint_diffs == ()

@@ -204,3 +204,42 @@ def test_malformed_data_file_is_reported(monkeypatch: pytest.MonkeyPatch) -> Non
     finally:
         monkeypatch.undo()
         load_compat.cache_clear()
+
+
+def test_wsl_units() -> None:
+    """wsl.toml: Microsoft's validator list, plus the timer the Dockerfile masks too."""
+    units = load_compat().wsl_units
+    assert len(units.discouraged) == 10
+    assert {"systemd-resolved.service", "tmp.mount", "NetworkManager.service"} <= set(
+        units.discouraged)
+    assert units.masked == tuple(sorted((*units.discouraged, "systemd-tmpfiles-clean.timer")))
+    assert "validate-modern.py" in units.source
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda t: t["systemd"].update(extra=1), r"wsl.toml: systemd.extra: unknown key"),
+    (lambda t: t["systemd"]["also_masked"].append("resolved"),
+     r"wsl.toml: systemd.also_masked: expected distinct systemd unit names, got \['resolved'\]"),
+    (lambda t: t["systemd"]["discouraged_units"].append("tmp.mount"),
+     r"systemd.discouraged_units: expected distinct"),
+    (lambda t: t.update(units={}), r"wsl.toml: unknown table \[units\]"),
+    (lambda t: t["systemd"].pop("source"), r"wsl.toml: systemd.source: missing"),
+])
+def test_malformed_wsl_data_is_reported(monkeypatch: pytest.MonkeyPatch, change: Any,
+                                        message: str) -> None:
+    real = compat_mod._read
+
+    def broken(file: str) -> dict[str, Any]:
+        data = real(file)
+        if file == "wsl.toml":
+            change(data)
+        return data
+
+    monkeypatch.setattr(compat_mod, "_read", broken)
+    load_compat.cache_clear()
+    try:
+        with pytest.raises(CompatDataError, match=message):
+            load_compat()
+    finally:
+        monkeypatch.undo()
+        load_compat.cache_clear()

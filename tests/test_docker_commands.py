@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import inspect
 import json
 from pathlib import Path
 
@@ -9,9 +11,13 @@ import pytest
 from rich.progress import Progress
 
 from envbuilder.cli import main
+from envbuilder.commands import build as build_command
+from envbuilder.commands import pull as pull_command
+from envbuilder.commands import push as push_command
 from envbuilder.commands._targets import ProgressView
 from envbuilder.commands.validate import report_status
 from envbuilder.errors import ValidationError
+from envbuilder.targets import _MODULES, get_target
 from envbuilder.ui import UI
 
 SPEC = str(Path(__file__).resolve().parent.parent / "environments.toml")
@@ -35,8 +41,20 @@ def test_path_is_only_for_venv_targets(capsys: pytest.CaptureFixture[str]) -> No
     assert "--path applies to the venv targets" in capsys.readouterr().err
 
 
-def test_no_cache_is_only_for_docker() -> None:
+def test_no_cache_is_only_for_image_targets(capsys: pytest.CaptureFixture[str]) -> None:
     assert _run("build", "--target", "native", "--env", "cpu", "--no-cache") == 2
+    assert "--no-cache applies to the image targets (docker, wsl2), not native" in (
+        capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("target", build_command.NO_CACHE_TARGETS)
+def test_no_cache_reaches_image_targets(target: str) -> None:
+    """The option passes for docker and wsl2, and their build() takes it."""
+    args = argparse.Namespace(target=target, path=None, env=["cpu"], no_cache=True)
+    options = build_command._target_options(args)
+    assert options == {"no_cache": True}
+    params = inspect.signature(get_target(target).build).parameters
+    assert params["no_cache"].kind is inspect.Parameter.KEYWORD_ONLY
 
 
 def test_push_needs_a_registry() -> None:
@@ -48,6 +66,26 @@ def test_push_needs_a_registry() -> None:
 def test_push_refuses_a_url_with_a_scheme(capsys: pytest.CaptureFixture[str]) -> None:
     assert _run("push", "--env", "cpu", "--registry", "https://127.0.0.1:5000/x") == 2
     assert "without a scheme" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["push", "pull"])
+def test_push_pull_help_names_the_targets_that_have_them(command: str) -> None:
+    """Each target with a push/pull method is in the help and description, the others are
+    named as having no registry."""
+    module = push_command if command == "push" else pull_command
+    with_registry = [t for t in _MODULES if hasattr(get_target(t), command)]
+    assert with_registry == ["docker", "wsl2"]
+    assert "(docker, wsl2)" in module.HELP
+    for name in with_registry:
+        assert f"\n  {name} " in module.DESCRIPTION
+    assert "(native, windows) have no registry" in module.DESCRIPTION
+
+
+@pytest.mark.parametrize("command", ["push", "pull"])
+def test_push_pull_refuse_venv_targets(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    extra = ["--registry", "127.0.0.1:5000/x"] if command == "push" else []
+    assert _run(command, "--target", "native", "--env", "cpu", *extra) == 2
+    assert f"{command} applies to docker and wsl2" in capsys.readouterr().err
 
 
 def test_repeat_must_be_positive() -> None:

@@ -6,6 +6,7 @@ and with real pylocks that the environment does not match.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -77,6 +78,24 @@ def test_quick_cpu_run_passes_every_check(quick: tuple[int, dict[str, Any], str]
     assert report["labels"] == {"env": "cpu", "target": "test"}
     assert report["fingerprint"]["lock_sha256"] == checks["conformance"]["details"]["lock_sha256"]
     assert "result: PASS" in output
+
+
+def test_fingerprint_hashes_installed_packages(quick: tuple[int, dict[str, Any], str]) -> None:
+    """packages_sha256 is over this interpreter's sorted name==version lines, computed here
+    independently (PEP 503 names, the bootstrap packages left out)."""
+    import importlib.metadata
+    import re
+
+    seen: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():
+        name = re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower()
+        seen.setdefault(name, dist.version)
+    lines = sorted(f"{n}=={v}\n" for n, v in seen.items()
+                   if n not in ("pip", "setuptools", "wheel"))
+    fp = quick[1]["fingerprint"]
+    assert "torch==2.13.0+cpu\n" in lines
+    assert fp["packages_count"] == len(lines)
+    assert fp["packages_sha256"] == hashlib.sha256("".join(lines).encode()).hexdigest()
 
 
 def test_quick_cpu_metrics(quick: tuple[int, dict[str, Any], str]) -> None:

@@ -170,3 +170,31 @@ def test_pylock_subset_parser_matches_tomllib() -> None:
             (p["name"], p.get("version"), p.get("marker")) for p in subset["packages"]]
         assert full["lock-version"] == subset["lock-version"]
         assert full.get("default-groups") == subset.get("default-groups")
+
+
+def _dist(site: Path, name: str, version: str) -> None:
+    info = site / f"{name}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+                                   encoding="utf-8")
+
+
+def test_installed_packages_digest_ignores_bootstrap_and_spelling(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two sites with the same pins but other pip/setuptools and other name spellings hash the
+    same; a changed version does not."""
+    from envbuilder.probe.check_conformance import installed_packages_digest
+
+    def digest(site: Path, pins: dict[str, str]) -> tuple[str, int]:
+        for name, version in pins.items():
+            _dist(site, name, version)
+        monkeypatch.setattr(sys, "path", [str(site)])
+        return installed_packages_digest()
+
+    a = digest(tmp_path / "a", {"Foo_Bar": "1.0", "torch": "2.13.0+cpu", "pip": "23.0.1"})
+    b = digest(tmp_path / "b", {"foo.bar": "1.0", "torch": "2.13.0+cpu", "pip": "26.0",
+                                "setuptools": "80.0"})
+    c = digest(tmp_path / "c", {"foo-bar": "1.1", "torch": "2.13.0+cpu"})
+    text = "foo-bar==1.0\ntorch==2.13.0+cpu\n"
+    assert a == b == (hashlib.sha256(text.encode()).hexdigest(), 2)
+    assert c[0] != a[0] and c[1] == 2

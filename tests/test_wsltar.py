@@ -249,7 +249,8 @@ def test_machine_id_emptied(tmp_path: Path) -> None:
 
 def test_discouraged_units_masked_when_systemd_present(tmp_path: Path) -> None:
     members = read_members(build(tmp_path, rootfs()).path)
-    for unit in wsltar.DISCOURAGED_UNITS:
+    assert "systemd-resolved.service" in wsltar.discouraged_units()
+    for unit in wsltar.discouraged_units():
         mask = members[f"etc/systemd/system/{unit}"]
         assert mask.issym() and mask.linkname == "/dev/null"
 

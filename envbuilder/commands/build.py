@@ -28,6 +28,8 @@ Building again with nothing changed builds nothing. Prints one line per artifact
 """
 
 VENV_TARGETS = ("native", "windows")
+#: Targets that build an image with the engine, whose build() takes `no_cache`.
+NO_CACHE_TARGETS = ("docker", "wsl2")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--path", type=Path, metavar="DIR",
                         help="venv targets (native, windows): where the venv goes")
     parser.add_argument("--no-cache", action="store_true",
-                        help="docker: build every step again (no layer cache, no up-to-date check)")
+                        help="image targets (docker, wsl2): build every step again "
+                             "(no layer cache, no up-to-date check)")
 
 
 def _target_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -49,8 +52,9 @@ def _target_options(args: argparse.Namespace) -> dict[str, Any]:
             raise UsageError("--path needs exactly one --env (one venv per folder)")
         options["path"] = args.path
     if args.no_cache:
-        if args.target != "docker":
-            raise UsageError(f"--no-cache applies to --target docker, not {args.target}")
+        if args.target not in NO_CACHE_TARGETS:
+            raise UsageError(f"--no-cache applies to the image targets "
+                             f"({', '.join(NO_CACHE_TARGETS)}), not {args.target}")
         options["no_cache"] = True
     return options
 

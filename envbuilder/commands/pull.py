@@ -9,15 +9,22 @@ from envbuilder.errors import UsageError
 from envbuilder.targets import get_target
 from envbuilder.ui import UI
 
-HELP = "pull the pushed images the lock records, by digest (refuses a mismatch)"
+HELP = "pull the pushed images (docker, wsl2) the lock records, by digest (refuses a mismatch)"
 DESCRIPTION = """\
-Pull each selected env's image by the digest recorded in lockfiles/<env>.lock.toml by
-`envbuilder push` ([artifacts.docker] repo_digest), check that it was built from the current lock
-(its org.envbuilder.lock-sha256 label) and is the recorded image, and tag it
-envbuilder/<env>:<short lock hash>, so that `envbuilder validate --target docker` runs on it
-without a build. A mismatch is refused and nothing is tagged.
+Pull each selected env's image by the digest `envbuilder push` recorded in
+lockfiles/<env>.lock.toml, so that `envbuilder validate` runs on it without a build:
 
-Credentials come from the Docker config, as for `docker pull`. Prints <env> <image id> per env.
+  docker    ([artifacts.docker] repo_digest) check that the image was built from the current
+            lock (its org.envbuilder.lock-sha256 label) and is the recorded image, and tag it
+            envbuilder/<env>:<short lock hash>. A mismatch is refused and nothing is tagged.
+            Prints <env> <image id>.
+  wsl2      ([artifacts.wsl2] repo_digest) export the pulled rootfs image into dist/<env>.wsl,
+            as a build would. When the lock recorded the sha256 of a build, the file must
+            have it: a mismatch is an error (the file stays, for inspection).
+            Prints <env> <path> sha256:<hex>.
+
+The venv targets (native, windows) have no registry. Credentials come from the Docker config, as
+for `docker pull`.
 """
 
 
@@ -30,7 +37,8 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     target = get_target(args.target)
     pull = getattr(target, "pull", None)
     if pull is None:
-        raise UsageError(f"target {args.target} has no registry; pull applies to docker")
+        raise UsageError(f"target {args.target} has no registry; pull applies to docker "
+                         "and wsl2")
     for env in envs:
         with progress_for(ui, bytes_=True) as progress:
             image_id = pull(project, env, progress)

@@ -9,15 +9,20 @@ from envbuilder.errors import UsageError
 from envbuilder.targets import get_target
 from envbuilder.ui import UI
 
-HELP = "push built images to a registry; records the repository digest in the lock"
+HELP = "push built images (docker, wsl2) to a registry; records the repository digest in the lock"
 DESCRIPTION = """\
-Push each selected env's image (envbuilder/<env>:<short lock hash>, from `envbuilder build`) to
-REGISTRY/<env>:<short lock hash> and record the repository digest in lockfiles/<env>.lock.toml
-([artifacts.docker] repo_digest), so that `envbuilder pull` elsewhere gets exactly this image.
+Push each selected env's image from `envbuilder build` to a registry and record its repository
+digest in lockfiles/<env>.lock.toml, so that `envbuilder pull` elsewhere gets exactly this image:
 
-REGISTRY is HOST[:PORT]/PATH, e.g. registry.example.com/ml or 127.0.0.1:5000/envbuilder.
-Credentials come from the Docker config (`docker login HOST`; $DOCKER_CONFIG or ~/.docker,
-credential helpers included). Prints <env> <repository@sha256:...> per env on stdout.
+  docker    envbuilder/<env>:<short lock hash> -> REGISTRY/<env>:<short lock hash>
+            ([artifacts.docker] repo_digest)
+  wsl2      the rootfs image the .wsl is exported from, envbuilder-wsl2/<env>:<short lock hash>
+            -> REGISTRY/<env>-wsl2:<short lock hash> ([artifacts.wsl2] repo_digest)
+
+The venv targets (native, windows) have no registry. REGISTRY is HOST[:PORT]/PATH, e.g.
+registry.example.com/ml or 127.0.0.1:5000/envbuilder. Credentials come from the Docker config
+(`docker login HOST`; $DOCKER_CONFIG or ~/.docker, credential helpers included). Prints
+<env> <repository@sha256:...> per env on stdout.
 """
 
 
@@ -32,7 +37,8 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     target = get_target(args.target)
     push = getattr(target, "push", None)
     if push is None:
-        raise UsageError(f"target {args.target} has no registry; push applies to docker")
+        raise UsageError(f"target {args.target} has no registry; push applies to docker "
+                         "and wsl2")
     for env in envs:
         with progress_for(ui, bytes_=True) as progress:
             digest_ref = push(project, env, args.registry, progress)

@@ -22,7 +22,12 @@ pylock, and write reports/<env>.<target>.json:
             the ROCm library mounts; NVIDIA: all GPUs; otherwise none). The container is removed
             afterwards, also on failure and Ctrl-C. ENVBUILDER_HOST_KIND overrides the detection
             (native-rocm, wsl2-legacy, wsl2-rocdxg, nvidia, cpu), e.g. for a remote DOCKER_HOST.
+  wsl2      dist/<env>.wsl (its sha256 must match the lock): on Windows, in the distro that
+            `build` installed (wsl --distribution NAME --user USER --exec ...); on Linux, the tar
+            imported into Docker (docker import) and run as that same user (uid 1000) through a
+            login shell
   native    the venv's Python (--path DIR as for build)
+  windows   the venv's Scripts\\python.exe (on Windows only)
 
 Prints one line per report on stdout: <env> <target> pass|fail <report path>.
 Exit 0 when every probe passed, 1 when any failed.

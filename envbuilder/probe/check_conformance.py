@@ -48,6 +48,20 @@ def installed_distributions() -> tuple[dict[str, str], list[str]]:
     return found, sorted(set(duplicates))
 
 
+def installed_packages_digest() -> tuple[str, int]:
+    """sha256 and count of what is installed here, for the report's fingerprint.
+
+    The hashed text is the sorted `name==version` lines (names canonical, PEP 503; versions as
+    the metadata says), each ending in a newline. The bootstrap packages (pip, setuptools,
+    wheel) are left out, as conformance ignores them: venvs made by different interpreters
+    carry different ones, and they do not change what the checks measure.
+    """
+    installed, _dups = installed_distributions()
+    lines = sorted(f"{n}=={v}" for n, v in installed.items() if n not in BOOTSTRAP)
+    text = "".join(line + "\n" for line in lines)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest(), len(lines)
+
+
 def compare(lock_path: Path) -> dict[str, Any]:
     """The findings as a dict: missing, extra, wrong_version, ignored, and counts."""
     try:

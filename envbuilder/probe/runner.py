@@ -186,6 +186,7 @@ def _host_os() -> str:
 
 def fingerprint(device_entry: dict[str, Any] | None, opts: ProbeOptions) -> dict[str, Any]:
     """What was tested: interpreter, torch build, devices, host, lock (see the schema)."""
+    from envbuilder.probe.check_conformance import installed_packages_digest
     from envbuilder.probe.check_device import relevant_env
 
     facts = (device_entry or {}).get("details", {})
@@ -193,12 +194,16 @@ def fingerprint(device_entry: dict[str, Any] | None, opts: ProbeOptions) -> dict
                 "memory_bytes": d["memory_bytes"]} for d in facts.get("devices", [])]
     lock_sha = (hashlib.sha256(Path(opts.lock).read_bytes()).hexdigest()
                 if opts.lock else None)
+    # In the parent, whose interpreter is the env's: it sees what the checks import.
+    packages_sha, packages_count = installed_packages_digest()
     return {
         "python": platform.python_version(), "torch": facts.get("torch"),
         "hip": facts.get("hip"), "cuda": facts.get("cuda"), "driver": facts.get("driver"),
         "nccl": facts.get("nccl"), "devices": devices, "host_os": _host_os(),
         "kernel": platform.release(), "machine": platform.machine(), "wsl": in_wsl(),
-        "cpu_count": os.cpu_count(), "lock_sha256": lock_sha, "env_vars": relevant_env(),
+        "cpu_count": os.cpu_count(), "lock_sha256": lock_sha,
+        "packages_sha256": packages_sha, "packages_count": packages_count,
+        "env_vars": relevant_env(),
     }
 
 
