@@ -44,11 +44,11 @@ def activation_env(env: EnvSpec, target: str) -> dict[str, str]:
         else:
             out["ROCM_PATH"] = LINUX_ROCM_PATH
     out.update(env.env)
-    if not windows:
-        out.update(env.rccl)
     if windows:
         for name in WINDOWS_IGNORED:
             out.pop(name, None)
+    else:
+        out.update(env.rccl)
     for name, value in out.items():
         _check(name, value)
     return out

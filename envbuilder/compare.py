@@ -5,13 +5,17 @@ Reports follow the probe contract (schema `envbuilder/schemas/probe-report.schem
 
 How a difference is judged (the *noise rule*, also printed with every comparison):
 
-    noise = max(range(baseline samples), range(other samples), floor% x |baseline value|)
-    |other - baseline| <= noise  -> "within noise"
-    otherwise                    -> "faster" / "slower" (by `higher_is_better`)
+    the two runs' sample ranges [min, max] overlap      -> "within noise"
+    |median other - median baseline| <= floor% x |baseline|  -> "within noise"
+    otherwise                                     -> "faster" / "slower" (by `higher_is_better`)
     fewer than 2 samples in either report -> "noise unknown" (the direction is still shown)
 
-`range` is max - min over the repeats (`--repeat N`). With 3 repeats this is a rough bound, not
-a confidence interval; the floor keeps tiny, lucky ranges from calling a 0.5 % wobble a win.
+Samples are the repeats (`--repeat N`). Separated ranges are a permutation test: if both runs
+came from the same distribution, all n samples of one landing beyond all m of the other happens
+with probability 2 / C(n+m, n) (10 % for 3 and 3, 1 % for 5 and 5), printed with the rule. The
+rule depends only on the order of the samples, so a bandwidth and the time it was derived from
+get the same verdict. The floor keeps a tiny but clean separation from calling a 0.5 % wobble a
+win.
 
 Values are relative to the baseline: `ratio` = other / baseline (raw values); `relative` is the
 performance relative to the baseline (> 1 is better: the ratio, or its inverse when lower is
@@ -107,7 +111,7 @@ class Cell:
     loss_pct: float | None = None
     verdict: Verdict = "no comparison"
     direction: Literal["faster", "slower", "same"] | None = None
-    noise: float | None = None  # the absolute noise bound used for the verdict
+    noise: float | None = None  # the absolute floor (floor% x |baseline|) used for the verdict
     note: str | None = None
 
 
@@ -202,6 +206,9 @@ def parse_report(data: object, path: Path) -> Report:
     if not isinstance(data, dict):
         raise CompareError(f"{where}: not a probe report (expected a JSON object)")
     version = data.get("schema_version")
+    if version is None:
+        raise CompareError(f"{where}: not a probe report (no schema_version); pass the JSON "
+                           "files `envbuilder validate` or `envbuilder probe --json` wrote")
     if version not in SUPPORTED_SCHEMA_VERSIONS:
         raise CompareError(
             f"{where}: schema_version {version!r} is not supported (this envbuilder reads "
@@ -249,6 +256,9 @@ def load_report(path: Path) -> Report:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise CompareError(f"{path}: no such report; `envbuilder validate` writes them to "
+                           "reports/<env>.<target>.json") from None
+    except IsADirectoryError:
+        raise CompareError(f"{path}: is a folder; pass report files, e.g. "
                            "reports/<env>.<target>.json") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise CompareError(f"{path}: cannot read: {exc}") from None
@@ -368,14 +378,15 @@ def _compare_cell(base: Metric, other: Metric, label: str, floor_pct: float) -> 
     assert bs is not None and os_ is not None
     low, high = _range_ratio(bs, os_, base.higher_is_better)
     diff = other.value - base.value
-    noise = max(bs.range, os_.range, abs(base.value) * floor_pct / 100.0)
+    noise = abs(base.value) * floor_pct / 100.0
+    separated = os_.min > bs.max or os_.max < bs.min
     better = diff > 0 if base.higher_is_better else diff < 0
     direction: Literal["faster", "slower", "same"] = (
         "same" if diff == 0 else ("faster" if better else "slower"))
     verdict: Verdict
     if bs.n < 2 or os_.n < 2:
         verdict = "noise unknown"
-    elif abs(diff) <= noise:
+    elif not separated or abs(diff) <= noise:
         verdict = "within noise"
     else:
         verdict = "faster" if better else "slower"
@@ -414,9 +425,11 @@ def _baseline_cell(m: Metric | None, label: str) -> Cell:
 def noise_rule_text(floor_pct: float) -> str:
     """The noise rule in words (printed above every table and in the docs)."""
     return (
-        "A difference counts only when |other - baseline| exceeds the larger of the two runs' "
-        f"spreads (max - min over repeats) and {floor_pct:g}% of the baseline; otherwise it is "
-        "'within noise'. With fewer than 2 samples in either run the noise is unknown."
+        "A difference counts only when the two runs' ranges over the repeats (min..max) do not "
+        f"overlap and the medians differ by more than {floor_pct:g}% of the baseline; otherwise "
+        "it is 'within noise'. Non-overlapping ranges arise by chance with probability "
+        "2/C(n+m, n) for n and m repeats (10% for 3 and 3, 1% for 5 and 5). With fewer than 2 "
+        "samples in either run the noise is unknown."
     )
 
 

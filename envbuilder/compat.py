@@ -22,7 +22,7 @@ import functools
 import re
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Any, Literal, TypeVar, cast
 
@@ -471,10 +471,7 @@ def _base_image(r: _Reader) -> BaseImage:
 
 
 def _with_gfx(e: TorchIndexEntry, gfx: tuple[str, ...]) -> TorchIndexEntry:
-    if e.index.startswith("rocm"):
-        return TorchIndexEntry(torch=e.torch, index=e.index, url=e.url, python=e.python,
-                               source=e.source, versions=e.versions, local=e.local, gfx=gfx)
-    return e
+    return replace(e, gfx=gfx) if e.index.startswith("rocm") else e
 
 
 def _rccl(data: dict[str, Any]) -> RcclKnobs:

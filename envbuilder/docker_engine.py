@@ -30,7 +30,7 @@ import docker.types
 import requests.exceptions
 
 from envbuilder.compat import HostKind, load_compat
-from envbuilder.errors import BuildError, EngineError, RegistryError
+from envbuilder.errors import BuildError, EngineError, RegistryError, UsageError
 from envbuilder.targets import ProgressFn, no_progress
 
 #: HTTP timeout (s) for one read from the engine. Builds stay silent for minutes (pip installing
@@ -393,6 +393,28 @@ def _remove(container: Any) -> None:
 # push / pull
 
 
+#: A repository name in the Docker reference grammar: [HOST[:PORT]/]path/components, the path
+#: in lower case ([a-z0-9] runs joined by ".", "_", "__" or dashes).
+_DOMAIN = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
+_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REPOSITORY = re.compile(rf"(?:{_DOMAIN}(?::[0-9]+)?/)?{_PATH}(?:/{_PATH})*")
+
+
+def registry_repository(registry: str, name: str) -> str:
+    """"`registry`/`name`", the repository an image is pushed to. UsageError naming --registry
+    when `registry` is not HOST[:PORT]/PATH (a scheme, a digest, spaces, upper case in the path)."""
+    if "://" in registry or "@" in registry:
+        raise UsageError(f"--registry {registry}: give HOST[:PORT]/PATH, without a scheme")
+    repository = f"{registry.rstrip('/')}/{name}"
+    if not _REPOSITORY.fullmatch(repository):
+        raise UsageError(
+            f"--registry {registry!r} is not a valid registry path; give HOST[:PORT]/PATH with "
+            "the path in lower case (letters, digits, '.', '_', '-'), e.g. "
+            "registry.example.com/ml or 127.0.0.1:5000/envbuilder"
+        )
+    return repository
+
+
 def split_reference(ref: str) -> tuple[str, str | None]:
     """("repo", "tag") of "repo:tag"; the colon of a registry's port is not a tag separator."""
     name, sep, tag = ref.rpartition(":")
@@ -448,6 +470,8 @@ def push_image(
         client.images.get(image).tag(repository, tag)
     except docker.errors.ImageNotFound:
         raise EngineError(f"no image {image} on the engine at {_engine_where()}") from None
+    except docker.errors.APIError as exc:
+        raise RegistryError(f"cannot tag {image} as {ref}: {_explain(exc)}") from None
     try:
         events = client.api.push(repository, tag=tag, stream=True, decode=True)
         seen = _stream_registry(events, "push", ref, progress)

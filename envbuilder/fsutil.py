@@ -30,11 +30,11 @@ def atomic_write_text(path: Path, text: str, mode: int | None = None) -> None:
     atomic_write_bytes(path, text.encode("utf-8"), mode)
 
 
-def write_if_changed(path: Path, data: bytes) -> bool:
+def write_if_changed(path: Path, data: bytes, mode: int | None = None) -> bool:
     """Write only when the content differs, so unchanged files keep their mtime. True if written."""
     if path.is_file() and path.read_bytes() == data:
         return False
-    atomic_write_bytes(path, data)
+    atomic_write_bytes(path, data, mode)
     return True
 
 

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder.errors import LockError
-from envbuilder.fsutil import atomic_write_bytes, sha256_file
+from envbuilder.fsutil import sha256_file, write_if_changed
 from envbuilder.project import Project
 from envbuilder.spec import TARGETS
 
@@ -110,7 +110,7 @@ def parse_env_lock(data: Mapping[str, Any], where: str) -> EnvLock:
         newer = version > LOCK_VERSION
         raise LockError(
             f"{where}: lock format version {version} is "
-            + ("newer than this envbuilder reads (1); upgrade envbuilder" if newer
+            + (f"newer than this envbuilder reads ({LOCK_VERSION}); upgrade envbuilder" if newer
                else f"not supported (this envbuilder reads {LOCK_VERSION}); {_RELOCK}")
         )
     _check_table(data, _TOP_KEYS, where)
@@ -228,12 +228,9 @@ def write_output(path: Path, data: bytes) -> bool:
     """Write a committed output only when its bytes differ (unchanged files keep their mtime),
     atomically, readable by all (0644 less the umask; a bare temp file would be 0600).
     True if written."""
-    if path.is_file() and path.read_bytes() == data:
-        return False
     umask = os.umask(0)
     os.umask(umask)
-    atomic_write_bytes(path, data, 0o666 & ~umask)
-    return True
+    return write_if_changed(path, data, 0o666 & ~umask)
 
 
 def write_env_lock(project: Project, lock: EnvLock) -> bool:

@@ -12,14 +12,16 @@ its canonical JSON) is what the generated files carry in their header instead of
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Any, ClassVar, Literal
 
+from envbuilder import activate
 from envbuilder.compat import RocmRelease, load_compat
 from envbuilder.errors import RenderError
+from envbuilder.fsutil import sha256_bytes
+from envbuilder.quoting import env_name, sh_quote
 from envbuilder.spec import EnvSpec, TargetName
 
 #: Where the venv lives in images and WSL rootfs (build-context contract).
@@ -296,7 +298,7 @@ class Plan:
     def input_sha256(self) -> str:
         """sha256 of the plan's canonical JSON: what the generated files depend on."""
         text = json.dumps(_canonical(self), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+        return sha256_bytes(text.encode("utf-8"))
 
 
 def _canonical(value: Any) -> Any:
@@ -429,8 +431,6 @@ def _wsl_stack(env: EnvSpec, rocm: RocmRelease | None, ubuntu: str | None) -> li
 
 
 def _profile_lines(variables: Mapping[str, str]) -> tuple[str, ...]:
-    from envbuilder.quoting import env_name, sh_quote
-
     lines = ["# Environment of this envbuilder distro (login shells read /etc/profile.d).",
              f'export PATH="{VENV}/bin:$PATH"']
     lines += [f"export {env_name(k)}={sh_quote(v)}" for k, v in variables.items()]
@@ -462,8 +462,7 @@ def _wsl_plan(
     build = _build_stage("rootfs", "python3", env.python)
     if env.accelerator == "rocm" and rocm is not None and rocm.libhsa_fix is not None:
         torch_lib = f"{VENV}/lib/python{env.python}/site-packages/torch/lib"
-        build = Stage(build.name, build.base, build.pinned,
-                      (*build.steps, LibhsaFix(rocm.libhsa_fix, torch_lib)))
+        build = replace(build, steps=(*build.steps, LibhsaFix(rocm.libhsa_fix, torch_lib)))
     final = Stage(None, "rootfs", True, (
         CopyFromStage("build", VENV, VENV),
         InstallConfFiles((
@@ -483,8 +482,6 @@ def _wsl_plan(
 
 
 def _windows_plan(env: EnvSpec, lock: LockPins, variables: Mapping[str, str]) -> Plan:
-    from envbuilder import activate
-
     if env.windows is None:
         raise RenderError(f"env {env.name!r} has no [env.{env.name}.windows] table")
     pylock = f"lockfiles/{lock.pylock or f'pylock.{env.name}-windows.toml'}"

@@ -51,6 +51,7 @@ from envbuilder.lockfile import (
     write_output,
 )
 from envbuilder.project import Project
+from envbuilder.pyfinder import uv_bin
 from envbuilder.spec import EnvSpec, Index, TargetName
 from envbuilder.targets import ProgressFn, no_progress
 
@@ -71,13 +72,6 @@ ENVIRONMENTS: dict[str, str] = {
 MIRROR_ENV_PREFIX = "ENVBUILDER_MIRROR_"
 
 
-def uv_bin() -> str:
-    """Path of the uv executable shipped with the `uv` package (a runtime dependency)."""
-    import uv  # imported late: only resolving needs it
-
-    return str(uv.find_uv_bin())
-
-
 def mirror_env_var(index_name: str) -> str:
     """`ENVBUILDER_MIRROR_<NAME>`: the per-machine override of an index's mirror."""
     return MIRROR_ENV_PREFIX + re.sub(r"[^A-Z0-9]", "_", index_name.upper())
@@ -90,11 +84,7 @@ def _is_url(value: str) -> bool:
 def _canonical_is_flat(index: Index) -> bool:
     """Whether an index is a flat listing (find-links page) rather than a PEP 503 simple index.
 
-    AMD's repo.radeon.com wheel folders are plain listings; PyTorch's indexes are simple indexes.
-    A spec may state it (`format = "flat"`) when the spec loader carries that field."""
-    declared = getattr(index, "format", None)
-    if declared in ("flat", "simple"):
-        return bool(declared == "flat")
+    AMD's repo.radeon.com wheel folders are plain listings; PyTorch's indexes are simple indexes."""
     url = index.url.lower()
     return url.endswith((".html", ".htm")) or "repo.radeon.com/rocm/manylinux" in url
 
@@ -280,7 +270,8 @@ def _uv_failure(request: ResolveRequest, stderr: str) -> str:
     )
 
 
-def _filename(url: str) -> str:
+def url_filename(url: str) -> str:
+    """The (unquoted) file name at the end of a URL's path."""
     return unquote(urlsplit(url).path.rsplit("/", 1)[-1])
 
 
@@ -354,13 +345,13 @@ def _fix_artifact(art: Any, package: str, src: IndexSource | None) -> Any:
     # size, or none of them); the lock records the canonical URL and the hash only.
     parts: list[str] = []
     if "url" not in art:  # a `path` entry
-        filename = str(art.get("name") or _filename(location))
+        filename = str(art.get("name") or url_filename(location))
         parts.append(f"url = {_toml_str(src.artifact_url(filename))}")
     for key, value in art.items():
         if key in ("upload-time", "size", "path"):
             continue
         if key == "url" and src.mirrored:
-            text = _toml_str(src.artifact_url(_filename(location)))
+            text = _toml_str(src.artifact_url(url_filename(location)))
         else:
             text = tomlkit.item(value).as_string().strip()
         parts.append(f"{tomlkit.key(key).as_string()} = {text}")

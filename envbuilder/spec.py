@@ -18,11 +18,10 @@ CONTRACT (other modules code against these names; keep them stable):
 from __future__ import annotations
 
 import difflib
-import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -31,7 +30,9 @@ import tomlkit.exceptions
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from envbuilder import checks
 from envbuilder.errors import SpecError, UsageError
+from envbuilder.fsutil import sha256_bytes
 
 Accelerator = Literal["rocm", "cuda", "cpu"]
 TargetName = Literal["docker", "wsl2", "windows", "native"]
@@ -188,7 +189,7 @@ class Spec:
         }
         text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
                           default=str)
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+        return sha256_bytes(text.encode("utf-8"))
 
 
 @dataclass(frozen=True)
@@ -232,9 +233,7 @@ def check_spec(path: str | Path) -> CheckResult:
     findings = ctx.result()
     if any(f.severity == "error" for f in findings) or spec is None:
         return CheckResult(None, findings)
-    spec = Spec(path=spec.path, envs=spec.envs, indexes=spec.indexes, findings=findings,
-                merged=spec.merged, document=spec.document)
-    return CheckResult(spec, findings)
+    return CheckResult(replace(spec, findings=findings), findings)
 
 
 # --- schema -----------------------------------------------------------------------------------
@@ -512,8 +511,6 @@ def _build(path: Path, doc: dict[str, Any], ctx: _Ctx) -> Spec | None:
         env = _make_env(name, merged[name], indexes, ctx)
         if env is not None:
             envs[name] = env
-    from envbuilder import checks  # checks imports this module's types
-
     for env in envs.values():
         checks.check_env(env, indexes, ctx)
     checks.check_spec_wide(list(envs.values()), ctx)
@@ -526,8 +523,6 @@ def _indexes(raw: Any, ctx: _Ctx) -> dict[str, Index]:
                 "[indexes.NAME] with url = \"...\"")
         return {}
     out: dict[str, Index] = {}
-    from envbuilder import checks
-
     for name, table in raw.items():
         key = f"indexes.{name}"
         if not INDEX_NAME_RE.fullmatch(name):
@@ -553,8 +548,6 @@ def _make_env(name: str, m: dict[str, Any], indexes: Mapping[str, Index],
               ctx: _Ctx) -> EnvSpec | None:
     """Typed EnvSpec from the merged table; None (with findings) when a value it needs is
     unusable. The other values are still checked, so one run reports every mistake."""
-    from envbuilder import checks
-
     accelerator, python, rocm, cuda = _versions(name, m, ctx)
     targets = _targets(name, m, ctx)
     packages = checks.check_packages(name, ("packages",), m.get("packages", []), ctx)
@@ -661,8 +654,6 @@ def _pins(name: str, path: tuple[str, ...], raw: Mapping[str, str],
           indexes: Mapping[str, Index], ctx: _Ctx) -> dict[str, str]:
     out: dict[str, str] = {}
     for pkg, index in raw.items():
-        from envbuilder import checks
-
         if not checks.PACKAGE_NAME_RE.fullmatch(pkg):
             ctx.env_err(name, (*path, pkg), "is not a package name; use the distribution "
                         "name, e.g. torch")
@@ -679,8 +670,6 @@ def _pins(name: str, path: tuple[str, ...], raw: Mapping[str, str],
 
 def _target_overrides(name: str, m: dict[str, Any], indexes: Mapping[str, Index],
                       ctx: _Ctx) -> tuple[dict[str, tuple[str, ...]], dict[str, dict[str, str]]]:
-    from envbuilder import checks
-
     packages: dict[str, tuple[str, ...]] = {}
     pins: dict[str, dict[str, str]] = {}
     for target in TARGETS:
@@ -695,8 +684,6 @@ def _target_overrides(name: str, m: dict[str, Any], indexes: Mapping[str, Index]
 
 def _docker(name: str, m: dict[str, Any], targets: tuple[TargetName, ...], rocm: str | None,
             ctx: _Ctx) -> DockerTarget | None:
-    from envbuilder import checks
-
     if "docker" not in targets:
         return None
     t = m.get("docker", {})
@@ -717,8 +704,6 @@ def _docker(name: str, m: dict[str, Any], targets: tuple[TargetName, ...], rocm:
 
 def _wsl2(name: str, m: dict[str, Any], targets: tuple[TargetName, ...],
           accelerator: str | None, ctx: _Ctx) -> Wsl2Target | None:
-    from envbuilder import checks
-
     if "wsl2" not in targets:
         return None
     t = m.get("wsl2", {})
@@ -745,8 +730,6 @@ def _wsl2(name: str, m: dict[str, Any], targets: tuple[TargetName, ...],
 
 def _windows(name: str, m: dict[str, Any], targets: tuple[TargetName, ...],
              python: str | None, ctx: _Ctx) -> WindowsTarget | None:
-    from envbuilder import checks
-
     if "windows" not in targets:
         return None
     t = m.get("windows", {})

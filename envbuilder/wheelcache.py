@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import quote, unquote, urljoin, urlsplit
+from urllib.parse import quote, unquote, urljoin
 
 from packaging.markers import InvalidMarker, Marker
 from packaging.tags import Tag, compatible_tags, cpython_tags
@@ -42,8 +42,8 @@ from envbuilder.errors import EnvbuilderError, LockError
 from envbuilder.fsutil import atomic_write_text, sha256_file
 from envbuilder.lockfile import load_env_lock
 from envbuilder.project import Project
-from envbuilder.resolve import IndexSource, index_source
-from envbuilder.spec import EnvSpec, Index
+from envbuilder.resolve import IndexSource, index_source, url_filename
+from envbuilder.spec import EnvSpec, Index, load_spec
 from envbuilder.targets import ProgressFn, no_progress
 
 Source = Literal["cache", "mirror", "download"]
@@ -134,8 +134,7 @@ def _best_wheel(package: Mapping[str, Any], rank: Mapping[Tag, int]) -> Mapping[
     if archive and str(archive.get("url", "")).endswith(".whl"):
         candidates.append(archive)
     for wheel in candidates:
-        filename = wheel.get("name") or unquote(urlsplit(str(wheel.get("url", ""))).path
-                                                .rsplit("/", 1)[-1])
+        filename = wheel.get("name") or url_filename(str(wheel.get("url", "")))
         _, _, _, tags = parse_wheel_filename(filename)
         score = min((rank[t] for t in tags if t in rank), default=None)
         if score is not None and (best is None or score < best[0]):
@@ -173,8 +172,6 @@ def locked_files(pylock: Path, platform: str, python: str) -> list[LockedFile]:
 
 def _mirrors(project: Project) -> list[IndexSource]:
     """The mirrored indexes of this machine (spec mirrors and ENVBUILDER_MIRROR_* overrides)."""
-    from envbuilder.spec import load_spec
-
     try:
         indexes: Mapping[str, Index] = load_spec(project.spec_path).indexes
     except EnvbuilderError:  # no spec, or a broken one: fetch from the canonical URLs
@@ -279,9 +276,7 @@ def _try_fetch(where: str, dest: Path, f: LockedFile, progress: ProgressFn,
         with urllib.request.urlopen(where, timeout=120, context=_ssl_context()) as resp:
             length = resp.headers.get("Content-Length")
             return _copy_verified(resp, dest, f, int(length) if length else f.size, progress)
-    except LockError as exc:
-        refused.append(f"{where}: {exc}")
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+    except (LockError, urllib.error.URLError, OSError, ValueError) as exc:
         refused.append(f"{where}: {exc}")
     return None
 

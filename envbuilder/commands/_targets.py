@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from rich.progress import Progress, TaskID
 
@@ -28,6 +29,23 @@ def add_selection_arguments(parser: argparse.ArgumentParser, default_target: str
                         required=default_target is None,
                         help="deployment target" + (f" (default: {default_target})"
                                                     if default_target else ""))
+
+
+#: Targets that make a venv, whose build() and validate() take `path`.
+VENV_TARGETS = ("native", "windows")
+
+
+def path_option(args: argparse.Namespace, one_env: bool) -> dict[str, Any]:
+    """{"path": args.path} when --path was given, for build/validate of a venv target; {} when
+    not. UsageError for another target, or (`one_env`) unless exactly one --env is named."""
+    if args.path is None:
+        return {}
+    if args.target not in VENV_TARGETS:
+        raise UsageError(f"--path applies to the venv targets ({', '.join(VENV_TARGETS)}), "
+                         f"not {args.target}")
+    if one_env and len(args.env) != 1:
+        raise UsageError("--path needs exactly one --env (one venv per folder)")
+    return {"path": args.path}
 
 
 def selected(args: argparse.Namespace) -> tuple[Project, list[EnvSpec]]:

@@ -6,7 +6,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from envbuilder.commands._targets import add_selection_arguments, progress_for, selected
+from envbuilder.commands._targets import (
+    add_selection_arguments,
+    path_option,
+    progress_for,
+    selected,
+)
 from envbuilder.errors import UsageError
 from envbuilder.targets import get_target
 from envbuilder.ui import UI
@@ -27,7 +32,6 @@ Building again with nothing changed builds nothing. Prints one line per artifact
     <env> <target> <reference> <digest> (built|up to date)
 """
 
-VENV_TARGETS = ("native", "windows")
 #: Targets that build an image with the engine, whose build() takes `no_cache`.
 NO_CACHE_TARGETS = ("docker", "wsl2")
 
@@ -43,14 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _target_options(args: argparse.Namespace) -> dict[str, Any]:
     """Target-specific keyword arguments; refuses options the target does not take."""
-    options: dict[str, Any] = {}
-    if args.path is not None:
-        if args.target not in VENV_TARGETS:
-            raise UsageError(f"--path applies to the venv targets ({', '.join(VENV_TARGETS)}), "
-                             f"not {args.target}")
-        if len(args.env) != 1:
-            raise UsageError("--path needs exactly one --env (one venv per folder)")
-        options["path"] = args.path
+    options = path_option(args, one_env=True)
     if args.no_cache:
         if args.target not in NO_CACHE_TARGETS:
             raise UsageError(f"--no-cache applies to the image targets "

@@ -7,6 +7,7 @@ import json
 import sys
 
 from envbuilder import explain
+from envbuilder.errors import UsageError
 from envbuilder.ui import UI
 
 HELP = "explain a known ROCm/PyTorch error message: cause, fix, sources"
@@ -32,10 +33,11 @@ def run(args: argparse.Namespace, ui: UI) -> int:
             ui.print(f"{e.id}: {e.title}")
         return 0
     if args.message is None:
-        from envbuilder.errors import UsageError
-
         raise UsageError("give a MESSAGE to explain (or - to read it from standard input)")
     text = sys.stdin.read() if args.message == "-" else args.message
+    if not text.strip():
+        raise UsageError("the message to explain is empty; paste the error text (quoted) or "
+                         "pipe it in with -")
     found = explain.match_all(text)
     if args.json:
         ui.print(json.dumps({"known": bool(found), "matches": [e.as_dict() for e in found]},

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from envbuilder.errors import UsageError
+from envbuilder.errors import UsageError, ValidationError
 from envbuilder.fsutil import atomic_write_text
 from envbuilder.probe.cli import add_probe_arguments
 from envbuilder.probe.report import render_table
@@ -20,7 +20,7 @@ here, with this interpreter: device, matmul, amp, collectives, membw, conformanc
 runs in its own process with a timeout. The options are those of the probe zipapp
 (`python probe.pyz --help`); see docs/probe.md.
 
-  envbuilder probe --level quick --expect cpu --lock lockfiles/pylock.cpu.native.toml \\
+  envbuilder probe --level quick --expect cpu --lock lockfiles/pylock.cpu-native.toml \\
       --json reports/cpu.native.json
 """
 
@@ -34,13 +34,20 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     if args.lock and not Path(args.lock).is_file():
         raise UsageError(f"--lock {args.lock}: no such file (give a PEP 751 pylock.toml, "
                          "e.g. one under lockfiles/)")
+    if args.json and Path(args.json).is_dir():
+        raise UsageError(f"--json {args.json} is a folder; give the report's file name, e.g. "
+                         "reports/cpu.native.json")
     opts = ProbeOptions(level=args.level, expect=args.expect, only=tuple(args.only),
                         skip=tuple(args.skip),
                         lock=str(Path(args.lock).resolve()) if args.lock else None,
                         labels=dict(args.label), repeat=args.repeat, timeout_s=args.timeout)
     report = run_probe(opts, progress=ui.info)
     if args.json:
-        atomic_write_text(Path(args.json),
-                          json.dumps(report, indent=2, allow_nan=False) + "\n")
+        try:
+            atomic_write_text(Path(args.json),
+                              json.dumps(report, indent=2, allow_nan=False) + "\n")
+        except OSError as exc:
+            raise ValidationError(f"cannot write the report to --json {args.json}: "
+                                  f"{exc.strerror or exc}") from None
     ui.print(render_table(report))
     return exit_code(report)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from envbuilder.commands._targets import add_selection_arguments, progress_for, selected
+from envbuilder.docker_engine import registry_repository
 from envbuilder.errors import UsageError
 from envbuilder.targets import get_target
 from envbuilder.ui import UI
@@ -33,6 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:
+    registry_repository(args.registry, "env")  # a malformed --registry fails before any work
     project, envs = selected(args)
     target = get_target(args.target)
     push = getattr(target, "push", None)

@@ -70,8 +70,6 @@ def _report(project: Project, result: RenderResult, ui: UI) -> int:
 
 def run(args: argparse.Namespace, ui: UI) -> int:
     project = Project.from_spec(args.spec)
-    if not project.spec_path.is_file():
-        raise UsageError(f"{project.spec_path}: no such spec file; pass --spec PATH")
     spec = load_spec(project.spec_path)
     if args.env and args.target:
         for env in spec.select(args.env):

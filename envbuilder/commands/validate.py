@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
 
-from envbuilder.commands._targets import add_selection_arguments, progress_for, selected
+from envbuilder.commands._targets import (
+    add_selection_arguments,
+    path_option,
+    progress_for,
+    selected,
+)
 from envbuilder.errors import UsageError, ValidationError
 from envbuilder.targets import ValidateOptions, get_target
 from envbuilder.ui import UI
@@ -32,8 +36,6 @@ pylock, and write reports/<env>.<target>.json:
 Prints one line per report on stdout: <env> <target> pass|fail <report path>.
 Exit 0 when every probe passed, 1 when any failed.
 """
-
-VENV_TARGETS = ("native", "windows")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,15 +63,6 @@ def _options(args: argparse.Namespace) -> ValidateOptions:
                            only=tuple(args.only), skip=tuple(args.skip), timeout_s=args.timeout)
 
 
-def _target_options(args: argparse.Namespace) -> dict[str, Any]:
-    if args.path is None:
-        return {}
-    if args.target not in VENV_TARGETS:
-        raise UsageError(f"--path applies to the venv targets ({', '.join(VENV_TARGETS)}), "
-                         f"not {args.target}")
-    return {"path": args.path}
-
-
 def report_status(report: Path) -> str:
     """The `status` of a probe report ("pass"/"fail"); ValidationError if it is unreadable."""
     try:
@@ -81,7 +74,7 @@ def report_status(report: Path) -> str:
 
 def run(args: argparse.Namespace, ui: UI) -> int:
     options = _options(args)
-    extra = _target_options(args)
+    extra = path_option(args, one_env=False)
     project, envs = selected(args)
     target = get_target(args.target)
     failed = 0

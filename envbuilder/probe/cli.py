@@ -121,6 +121,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.lock and not Path(args.lock).is_file():
         parser.error(f"--lock {args.lock}: no such file")
+    if args.json and Path(args.json).is_dir():
+        parser.error(f"--json {args.json} is a folder; give the report's file name")
     opts = options_from_args(args)
     if hasattr(signal, "SIGTERM"):
         signal.signal(signal.SIGTERM, _sigterm)  # `docker stop` ends the children too

@@ -13,7 +13,8 @@ here.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -51,6 +52,30 @@ class ValidateOptions:
     only: tuple[str, ...] = ()
     skip: tuple[str, ...] = ()
     timeout_s: float | None = None
+
+
+def probe_options(env: EnvSpec, options: ValidateOptions, labels: Mapping[str, str]) -> list[str]:
+    """The probe's command-line options for `options` and `labels` (in their order), shared by
+    every target: --expect defaults to the env's accelerator; --repeat is left out when 1 (the
+    probe's default). Where the probe runs, its --lock/--json/--timeout are the target's."""
+    args = ["--level", options.level, "--expect", options.expect or env.accelerator]
+    for key, value in labels.items():
+        args += ["--label", f"{key}={value}"]
+    if options.repeat != 1:
+        args += ["--repeat", str(options.repeat)]
+    for check in options.only:
+        args += ["--only", check]
+    for check in options.skip:
+        args += ["--skip", check]
+    return args
+
+
+def probe_zipapp_bytes() -> bytes:
+    """The probe zipapp (envbuilder.probe.build_zipapp) as bytes, to copy into an artifact."""
+    from envbuilder.probe import build_zipapp
+
+    with tempfile.TemporaryDirectory(prefix="envbuilder-probe-") as tmp:
+        return build_zipapp(Path(tmp) / "probe.pyz").read_bytes()
 
 
 class Target(Protocol):

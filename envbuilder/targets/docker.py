@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -42,7 +41,14 @@ from envbuilder.errors import (
 from envbuilder.fsutil import atomic_write_bytes, sha256_file
 from envbuilder.project import Project
 from envbuilder.spec import EnvSpec
-from envbuilder.targets import Artifact, ProgressFn, ValidateOptions, register
+from envbuilder.targets import (
+    Artifact,
+    ProgressFn,
+    ValidateOptions,
+    probe_options,
+    probe_zipapp_bytes,
+    register,
+)
 
 TARGET = "docker"
 LOCK_LABEL = "org.envbuilder.lock-sha256"
@@ -234,7 +240,8 @@ class DockerTarget:
             )
         host_kind = detect_host_kind()
         pylock = (project.lockfiles / target.pylock).read_bytes()
-        files_in = {f"{PROBE_DIR}/probe.pyz": _probe_zipapp(), f"{PROBE_DIR}/pylock.toml": pylock}
+        files_in = {f"{PROBE_DIR}/probe.pyz": probe_zipapp_bytes(),
+                    f"{PROBE_DIR}/pylock.toml": pylock}
         report_in = f"{PROBE_DIR}/report.json"
         command = [VENV_PYTHON, f"{PROBE_DIR}/probe.pyz", *probe_arguments(env, options),
                    "--lock", f"{PROBE_DIR}/pylock.toml", "--json", report_in]
@@ -260,9 +267,7 @@ class DockerTarget:
         repository digest ("HOST/REPO/<env>@sha256:...")."""
         _lock, target = _docker_lock(project, env.name)
         tag = image_tag(env.name, target.pylock_sha256)
-        repository = f"{registry.rstrip('/')}/{env.name}"
-        if "://" in registry or "@" in registry:
-            raise UsageError(f"--registry {registry}: give HOST[:PORT]/PATH, without a scheme")
+        repository = docker_engine.registry_repository(registry, env.name)
         client = docker_engine.connect()
         image = _existing(client, tag)
         if image is None:
@@ -312,19 +317,4 @@ def _mismatch(image: Any, lock_sha256: str, recorded_id: str | None) -> str | No
 
 def probe_arguments(env: EnvSpec, options: ValidateOptions) -> list[str]:
     """The probe's command-line options for `options` (expect defaults to the accelerator)."""
-    args = ["--level", options.level, "--expect", options.expect or env.accelerator,
-            "--label", f"env={env.name}", "--label", f"target={TARGET}"]
-    if options.repeat != 1:
-        args += ["--repeat", str(options.repeat)]
-    for check in options.only:
-        args += ["--only", check]
-    for check in options.skip:
-        args += ["--skip", check]
-    return args
-
-
-def _probe_zipapp() -> bytes:
-    from envbuilder.probe import build_zipapp
-
-    with tempfile.TemporaryDirectory(prefix="envbuilder-probe-") as tmp:
-        return build_zipapp(Path(tmp) / "probe.pyz").read_bytes()
+    return probe_options(env, options, {"env": env.name, "target": TARGET})

@@ -35,7 +35,7 @@ from envbuilder.errors import BuildError, LockError, UsageError, ValidationError
 from envbuilder.fsutil import atomic_write_bytes, sha256_file
 from envbuilder.project import Project
 from envbuilder.spec import EnvSpec, TargetName
-from envbuilder.targets import Artifact, ProgressFn, ValidateOptions, register
+from envbuilder.targets import Artifact, ProgressFn, ValidateOptions, probe_options, register
 
 MARKER = "envbuilder-venv.json"
 MARKER_VERSION = 1
@@ -94,15 +94,9 @@ def probe_command(
     env: EnvSpec, target: str, options: ValidateOptions,
 ) -> list[str]:
     """The probe's command line, run with the venv's Python (probe contract in the brief)."""
-    cmd = [str(venv_python), str(zipapp), "--level", options.level,
-           "--expect", options.expect or env.accelerator, "--repeat", str(options.repeat),
-           "--lock", str(pylock), "--label", f"env={env.name}", "--label", f"target={target}",
-           "--json", str(report)]
-    for check in options.only:
-        cmd += ["--only", check]
-    for check in options.skip:
-        cmd += ["--skip", check]
-    return cmd
+    return [str(venv_python), str(zipapp),
+            *probe_options(env, options, {"env": env.name, "target": target}),
+            "--lock", str(pylock), "--json", str(report)]
 
 
 def marker_bytes(

@@ -26,18 +26,25 @@ import json
 import os
 import shutil
 import tarfile
-import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from envbuilder import wslexe, wsltar
-from envbuilder.errors import BuildError, EngineError, LockError, UsageError, ValidationError
+from envbuilder.errors import BuildError, EngineError, LockError, ValidationError
 from envbuilder.fsutil import atomic_write_bytes, sha256_file
 from envbuilder.project import Project
 from envbuilder.spec import EnvSpec
-from envbuilder.targets import Artifact, ProgressFn, ValidateOptions, no_progress, register
+from envbuilder.targets import (
+    Artifact,
+    ProgressFn,
+    ValidateOptions,
+    no_progress,
+    probe_options,
+    probe_zipapp_bytes,
+    register,
+)
 
 if TYPE_CHECKING:
     import docker
@@ -196,29 +203,18 @@ def probe_argv(env: EnvSpec, options: ValidateOptions, labels: Mapping[str, str]
                with_lock: bool) -> list[str]:
     """The probe's command line inside the distro, run by a login shell (so /etc/profile.d
     applies, as in a WSL login) with the venv's Python."""
-    argv = [VENV_PYTHON, PROBE_PATH, "--level", options.level,
-            "--expect", options.expect or env.accelerator, "--repeat", str(options.repeat),
+    argv = [VENV_PYTHON, PROBE_PATH, *probe_options(env, options, dict(sorted(labels.items()))),
             "--json", REPORT_PATH]
-    for check in options.only:
-        argv += ["--only", check]
-    for check in options.skip:
-        argv += ["--skip", check]
     if options.timeout_s is not None:
         argv += ["--timeout", str(options.timeout_s)]
     if with_lock:
         argv += ["--lock", PYLOCK_PATH]
-    for key, value in sorted(labels.items()):
-        argv += ["--label", f"{key}={value}"]
     return ["/bin/sh", "-lc", 'exec "$@"', "sh", *argv]
 
 
 def make_probe_run(project: Project, env: EnvSpec, options: ValidateOptions,
                    labels: Mapping[str, str]) -> ProbeRun:
-    from envbuilder.probe import build_zipapp
-
-    files: dict[str, bytes] = {}
-    with tempfile.TemporaryDirectory(prefix="envbuilder-probe-") as tmp:
-        files[PROBE_PATH] = build_zipapp(Path(tmp) / "probe.pyz").read_bytes()
+    files = {PROBE_PATH: probe_zipapp_bytes()}
     pylock = project.pylock(env.name, TARGET)
     if pylock.is_file():  # the lock conformance check compares the distro with it
         files[PYLOCK_PATH] = pylock.read_bytes()
@@ -417,9 +413,7 @@ class Wsl2Target:
         _require_wsl2(env)
         lock = _require_lock(project, env)
         pylock_sha = lock.targets[TARGET].pylock_sha256
-        if "://" in registry or "@" in registry:
-            raise UsageError(f"--registry {registry}: give HOST[:PORT]/PATH, without a scheme")
-        repository = f"{registry.rstrip('/')}/{env.name}-wsl2"
+        repository = docker_engine.registry_repository(registry, f"{env.name}-wsl2")
         tag = image_tag(env.name, pylock_sha)
         digest = docker_engine.push_image(self._docker(), tag, repository, pylock_sha[:12],
                                           progress)
