@@ -58,7 +58,10 @@ def connect() -> docker.DockerClient:
     """
     where = _engine_where()
     try:
-        client = docker.from_env(timeout=ENGINE_TIMEOUT_S)
+        # ssh:// through the system's ssh client (as the docker CLI does), not paramiko, which
+        # is not a dependency: the hint below suggests ssh://, so it must work.
+        ssh = os.environ.get("DOCKER_HOST", "").startswith("ssh://")
+        client = docker.from_env(timeout=ENGINE_TIMEOUT_S, use_ssh_client=ssh)
         client.ping()
     except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
         raise EngineError(_unreachable_message(where, exc)) from None

@@ -152,6 +152,18 @@ def test_dead_docker_socket_says_how_to_start_the_engine(
     assert "point DOCKER_HOST at a running engine" in message
 
 
+def test_unreachable_ssh_engine_is_one_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # ssh:// goes through the system's ssh client (docker[ssh]); nothing listens on port 1.
+    spec = _project(tmp_path, locked=True)
+    monkeypatch.setenv("DOCKER_HOST", "ssh://nobody@127.0.0.1:1")
+    assert main(["build", "--target", "docker", "--env", "cpu", "--spec", str(spec)]) == 1
+    message = _message(capsys.readouterr().err)
+    assert message.startswith("error: cannot reach the Docker engine at ssh://nobody@127.0.0.1:1")
+    assert "paramiko" not in message
+
+
 @pytest.mark.parametrize("registry", ["127.0.0.1:5000", "127.0.0.1:5000/envbuilder-ci",
                                       "registry.example.com/ml/", "localhost:5000/a/b_c",
                                       "ghcr.io/my-org/sub.dir", "myuser"])
