@@ -26,7 +26,9 @@ SEED_DIR="$STATE_DIR/seed"
 if [ "$SEED_REPOSITORY" != library/debian ]; then SEED_DIR="$STATE_DIR/seed-${SEED_REPOSITORY//\//-}"; fi
 CI_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 DOCKER_SOCK=/var/run/docker.sock
-PACKAGES=(docker.io docker-registry debootstrap shellcheck chromium apache2-utils iptables curl python3-venv openssh-client)
+# openssh-server: tests/test_docker_ssh.py starts its own sshd on 127.0.0.1 (DOCKER_HOST=ssh://).
+PACKAGES=(docker.io docker-registry debootstrap shellcheck chromium apache2-utils iptables curl python3-venv openssh-client
+    openssh-server)
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi

@@ -12,6 +12,7 @@ used by envbuilder's templates (the SDK cannot drive BuildKit, docker/docker-py#
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import grp
 import io
@@ -65,6 +66,9 @@ def connect() -> docker.DockerClient:
         client.ping()
     except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
         raise EngineError(_unreachable_message(where, exc)) from None
+    # Over ssh:// every pooled connection is an ssh process; close them in order at exit, before
+    # interpreter teardown, where a closed pipe would print a BrokenPipeError.
+    atexit.register(client.close)
     return client
 
 

@@ -198,6 +198,8 @@ class CheckResult:
 
     spec: Spec | None
     findings: tuple[Finding, ...]
+    #: the [env.NAME] tables as written, also when the spec has errors (empty if unparsable)
+    env_names: tuple[str, ...] = ()
 
     @property
     def errors(self) -> list[Finding]:
@@ -231,9 +233,11 @@ def check_spec(path: str | Path) -> CheckResult:
         return CheckResult(None, ctx.result())
     spec = _build(Path(path), doc, ctx)
     findings = ctx.result()
+    envs = doc.get("env")
+    names = tuple(str(n) for n in envs) if isinstance(envs, Mapping) else ()
     if any(f.severity == "error" for f in findings) or spec is None:
-        return CheckResult(None, findings)
-    return CheckResult(replace(spec, findings=findings), findings)
+        return CheckResult(None, findings, names)
+    return CheckResult(replace(spec, findings=findings), findings, names)
 
 
 # --- schema -----------------------------------------------------------------------------------

@@ -176,3 +176,16 @@ def test_valid_registries_pass(registry: str) -> None:
 def test_invalid_registries_are_usage_errors(registry: str) -> None:
     with pytest.raises(UsageError, match="--registry"):
         registry_repository(registry, "cpu")
+
+
+def test_check_unknown_env_is_a_usage_error_even_when_the_spec_has_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Filtering by an unknown name used to hide every env finding and report "ok" (exit 0).
+    spec = tmp_path / "environments.toml"
+    spec.write_text('[env.x]\naccelerator = "cpu"\npython = "3.11"\npackages = ["numpy"]\n'
+                    'targets = ["native"]\nrccl = { RCCL_ALGO = "Ring" }\n')
+    assert main(["check", "--spec", str(spec), "--env", "nosuch"]) == 2
+    assert "no environment 'nosuch'; known: x" in capsys.readouterr().err
+    assert main(["check", "--spec", str(spec), "--env", "x"]) == 1
+    assert "RCCL_ALGO is not read by RCCL" in capsys.readouterr().out

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import zipfile
@@ -70,8 +71,18 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     project = Project.from_spec(spec_path, cache=tmp_path_factory.mktemp("venv-cache"))
     env = load_spec(spec_path).env(ENV)
     venv = root / "venvs" / "cpu native"  # a space in the path, on purpose
-    first = _native().build(project, env, no_progress, path=venv)
-    yield Built(project, env, venv, first)
+    # uv's own cache goes to a folder of this session, so a test can see what a build leaves
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("UV_CACHE_DIR", str(tmp_path_factory.mktemp("uv-cache")))
+        first = _native().build(project, env, no_progress, path=venv)
+        yield Built(project, env, venv, first)
+
+
+def test_build_leaves_no_unpacked_wheels_in_uvs_cache(built: Built) -> None:
+    # Each build's wheelhouse is a new folder: a cached sync would keep one more unpacked torch
+    # (~0.7 GB) per build in uv's cache, forever.
+    cache = Path(os.environ["UV_CACHE_DIR"])
+    assert not [p for p in cache.rglob("torch") if p.is_dir()]
 
 
 def _validate(b: Built, options: ValidateOptions = SHORT) -> dict[str, object]:

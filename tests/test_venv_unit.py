@@ -78,7 +78,7 @@ def test_windows_commands_with_windows_paths() -> None:
         r"C:\envs\rocm 64")
     sync = uv_sync_command("uv.exe", layout.python, PureWindowsPath(r"C:\tmp\requirements.txt"))
     assert sync[:3] == ["uv.exe", "pip", "sync"]
-    assert {"--offline", "--no-index", "--require-hashes"} <= set(sync)
+    assert {"--offline", "--no-index", "--require-hashes", "--no-cache"} <= set(sync)
     assert r"C:\envs\rocm 64\Scripts\python.exe" in sync
 
 

@@ -7,6 +7,7 @@ import dataclasses
 import json
 
 from envbuilder.cli import add_common_arguments
+from envbuilder.errors import UsageError
 from envbuilder.spec import check_spec
 from envbuilder.ui import UI
 
@@ -37,9 +38,14 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     result = check_spec(args.spec)
     findings = list(result.findings)
     if args.env:
-        if result.spec is not None:
-            for name in args.env:
-                result.spec.env(name)  # UsageError (exit 2) for an unknown env
+        # Names come from the file as written, so an unknown --env is a usage error (exit 2)
+        # even when the spec has errors, instead of filtering every finding away.
+        for name in args.env:
+            if result.spec is not None:
+                result.spec.env(name)  # UsageError with a did-you-mean
+            elif result.env_names and name not in result.env_names:
+                raise UsageError(f"{args.spec}: no environment {name!r}; known: "
+                                 f"{', '.join(result.env_names)}")
         findings = [f for f in findings if not f.key.startswith("env.")
                     or f.key.split(".")[1] in args.env]
     errors = sum(f.severity == "error" for f in findings)
