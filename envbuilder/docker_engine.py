@@ -19,6 +19,7 @@ import io
 import os
 import re
 import tarfile
+import weakref
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -66,10 +67,25 @@ def connect() -> docker.DockerClient:
         client.ping()
     except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
         raise EngineError(_unreachable_message(where, exc)) from None
-    # Over ssh:// every pooled connection is an ssh process; close them in order at exit, before
-    # interpreter teardown, where a closed pipe would print a BrokenPipeError.
-    atexit.register(client.close)
+    _CLIENTS.add(client)
     return client
+
+
+#: Clients made by `connect()`, closed by `close_all()` (weakly held: no client is kept alive).
+_CLIENTS: weakref.WeakSet[docker.DockerClient] = weakref.WeakSet()
+
+
+def close_all() -> None:
+    """Close every client `connect()` made that is still alive. Over ssh:// each pooled
+    connection is an ssh process: closing them while the far side still answers, instead of in
+    interpreter teardown, avoids BrokenPipeError noise (and runs at exit for the CLI)."""
+    for client in list(_CLIENTS):
+        with contextlib.suppress(OSError):
+            client.close()
+    _CLIENTS.clear()
+
+
+atexit.register(close_all)
 
 
 def _unreachable_message(where: str, exc: BaseException) -> str:

@@ -14,6 +14,7 @@ has none, so a `Port` line in the ssh config does not apply (unlike the docker C
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import pwd
@@ -76,7 +77,7 @@ def _keygen(path: Path) -> None:
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     """End the sshd this module started, by its pid. Its per-connection processes end with
-    their clients' ssh processes (the CLI's docker clients close theirs at exit at the latest);
+    their clients' ssh processes (the fixture closes every docker client first: close_all);
     killing them first would make the docker SDK's close() raise BrokenPipeError at exit."""
     proc.terminate()
     try:
@@ -153,6 +154,8 @@ def ssh_server(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> 
         _wait_until_up(proc, env, user, log)
         yield SshServer(proc.pid, user, port, env, log)
     finally:
+        gc.collect()  # unreferenced clients close now, while sshd still answers
+        docker_engine.close_all()
         _stop(proc)
 
 
