@@ -59,13 +59,17 @@ def connect() -> docker.DockerClient:
     Raises EngineError, saying how to start an engine or point at one, when it does not answer.
     """
     where = _engine_where()
+    client: docker.DockerClient | None = None
     try:
-        # ssh:// through the system's ssh client (as the docker CLI does), not paramiko, which
-        # is not a dependency: the hint below suggests ssh://, so it must work.
+        # ssh:// through the system's ssh client (as the docker CLI does), not paramiko's own
+        # ssh: ~/.ssh/config and agents apply as they do for `docker`.
         ssh = os.environ.get("DOCKER_HOST", "").startswith("ssh://")
         client = docker.from_env(timeout=ENGINE_TIMEOUT_S, use_ssh_client=ssh)
         client.ping()
     except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+        if client is not None:  # its half-open ssh connection would complain at exit
+            with contextlib.suppress(Exception):
+                client.close()
         raise EngineError(_unreachable_message(where, exc)) from None
     _CLIENTS.add(client)
     return client
