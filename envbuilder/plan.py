@@ -21,6 +21,7 @@ from envbuilder import activate
 from envbuilder.compat import RocmRelease, load_compat
 from envbuilder.errors import RenderError
 from envbuilder.fsutil import sha256_bytes
+from envbuilder.project import pylock_name
 from envbuilder.quoting import env_name, sh_quote
 from envbuilder.spec import EnvSpec, TargetName
 
@@ -484,7 +485,7 @@ def _wsl_plan(
 def _windows_plan(env: EnvSpec, lock: LockPins, variables: Mapping[str, str]) -> Plan:
     if env.windows is None:
         raise RenderError(f"env {env.name!r} has no [env.{env.name}.windows] table")
-    pylock = f"lockfiles/{lock.pylock or f'pylock.{env.name}-windows.toml'}"
+    pylock = f"lockfiles/{lock.pylock or pylock_name(env.name, 'windows')}"
     # The same blocks `envbuilder build --target windows` writes (envbuilder.activate), so the
     # script and the tool leave identical venvs. Script names as `python -m venv` writes them.
     makers = (("activate", activate.bash_block), ("Activate.ps1", activate.powershell_block),

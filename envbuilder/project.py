@@ -15,6 +15,14 @@ def default_cache_dir() -> Path:
     return Path(base) / "envbuilder"
 
 
+def pylock_name(env: str, target: str) -> str:
+    """The file name of an env's pylock for one target (in lockfiles/).
+
+    PEP 751 allows no dot inside the name (`pylock.<name>.toml`); pip and uv refuse
+    `pylock.cpu.native.toml` (pip parses it as requirements.txt), hence the dash."""
+    return f"pylock.{env}-{target}.toml"
+
+
 @dataclass(frozen=True)
 class Project:
     """The folders of one checkout. All outputs are relative to the spec file's folder."""
@@ -65,9 +73,7 @@ class Project:
         return self.lockfiles / f"{env}.lock.toml"
 
     def pylock(self, env: str, target: str) -> Path:
-        # PEP 751 allows no dot inside the name (`pylock.<name>.toml`); pip and uv refuse
-        # `pylock.cpu.native.toml` (pip parses it as requirements.txt), hence the dash.
-        return self.lockfiles / f"pylock.{env}-{target}.toml"
+        return self.lockfiles / pylock_name(env, target)
 
     def report(self, env: str, target: str) -> Path:
         return self.reports / f"{env}.{target}.json"
