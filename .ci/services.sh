@@ -7,8 +7,12 @@
 #     `docker pull debian:bookworm-slim` works without a public registry. The seed is
 #     reproducible (.ci/seed_image.py): the same digest on every machine while Debian's archive
 #     serves the same bookworm packages; its files stay in $STATE_DIR/seed.
+#   - a two-node Slurm cluster on this one machine (Debian's Slurm 22.05, docs/cluster.md):
+#     a private munged, one slurmctld and two slurmd (`-N n1`, `-N n2`), all on 127.0.0.1,
+#     configured by $STATE_DIR/slurm/slurm.conf (exported as SLURM_CONF).
 # Idempotent: whatever already runs is left alone. Progress goes to stderr; stdout carries only
-# `export` lines, so `eval "$(.ci/services.sh)"` sets ENVBUILDER_TEST_REGISTRY and friends.
+# `export` lines, so `eval "$(.ci/services.sh)"` sets ENVBUILDER_TEST_REGISTRY, SLURM_CONF and
+# friends.
 # Usage: .ci/services.sh [--no-install]     (root, or a user with sudo)
 set -euo pipefail
 
@@ -28,7 +32,14 @@ CI_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 DOCKER_SOCK=/var/run/docker.sock
 # openssh-server: tests/test_docker_ssh.py starts its own sshd on 127.0.0.1 (DOCKER_HOST=ssh://).
 PACKAGES=(docker.io docker-registry debootstrap shellcheck chromium apache2-utils iptables curl python3-venv openssh-client
-    openssh-server)
+    openssh-server munge slurmctld slurmd slurm-client)
+# The local Slurm cluster (docs/cluster.md): everything it writes lives under $SLURM_DIR.
+SLURM_DIR="$STATE_DIR/slurm"
+SLURM_CONF_FILE="$SLURM_DIR/slurm.conf"
+MUNGE_SOCKET="$SLURM_DIR/munge/munge.socket"
+SLURMCTLD_PORT=17000
+SLURM_NODES=(n1 n2)
+SLURM_NODE_PORTS=(17001 17002)
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
@@ -223,6 +234,163 @@ check_pull() {
     log "docker pull $SEED_IMAGE works"
 }
 
+# --- the local Slurm cluster (docs/cluster.md) ---
+
+# munged, private to this cluster: its own key, socket and pid file under $SLURM_DIR/munge, so a
+# system munged (or none) does not matter. It runs as the munge user, as Debian's unit does.
+munge_up() {
+    [ -S "$MUNGE_SOCKET" ] && munge -n -S "$MUNGE_SOCKET" | unmunge -S "$MUNGE_SOCKET" >/dev/null
+}
+
+start_munge() {
+    local dir="$SLURM_DIR/munge"
+    if munge_up 2>/dev/null; then
+        log "munged on $MUNGE_SOCKET already up"
+        return
+    fi
+    $SUDO install -d -o munge -g munge -m 0755 "$dir"
+    if [ ! -s "$dir/munge.key" ]; then
+        log "creating the cluster's munge key $dir/munge.key"
+        $SUDO runuser -u munge -- mungekey --create --keyfile="$dir/munge.key" >&2
+    fi
+    log "starting munged on $MUNGE_SOCKET (log: $dir/munged.log)"
+    # munged forks into the background itself once its socket is ready.
+    $SUDO runuser -u munge -- munged --socket="$MUNGE_SOCKET" --key-file="$dir/munge.key" \
+        --pid-file="$dir/munged.pid" --log-file="$dir/munged.log" --seed-file="$dir/munged.seed" \
+        </dev/null >&2
+    wait_for "munged (see $dir/munged.log)" 30 munge_up
+}
+
+# The whole slurm.conf. Why each non-default line is there:
+# - two NodeName lines on 127.0.0.1 with their own Port: Slurm's way to run several slurmd on
+#   one host (`slurmd -N NAME`); %n in the spool dir and pid file keeps them apart.
+# - SlurmdParameters=config_overrides: the nodes are what this file says (CPUs=2 each), not
+#   what slurmd measures, so a smaller machine does not drain them.
+# - proctrack/linuxproc, task/none, no accounting: no cgroups or database needed;
+#   MailProg=/bin/true: no mailer is installed (and no job asks for mail).
+# - CommunicationParameters: the daemons bind 127.0.0.1 (what the names resolve to), not *.
+# - KillWait=2, MinJobAge=300: a killed job is gone fast, a finished one stays visible to
+#   `scontrol show job` for 5 minutes (tests read its final state).
+slurm_conf() {
+    local i
+    cat <<EOF
+# Written by .ci/services.sh; rewritten (and the daemons restarted) when it changes.
+ClusterName=envbuilder-ci
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort=$SLURMCTLD_PORT
+SlurmdPort=${SLURM_NODE_PORTS[0]}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$MUNGE_SOCKET
+CommunicationParameters=NoCtldInAddrAny,NoInAddrAny
+StateSaveLocation=$SLURM_DIR/state
+SlurmdSpoolDir=$SLURM_DIR/spool-%n
+SlurmctldPidFile=$SLURM_DIR/slurmctld.pid
+SlurmdPidFile=$SLURM_DIR/slurmd-%n.pid
+SlurmctldLogFile=$SLURM_DIR/slurmctld.log
+SlurmdLogFile=$SLURM_DIR/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+MpiDefault=none
+MailProg=/bin/true
+SlurmdParameters=config_overrides
+ReturnToService=2
+KillWait=2
+MinJobAge=300
+InactiveLimit=0
+SlurmctldTimeout=30
+SlurmdTimeout=60
+EOF
+    for i in "${!SLURM_NODES[@]}"; do
+        printf 'NodeName=%s NodeHostname=localhost NodeAddr=127.0.0.1 Port=%s CPUs=2 State=UNKNOWN\n' \
+            "${SLURM_NODES[$i]}" "${SLURM_NODE_PORTS[$i]}"
+    done
+    printf 'PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n'
+}
+
+# pid_alive PIDFILE NAME: the pid file names a live process whose command is NAME.
+pid_alive() {
+    local pid
+    pid=$(cat "$1" 2>/dev/null) || return 1
+    [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ]
+}
+
+slurmctld_up() { SLURM_CONF="$SLURM_CONF_FILE" scontrol ping 2>/dev/null | grep -q 'is UP'; }
+slurmd_up() { pid_alive "$SLURM_DIR/slurmd-$1.pid" slurmd; }
+
+# Every node answers (idle, allocated, mixed, completing: not down, drained or unresponsive).
+slurm_nodes_up() {
+    local states
+    states=$(SLURM_CONF="$SLURM_CONF_FILE" sinfo -h -N -o '%N %t' 2>/dev/null) || return 1
+    [ "$(printf '%s\n' "$states" | grep -cE '^n[0-9]+ (idle|alloc|mix|comp)$')" \
+        = "${#SLURM_NODES[@]}" ]
+}
+
+# stop_pidfile PIDFILE NAME: stop the daemon this script started (and only that one).
+stop_pidfile() {
+    local pid i
+    pid_alive "$1" "$2" || return 0
+    pid=$(cat "$1")
+    log "stopping $2 (pid $pid)"
+    $SUDO kill "$pid"
+    for ((i = 0; i < 30; i++)); do
+        pid_alive "$1" "$2" || return 0
+        sleep 1
+    done
+    die "$2 (pid $pid) did not stop within 30s"
+}
+
+stop_slurm_daemons() {
+    local node
+    for node in "${SLURM_NODES[@]}"; do stop_pidfile "$SLURM_DIR/slurmd-$node.pid" slurmd; done
+    stop_pidfile "$SLURM_DIR/slurmctld.pid" slurmctld
+}
+
+# Write slurm.conf when it differs from slurm_conf's; running daemons read the old one, so they
+# are restarted then (a plain re-run finds it unchanged and touches nothing).
+write_slurm_conf() {
+    local new
+    new=$(slurm_conf)
+    if [ -f "$SLURM_CONF_FILE" ] && [ "$new" = "$(cat "$SLURM_CONF_FILE")" ]; then return; fi
+    log "writing $SLURM_CONF_FILE"
+    stop_slurm_daemons
+    printf '%s\n' "$new" | $SUDO tee "$SLURM_CONF_FILE.tmp" >/dev/null
+    $SUDO mv "$SLURM_CONF_FILE.tmp" "$SLURM_CONF_FILE"
+}
+
+start_slurm() {
+    local node
+    $SUDO mkdir -p "$SLURM_DIR/state"
+    start_munge
+    write_slurm_conf
+    if slurmctld_up; then
+        log "slurmctld on 127.0.0.1:$SLURMCTLD_PORT already up"
+    else
+        log "starting slurmctld on 127.0.0.1:$SLURMCTLD_PORT (log: $SLURM_DIR/slurmctld.log)"
+        # slurmctld and slurmd daemonize themselves; their logs go to the files in slurm.conf.
+        $SUDO slurmctld -f "$SLURM_CONF_FILE" </dev/null >&2
+        wait_for "slurmctld (see $SLURM_DIR/slurmctld.log)" 30 slurmctld_up
+    fi
+    for node in "${SLURM_NODES[@]}"; do
+        if slurmd_up "$node"; then
+            log "slurmd $node already up"
+            continue
+        fi
+        $SUDO mkdir -p "$SLURM_DIR/spool-$node"
+        log "starting slurmd $node (log: $SLURM_DIR/slurmd-$node.log)"
+        $SUDO slurmd -f "$SLURM_CONF_FILE" -N "$node" </dev/null >&2
+    done
+    wait_for "Slurm nodes ${SLURM_NODES[*]} (see $SLURM_DIR/*.log)" 60 slurm_nodes_up
+    log "Slurm cluster up: $(SLURM_CONF="$SLURM_CONF_FILE" sinfo -h -N -o '%N=%t' | tr '\n' ' ')"
+}
+
 main() {
     if [ "${1:-}" != "--no-install" ]; then install_packages; fi
     $SUDO mkdir -p "$STATE_DIR"
@@ -231,10 +399,13 @@ main() {
     start_engine
     seed_base_image
     check_pull
+    start_slurm
     printf 'export ENVBUILDER_TEST_REGISTRY=127.0.0.1:%s\n' "$REGISTRY_PORT"
     printf 'export ENVBUILDER_TEST_AUTH_REGISTRY=127.0.0.1:%s\n' "$AUTH_REGISTRY_PORT"
     printf 'export ENVBUILDER_TEST_AUTH_USER=%s\n' "$AUTH_USER"
     printf 'export ENVBUILDER_TEST_AUTH_PASSWORD=%s\n' "$AUTH_PASSWORD"
+    printf 'export ENVBUILDER_TEST_SLURM=1\n'
+    printf 'export SLURM_CONF=%s\n' "$SLURM_CONF_FILE"
 }
 
 main "$@"

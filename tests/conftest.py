@@ -1,17 +1,22 @@
-"""Shared fixtures: the real Docker engine and the local registries that `.ci/services.sh` starts.
+"""Shared fixtures: the real Docker engine, the local registries and the two-node Slurm cluster
+that `.ci/services.sh` starts.
 
 Rule for every service fixture: locally a missing service skips the test with the reason and
 the command that starts it; under CI (`CI=true`) it FAILS, because CI promises the service.
-Tests that use these fixtures get the `docker` / `registry` marker automatically, so
+Tests that use these fixtures get the `docker` / `registry` / `slurm` marker automatically, so
 `pytest -m "not docker"` deselects them.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
@@ -21,12 +26,21 @@ DEFAULT_REGISTRY = "127.0.0.1:5000"
 DEFAULT_AUTH_REGISTRY = "127.0.0.1:5001"
 DEFAULT_AUTH_USER = "envbuilder"
 DEFAULT_AUTH_PASSWORD = "envbuilder-test"
+# Where .ci/services.sh writes slurm.conf (its $STATE_DIR/slurm), when SLURM_CONF is not set.
+DEFAULT_SLURM_CONF = (
+    Path(os.environ.get("ENVBUILDER_CI_STATE", "/var/lib/envbuilder-ci")) / "slurm" / "slurm.conf"
+)
+SLURM_NODES = ("n1", "n2")
+# sinfo's short states of a node that answers and takes jobs (not down, drained, unknown; a
+# trailing `*` would mean "not responding").
+SLURM_UP_STATES = frozenset({"idle", "alloc", "mix", "comp"})
 
 _SERVICE_MARKERS = {
     "docker_client": "docker",
     "registry": "registry",
     "auth_registry": "registry",
     "auth_registry_credentials": "registry",
+    "slurm_cluster": "slurm",
 }
 
 
@@ -111,3 +125,62 @@ def auth_registry_credentials(auth_registry: str) -> tuple[str, str]:
         os.environ.get("ENVBUILDER_TEST_AUTH_USER", DEFAULT_AUTH_USER),
         os.environ.get("ENVBUILDER_TEST_AUTH_PASSWORD", DEFAULT_AUTH_PASSWORD),
     )
+
+
+@dataclass(frozen=True)
+class SlurmCluster:
+    """The local Slurm cluster: its slurm.conf and node names; `run` calls its client commands."""
+
+    conf: Path
+    nodes: tuple[str, ...]
+
+    def env(self) -> dict[str, str]:
+        """This process's environment with SLURM_CONF pointing at the cluster's slurm.conf."""
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    def run(
+        self, *args: str, timeout: float = 120, cwd: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a Slurm command (sinfo, srun, sbatch, ...) against this cluster; never raises on
+        a non-zero exit (tests assert on it), but a hang past `timeout` does raise."""
+        return subprocess.run(
+            list(args), env=self.env(), cwd=cwd, capture_output=True, text=True,
+            timeout=timeout, check=False,
+        )
+
+    def node_states(self) -> dict[str, str]:
+        """{node: sinfo short state}, e.g. {"n1": "idle", "n2": "alloc"}; {} if sinfo fails."""
+        result = self.run("sinfo", "-h", "-N", "-o", "%N %t", timeout=30)
+        if result.returncode != 0:
+            return {}
+        states: dict[str, str] = {}
+        for line in result.stdout.splitlines():
+            node, _, state = line.strip().partition(" ")
+            if node:
+                states[node] = state.strip()
+        return states
+
+
+def _slurm_conf_path() -> Path:
+    configured = os.environ.get("SLURM_CONF")
+    return Path(configured) if configured else DEFAULT_SLURM_CONF
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> SlurmCluster:
+    """The two-node cluster (n1, n2 on 127.0.0.1) of `.ci/services.sh`, every node answering."""
+    conf = _slurm_conf_path()
+    if shutil.which("sinfo") is None:
+        service_missing("no Slurm client (sinfo) on PATH: the Slurm cluster is not installed")
+    if not conf.is_file():
+        service_missing(f"no Slurm cluster: {conf} (SLURM_CONF) does not exist")
+    cluster = SlurmCluster(conf=conf, nodes=SLURM_NODES)
+    try:
+        states = cluster.node_states()
+    except subprocess.TimeoutExpired:
+        states = {}
+    seen = {node: states.get(node, "absent") for node in SLURM_NODES}
+    if any(state not in SLURM_UP_STATES for state in seen.values()):
+        seen_text = ", ".join(f"{node}={state}" for node, state in seen.items())
+        service_missing(f"the Slurm cluster of {conf} is not up: sinfo says {seen_text}")
+    return cluster
