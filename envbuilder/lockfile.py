@@ -242,15 +242,17 @@ def json_schema() -> dict[str, Any]:
     }
 
 
-def read_env_lock(path: Path) -> EnvLock:
-    """Read and validate one `<env>.lock.toml`. Raises LockError saying what is wrong."""
+def read_env_lock(path: Path, where: str | None = None) -> EnvLock:
+    """Read and validate one `<env>.lock.toml` (`where` names it in messages; default: the
+    path). Raises LockError saying what is wrong."""
+    where = where or str(path)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise LockError(f"{path}: no such lock; run `envbuilder lock`") from None
+        raise LockError(f"{where}: no such lock; run `envbuilder lock`") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise LockError(f"{path}: not valid TOML ({exc}); {_RELOCK}") from None
-    return parse_env_lock(data, str(path))
+        raise LockError(f"{where}: not valid TOML ({exc}); {_RELOCK}") from None
+    return parse_env_lock(data, where)
 
 
 def load_env_lock(project: Project, env: str) -> EnvLock | None:
@@ -259,7 +261,7 @@ def load_env_lock(project: Project, env: str) -> EnvLock | None:
     path = project.env_lock(env)
     if not path.is_file():
         return None
-    lock = read_env_lock(path)
+    lock = read_env_lock(path, _rel(project, path))
     if lock.env != env:
         raise UntrustedLockError(
             f"{_rel(project, path)}: env = {lock.env!r}: this is the lock of env {lock.env!r}, "
@@ -593,7 +595,7 @@ def check_env(
     if not path.is_file():
         return CheckOutcome(env, notes=(f"{env}: not locked (no {_rel(project, path)})",))
     try:
-        lock = read_env_lock(path)
+        lock = read_env_lock(path, _rel(project, path))
     except LockError as exc:
         return CheckOutcome(env, stale=(str(exc),))
     stale: list[str] = []
