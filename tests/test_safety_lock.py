@@ -17,6 +17,7 @@ and uv runs with UV_OFFLINE=1 against a local mirror folder.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 from pathlib import Path
@@ -41,7 +42,7 @@ def _offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
     monkeypatch.setenv("UV_OFFLINE", "1")
     monkeypatch.setenv("ENVBUILDER_CACHE", str(tmp_path / "cache"))
-    for name in [n for n in __import__("os").environ if n.startswith("ENVBUILDER_MIRROR_")]:
+    for name in [n for n in os.environ if n.startswith("ENVBUILDER_MIRROR_")]:
         monkeypatch.delenv(name)
 
 
