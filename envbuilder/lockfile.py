@@ -16,6 +16,7 @@ pinned by digest, and the artifacts later commands built from them. Example:
     pylock = "pylock.cpu-docker.toml"
     pylock_sha256 = "<hex>"
     base_image = "debian:bookworm-slim@sha256:<hex>"
+    # base_digest_missing = "no-base-digest"   only beside a base_image recorded by tag
 
     [artifacts.docker]
     image_id = "sha256:<hex>"
@@ -23,9 +24,17 @@ pinned by digest, and the artifacts later commands built from them. Example:
 CONTRACT (other modules code against these names):
 
     TargetLock, EnvLock                  frozen dataclasses (fields below)
-    read_env_lock(path) -> EnvLock       strict: unknown keys, wrong types, other versions are
-                                         LockError saying what to do
-    load_env_lock(project, env) -> EnvLock | None   None when the env was never locked
+    read_env_lock(path) -> EnvLock       strict: unknown keys, wrong types, other versions, a
+                                         pylock named other than `pylock.<env>-<target>.toml`
+                                         (a path outside lockfiles/) are LockError saying what
+                                         to do (UntrustedLockError for the path)
+    load_env_lock(project, env) -> EnvLock | None   None when the env was never locked;
+                                         UntrustedLockError for the lock of another env
+    load_current_lock(project, env, spec_hash) -> EnvLock | None   also refuses a stale lock
+    load_verified_lock(project, env, target, spec_hash) -> VerifiedLock   THE way to use a
+                                         target's lock: current (unless spec_hash is None), its
+                                         pylock present, matching its sha256 and well-formed
+    parse_pylock(data, where) -> dict    a pylock's TOML, checked where envbuilder reads it
     record_artifact(project, env, target, **values) -> None   atomic update of `artifacts`
                                          (the spec hash is not touched; `lock --check` ignores it)
     check_env(project, env_name, spec_hash, targets) -> CheckOutcome   no network
@@ -34,18 +43,24 @@ CONTRACT (other modules code against these names):
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import os
+import re
 import tomllib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from packaging.markers import InvalidMarker, Marker
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from envbuilder.errors import LockError
-from envbuilder.fsutil import sha256_file, write_if_changed
-from envbuilder.project import Project
-from envbuilder.spec import TARGETS
+from envbuilder.fsutil import sha256_bytes, write_if_changed
+from envbuilder.project import Project, pylock_name
+from envbuilder.spec import ENV_NAME_RE, TARGETS, load_spec
 
 #: The lock format this envbuilder reads and writes.
 LOCK_VERSION = 1
@@ -65,6 +80,9 @@ class TargetLock:
     pylock: str  # file name inside lockfiles/
     pylock_sha256: str
     base_image: str | None = None  # "debian:bookworm-slim@sha256:<hex>"; None: no base image
+    # Why base_image has no digest (only then): see DIGEST_MISSING_REASONS. A base recorded by
+    # tag without a reason lost its pin (an edit, or an older envbuilder): `lock --check` fails.
+    base_digest_missing: str | None = None
 
 
 @dataclass(frozen=True)
@@ -83,9 +101,27 @@ class EnvLock:
 _TOP_KEYS = {"version": int, "env": str, "spec_hash": str, "envbuilder_version": str,
              "source_date_epoch": int, "targets": dict, "artifacts": dict}
 _TARGET_KEYS = {"platform": str, "python": str, "pylock": str, "pylock_sha256": str,
-                "base_image": str}
-_OPTIONAL = {"artifacts", "base_image"}
+                "base_image": str, "base_digest_missing": str}
+_OPTIONAL = {"artifacts", "base_image", "base_digest_missing"}
 _RELOCK = "run `envbuilder lock` to write it again"
+
+#: `base_digest_missing` values: why a base image is recorded by tag. "no-base-digest": the user
+#: ran `envbuilder lock --no-base-digest` for a base whose digest was not known yet.
+DIGEST_MISSING_REASONS = ("no-base-digest",)
+
+
+class UntrustedLockError(LockError):
+    """A lock naming a file other than its own pylocks (a path out of lockfiles/), or the lock of
+    another env. Nothing it names is read, written or removed; `envbuilder lock` refuses to
+    replace it too (someone should look at it first)."""
+
+
+def unpinned_reason(base_image: str | None) -> str | None:
+    """The `base_digest_missing` that `envbuilder lock` records beside `base_image`: a reason for
+    a base recorded by tag (lock only does that for --no-base-digest), None otherwise."""
+    if base_image is None or "@sha256:" in base_image:
+        return None
+    return "no-base-digest"
 
 
 def _check_table(data: Mapping[str, Any], schema: Mapping[str, type], where: str) -> None:
@@ -114,6 +150,9 @@ def parse_env_lock(data: Mapping[str, Any], where: str) -> EnvLock:
                else f"not supported (this envbuilder reads {LOCK_VERSION}); {_RELOCK}")
         )
     _check_table(data, _TOP_KEYS, where)
+    if not ENV_NAME_RE.fullmatch(data["env"]):
+        raise UntrustedLockError(f"{where}: env = {data['env']!r} is not an env name; "
+                                 f"{_untrusted_fix(None)}")
     targets: dict[str, TargetLock] = {}
     for name, table in data["targets"].items():
         if name not in TARGETS:
@@ -122,6 +161,8 @@ def parse_env_lock(data: Mapping[str, Any], where: str) -> EnvLock:
         if not isinstance(table, dict):
             raise LockError(f"{where}: targets.{name} must be a table; {_RELOCK}")
         _check_table(table, _TARGET_KEYS, f"{where}: targets.{name}")
+        _check_pylock_name(table["pylock"], data["env"], name, where)
+        _check_base_reason(table, f"{where}: targets.{name}")
         targets[name] = TargetLock(**table)
     artifacts: dict[str, dict[str, str]] = {}
     for name, table in data.get("artifacts", {}).items():
@@ -135,7 +176,41 @@ def parse_env_lock(data: Mapping[str, Any], where: str) -> EnvLock:
     )
 
 
+def _untrusted_fix(env: str | None) -> str:
+    lock = "envbuilder lock" + (f" --env {env}" if env else "")
+    return ("nothing it names was read, written or removed. Restore the file from version "
+            f"control (e.g. `git checkout lockfiles/`), or delete it and run `{lock}`")
+
+
+def _check_pylock_name(value: str, env: str, target: str, where: str) -> None:
+    """A lock names each pylock by the one bare file name `envbuilder lock` writes, inside
+    lockfiles/: anything else (`../x`, an absolute path, another env's pylock) is refused before
+    any file is touched, since `lock` removes and builds read what the lock names."""
+    expected = pylock_name(env, target)
+    if value != expected or Path(value).name != value or "\\" in value:
+        raise UntrustedLockError(
+            f"{where}: targets.{target}.pylock = {value!r} is not allowed: a lock names its "
+            f"pylock by the file name {expected!r} (inside lockfiles/); {_untrusted_fix(env)}")
+
+
+def _check_base_reason(table: Mapping[str, Any], where: str) -> None:
+    reason = table.get("base_digest_missing")
+    if reason is None:
+        return
+    if reason not in DIGEST_MISSING_REASONS:
+        raise LockError(f"{where}: base_digest_missing = {reason!r} is not one of "
+                        f"{', '.join(map(repr, DIGEST_MISSING_REASONS))}; {_RELOCK}")
+    base = table.get("base_image")
+    if base is None or "@sha256:" in base:
+        raise LockError(f"{where}: base_digest_missing is only allowed beside a base_image "
+                        f"recorded by tag, not {base!r}; {_RELOCK}")
+
+
 _JSON_TYPES = {str: "string", int: "integer", dict: "object"}
+
+
+#: The shape of every pylock name a lock may hold (the reader also ties it to `env` and target).
+_PYLOCK_PATTERN = r"^pylock\.[a-z0-9._-]+-(" + "|".join(TARGETS) + r")\.toml$"
 
 
 def json_schema() -> dict[str, Any]:
@@ -145,7 +220,10 @@ def json_schema() -> dict[str, Any]:
     def props(schema: Mapping[str, type]) -> dict[str, Any]:
         return {k: {"type": _JSON_TYPES[v]} for k, v in schema.items()}
 
-    target = {"type": "object", "additionalProperties": False, "properties": props(_TARGET_KEYS),
+    target_props = props(_TARGET_KEYS)
+    target_props["pylock"]["pattern"] = _PYLOCK_PATTERN
+    target_props["base_digest_missing"] = {"enum": list(DIGEST_MISSING_REASONS)}
+    target = {"type": "object", "additionalProperties": False, "properties": target_props,
               "required": [k for k in _TARGET_KEYS if k not in _OPTIONAL]}
     top = props(_TOP_KEYS)
     top["version"] = {"const": LOCK_VERSION}
@@ -164,23 +242,55 @@ def json_schema() -> dict[str, Any]:
     }
 
 
-def read_env_lock(path: Path) -> EnvLock:
-    """Read and validate one `<env>.lock.toml`. Raises LockError saying what is wrong."""
+def read_env_lock(path: Path, where: str | None = None) -> EnvLock:
+    """Read and validate one `<env>.lock.toml` (`where` names it in messages; default: the
+    path). Raises LockError saying what is wrong."""
+    where = where or str(path)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise LockError(f"{path}: no such lock; run `envbuilder lock`") from None
+        raise LockError(f"{where}: no such lock; run `envbuilder lock`") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise LockError(f"{path}: not valid TOML ({exc}); {_RELOCK}") from None
-    return parse_env_lock(data, str(path))
+        raise LockError(f"{where}: not valid TOML ({exc}); {_RELOCK}") from None
+    return parse_env_lock(data, where)
 
 
 def load_env_lock(project: Project, env: str) -> EnvLock | None:
-    """The env's lock, or None when the env was never locked (no file)."""
+    """The env's lock, or None when the env was never locked (no file). The lock of another env
+    (a copied file) is refused with UntrustedLockError: its pylocks are that env's files."""
     path = project.env_lock(env)
     if not path.is_file():
         return None
-    return read_env_lock(path)
+    lock = read_env_lock(path, _rel(project, path))
+    if lock.env != env:
+        raise UntrustedLockError(
+            f"{_rel(project, path)}: env = {lock.env!r}: this is the lock of env {lock.env!r}, "
+            f"not of {env!r}; {_untrusted_fix(env)}")
+    return lock
+
+
+def current_spec_hash(project: Project, env: str) -> str:
+    """The env's hash in the project's spec as it is now (what a current lock records)."""
+    return load_spec(project.spec_path).env_hash(env)
+
+
+def require_current(project: Project, lock: EnvLock, spec_hash: str | None) -> None:
+    """LockError unless `lock` was made from the spec whose env hash is `spec_hash` (None: the
+    spec has no such env, so no lock of it is current)."""
+    if lock.spec_hash != spec_hash:
+        raise LockError(
+            f"{_rel(project, project.env_lock(lock.env))}: the lock is older than the spec: run "
+            f"`envbuilder lock --env {lock.env}` (its spec_hash is not that of env.{lock.env} "
+            f"in {project.spec_path.name} now; the spec changed after locking)")
+
+
+def load_current_lock(project: Project, env: str, spec_hash: str | None) -> EnvLock | None:
+    """The env's lock when it matches the spec (`spec_hash`, see require_current); None when
+    never locked; LockError when it is stale, malformed or another env's."""
+    lock = load_env_lock(project, env)
+    if lock is not None:
+        require_current(project, lock, spec_hash)
+    return lock
 
 
 def _s(value: str) -> str:
@@ -205,6 +315,8 @@ def dump_env_lock(lock: EnvLock) -> bytes:
                   f"pylock_sha256 = {_s(t.pylock_sha256)}"]
         if t.base_image is not None:
             lines.append(f"base_image = {_s(t.base_image)}")
+        if t.base_digest_missing is not None:
+            lines.append(f"base_digest_missing = {_s(t.base_digest_missing)}")
     for name in sorted(lock.artifacts, key=_target_order):
         values = lock.artifacts[name]
         if not values:
@@ -275,6 +387,194 @@ def record_artifact(project: Project, env: str, target: str, **values: str) -> N
         write_env_lock(project, replace(lock, artifacts=artifacts))
 
 
+# --- a target's pylock, verified: the one way builds, fetches and checks read it ---------------
+
+
+@dataclass(frozen=True)
+class VerifiedPylock:
+    """A target's pylock as its lock recorded it: the file, its bytes (what was hashed) and its
+    parsed content (checked by parse_pylock)."""
+
+    env: str
+    target: str
+    entry: TargetLock
+    path: Path
+    data: bytes
+    doc: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class VerifiedLock:
+    """An env's lock (current for the spec unless not asked) and one target's verified pylock."""
+
+    lock: EnvLock
+    pylock: VerifiedPylock
+
+
+class PylockError(LockError):
+    """A target's pylock is not what the lock recorded: not locked, missing, edited after
+    locking, or malformed. `short` is the line `lock --check` prints."""
+
+    def __init__(self, message: str, short: str) -> None:
+        super().__init__(message)
+        self.short = short
+
+
+def verify_pylock(project: Project, env: str, target: str, entry: TargetLock | None,
+                  ) -> VerifiedPylock:
+    """Read the pylock `entry` names (a bare name inside lockfiles/: read_env_lock checked it),
+    check its sha256 against the entry and its content with parse_pylock. PylockError
+    otherwise, saying which file, what is wrong and what to run."""
+    lock_file = _rel(project, project.env_lock(env))
+    relock = f"`envbuilder lock --env {env}`"
+    if entry is None:
+        raise PylockError(f"env {env!r} is not locked for target {target!r} ({lock_file} has "
+                          f"no [targets.{target}]); run {relock} first", "target not locked")
+    path = project.lockfiles / entry.pylock
+    name = _rel(project, path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise PylockError(f"{name} is missing (named by {lock_file}, targets.{target}.pylock); "
+                          f"run {relock}", f"{name} is missing") from None
+    except OSError as exc:
+        raise PylockError(f"{name} cannot be read ({exc.strerror}); check its permissions",
+                          f"{name} cannot be read ({exc.strerror})") from None
+    actual = sha256_bytes(data)
+    if actual != entry.pylock_sha256:
+        raise PylockError(
+            f"{name} does not match the sha256 recorded in {lock_file} (targets.{target}."
+            f"pylock_sha256 = {entry.pylock_sha256}; the file has {actual}): the pylock was "
+            f"edited after locking. Nothing was changed. Restore it (`git checkout {name}`) or "
+            f"lock again: {relock}",
+            f"{name} was changed by hand (sha256 differs from the lock); run `envbuilder lock` "
+            "to re-resolve it")
+    try:
+        doc = parse_pylock(data, name)
+    except LockError as exc:
+        raise PylockError(
+            f"{exc}. Its sha256 is the one {lock_file} records, so the lock was written or "
+            f"edited with this content. Nothing was changed. Restore both files (`git checkout "
+            f"lockfiles/`) or lock again: {relock}",
+            f"{exc}; run `envbuilder lock` to re-resolve it") from None
+    return VerifiedPylock(env, target, entry, path, data, doc)
+
+
+def load_verified_lock(project: Project, env: str, target: str, spec_hash: str | None,
+                       ) -> VerifiedLock:
+    """The env's lock and the target's verified pylock, for anything that builds from them.
+
+    Refuses (LockError, nothing touched): an env never locked, a malformed lock, one naming
+    files outside lockfiles/ or another env's lock (UntrustedLockError), a lock older than the
+    spec (`spec_hash`, the env's hash now; None only for callers that checked it already), and
+    a pylock that is missing, edited after locking or malformed (PylockError)."""
+    lock = load_env_lock(project, env)
+    if lock is None:
+        raise LockError(f"env {env!r} is not locked (no {_rel(project, project.env_lock(env))});"
+                        f" run `envbuilder lock --env {env}` first")
+    if spec_hash is not None:
+        require_current(project, lock, spec_hash)
+    return VerifiedLock(lock, verify_pylock(project, env, target, lock.targets.get(target)))
+
+
+# --- a pylock's content, checked where envbuilder reads it --------------------------------------
+
+_SHA256 = re.compile(r"[0-9a-f]{64}\Z")
+
+
+def url_filename(url: str) -> str:
+    """The (unquoted) file name at the end of a URL's path."""
+    return unquote(urlsplit(url).path.rsplit("/", 1)[-1])
+
+
+def _bad(where: str, key: str, want: str, value: object) -> LockError:
+    shown = repr(value)
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    return LockError(f"{where}: {key} must be {want}, not {shown}")
+
+
+def parse_pylock(data: bytes, where: str) -> dict[str, Any]:
+    """A pylock's bytes -> its TOML document, after checking every value envbuilder reads from
+    it (package names, versions and markers; artifact URLs, hashes, sizes, upload times; wheel
+    file names). LockError naming `where`, the key and what it must be. Keys envbuilder does not
+    read are left alone (PEP 751 has many)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise LockError(f"{where}: not UTF-8 text (byte {exc.start} is "
+                        f"{data[exc.start:exc.start + 1]!r})") from None
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise LockError(f"{where}: not valid TOML ({exc})") from None
+    packages = doc.get("packages", [])
+    if not isinstance(packages, list) or not all(isinstance(p, dict) for p in packages):
+        raise _bad(where, "packages", "an array of tables ([[packages]])", packages)
+    for i, package in enumerate(packages):
+        _check_package(package, where, f"packages[{i}]")
+    return doc
+
+
+def _check_package(package: Mapping[str, Any], where: str, key: str) -> None:
+    name = package.get("name")
+    if not isinstance(name, str) or not name:
+        raise _bad(where, f"{key}.name", "a package name", name)
+    key = f"{key} ({name})"
+    for field_name in ("version", "marker"):
+        value = package.get(field_name)
+        if value is not None and not isinstance(value, str):
+            raise _bad(where, f"{key}.{field_name}", "a string", value)
+    if isinstance(marker := package.get("marker"), str):
+        try:
+            Marker(marker)
+        except InvalidMarker as exc:
+            raise LockError(f"{where}: {key}.marker {marker!r} is not a PEP 508 marker: "
+                            f"{exc}") from None
+    wheels = package.get("wheels", [])
+    if not isinstance(wheels, list) or not all(isinstance(w, dict) for w in wheels):
+        raise _bad(where, f"{key}.wheels", "an array of tables", wheels)
+    for j, wheel in enumerate(wheels):
+        _check_artifact(wheel, where, f"{key}.wheels[{j}]", is_wheel=True)
+    for kind in ("archive", "sdist"):
+        if kind in package:
+            art = package[kind]
+            if not isinstance(art, dict):
+                raise _bad(where, f"{key}.{kind}", "a table", art)
+            is_wheel = kind == "archive" and str(art.get("url", "")).endswith(".whl")
+            _check_artifact(art, where, f"{key}.{kind}", is_wheel=is_wheel)
+
+
+_ARTIFACT_TYPES: dict[str, tuple[type, str]] = {
+    "url": (str, "a string"), "path": (str, "a string"), "name": (str, "a string"),
+    "size": (int, "an integer"), "upload-time": (datetime.datetime, "a date-time"),
+}
+
+
+def _check_artifact(art: Mapping[str, Any], where: str, key: str, *, is_wheel: bool) -> None:
+    for field_name, (kind, want) in _ARTIFACT_TYPES.items():
+        value = art.get(field_name)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            raise _bad(where, f"{key}.{field_name}", want, value)
+    if "url" not in art and "path" not in art:
+        raise LockError(f"{where}: {key} has neither url nor path")
+    hashes = art.get("hashes")
+    if not isinstance(hashes, dict) or not hashes \
+            or not all(isinstance(v, str) for v in hashes.values()):
+        raise _bad(where, f"{key}.hashes", 'a table like { sha256 = "<64 hex digits>" }', hashes)
+    if "sha256" in hashes and not _SHA256.match(hashes["sha256"]):
+        raise _bad(where, f"{key}.hashes.sha256", "64 lower-case hex digits", hashes["sha256"])
+    if is_wheel:
+        filename = art.get("name") or url_filename(str(art.get("url") or art.get("path")))
+        try:
+            parse_wheel_filename(filename)
+        except InvalidWheelFilename as exc:
+            raise LockError(f"{where}: {key}: {filename!r} is not a wheel file name "
+                            f"(<name>-<version>-<python>-<abi>-<platform>.whl): {exc}") from None
+
+
+# --- lock --check ------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class CheckOutcome:
     """What `lock --check` found for one env: `stale` fails the check, `notes` do not."""
@@ -289,13 +589,13 @@ def check_env(
     only: Sequence[str] | None = None,
 ) -> CheckOutcome:
     """Compare the env's lock with the spec (by hash; `targets` are the spec's targets of the
-    env) and with its pylocks (by sha256; those in `only`, default all). Reads only local files.
-    An env never locked is a note, not a failure."""
+    env) and with its pylocks (sha256 and content; those in `only`, default all). Reads only
+    local files. An env never locked is a note, not a failure."""
     path = project.env_lock(env)
     if not path.is_file():
         return CheckOutcome(env, notes=(f"{env}: not locked (no {_rel(project, path)})",))
     try:
-        lock = read_env_lock(path)
+        lock = read_env_lock(path, _rel(project, path))
     except LockError as exc:
         return CheckOutcome(env, stale=(str(exc),))
     stale: list[str] = []
@@ -305,25 +605,36 @@ def check_env(
     if lock.spec_hash != spec_hash:
         stale.append(f"{env}: environments.toml changed since it was locked (spec hash)")
     for target in (t for t in targets if only is None or t in only):
-        stale += _check_target(project, env, target, lock.targets.get(target))
-        t = lock.targets.get(target)
-        if t is not None and t.base_image is not None and "@sha256:" not in t.base_image:
-            notes.append(f"{env}/{target}: base image {t.base_image} is not pinned by digest")
+        stale += _check_target(project, lock, env, target)
+        base_stale, base_notes = _check_base(env, target, lock.targets.get(target))
+        stale += base_stale
+        notes += base_notes
     for target in sorted(set(lock.targets) - set(targets)):
         stale.append(f"{env}/{target}: locked, but the spec no longer has this target")
     return CheckOutcome(env, tuple(stale), tuple(notes))
 
 
-def _check_target(project: Project, env: str, target: str, t: TargetLock | None) -> list[str]:
-    if t is None:
-        return [f"{env}/{target}: target not locked"]
-    pylock = project.lockfiles / t.pylock
-    if not pylock.is_file():
-        return [f"{env}/{target}: {_rel(project, pylock)} is missing"]
-    if sha256_file(pylock) != t.pylock_sha256:
-        return [f"{env}/{target}: {_rel(project, pylock)} was changed by hand (sha256 differs "
-                "from the lock); run `envbuilder lock` to re-resolve it"]
+def _check_target(project: Project, lock: EnvLock, env: str, target: str) -> list[str]:
+    try:
+        verify_pylock(project, lock.env, target, lock.targets.get(target))
+    except PylockError as exc:
+        return [f"{env}/{target}: {exc.short}"]
     return []
+
+
+def _check_base(env: str, target: str, t: TargetLock | None) -> tuple[list[str], list[str]]:
+    """(stale, notes) about a base image recorded by tag: a note when `lock --no-base-digest`
+    recorded it so (base_digest_missing says why), stale when nothing says why: the lock had a
+    pin and lost it, or was edited."""
+    if t is None or t.base_image is None or "@sha256:" in t.base_image:
+        return [], []
+    if t.base_digest_missing is not None:
+        return [], [f"{env}/{target}: base image {t.base_image} is not pinned by digest "
+                    f"(locked with --{t.base_digest_missing})"]
+    return [f"{env}/{target}: base image {t.base_image} is recorded without a digest and "
+            "without base_digest_missing: its pin was lost; pin it again with `envbuilder lock "
+            f"--env {env} --refresh-base` (needs the Docker engine), or record the tag on "
+            f"purpose with `envbuilder lock --env {env} --no-base-digest`"], []
 
 
 def _rel(project: Project, path: Path) -> str:

@@ -26,7 +26,7 @@ from envbuilder import activate, plan, quoting
 from envbuilder.compat import load_compat
 from envbuilder.errors import RenderError
 from envbuilder.fsutil import atomic_write_bytes
-from envbuilder.lockfile import load_env_lock
+from envbuilder.lockfile import load_current_lock
 from envbuilder.project import Project
 from envbuilder.spec import EnvSpec, Spec, TargetName
 
@@ -106,8 +106,11 @@ class _LockInputs:
     source_date_epoch: int | None
 
 
-def _lock_inputs(project: Project, env: str, target: str) -> _LockInputs:
-    lock = load_env_lock(project, env)
+def _lock_inputs(project: Project, env: str, target: str, spec_hash: str | None) -> _LockInputs:
+    """The lock's pins for `target` (none when never locked). A lock older than the spec
+    (`spec_hash`, the env's hash now; None for an env the spec lacks) or another env's is
+    refused: rendering it would pin what the spec no longer says."""
+    lock = load_current_lock(project, env, spec_hash)
     if lock is None or target not in lock.targets:
         return _LockInputs(plan.LockPins(), None)
     t = lock.targets[target]
@@ -115,12 +118,14 @@ def _lock_inputs(project: Project, env: str, target: str) -> _LockInputs:
                        lock.source_date_epoch)
 
 
-def plan_for(project: Project, env: EnvSpec, target: TargetName) -> tuple[plan.Plan, _LockInputs]:
-    """The env's plan for `target`, with the lock inputs it used."""
+def plan_for(project: Project, env: EnvSpec, target: TargetName,
+             spec_hash: str | None) -> tuple[plan.Plan, _LockInputs]:
+    """The env's plan for `target`, with the lock inputs it used (`spec_hash`: the env's hash
+    in the spec now, which its lock must record; None when the spec has no such env)."""
     rocm = None
     if env.accelerator == "rocm" and env.rocm:
         rocm = load_compat().rocm(env.rocm)
-    lock = _lock_inputs(project, env.name, target)
+    lock = _lock_inputs(project, env.name, target, spec_hash)
     variables = activate.activation_env(env, target)
     return plan.build_plan(env, target, rocm=rocm, lock=lock.pins, variables=variables), lock
 
@@ -188,7 +193,8 @@ def render_env(
     env_spec = spec.env(env) if isinstance(env, str) else env
     if target not in RENDERED_TARGETS or target not in env_spec.targets:
         return {}
-    p, lock = plan_for(project, env_spec, target)
+    spec_hash = spec.env_hash(env_spec.name) if env_spec.name in spec.envs else None
+    p, lock = plan_for(project, env_spec, target, spec_hash)
     folder = output_dir(project, target) / env_spec.name
     jenv = environment()
     out: dict[Path, bytes] = {}

@@ -41,12 +41,16 @@ from packaging.utils import canonicalize_name
 
 from envbuilder import __version__
 from envbuilder.errors import EngineError, LockError
-from envbuilder.fsutil import sha256_bytes, sha256_file
+from envbuilder.fsutil import sha256_bytes
 from envbuilder.lockfile import (
     LOCK_VERSION,
     EnvLock,
     TargetLock,
+    UntrustedLockError,
     load_env_lock,
+    unpinned_reason,
+    url_filename,
+    verify_pylock,
     write_env_lock,
     write_output,
 )
@@ -270,11 +274,6 @@ def _uv_failure(request: ResolveRequest, stderr: str) -> str:
     )
 
 
-def url_filename(url: str) -> str:
-    """The (unquoted) file name at the end of a URL's path."""
-    return unquote(urlsplit(url).path.rsplit("/", 1)[-1])
-
-
 def _artifacts(package: Any) -> list[Any]:
     """The artifact tables of one pylock package (sdist, archive, wheels)."""
     found = [package[k] for k in ("sdist", "archive") if k in package]
@@ -436,23 +435,30 @@ def pin_base(
     lookup: DigestLookup,
 ) -> str | None:
     """`ref@sha256:<hex>`: kept from the previous lock while `ref` is unchanged (no engine
-    needed), read from the registry otherwise. A ref with a digest already is kept as written."""
+    needed), read from the registry otherwise (`refresh`: read again). A ref with a digest
+    already is kept as written. Without `base_digest` (no engine) a new ref is recorded by tag,
+    and a known digest is kept even when `refresh` asks to re-read it: a pin is never dropped."""
     if ref is None:
         return None
     if "@sha256:" in ref:
         return ref
-    if previous and previous.split("@", 1)[0] == ref and "@sha256:" in previous and not refresh:
-        return previous
+    known = previous if previous and previous.split("@", 1)[0] == ref \
+        and "@sha256:" in previous else None
+    if known is not None and (not refresh or not base_digest):
+        return known
     if not base_digest:
         return ref
     return f"{ref}@{lookup(ref)}"
 
 
-def _pylock_ok(project: Project, t: TargetLock | None) -> bool:
-    if t is None:
+def _pylock_ok(project: Project, env: str, target: str, t: TargetLock | None) -> bool:
+    """Whether the target's pylock is as its lock recorded it (present, same sha256, well-formed);
+    a pylock that is not gets resolved again (and is never handed to uv as preferences)."""
+    try:
+        verify_pylock(project, env, target, t)
+    except LockError:
         return False
-    path = project.lockfiles / t.pylock
-    return path.is_file() and sha256_file(path) == t.pylock_sha256
+    return True
 
 
 def source_date_epoch(pylocks: Sequence[bytes]) -> int:
@@ -487,6 +493,8 @@ def lock_env(
     and nothing is written at all when any target fails to resolve or pin."""
     try:
         previous = load_env_lock(project, env.name)
+    except UntrustedLockError:
+        raise  # names files that are not its own, or another env's: never replaced unseen
     except LockError as exc:
         previous, warn0 = None, [f"{exc}; locking {env.name} from scratch"]
     else:
@@ -511,7 +519,7 @@ def lock_env(
 
     known = pins(dry)  # exact when no registry had to be asked
     if not asked and not to_resolve and set(old) == set(env.targets) \
-            and all(old[t].base_image == known[t] for t in env.targets):
+            and all(_same_base(old[t], known[t]) for t in env.targets):
         return LockResult(env.name, warnings=tuple(warn0))
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         # Registry look-ups (once per image: docker and wsl2 often share one) run while uv
@@ -522,6 +530,12 @@ def lock_env(
         final = pinning.result() if pinning is not None else known
     return _write_env(project, env, spec_hash, previous, new_pylocks, final,
                       tuple(to_resolve), (*warn0, *warnings))
+
+
+def _same_base(entry: TargetLock, pinned: str | None) -> bool:
+    """Whether the lock records `pinned` as the target's base already (with its reason when
+    it is a tag: an older lock without one is rewritten)."""
+    return entry.base_image == pinned and entry.base_digest_missing == unpinned_reason(pinned)
 
 
 def _stale_targets(
@@ -535,7 +549,7 @@ def _stale_targets(
     refresh = options.upgrade or bool(options.upgrade_packages)
     return [
         t for t in env.targets
-        if not current or not _pylock_ok(project, old.get(t))
+        if not current or not _pylock_ok(project, env.name, t, old.get(t))
         or old[t].platform != PLATFORMS[t] or (refresh and t in wanted)
     ]
 
@@ -561,7 +575,7 @@ def _resolve_targets(
         progress(f"resolving {env.name} for {request.platform} (Python {request.python})",
                  n, len(groups))
         preferred = next((project.lockfiles / old[t].pylock for t in members
-                          if _pylock_ok(project, old.get(t))), None)
+                          if _pylock_ok(project, env.name, t, old.get(t))), None)
         try:
             raw = run_uv(request, preferred.read_bytes() if preferred else None,
                          upgrade=options.upgrade, upgrade_packages=options.upgrade_packages)
@@ -589,7 +603,7 @@ def _write_env(
             data = (project.lockfiles / old[t].pylock).read_bytes()
         contents[t] = data
         targets[t] = TargetLock(PLATFORMS[t], target_python(env, t), name, sha256_bytes(data),
-                                pins[t])
+                                pins[t], unpinned_reason(pins[t]))
     artifacts = {t: v for t, v in (previous.artifacts if previous else {}).items()
                  if t in targets and old.get(t) == targets[t]}
     lock = EnvLock(LOCK_VERSION, env.name, spec_hash, __version__,

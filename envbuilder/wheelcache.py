@@ -25,7 +25,6 @@ import os
 import shutil
 import ssl
 import tempfile
-import tomllib
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
@@ -39,10 +38,10 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from envbuilder.errors import EnvbuilderError, LockError
-from envbuilder.fsutil import atomic_write_text, sha256_file
-from envbuilder.lockfile import load_env_lock
+from envbuilder.fsutil import atomic_write_text
+from envbuilder.lockfile import load_verified_lock, parse_pylock, url_filename
 from envbuilder.project import Project
-from envbuilder.resolve import IndexSource, index_source, url_filename
+from envbuilder.resolve import IndexSource, index_source
 from envbuilder.spec import EnvSpec, Index, load_spec
 from envbuilder.targets import ProgressFn, no_progress
 
@@ -144,8 +143,15 @@ def _best_wheel(package: Mapping[str, Any], rank: Mapping[Tag, int]) -> Mapping[
 
 def locked_files(pylock: Path, platform: str, python: str) -> list[LockedFile]:
     """The wheels a target installs from `pylock` (one per package that applies), sorted by name.
-    Raises LockError for a package that has no wheel for the target (builds install wheels only)."""
-    doc = tomllib.loads(pylock.read_text(encoding="utf-8"))
+    Raises LockError for a malformed pylock (parse_pylock) and for a package that has no wheel
+    for the target (builds install wheels only)."""
+    return _select_files(parse_pylock(pylock.read_bytes(), str(pylock)), pylock.name, platform,
+                         python)
+
+
+def _select_files(doc: Mapping[str, Any], where: str, platform: str,
+                  python: str) -> list[LockedFile]:
+    """locked_files on a pylock `doc` that parse_pylock checked (`where` names it)."""
     rank: dict[Tag, int] = {}
     for i, tag in enumerate(target_tags(platform, python)):
         rank.setdefault(tag, i)
@@ -156,11 +162,11 @@ def locked_files(pylock: Path, platform: str, python: str) -> list[LockedFile]:
             continue
         wheel = _best_wheel(pkg, rank)
         if wheel is None:
-            raise LockError(f"{pylock.name}: {pkg['name']} {pkg.get('version')} has no wheel for "
+            raise LockError(f"{where}: {pkg['name']} {pkg.get('version')} has no wheel for "
                             f"{platform} / Python {python}; envbuilder installs wheels only")
         sha = wheel.get("hashes", {}).get("sha256")
         if not sha or "url" not in wheel:
-            raise LockError(f"{pylock.name}: {wheel['name']} lacks a url or a sha256 hash; "
+            raise LockError(f"{where}: {wheel['name']} lacks a url or a sha256 hash; "
                             "run `envbuilder lock` to re-resolve")
         out.append(LockedFile(str(canonicalize_name(pkg["name"])), str(pkg.get("version", "")),
                               wheel["name"], wheel["url"], sha, wheel.get("size")))
@@ -286,19 +292,13 @@ def fetch_locked(
 ) -> list[CachedArtifact]:
     """Make sure every wheel the target's pylock installs is in the cache; return them, sorted by
     package name. Downloads each file at most once (mirror first), accepts it only by sha256.
-    Raises LockError when the env/target is not locked or a file cannot be fetched."""
+    Raises LockError when the env/target is not locked, its pylock is not the one the lock
+    recorded (lockfile.load_verified_lock) or a file cannot be fetched. Whether the lock is
+    current for the spec is the caller's check (the targets make it before building)."""
     name = env if isinstance(env, str) else env.name
-    lock = load_env_lock(project, name)
-    if lock is None or target not in lock.targets:
-        raise LockError(f"env {name!r} target {target!r} is not locked; "
-                        f"run `envbuilder lock --env {name}` first")
-    t = lock.targets[target]
-    pylock = project.lockfiles / t.pylock
-    if not pylock.is_file() or sha256_file(pylock) != t.pylock_sha256:
-        raise LockError(f"{pylock} is missing or differs from the sha256 in "
-                        f"{project.env_lock(name).name} (edited by hand?); run "
-                        f"`envbuilder lock --env {name}` and commit lockfiles/")
-    files = locked_files(pylock, t.platform, t.python)
+    pylock = load_verified_lock(project, name, target, spec_hash=None).pylock
+    files = _select_files(pylock.doc, pylock.path.name, pylock.entry.platform,
+                          pylock.entry.python)
     mirrors = _mirrors(project)
     return [_fetch_one(project, f, mirrors, progress) for f in files]
 

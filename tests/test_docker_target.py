@@ -35,7 +35,7 @@ from envbuilder.errors import (
 )
 from envbuilder.project import Project
 from envbuilder.spec import DockerTarget as DockerSpec
-from envbuilder.spec import EnvSpec
+from envbuilder.spec import EnvSpec, load_spec
 from envbuilder.targets import ValidateOptions
 from envbuilder.targets.docker import (
     LOCK_LABEL,
@@ -104,12 +104,27 @@ def _wheel(dest: Path) -> Path:
     return path
 
 
+#: The spec of demo_env(): the lock below must be current for it (targets refuse a stale lock).
+DEMO_SPEC = """\
+# hand-made test project: env demo, one tiny wheel, locked by hand below
+[env.demo]
+description = "hand-made test env"
+accelerator = "cpu"
+python = "3.11"
+packages = ["envbuilder-demo==1.0"]
+targets = ["docker"]
+
+[env.demo.docker]
+base = "debian:bookworm-slim"
+"""
+
+
 def make_project(
     root: Path, dockerfile: str = DOCKERFILE, base_image: str = "debian:bookworm-slim"
 ) -> Project:
     """A locked and rendered project with one env, `demo`, that installs one tiny wheel."""
     root.mkdir(parents=True, exist_ok=True)
-    (root / "environments.toml").write_text("# hand-made test project\n")
+    (root / "environments.toml").write_text(DEMO_SPEC)
     project = Project.from_spec(root / "environments.toml", cache=root / "cache")
     wheel = _wheel(root)
     sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
@@ -121,7 +136,8 @@ def make_project(
         f'name = "{WHEEL}"\nurl = "{wheel.as_uri()}"\nhashes = {{ sha256 = "{sha}" }}\n'
     )
     lock = lockfile.EnvLock(
-        version=lockfile.LOCK_VERSION, env=ENV, spec_hash="0" * 64, envbuilder_version="0",
+        version=lockfile.LOCK_VERSION, env=ENV, envbuilder_version="0",
+        spec_hash=load_spec(project.spec_path).env_hash(ENV),  # current: targets refuse stale
         source_date_epoch=0,
         targets={"docker": lockfile.TargetLock(
             platform="x86_64-manylinux_2_28", python="3.11", pylock=pylock.name,

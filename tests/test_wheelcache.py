@@ -180,7 +180,8 @@ def test_fetch_needs_a_lock_that_matches_its_pylock(project: Project, mirror: Pa
     _lock_tinytorch(project, make_wheel(mirror, "tinytorch", "1.0+cpu"))
     with (project.lockfiles / "pylock.small-native.toml").open("a") as fh:
         fh.write("# edited\n")
-    with pytest.raises(LockError, match=r"differs from the sha256 in small\.lock\.toml"):
+    with pytest.raises(LockError,
+                       match=r"does not match the sha256 recorded in lockfiles/small\.lock\.toml"):
         fetch_locked(project, "small", "native")
 
 

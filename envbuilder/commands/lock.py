@@ -28,9 +28,16 @@ re-resolves the named packages only, --upgrade everything (and re-reads base ima
 A base image's digest is kept while its tag stays the same in the spec; --refresh-base re-reads
 it from the registry (the tag now names another image) without re-resolving any package.
 
+--no-base-digest (no Docker engine) records a new base image by tag, with the reason
+(base_digest_missing), and never drops a known digest, --upgrade included.
+
 --check reads only local files: it exits 1 naming each env/target whose lock is stale (the spec
-changed, a pylock was edited by hand, a pylock is missing). An env that was never locked is
-reported as a note and does not fail the check.
+changed, a pylock was edited by hand, is missing or malformed, a lock names a file outside
+lockfiles/, a base image lost its digest pin). An env that was never locked is reported as a note
+and does not fail the check; so is a base recorded by tag with --no-base-digest.
+
+A lock naming files outside lockfiles/ (or another env's lock) is never replaced: restore it
+from version control, or delete it and lock again.
 
 Mirrors: an index's `mirror` (spec) or ENVBUILDER_MIRROR_<INDEX_NAME> (environment; a folder of
 wheels or a URL; empty switches it off) is where uv resolves and envbuilder fetches; the locks
@@ -56,8 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="re-read the base images' digests from their registries (the tag "
                              "now names another image); the pylocks are not re-resolved")
     parser.add_argument("--no-base-digest", action="store_true",
-                        help="no Docker engine: keep known digests, record new base images by "
-                             "tag (render then uses the tag; lock --check notes it)")
+                        help="no Docker engine: keep known digests (also with --upgrade), "
+                             "record new base images by tag (render then uses the tag; "
+                             "lock --check notes it)")
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:

@@ -22,7 +22,9 @@ Render each env's definitions for its targets, beside the spec:
   windows/<env>/setup.ps1, README.md           a venv on native Windows without envbuilder
 
 Files are deterministic (a header with an input hash, no timestamp): rendering twice gives the
-same bytes. Base images are pinned by digest once the env is locked (`envbuilder lock`).
+same bytes. Base images are pinned by digest once the env is locked (`envbuilder lock`). An env
+whose lock is older than the spec (or is another env's lock) is refused, --check included: run
+`envbuilder lock --env NAME` first. An env never locked renders unpinned, saying so in a header.
 
 --check writes nothing: it exits 1 listing files that are stale, missing, or left over (in the
 output folders but no longer rendered). Without --check, changed files are rewritten and

@@ -38,7 +38,7 @@ from envbuilder.errors import (
     UsageError,
     ValidationError,
 )
-from envbuilder.fsutil import atomic_write_bytes, sha256_file
+from envbuilder.fsutil import atomic_write_bytes
 from envbuilder.project import Project
 from envbuilder.spec import EnvSpec
 from envbuilder.targets import (
@@ -116,24 +116,11 @@ def detect_host_kind(root: Path = Path("/")) -> HostKind:
 
 
 def _docker_lock(project: Project, env: str) -> tuple[lockfile.EnvLock, lockfile.TargetLock]:
-    lock = lockfile.load_env_lock(project, env)
-    if lock is None:
-        raise LockError(
-            f"{project.env_lock(env)} does not exist; run `envbuilder lock --env {env}`"
-        )
-    target = lock.targets.get(TARGET)
-    if target is None:
-        raise LockError(
-            f"{project.env_lock(env)} has no [targets.docker]; add `docker` to env.{env}.targets "
-            f"in {project.spec_path.name} and run `envbuilder lock --env {env}`"
-        )
-    pylock = project.lockfiles / target.pylock
-    if not pylock.is_file() or sha256_file(pylock) != target.pylock_sha256:
-        raise LockError(
-            f"{pylock} is missing or does not match the sha256 recorded in "
-            f"{project.env_lock(env)}; run `envbuilder lock --env {env}`"
-        )
-    return lock, target
+    """The env's lock and its docker entry, verified (lockfile.load_verified_lock): current for
+    the spec, the env's own, its pylock as recorded and well-formed. LockError otherwise."""
+    verified = lockfile.load_verified_lock(project, env, TARGET,
+                                           lockfile.current_spec_hash(project, env))
+    return verified.lock, verified.pylock.entry
 
 
 def _existing(client: docker.DockerClient, ref: str) -> Any | None:

@@ -5,7 +5,8 @@ cache with hash checking (`uv pip sync --require-hashes`), with the env's variab
 its activate scripts and a marker file (`envbuilder-venv.json`) that records what was built.
 
 Order of a build, so a bad lock never touches a working venv:
-  1. the pylock's sha256 must equal what the env lock recorded (a hand-edited pylock is refused);
+  1. the env lock must be current for the spec and the env's own, the pylock's sha256 must equal
+     what it recorded and its content be well-formed (lockfile.load_verified_lock);
   2. nothing to do when the marker names this lock and the venv holds exactly its packages;
   3. every locked artifact is fetched into the wheel cache and verified by sha256;
   4. only then the venv is created (or re-created, when its Python is wrong) and synced: what the
@@ -31,8 +32,8 @@ from typing import Any, ClassVar
 from packaging.utils import canonicalize_name
 
 from envbuilder import __version__, activate, pyfinder
-from envbuilder.errors import BuildError, LockError, UsageError, ValidationError
-from envbuilder.fsutil import atomic_write_bytes, sha256_file
+from envbuilder.errors import BuildError, UsageError, ValidationError
+from envbuilder.fsutil import atomic_write_bytes
 from envbuilder.project import Project
 from envbuilder.spec import EnvSpec, TargetName
 from envbuilder.targets import Artifact, ProgressFn, ValidateOptions, probe_options, register
@@ -280,23 +281,13 @@ class VenvTarget:
                              f"env.{env.name}.targets lists: {', '.join(env.targets)})")
 
     def _verified_lock_sha(self, project: Project, env: EnvSpec) -> str:
-        """The pylock's sha256, after checking it against the env lock's record."""
-        from envbuilder.lockfile import load_env_lock  # the lock helper's module
+        """The pylock's sha256, after lockfile.load_verified_lock checked the env lock (current
+        for the spec, the env's own) and the pylock (as recorded, well-formed)."""
+        from envbuilder.lockfile import current_spec_hash, load_verified_lock
 
-        lock = load_env_lock(project, env.name)
-        if lock is None or self.name not in lock.targets:
-            raise LockError(f"env {env.name!r} is not locked for target {self.name!r}; run: "
-                            f"envbuilder lock --env {env.name}")
-        pylock = project.lockfiles / lock.targets[self.name].pylock
-        if not pylock.is_file():
-            raise LockError(f"{pylock} is missing; run: envbuilder lock --env {env.name}")
-        actual, recorded = sha256_file(pylock), lock.targets[self.name].pylock_sha256
-        if actual != recorded:
-            raise LockError(
-                f"{pylock} has sha256 {actual}, but {project.env_lock(env.name)} records "
-                f"{recorded}: the pylock was edited after locking. Nothing was changed. Restore it "
-                f"(git checkout) or lock again: envbuilder lock --env {env.name}")
-        return actual
+        verified = load_verified_lock(project, env.name, self.name,
+                                      current_spec_hash(project, env.name))
+        return verified.pylock.entry.pylock_sha256
 
     def _is_current(self, layout: VenvLayout, env: EnvSpec, lock_sha: str,
                     variables: Mapping[str, str]) -> bool:

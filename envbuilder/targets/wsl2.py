@@ -77,17 +77,12 @@ def wsl_path(project: Project, env: str) -> Path:
 
 
 def _require_lock(project: Project, env: EnvSpec) -> EnvLock:
-    from envbuilder.lockfile import load_env_lock
+    """The env's lock, verified for the wsl2 target (lockfile.load_verified_lock): current for
+    the spec, the env's own, its pylock as recorded and well-formed. LockError otherwise."""
+    from envbuilder.lockfile import current_spec_hash, load_verified_lock
 
-    lock = load_env_lock(project, env.name)
-    if lock is None or TARGET not in lock.targets:
-        raise LockError(f"env {env.name!r} has no wsl2 lock in {project.env_lock(env.name)}; "
-                        f"run `envbuilder lock --env {env.name}` first")
-    pylock = project.lockfiles / lock.targets[TARGET].pylock
-    if not pylock.is_file() or sha256_file(pylock) != lock.targets[TARGET].pylock_sha256:
-        raise LockError(f"{pylock} is missing or does not match the sha256 recorded in "
-                        f"{project.env_lock(env.name)}; run `envbuilder lock --env {env.name}`")
-    return lock
+    return load_verified_lock(project, env.name, TARGET,
+                              current_spec_hash(project, env.name)).lock
 
 
 def _require_wsl2(env: EnvSpec) -> None:
