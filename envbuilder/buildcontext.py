@@ -20,8 +20,8 @@ import tempfile
 from pathlib import Path
 
 from envbuilder.errors import BuildError, LockError
+from envbuilder.progress import ProgressFn, no_progress
 from envbuilder.project import Project
-from envbuilder.targets import ProgressFn, no_progress
 
 #: Rendered files, besides the Dockerfile, that go into `envbuilder/` (wsl2 images).
 EXTRA_FILES = ("wsl.conf", "wsl-distribution.conf", "oobe.sh")

@@ -33,7 +33,7 @@ import requests.exceptions
 
 from envbuilder.compat import HostKind, load_compat
 from envbuilder.errors import BuildError, EngineError, RegistryError, UsageError
-from envbuilder.targets import ProgressFn, no_progress
+from envbuilder.progress import ProgressFn, no_progress
 
 #: HTTP timeout (s) for one read from the engine. Builds stay silent for minutes (pip installing
 #: torch), so the default of 60 s would abort them.

@@ -41,10 +41,10 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from envbuilder.errors import EnvbuilderError, LockError
 from envbuilder.fsutil import atomic_write_text, sha256_file
 from envbuilder.lockfile import load_env_lock
+from envbuilder.progress import ProgressFn, no_progress
 from envbuilder.project import Project
 from envbuilder.resolve import IndexSource, index_source, url_filename
 from envbuilder.spec import EnvSpec, Index, load_spec
-from envbuilder.targets import ProgressFn, no_progress
 
 Source = Literal["cache", "mirror", "download"]
 _CHUNK = 1 << 20

@@ -50,7 +50,7 @@ from typing import IO, Literal
 
 from envbuilder.compat import load_compat
 from envbuilder.errors import BuildError
-from envbuilder.targets import ProgressFn, no_progress
+from envbuilder.progress import ProgressFn, no_progress
 
 #: Keys Microsoft's validator accepts in /etc/wsl-distribution.conf (section.key, lower case).
 DISTRIBUTION_CONF_KEYS = frozenset(

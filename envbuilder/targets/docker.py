@@ -39,11 +39,11 @@ from envbuilder.errors import (
     ValidationError,
 )
 from envbuilder.fsutil import atomic_write_bytes, sha256_file
+from envbuilder.progress import ProgressFn
 from envbuilder.project import Project
 from envbuilder.spec import EnvSpec
 from envbuilder.targets import (
     Artifact,
-    ProgressFn,
     ValidateOptions,
     probe_options,
     probe_zipapp_bytes,

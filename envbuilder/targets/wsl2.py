@@ -34,13 +34,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from envbuilder import wslexe, wsltar
 from envbuilder.errors import BuildError, EngineError, LockError, ValidationError
 from envbuilder.fsutil import atomic_write_bytes, sha256_file
+from envbuilder.progress import ProgressFn, no_progress
 from envbuilder.project import Project
 from envbuilder.spec import EnvSpec
 from envbuilder.targets import (
     Artifact,
-    ProgressFn,
     ValidateOptions,
-    no_progress,
     probe_options,
     probe_zipapp_bytes,
     register,
