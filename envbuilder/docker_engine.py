@@ -224,6 +224,14 @@ def _shorten(text: str, limit: int = 70) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def existing_image(client: docker.DockerClient, ref: str) -> Any | None:
+    """The engine's image `ref`, or None when it has none by that name."""
+    try:
+        return client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        return None
+
+
 def _image_id(client: docker.DockerClient, ref: str) -> str:
     try:
         image_id = str(client.images.get(ref).id)
