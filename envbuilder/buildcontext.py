@@ -20,14 +20,12 @@ import tempfile
 from pathlib import Path
 
 from envbuilder.errors import BuildError, LockError
+from envbuilder.progress import ProgressFn, no_progress
 from envbuilder.project import Project
-from envbuilder.targets import ProgressFn, no_progress
 
 #: Rendered files, besides the Dockerfile, that go into `envbuilder/` (wsl2 images).
 EXTRA_FILES = ("wsl.conf", "wsl-distribution.conf", "oobe.sh")
 CA_BUNDLE_ENV = "ENVBUILDER_CA_BUNDLE"
-#: Label carrying `context_digest`: an image whose label matches needs no rebuild.
-CONTEXT_LABEL = "org.envbuilder.context-sha256"
 
 
 def ca_bundle_path(spec_value: str | None, project: Project) -> Path | None:

@@ -33,7 +33,7 @@ import requests.exceptions
 
 from envbuilder.compat import HostKind, load_compat
 from envbuilder.errors import BuildError, EngineError, RegistryError, UsageError
-from envbuilder.targets import ProgressFn, no_progress
+from envbuilder.progress import ProgressFn, no_progress
 
 #: HTTP timeout (s) for one read from the engine. Builds stay silent for minutes (pip installing
 #: torch), so the default of 60 s would abort them.
@@ -222,6 +222,14 @@ def _build_failure(event: Mapping[str, Any], state: _BuildState) -> str:
 def _shorten(text: str, limit: int = 70) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def existing_image(client: docker.DockerClient, ref: str) -> Any | None:
+    """The engine's image `ref`, or None when it has none by that name."""
+    try:
+        return client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        return None
 
 
 def _image_id(client: docker.DockerClient, ref: str) -> str:

@@ -21,21 +21,14 @@ from envbuilder import activate
 from envbuilder.compat import RocmRelease, load_compat
 from envbuilder.errors import RenderError
 from envbuilder.fsutil import sha256_bytes
+from envbuilder.imagedefs import CONTEXT_DIR, ENV_LABEL, LOCK_LABEL, LOCK_SHA_ARG, UID, VENV
 from envbuilder.project import pylock_name
 from envbuilder.quoting import env_name, sh_quote
 from envbuilder.spec import EnvSpec, TargetName
 
-#: Where the venv lives in images and WSL rootfs (build-context contract).
-VENV = "/opt/venv"
-#: Where the build context's `envbuilder/` folder is copied in the build stage.
-CONTEXT_DIR = "/tmp/envbuilder"
-#: uid of the non-root user (Microsoft's WSL rule; also the docker image's user).
-UID = 1000
 #: Groups that own the GPU device nodes (/dev/kfd is root:render, /dev/dri root:video;
 #: ROCm/ROCm-docker#90, #116). `render` is created when the base image lacks it.
 GPU_GROUPS = ("video", "render")
-#: Build arg carrying the env lock's sha256, so the Dockerfile does not change per build.
-LOCK_SHA_ARG = "ENVBUILDER_LOCK_SHA256"
 #: The rendered PowerShell script upgrades pip to at least this (pip installs pylock.toml from 26).
 WINDOWS_PIP = "pip>=26"
 #: Ubuntu release -> codename, for AMD's amdgpu-install package paths.
@@ -380,9 +373,9 @@ def _labels(env: EnvSpec, lock: LockPins) -> Labels:
         ("org.opencontainers.image.title", env.name),
         ("org.opencontainers.image.description", env.description),
         ("org.opencontainers.image.version", lock.pylock_sha256 or "unlocked"),
-        ("org.envbuilder.env", env.name),
+        (ENV_LABEL, env.name),
     )
-    return Labels(pairs, (("org.envbuilder.lock-sha256", LOCK_SHA_ARG),))
+    return Labels(pairs, ((LOCK_LABEL, LOCK_SHA_ARG),))
 
 
 def _docker_plan(env: EnvSpec, lock: LockPins, variables: Mapping[str, str]) -> Plan:

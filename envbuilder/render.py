@@ -26,6 +26,7 @@ from envbuilder import activate, plan, quoting
 from envbuilder.compat import load_compat
 from envbuilder.errors import RenderError
 from envbuilder.fsutil import atomic_write_bytes
+from envbuilder.imagedefs import LOCK_SHA_ARG
 from envbuilder.lockfile import load_current_lock
 from envbuilder.project import Project
 from envbuilder.spec import EnvSpec, Spec, TargetName
@@ -158,7 +159,7 @@ def _context(p: plan.Plan, lock: _LockInputs, filename: str) -> dict[str, Any]:
         "plan": p,
         "header": _header(p, filename),
         "source_date_epoch": lock.source_date_epoch,
-        "lock_sha_arg": plan.LOCK_SHA_ARG,
+        "lock_sha_arg": LOCK_SHA_ARG,
         "gpu_groups": plan.GPU_GROUPS,
         "librocdxg_git": plan.LIBROCDXG_GIT,
     }

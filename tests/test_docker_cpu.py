@@ -19,8 +19,9 @@ import pytest
 
 from envbuilder import lockfile
 from envbuilder.cli import main
+from envbuilder.imagedefs import LOCK_LABEL
 from envbuilder.project import Project
-from envbuilder.targets.docker import LOCK_LABEL, image_tag
+from envbuilder.targets.docker import image_tag
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
 

@@ -33,18 +33,16 @@ from envbuilder.errors import (
     UsageError,
     ValidationError,
 )
+from envbuilder.imagedefs import LOCK_LABEL, needs_host_network, proxy_build_args
 from envbuilder.project import Project
 from envbuilder.spec import DockerTarget as DockerSpec
 from envbuilder.spec import EnvSpec, load_spec
 from envbuilder.targets import ValidateOptions
 from envbuilder.targets.docker import (
-    LOCK_LABEL,
     DockerTarget,
     detect_host_kind,
     image_tag,
-    needs_host_network,
     probe_arguments,
-    proxy_build_args,
 )
 
 ENV = "demo"

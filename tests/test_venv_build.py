@@ -23,9 +23,10 @@ import tomlkit
 
 from envbuilder.errors import EnvbuilderError, LockError
 from envbuilder.fsutil import sha256_file
+from envbuilder.progress import no_progress
 from envbuilder.project import Project
 from envbuilder.spec import EnvSpec, load_spec
-from envbuilder.targets import Artifact, ValidateOptions, get_target, no_progress
+from envbuilder.targets import Artifact, ValidateOptions, get_target
 from envbuilder.targets.venv import MARKER, NativeVenvTarget, VenvLayout
 
 # slow: torch is installed and the probe runs several times; network: with an empty wheel cache

@@ -114,8 +114,8 @@ def test_report_of_another_version_is_refused() -> None:
 
 
 def test_windows_target_on_linux_says_it_needs_windows(tmp_path: Path) -> None:
+    from envbuilder.progress import no_progress
     from envbuilder.project import Project
-    from envbuilder.targets import no_progress
 
     if sys.platform == "win32":
         pytest.skip("this checks the refusal on non-Windows hosts")

@@ -20,15 +20,9 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from envbuilder.errors import UsageError
+from envbuilder.progress import ProgressFn
 from envbuilder.project import Project
 from envbuilder.spec import EnvSpec
-
-#: Progress events: (what, done, total) -- total None when unknown; `what` is a short label.
-ProgressFn = Callable[[str, int, int | None], None]
-
-
-def no_progress(what: str, done: int, total: int | None) -> None:
-    """The default progress callback: ignore."""
 
 
 @dataclass(frozen=True)

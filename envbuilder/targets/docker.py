@@ -15,21 +15,14 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import docker
 import docker.errors
 
 from envbuilder import docker_engine, lockfile
-from envbuilder.buildcontext import (
-    CONTEXT_LABEL,
-    assemble_context,
-    ca_bundle_path,
-    context_digest,
-)
+from envbuilder.buildcontext import ca_bundle_path
 from envbuilder.compat import HostKind
 from envbuilder.errors import (
     BuildError,
@@ -39,11 +32,21 @@ from envbuilder.errors import (
     ValidationError,
 )
 from envbuilder.fsutil import atomic_write_bytes
+from envbuilder.imagebuild import build_rendered_image
+from envbuilder.imagedefs import (
+    ENV_LABEL,
+    LOCK_LABEL,
+    LOCK_SHA_ARG,
+    ROLE_LABEL,
+    RUN_USER,
+    VENV_PYTHON,
+    proxy_build_args,
+)
+from envbuilder.progress import ProgressFn
 from envbuilder.project import Project
 from envbuilder.spec import EnvSpec
 from envbuilder.targets import (
     Artifact,
-    ProgressFn,
     ValidateOptions,
     probe_options,
     probe_zipapp_bytes,
@@ -51,15 +54,7 @@ from envbuilder.targets import (
 )
 
 TARGET = "docker"
-LOCK_LABEL = "org.envbuilder.lock-sha256"
-ENV_LABEL = "org.envbuilder.env"
-#: Build arg the rendered Dockerfile turns into the lock label (envbuilder.plan.LOCK_SHA_ARG).
-LOCK_SHA_ARG = "ENVBUILDER_LOCK_SHA256"
-#: Docker's predefined build args: usable in RUN, never recorded in the image or its history.
-PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "FTP_PROXY", "NO_PROXY", "ALL_PROXY")
-#: The image's user (build-context contract) and where the probe runs inside the container.
-RUN_USER = "1000"
-VENV_PYTHON = "/opt/venv/bin/python"
+#: Where the probe runs inside the container.
 PROBE_DIR = "/tmp/envbuilder-probe"
 HOST_KIND_ENV = "ENVBUILDER_HOST_KIND"
 
@@ -71,28 +66,6 @@ def image_repository(env: str) -> str:
 def image_tag(env: str, lock_sha256: str) -> str:
     """`envbuilder/<env>:<short lock hash>`."""
     return f"{image_repository(env)}:{lock_sha256[:12]}"
-
-
-def proxy_build_args(environ: Mapping[str, str]) -> dict[str, str]:
-    """The proxy settings of `environ` as predefined build args (both spellings Docker knows)."""
-    args: dict[str, str] = {}
-    for name in PROXY_VARIABLES:
-        value = environ.get(name) or environ.get(name.lower())
-        if value:
-            args[name] = value
-            args[name.lower()] = value
-    return args
-
-
-def needs_host_network(build_args: Mapping[str, str]) -> bool:
-    """True when a proxy listens on the host's loopback, which a bridged build cannot reach."""
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
-        value = build_args.get(name)
-        if value:
-            host = urlsplit(value if "://" in value else f"http://{value}").hostname or ""
-            if host == "localhost" or host.startswith("127.") or host == "::1":
-                return True
-    return False
 
 
 def detect_host_kind(root: Path = Path("/")) -> HostKind:
@@ -123,18 +96,11 @@ def _docker_lock(project: Project, env: str) -> tuple[lockfile.EnvLock, lockfile
     return verified.lock, verified.pylock.entry
 
 
-def _existing(client: docker.DockerClient, ref: str) -> Any | None:
-    try:
-        return client.images.get(ref)
-    except docker.errors.ImageNotFound:
-        return None
-
-
 def _ensure_base(client: docker.DockerClient, base: str, repin: str,
                  progress: ProgressFn) -> None:
     """Pull the locked base image (by digest) unless the engine has it already. A failure is
     one line naming the image and `repin`, the command that pins what the tag serves now."""
-    if _existing(client, base) is not None:
+    if docker_engine.existing_image(client, base) is not None:
         return
     progress(f"pulling the base image {base}", 0, None)
     try:
@@ -182,26 +148,13 @@ class DockerTarget:
             _ensure_base(client, target.base_image, repin, progress)
         spec_ca = getattr(env.docker, "ca_bundle", None)
         ca = ca_bundle_path(spec_ca if isinstance(spec_ca, str) else None, project)
-        progress(f"{env.name}/docker: assembling the build context", 0, None)
-        context = assemble_context(
-            project, env.name, TARGET, project.dockerfiles / env.name, progress, ca_bundle=ca
+        image_id, built = build_rendered_image(
+            client, project, env.name, TARGET, project.dockerfiles / env.name, tag=tag,
+            labels={LOCK_LABEL: target.pylock_sha256, ENV_LABEL: env.name},
+            build_args={**proxy_build_args(os.environ), LOCK_SHA_ARG: target.pylock_sha256},
+            progress=progress, ca_bundle=ca, nocache=no_cache,
         )
-        try:
-            digest = context_digest(context)
-            current = _existing(client, tag)
-            if not no_cache and current is not None and current.labels.get(CONTEXT_LABEL) == digest:
-                progress(f"{env.name}/docker: {tag} is up to date", 1, 1)
-                return self._record(project, env.name, tag, str(current.id), changed=False)
-            build_args = {**proxy_build_args(os.environ), LOCK_SHA_ARG: target.pylock_sha256}
-            labels = {LOCK_LABEL: target.pylock_sha256, CONTEXT_LABEL: digest,
-                      ENV_LABEL: env.name}
-            image_id = docker_engine.build_image(
-                client, context, tag, labels, build_args, progress, nocache=no_cache,
-                network_mode="host" if needs_host_network(build_args) else None,
-            )
-        finally:
-            shutil.rmtree(context, ignore_errors=True)
-        return self._record(project, env.name, tag, image_id, changed=True)
+        return self._record(project, env.name, tag, image_id, changed=built)
 
     @staticmethod
     def _record(project: Project, env: str, tag: str, image_id: str, changed: bool) -> Artifact:
@@ -220,7 +173,7 @@ class DockerTarget:
         _lock, target = _docker_lock(project, env.name)
         tag = image_tag(env.name, target.pylock_sha256)
         client = docker_engine.connect()
-        if _existing(client, tag) is None:
+        if docker_engine.existing_image(client, tag) is None:
             raise ValidationError(
                 f"no image {tag} on the Docker engine; build it (`envbuilder build --target "
                 f"docker --env {env.name}`) or pull it (`envbuilder pull --env {env.name}`)"
@@ -236,7 +189,7 @@ class DockerTarget:
         code, output, files = docker_engine.run_in_container(
             client, tag, command, user=RUN_USER, host_kind=host_kind, files_in=files_in,
             files_out=[report_in], progress=progress, timeout_s=options.timeout_s,
-            labels={ENV_LABEL: env.name, "org.envbuilder.role": "validate"},
+            labels={ENV_LABEL: env.name, ROLE_LABEL: "validate"},
         )
         if report_in not in files:
             tail = "\n".join(output.splitlines()[-20:])
@@ -256,7 +209,7 @@ class DockerTarget:
         tag = image_tag(env.name, target.pylock_sha256)
         repository = docker_engine.registry_repository(registry, env.name)
         client = docker_engine.connect()
-        image = _existing(client, tag)
+        image = docker_engine.existing_image(client, tag)
         if image is None:
             raise RegistryError(
                 f"no image {tag} to push; run `envbuilder build --target docker --env {env.name}`"

@@ -24,7 +24,6 @@ import contextlib
 import io
 import json
 import os
-import shutil
 import tarfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -34,13 +33,20 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from envbuilder import wslexe, wsltar
 from envbuilder.errors import BuildError, EngineError, LockError, ValidationError
 from envbuilder.fsutil import atomic_write_bytes, sha256_file
+from envbuilder.imagedefs import (
+    ENV_LABEL,
+    LOCK_LABEL,
+    LOCK_SHA_ARG,
+    TARGET_LABEL,
+    VENV_PYTHON,
+    proxy_build_args,
+)
+from envbuilder.progress import ProgressFn, no_progress
 from envbuilder.project import Project
 from envbuilder.spec import EnvSpec
 from envbuilder.targets import (
     Artifact,
-    ProgressFn,
     ValidateOptions,
-    no_progress,
     probe_options,
     probe_zipapp_bytes,
     register,
@@ -52,7 +58,6 @@ if TYPE_CHECKING:
     from envbuilder.lockfile import EnvLock
 
 TARGET = "wsl2"
-VENV_PYTHON = "/opt/venv/bin/python"
 PROBE_DIR = "/tmp/envbuilder"
 PROBE_PATH = f"{PROBE_DIR}/probe.pyz"
 PYLOCK_PATH = f"{PROBE_DIR}/pylock.toml"
@@ -98,8 +103,6 @@ def build_args(lock: EnvLock, environ: Mapping[str, str] | None = None) -> dict[
     """Build args of the rootfs image: proxies (Docker's predefined args, never stored in the
     image), SOURCE_DATE_EPOCH from the lock (the rendered Dockerfile declares it: hash-based
     .pyc files, useradd's dates) and the pylock's sha256 for the image label."""
-    from envbuilder.targets.docker import LOCK_SHA_ARG, proxy_build_args
-
     args = proxy_build_args(dict(os.environ if environ is None else environ))
     args["SOURCE_DATE_EPOCH"] = str(lock.source_date_epoch)
     args[LOCK_SHA_ARG] = lock.targets[TARGET].pylock_sha256
@@ -111,34 +114,17 @@ def build_rootfs_image(client: docker.DockerClient, project: Project, env: EnvSp
                        nocache: bool = False) -> tuple[str, bool]:
     """Build the env's rendered WSL Dockerfile (or find it up to date: same tag, same context
     digest). Returns (image id, whether a build ran)."""
-    import docker.errors
-
-    from envbuilder import buildcontext, docker_engine
-    from envbuilder.targets.docker import ENV_LABEL, LOCK_LABEL, needs_host_network
+    from envbuilder.buildcontext import ca_bundle_path
+    from envbuilder.imagebuild import build_rendered_image
 
     pylock_sha = lock.targets[TARGET].pylock_sha256
-    tag = image_tag(env.name, pylock_sha)
-    progress(f"{env.name}/wsl2: assembling the build context", 0, None)
-    context = buildcontext.assemble_context(
-        project, env.name, TARGET, project.wsl / env.name, progress,
-        ca_bundle=buildcontext.ca_bundle_path(None, project))
-    try:
-        digest = buildcontext.context_digest(context)
-        if not nocache:
-            with contextlib.suppress(docker.errors.ImageNotFound):
-                current = client.images.get(tag)
-                if current.labels.get(buildcontext.CONTEXT_LABEL) == digest:
-                    progress(f"{env.name}/wsl2: {tag} is up to date", 1, 1)
-                    return str(current.id), False
-        labels = {buildcontext.CONTEXT_LABEL: digest, LOCK_LABEL: pylock_sha,
-                  ENV_LABEL: env.name, "org.envbuilder.target": TARGET}
-        args = build_args(lock)
-        image_id = docker_engine.build_image(
-            client, context, tag, labels, args, progress, nocache=nocache,
-            network_mode="host" if needs_host_network(args) else None)
-        return image_id, True
-    finally:
-        shutil.rmtree(context, ignore_errors=True)
+    return build_rendered_image(
+        client, project, env.name, TARGET, project.wsl / env.name,
+        tag=image_tag(env.name, pylock_sha),
+        labels={LOCK_LABEL: pylock_sha, ENV_LABEL: env.name, TARGET_LABEL: TARGET},
+        build_args=build_args(lock), progress=progress,
+        ca_bundle=ca_bundle_path(None, project), nocache=nocache,
+    )
 
 
 @contextlib.contextmanager

@@ -1,0 +1,96 @@
+"""Facts of the `.wsl` format that the normaliser and the checker share: Microsoft's file
+locations and accepted keys, the format version, and the parsers of the files it names."""
+
+from __future__ import annotations
+
+import configparser
+import posixpath
+
+from envbuilder.compat import load_compat
+from envbuilder.errors import BuildError
+
+#: Keys Microsoft's validator accepts in /etc/wsl-distribution.conf (section.key, lower case).
+DISTRIBUTION_CONF_KEYS = frozenset(
+    {"oobe.command", "oobe.defaultuid", "oobe.defaultname", "shortcut.icon",
+     "windowsterminal.profiletemplate"}
+)
+#: Keys Microsoft's validator accepts in /etc/wsl.conf of a distribution it would publish.
+STORE_WSL_CONF_KEYS = frozenset({"boot.systemd"})
+#: Where Microsoft wants the oobe command and the icon.
+OOBE_DIRS = ("/usr/lib/wsl", "/usr/libexec/wsl")
+ICON_DIRS = ("/usr/lib/wsl", "/usr/share/wsl")
+WSL_CONF = "etc/wsl.conf"
+DISTRIBUTION_CONF = "etc/wsl-distribution.conf"
+#: Fixed gzip level: part of the artifact's identity (a different level -> a different sha256).
+COMPRESSLEVEL = 6
+#: Version of the bytes this module writes: bump it whenever the same rootfs would give other
+#: bytes (a rule, the tar layout, the compressor), so builds know a recorded file is stale.
+FORMAT = "2"
+CHUNK = 1 << 20
+SYSTEMD_BINARIES = ("usr/lib/systemd/systemd", "lib/systemd/systemd")
+SHADOW_FILES = ("etc/shadow", "etc/shadow-", "etc/gshadow", "etc/gshadow-")
+DAY = 86400
+
+
+# ----------------------------------------------------------------------------- parsing
+
+
+def parse_conf(data: bytes, where: str) -> dict[str, str]:
+    """An INI conf file (wsl.conf, wsl-distribution.conf) as {"section.key": value}, keys
+    lower-cased as WSL and Microsoft's validator read them."""
+    parser = configparser.ConfigParser(interpolation=None, strict=False)
+    try:
+        parser.read_string(data.decode("utf-8"))
+    except (configparser.Error, UnicodeDecodeError) as exc:
+        raise BuildError(f"{where} is not a valid INI file: {exc}") from exc
+    return {f"{section}.{key.lower()}": parser[section][key]
+            for section in parser.sections() for key in parser[section]}
+
+
+def parse_passwd(data: bytes) -> dict[int, list[str]]:
+    """/etc/passwd as {uid: fields}; lines that are not 7 fields with a numeric uid are skipped
+    (check_wsl_tar reports them)."""
+    users: dict[int, list[str]] = {}
+    for line in data.decode("utf-8", "replace").splitlines():
+        fields = line.split(":")
+        if len(fields) == 7 and fields[2].isdigit():
+            users.setdefault(int(fields[2]), fields)
+    return users
+
+
+def sort_key(name: str) -> tuple[str, ...]:
+    """Order of entries: by path components, so a directory precedes everything inside it."""
+    return tuple(name.split("/"))
+
+
+def clean_name(raw: str) -> str:
+    """A member name relative to the root ('' for the root itself). Raises BuildError for a
+    name that would escape the root."""
+    name = raw
+    while name.startswith("./"):
+        name = name[2:]
+    name = name.lstrip("/")
+    norm = posixpath.normpath(name) if name else ""
+    if norm in (".", ""):
+        return ""
+    if norm == ".." or norm.startswith("../"):
+        raise BuildError(f"the exported rootfs has a member outside its root: {raw!r}")
+    return norm
+
+
+def is_kernel(name: str) -> bool:
+    base = posixpath.basename(name)
+    parent = posixpath.dirname(name)
+    kernelish = base.startswith(("vmlinuz", "vmlinux", "initrd.img", "initramfs"))
+    return kernelish and parent in ("", "boot")
+
+
+def is_password_hash(value: str) -> bool:
+    """True when a shadow password field holds (or could hold) a usable password."""
+    return value not in ("*", "!", "!*", "x") and not (value.startswith("!") and len(value) <= 2)
+
+
+def discouraged_units() -> tuple[str, ...]:
+    """The units Microsoft's validator warns about when enabled (validate-modern.py), from the
+    compatibility data (envbuilder/data/wsl.toml)."""
+    return load_compat().wsl_units.discouraged

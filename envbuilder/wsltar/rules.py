@@ -1,0 +1,303 @@
+"""The checker: re-reads a finished `.wsl` and reports every rule it breaks (Microsoft's
+validate-modern.py checks with their levels, plus envbuilder's own promises)."""
+
+from __future__ import annotations
+
+import posixpath
+import tarfile
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from envbuilder.errors import BuildError
+from envbuilder.wsltar.conventions import (
+    DISTRIBUTION_CONF,
+    DISTRIBUTION_CONF_KEYS,
+    ICON_DIRS,
+    OOBE_DIRS,
+    STORE_WSL_CONF_KEYS,
+    SYSTEMD_BINARIES,
+    WSL_CONF,
+    clean_name,
+    discouraged_units,
+    is_kernel,
+    is_password_hash,
+    parse_conf,
+    sort_key,
+)
+
+# ----------------------------------------------------------------------------- checking
+
+
+Level = Literal["error", "warning"]
+
+
+@dataclass(frozen=True)
+class RuleFinding:
+    """One broken rule in a `.wsl`: `source` is "microsoft" (validate-modern.py's checks and
+    levels) or "envbuilder" (this module's promises)."""
+
+    level: Level
+    source: str
+    rule: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.level}: [{self.source}:{self.rule}] {self.message}"
+
+
+class TarView:
+    """Random access to a finished `.wsl` (headers in memory, data read on demand)."""
+
+    def __init__(self, tar: tarfile.TarFile) -> None:
+        self.tar = tar
+        self.members = tar.getmembers()
+        self.by_name = {clean_name(m.name): m for m in self.members}
+
+    def resolve(self, path: str, max_hops: int = 40) -> tarfile.TarInfo | None:
+        """The member at absolute `path`, following symlinks in it and in its parents (and a
+        hard link to its target); None when it does not exist or links loop."""
+        parts = deque(p for p in path.split("/") if p and p != ".")
+        resolved: list[str] = []
+        hops = 0
+        while parts:
+            part = parts.popleft()
+            if part == "..":
+                if resolved:
+                    resolved.pop()
+                continue
+            member = self.by_name.get("/".join([*resolved, part]))
+            if member is None:
+                return None
+            if member.issym():
+                hops += 1
+                if hops > max_hops:
+                    return None
+                if member.linkname.startswith("/"):
+                    resolved = []
+                parts.extendleft(reversed([p for p in member.linkname.split("/") if p]))
+                continue
+            resolved.append(part)
+        member = self.by_name.get("/".join(resolved)) if resolved else None
+        if member is not None and member.islnk():
+            member = self.by_name.get(clean_name(member.linkname))
+        return member
+
+    def read(self, member: tarfile.TarInfo) -> bytes:
+        if member.islnk():
+            member = self.by_name[clean_name(member.linkname)]
+        fh = self.tar.extractfile(member)
+        return fh.read() if fh else b""
+
+
+def is_x86_64_elf(head: bytes) -> bool:
+    """What `file` calls "ELF 64-bit ... x86-64, version 1" (validate-modern.py's magic check)."""
+    return (len(head) >= 20 and head[:4] == b"\x7fELF" and head[4] == 2 and head[6] == 1
+            and int.from_bytes(head[18:20], "little" if head[5] == 1 else "big") == 62)
+
+
+def check_wsl_tar(path: Path, *, source_date_epoch: int | None = None,
+                  store_rules: bool = False) -> list[RuleFinding]:
+    """Every rule the `.wsl` at `path` breaks (an empty list: it passes). Microsoft's checks
+    keep the validator's levels; `store_rules=True` adds its check that wsl.conf holds only
+    `boot.systemd` (a rule for distributions published in Microsoft's catalog, which a team's
+    own distro -- needing `[user] default` for `wsl --import` -- does not follow)."""
+    findings: list[RuleFinding] = []
+    with path.open("rb") as fh:
+        head = fh.read(3)
+        fh.seek(0)
+        if head[:2] != b"\x1f\x8b":
+            findings.append(RuleFinding("error", "microsoft", "format",
+                                        "not gzip compressed (WSL takes gzip or xz tars)"))
+        with tarfile.open(fileobj=fh, mode="r:*") as tar:
+            view = TarView(tar)
+            findings += _microsoft_checks(view, store_rules)
+            findings += _envbuilder_checks(view, source_date_epoch)
+    return findings
+
+
+def _microsoft_checks(view: TarView, store_rules: bool) -> list[RuleFinding]:
+    out: list[RuleFinding] = []
+
+    def add(level: Level, rule: str, message: str) -> None:
+        out.append(RuleFinding(level, "microsoft", rule, message))
+
+    def mode_owner(path: str, modes: tuple[int, ...], gid: int | None = 0,
+                   max_size: int | None = None) -> tarfile.TarInfo | None:
+        member = view.resolve(path)
+        if member is None:
+            add("error", "present", f"{path} not found in the tar")
+            return None
+        if member.mode not in modes:
+            add("warning", "mode", f"{path} has mode {oct(member.mode)}, expected one of "
+                f"{', '.join(oct(m) for m in modes)}")
+        if member.uid != 0:
+            add("warning", "owner", f"{path} has uid {member.uid}, expected 0")
+        if gid is not None and member.gid != gid:
+            add("warning", "owner", f"{path} has gid {member.gid}, expected {gid}")
+        if max_size is not None and member.size > max_size:
+            add("error", "size", f"{path} is {member.size} bytes, at most {max_size}")
+        return member
+
+    default_uid: int | None = None
+    dist = mode_owner("/etc/wsl-distribution.conf", (0o664, 0o644))
+    if dist is not None:
+        keys = _conf_keys(view, dist, "/etc/wsl-distribution.conf", add)
+        unexpected = sorted(k for k in keys if k not in DISTRIBUTION_CONF_KEYS)
+        if unexpected:
+            add("error", "distribution-conf-keys",
+                f"unexpected keys in /etc/wsl-distribution.conf: {unexpected}")
+        command = keys.get("oobe.command")
+        if command:
+            mode_owner(command, (0o775, 0o755))
+            if not command.startswith(OOBE_DIRS):
+                add("warning", "oobe-location",
+                    f"oobe.command {command!r} is not under {' or '.join(OOBE_DIRS)}")
+        uid_text = keys.get("oobe.defaultuid")
+        if uid_text:
+            if uid_text != "1000":
+                add("warning", "default-uid", f"oobe.defaultUid is {uid_text}, not 1000")
+            default_uid = int(uid_text) if uid_text.isdigit() else None
+        icon = keys.get("shortcut.icon")
+        if icon:
+            mode_owner(icon, (0o664, 0o644), max_size=1024 * 1024)
+            if not icon.startswith(ICON_DIRS):
+                add("warning", "icon-location", f"shortcut.icon {icon!r} is not under "
+                    f"{' or '.join(ICON_DIRS)}")
+        else:
+            add("warning", "icon", "no shortcut.icon provided")
+        template = keys.get("windowsterminal.profiletemplate")
+        if template:
+            mode_owner(template, (0o660, 0o640), max_size=1024 * 1024)
+    wsl_conf = view.resolve("/etc/wsl.conf")
+    if wsl_conf is not None:
+        mode_owner("/etc/wsl.conf", (0o664, 0o644))
+        keys = _conf_keys(view, wsl_conf, "/etc/wsl.conf", add)
+        extra = sorted(k for k in keys if k not in STORE_WSL_CONF_KEYS)
+        if store_rules and extra:
+            add("error", "wsl-conf-keys", f"unexpected keys in /etc/wsl.conf: {extra}")
+        if keys.get("boot.systemd", "").lower() == "true":
+            _elf(view, "/sbin/init", add, mode_owner)
+    passwd = mode_owner("/etc/passwd", (0o664, 0o644))
+    if passwd is not None:
+        _passwd_checks(view.read(passwd), default_uid, add)
+    mode_owner("/etc/shadow", (0o640, 0o600, 0), gid=None)
+    _elf(view, "/bin/bash", add, mode_owner)
+    _elf(view, "/bin/sh", add, mode_owner)
+    for unit in _enabled_discouraged_units(view):
+        add("warning", "systemd-unit", f"discouraged systemd unit enabled: {unit}")
+    return out
+
+
+def _conf_keys(view: TarView, member: tarfile.TarInfo, where: str,
+               add: Callable[[Level, str, str], None]) -> dict[str, str]:
+    try:
+        return parse_conf(view.read(member), where)
+    except BuildError as exc:
+        add("error", "conf-syntax", str(exc))
+        return {}
+
+
+def _elf(view: TarView, path: str, add: Callable[[Level, str, str], None],
+         mode_owner: Callable[..., tarfile.TarInfo | None]) -> None:
+    member = mode_owner(path, (0o755, 0o775))
+    if member is not None and not is_x86_64_elf(view.read(member)[:64]):
+        add("error", "elf", f"{path} is not an x86-64 ELF executable")
+
+
+def _passwd_checks(data: bytes, default_uid: int | None,
+                   add: Callable[[Level, str, str], None]) -> None:
+    seen: dict[int, str] = {}
+    for line in data.decode("utf-8", "replace").splitlines():
+        fields = line.split(":")
+        if len(fields) != 7 or not fields[2].isdigit():
+            add("error", "passwd", f"invalid /etc/passwd entry: {line!r}")
+            continue
+        uid = int(fields[2])
+        if uid in seen:
+            add("error", "passwd", f"duplicated uid {uid} in /etc/passwd")
+        else:
+            seen[uid] = fields[0]
+    if 0 not in seen:
+        add("error", "root", "no root (uid 0) in /etc/passwd")
+    elif seen[0] != "root":
+        add("error", "root", f"/etc/passwd has uid 0 named {seen[0]!r}, not root")
+    if default_uid is not None and default_uid in seen:
+        add("warning", "default-user-exists",
+            f"/etc/passwd already has the default uid {default_uid} ({seen[default_uid]})")
+
+
+def _enabled_discouraged_units(view: TarView) -> list[str]:
+    """Discouraged units wanted by some target and not masked in /etc/systemd/system."""
+    found = []
+    discouraged = set(discouraged_units())
+    for name, member in view.by_name.items():
+        base = posixpath.basename(name)
+        parent = posixpath.dirname(name)
+        if base not in discouraged or not parent.endswith(".target.wants"):
+            continue
+        if not member.issym() and not member.isfile():
+            continue
+        mask = view.by_name.get(f"etc/systemd/system/{base}")
+        if mask is not None and mask.issym() and mask.linkname == "/dev/null":
+            continue
+        found.append(f"/{name}")
+    return sorted(found)
+
+
+def _envbuilder_checks(view: TarView, source_date_epoch: int | None) -> list[RuleFinding]:
+    out: list[RuleFinding] = []
+
+    def add(rule: str, message: str) -> None:
+        out.append(RuleFinding("error", "envbuilder", rule, message))
+
+    names = [m.name for m in view.members]
+    if any(n.startswith(("/", "./", "../")) or n == "." for n in names):
+        add("root", "member names must be relative to the filesystem root (etc/passwd)")
+    if names != sorted(names, key=sort_key):
+        add("sorted", "entries are not sorted by path")
+    if len(set(names)) != len(names):
+        add("unique", "duplicate entries")
+    for member in view.members:
+        if member.uname or member.gname:
+            add("numeric-owner",
+                f"{member.name} carries owner names ({member.uname}:{member.gname})")
+            break
+    if source_date_epoch is not None:
+        wrong = [m.name for m in view.members if m.mtime != source_date_epoch]
+        if wrong:
+            add("mtime", f"{len(wrong)} entries have an mtime other than SOURCE_DATE_EPOCH "
+                f"{source_date_epoch}, e.g. {wrong[0]}")
+    if "etc/resolv.conf" in view.by_name:
+        add("resolv-conf", "the tar has /etc/resolv.conf (WSL generates it)")
+    kernels = [n for n in view.by_name if is_kernel(n)]
+    if kernels:
+        add("kernel", f"the tar has a kernel or initrd: {kernels}")
+    for conf in (WSL_CONF, DISTRIBUTION_CONF):
+        m = view.by_name.get(conf)
+        if m is not None and (m.uid, m.gid, m.mode, m.isfile()) != (0, 0, 0o644, True):
+            add("conf-owner", f"/{conf} must be a root:root 0644 file")
+    shadow = view.by_name.get("etc/shadow")
+    if shadow is not None:
+        for line in view.read(shadow).decode("utf-8", "replace").splitlines():
+            fields = line.split(":")
+            if len(fields) > 1 and is_password_hash(fields[1]):
+                add("shadow", f"/etc/shadow has a password for {fields[0]!r}")
+    if any(b in view.by_name for b in SYSTEMD_BINARIES):
+        for unit in discouraged_units():
+            m = view.by_name.get(f"etc/systemd/system/{unit}")
+            if m is None or not m.issym() or m.linkname != "/dev/null":
+                add("masked", f"{unit} is not masked (/etc/systemd/system/{unit} -> /dev/null)")
+    return out
+
+
+def gzip_header_is_deterministic(path: Path) -> bool:
+    """True when the gzip header has mtime 0 and no file name (what `write_wsl` promises)."""
+    with path.open("rb") as fh:
+        head = fh.read(10)
+    flags, mtime = head[3], int.from_bytes(head[4:8], "little")
+    return head[:3] == b"\x1f\x8b\x08" and not flags & 0x08 and mtime == 0
+
+
