@@ -204,6 +204,14 @@ def claim_folder(venv: Path, force: bool) -> VenvFolder:
     return folder
 
 
+def strangers_message(venv: Path, strangers: Sequence[str]) -> str:
+    """Why a venv that must be made again (wrong or broken Python) is not: its folder holds
+    files a venv does not, which emptying it would delete."""
+    return (f"the venv at {venv} must be made again (its Python is missing, broken or not the "
+            f"one the env needs), but its folder also holds files a venv does not: "
+            f"{_listing(strangers)}. Nothing was changed: move them out, or give another --path")
+
+
 def empty_venv_folder(venv: Path) -> None:
     """Remove everything in the venv folder `venv` but its marker, following no symbolic link out
     of it (a link is removed, never what it points to). Refuses, removing nothing, when the folder
@@ -211,9 +219,7 @@ def empty_venv_folder(venv: Path) -> None:
     try:
         names = sorted(p.name for p in venv.iterdir())
         if strangers := _strangers(names):
-            raise BuildError(f"{venv} holds files a venv does not: {_listing(strangers)}; they "
-                             f"are not removed, so the venv cannot be made again there. Move them "
-                             f"out, or give another --path")
+            raise BuildError(strangers_message(venv, strangers))
         for name in names:
             if name != MARKER:
                 _remove_entry(venv / name)
@@ -419,6 +425,8 @@ class VenvTarget:
         # a venv envbuilder did not make is never run, only replaced (--force)
         kept = self._usable_python(layout, env) if folder.kind == "ours" else None
         before = (self._packages_or_none(layout) or {}) if folder.kind == "ours" else {}
+        if not kept and folder.strangers:  # refused now, before the marker changes
+            raise BuildError(strangers_message(folder.path, folder.strangers))
         # found before anything changes: a missing Python leaves the old venv as it was
         found = None if kept else self.find_python(self.python_request(env))
         project.cache.mkdir(parents=True, exist_ok=True)
