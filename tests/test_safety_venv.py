@@ -426,3 +426,16 @@ def test_marker_states(tmp_path: Path) -> None:
     assert data is not None and marker_state(data) == "incomplete"
     assert "lock_sha256" not in data  # an incomplete venv holds no known lock
     assert inspect_folder(tmp_path).kind == "ours"
+
+
+def test_a_marker_that_is_a_link_proves_nothing(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    (venv / "pyvenv.cfg").write_text("version = 3.11.7\n")
+    elsewhere = tmp_path / "marker.json"
+    elsewhere.write_bytes(marker_bytes(venv, "cpu", "native", "ab" * 32, "3.11.7", {}))
+    (venv / MARKER).symlink_to(elsewhere)
+    assert inspect_folder(venv).kind == "foreign-venv"
+    (venv / MARKER).unlink()
+    shutil.copy2(elsewhere, venv / MARKER)
+    assert inspect_folder(venv).kind == "ours"

@@ -150,21 +150,19 @@ def _listing(names: Sequence[str], limit: int = 8) -> str:
 
 
 def inspect_folder(venv: Path) -> VenvFolder:
-    """Look at what is at `venv` (reads only; follows no link)."""
+    """Look at what is at `venv` (reads only; follows no link). OSError when it cannot be read."""
     if venv.is_symlink():
         return VenvFolder(venv, "other", f"a symbolic link (to {venv.readlink()})")
     if not venv.exists():
         return VenvFolder(venv, "absent", "nothing")
     if not venv.is_dir():
         return VenvFolder(venv, "other", "a file, not a folder")
-    try:
-        names = sorted(p.name for p in venv.iterdir())
-    except OSError as exc:
-        raise BuildError(f"cannot read the folder {venv}: {exc.strerror}") from None
+    names = sorted(p.name for p in venv.iterdir())
     if not [n for n in names if not _is_marker_temp(n)]:
         return VenvFolder(venv, "empty", "an empty folder")
     strangers = _strangers(names)
-    marker = read_marker(venv / MARKER)
+    # a marker that is a link proves nothing about this folder
+    marker = None if (venv / MARKER).is_symlink() else read_marker(venv / MARKER)
     if marker is not None and marker_owns(marker, venv):
         return VenvFolder(venv, "ours", "a venv envbuilder made", strangers)
     if not (venv / "pyvenv.cfg").is_file():
@@ -186,7 +184,11 @@ def claim_folder(venv: Path, force: bool) -> VenvFolder:
     """What is at `venv`, when envbuilder may build there; otherwise BuildError saying what is
     there and how to proceed, with nothing changed. `force` takes over a venv envbuilder did not
     make, only when its folder holds a venv and nothing else."""
-    folder = inspect_folder(venv)
+    try:
+        folder = inspect_folder(venv)
+    except OSError as exc:  # e.g. a parent folder that cannot be read
+        raise BuildError(f"cannot look at {venv}: {exc.strerror or exc}; nothing was changed. "
+                         f"Give another --path") from None
     if folder.kind in ("absent", "empty", "ours"):
         return folder
     head = (f"{venv} is {folder.what}. envbuilder changes only a venv it made itself (its "
