@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from envbuilder.spec import load_spec
 from envbuilder.targets.venv import (
     MARKER,
     incomplete_marker_bytes,
@@ -232,8 +233,9 @@ class Tiny:
             f'[[packages]]\nname = "{name}"\nversion = "{version}"\n'
             f'wheels = [{{ url = "https://wheels.invalid/simple/{wheel.name}", '
             f'hashes = {{ sha256 = "{sha}" }} }}]\n')
+        spec_hash = load_spec(self.root / "environments.toml").env_hash("tiny")  # current
         self.env_lock.write_text(
-            f'version = 1\nenv = "tiny"\nspec_hash = "test"\nenvbuilder_version = "0.1.0"\n'
+            f'version = 1\nenv = "tiny"\nspec_hash = "{spec_hash}"\nenvbuilder_version = "0.1.0"\n'
             f'source_date_epoch = 0\n\n[targets.native]\nplatform = "x86_64-manylinux_2_28"\n'
             f'python = "{PYTHON}"\npylock = "{self.pylock.name}"\n'
             f'pylock_sha256 = "{hashlib.sha256(self.pylock.read_bytes()).hexdigest()}"\n')
