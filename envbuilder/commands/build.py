@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder.commands._targets import (
+    VENV_TARGETS,
     add_selection_arguments,
     path_option,
     progress_for,
@@ -28,6 +29,12 @@ and its rendered files, and record the artifact in lockfiles/<env>.lock.toml:
   native    a venv (--path DIR, default .envbuilder/venvs/<env>-native)
   windows   a venv on Windows (--path DIR)
 
+A venv is built only where nothing is, in an empty folder, or in a venv envbuilder made (its
+envbuilder-venv.json marker proves it); only such a venv is ever synced, emptied or re-created.
+Anything else at the path is refused with nothing changed: a file, a link, a folder that is not
+a venv, a venv holding other files too (src/, .git). A venv envbuilder did not make is replaced
+only with --force.
+
 Building again with nothing changed builds nothing. Prints one line per artifact on stdout:
     <env> <target> <reference> <digest> (built|up to date)
 """
@@ -40,6 +47,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_selection_arguments(parser, default_target=None)
     parser.add_argument("--path", type=Path, metavar="DIR",
                         help="venv targets (native, windows): where the venv goes")
+    parser.add_argument("--force", action="store_true",
+                        help="venv targets (native, windows): replace a venv at the path that "
+                             "envbuilder did not make (its installed packages are removed); a "
+                             "folder holding anything but a venv is still refused")
     parser.add_argument("--no-cache", action="store_true",
                         help="image targets (docker, wsl2): build every step again "
                              "(no layer cache, no up-to-date check)")
@@ -53,6 +64,11 @@ def _target_options(args: argparse.Namespace) -> dict[str, Any]:
             raise UsageError(f"--no-cache applies to the image targets "
                              f"({', '.join(NO_CACHE_TARGETS)}), not {args.target}")
         options["no_cache"] = True
+    if args.force:
+        if args.target not in VENV_TARGETS:
+            raise UsageError(f"--force applies to the venv targets ({', '.join(VENV_TARGETS)}), "
+                             f"not {args.target}")
+        options["force"] = True
     return options
 
 
