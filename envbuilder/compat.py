@@ -417,9 +417,9 @@ class _Reader:
             raise self._fail(key, "expected a table of strings")
         return dict(value)
 
-    def opt(self, key: str, default: str | None = None) -> str | None:
-        """A string where "" means none; `default` when the key is absent."""
-        if default is not None and key not in self.table:
+    def opt(self, key: str, optional: bool = False) -> str | None:
+        """A string where "" means none; with `optional`, the key may also be left out."""
+        if optional and key not in self.table:
             self.seen.add(key)
             return None
         return self.get(key, str) or None
@@ -483,7 +483,7 @@ def _gpu(r: _Reader) -> Gpu:
         raise r._fail("gfx", f"not a gfx target: {gfx!r}")
     since, since_known = _known_or_unknown(r, "linux_official_since")
     override, override_known = _known_or_unknown(r, "hsa_override")
-    wsl_since = r.opt("wsl_since", default="")
+    wsl_since = r.opt("wsl_since", optional=True)
     for key, value in (("linux_official_since", since), ("wsl_since", wsl_since)):
         if value is not None:
             r.version(key)
@@ -517,7 +517,7 @@ def _release(r: _Reader) -> RocmRelease:
         amdgpu_install_path=r.opt("amdgpu_install_path"), libhsa_fix=cast(LibhsaFix | None, fix),
         docker_images=r.str_map("docker_images"), source=r.get("source", str),
         unverified=r.get("unverified", bool, False), install=_install_models(r),
-        pip_index=r.opt("pip_index", default=""))
+        pip_index=r.opt("pip_index", optional=True))
     _check_release(r, release)
     return release
 
@@ -556,7 +556,7 @@ def _index(sets: Mapping[str, GfxSet]) -> Callable[[_Reader], TorchIndexEntry]:
     def make(r: _Reader) -> TorchIndexEntry:
         index = r.get("index", str)
         derived = index.removeprefix("rocm") if index.startswith("rocm") else ""
-        gfx_name = r.opt("gfx", default="")
+        gfx_name = r.opt("gfx", optional=True)
         if gfx_name is not None and gfx_name not in sets:
             raise r._fail("gfx", f"no [gfx_set.{gfx_name}] (known: {', '.join(sets)})")
         gfx_set = sets[gfx_name] if gfx_name else None
@@ -578,7 +578,7 @@ def _windows(r: _Reader) -> WindowsWheels:
                       wheels=r.strs("wheels"), source=r.get("source", str),
                       unverified=r.get("unverified", bool, False), sdk=r.strs("sdk"),
                       index=r.get("index", bool, False), gfx=r.gfx_list("gfx", ()),
-                      driver=r.opt("driver", default=""))
+                      driver=r.opt("driver", optional=True))
     if not w.url.endswith("/") or w.index == bool(w.wheels):
         raise r._fail("url", "expected a folder URL ending in '/' with wheels, or an index "
                       "(index = true) without")
