@@ -27,7 +27,15 @@ from packaging.utils import (
 )
 from packaging.version import Version
 
-from envbuilder.compat import Compat, TorchIndexEntry, load_compat
+from envbuilder.compat import (
+    INSTALL_MODEL_LABELS,
+    Compat,
+    Gpu,
+    RocmRelease,
+    TorchIndexEntry,
+    WindowsWheels,
+    load_compat,
+)
 
 if TYPE_CHECKING:
     from envbuilder.spec import EnvSpec, Index, TargetName, _Ctx
@@ -266,10 +274,9 @@ def check_env(env: EnvSpec, indexes: Mapping[str, Index], ctx: _Ctx) -> None:
         _check_wheel_urls(env, target, label, ctx)
     _check_pins_used(env, ctx)
     _check_images(env, compat, ctx)
-    torch_index = _linux_torch_index(env, indexes, compat)
-    _check_hsa(env, compat, torch_index, ctx)
+    _check_hsa(env, compat, _linux_torch_rows(env, indexes, compat), ctx)
     _check_rccl(env, compat, ctx)
-    _check_windows(env, compat, ctx)
+    _check_windows(env, compat, indexes, ctx)
 
 
 def _target_groups(env: EnvSpec) -> list[tuple[str, TargetName]]:
@@ -285,18 +292,20 @@ def _target_groups(env: EnvSpec) -> list[tuple[str, TargetName]]:
     return [(f" ({', '.join(ts)})", ts[0]) for ts in groups.values()]
 
 
-def _linux_torch_index(env: EnvSpec, indexes: Mapping[str, Index],
-                       compat: Compat) -> TorchIndexEntry | None:
-    """The matrix row of the PyTorch index the env's Linux torch comes from, if known."""
+def _linux_torch_rows(env: EnvSpec, indexes: Mapping[str, Index],
+                      compat: Compat) -> list[TorchIndexEntry]:
+    """The matrix rows that can serve the env's Linux torch requirement (several when it is a
+    range), from the index it is pinned to; empty when envbuilder does not know that index."""
     for target in env.targets:
         if target == "windows":
             continue
         pin = env.index_pins_for(target).get("torch")
         index = indexes.get(pin) if pin else None
+        req = _torch_req(env, target)
         rows = compat.index_rows(index.url) if index else []
-        if rows:
-            return rows[0]
-    return None
+        if rows and req is not None and req.url is None:
+            return [r for r in rows if r.serves(req.specifier)]
+    return []
 
 
 def _check_images(env: EnvSpec, compat: Compat, ctx: _Ctx) -> None:
@@ -342,7 +351,15 @@ def _check_rocm(env: EnvSpec, compat: Compat, ctx: _Ctx) -> None:
         ctx.env_err(env.name, ("rocm",), f"the WSL/package facts for ROCm {release.version} are "
                     f"unverified ({release.source}); check them before relying on them",
                     "warning")
+    _check_install_model(env, release, ctx)
     if "wsl2" not in env.targets or env.wsl2 is None:
+        return
+    if release.install_model != "amdgpu-install":
+        near = ", ".join(compat.nearest_wsl_releases(release.version)[:3])
+        ctx.env_err(env.name, ("rocm",), f"ROCm {release.version} installs through "
+                    f"{INSTALL_MODEL_LABELS[release.install_model]}, but envbuilder's wsl2 distro "
+                    f"installs ROCm with amdgpu-install; for the wsl2 target use a release it can "
+                    f"install: {near}")
         return
     if release.wsl_stack is None:
         near = ", ".join(compat.nearest_wsl_releases(release.version)[:3])
@@ -360,6 +377,20 @@ def _check_rocm(env: EnvSpec, compat: Compat, ctx: _Ctx) -> None:
                     f"(ubuntu:{ubuntu}) unless it is an Ubuntu {ubuntu} image", "warning")
 
 
+def _check_install_model(env: EnvSpec, release: RocmRelease, ctx: _Ctx) -> None:
+    """Releases that do not install through amdgpu-install (7.14+: the pip SDK) are checked, but
+    envbuilder does not lock them as such yet: say so, with what the user must do by hand."""
+    model = release.install_model
+    if model == "amdgpu-install":
+        return
+    where = f" from {release.pip_index}" if release.pip_index else ""
+    ctx.env_err(env.name, ("rocm",), f"ROCm {release.version} installs through "
+                f"{INSTALL_MODEL_LABELS[model]}{where}, not amdgpu-install; envbuilder does not "
+                "lock that model yet: pin torch and the rocm wheels to AMD's index yourself "
+                "(PyPI has placeholder packages with the same names; see docs/rocm.md)",
+                "warning")
+
+
 def _check_gpu(env: EnvSpec, compat: Compat, ctx: _Ctx) -> None:
     if env.gpu is None:
         if env.accelerator == "rocm":
@@ -375,21 +406,49 @@ def _check_gpu(env: EnvSpec, compat: Compat, ctx: _Ctx) -> None:
     if gpu is None:
         return
     label = f"{env.gpu} ({gpu.gfx})"
-    if "wsl2" in env.targets and not gpu.wsl:
+    release = compat.rocm(env.rocm) if env.rocm else None
+    if "wsl2" in env.targets:
+        _check_gpu_wsl(env, gpu, label, release, ctx)
+    if "windows" in env.targets:
+        _check_gpu_windows(env, gpu, label, compat.windows_set(env.rocm) if env.rocm else None,
+                           ctx)
+    if gpu.unverified:
+        ctx.env_err(env.name, ("gpu",), f"the GPU table's facts for {label} are unverified "
+                    f"({gpu.source}); check them before relying on them", "warning")
+    _check_gpu_official(env, gpu, label, release, ctx)
+
+
+def _check_gpu_wsl(env: EnvSpec, gpu: Gpu, label: str, release: RocmRelease | None,
+                   ctx: _Ctx) -> None:
+    if not gpu.wsl:
         ctx.env_err(env.name, ("targets",), f"{label} is not supported by AMD's WSL stack "
                     "(WSL supports RDNA3/RDNA4 GPUs such as RX 7900 XTX, RX 7800 XT, RX 9070 "
                     "XT); remove 'wsl2' or use the docker target on a Linux host")
-    if "windows" in env.targets and not gpu.windows:
-        ctx.env_err(env.name, ("targets",), f"{label} is not covered by AMD's native-Windows "
-                    "PyTorch wheels (gfx110X, gfx1151, gfx120X); remove 'windows' or use wsl2/"
-                    "docker")
-    if gpu.unverified and ({"wsl2", "windows"} & set(env.targets)):
-        ctx.env_err(env.name, ("gpu",), f"WSL/Windows support for {label} is unverified "
-                    f"({gpu.source})", "warning")
-    release = compat.rocm(env.rocm) if env.rocm else None
+    elif gpu.wsl_since and release and Version(release.version) < Version(gpu.wsl_since):
+        ctx.env_err(env.name, ("targets",), f"{label} is supported by AMD's WSL stack from "
+                    f"ROCm {gpu.wsl_since}, not in ROCm {release.version}; remove 'wsl2' or use "
+                    "the docker target on a Linux host")
+
+
+def _check_gpu_windows(env: EnvSpec, gpu: Gpu, label: str, wheels: WindowsWheels | None,
+                       ctx: _Ctx) -> None:
+    """The Windows wheel set of the env's release decides (7.14+: its own gfx list); without
+    one, the GPU table's `windows` flag (AMD's gfx110X, gfx1151, gfx120X wheels up to 7.2.x)."""
+    if wheels.covers(gpu) if wheels else gpu.windows:
+        return
+    which = (f"for ROCm {wheels.rocm} ({', '.join(wheels.gfx)})" if wheels and wheels.gfx
+             else "(gfx110X, gfx1151, gfx120X)")
+    ctx.env_err(env.name, ("targets",), f"{label} is not covered by AMD's native-Windows "
+                f"PyTorch wheels {which}; remove 'windows' or use wsl2/docker")
+
+
+def _check_gpu_official(env: EnvSpec, gpu: Gpu, label: str, release: RocmRelease | None,
+                        ctx: _Ctx) -> None:
     since = gpu.linux_official_since
-    if release is not None and {"docker", "native"} & set(env.targets) and (
-            since is None or Version(release.version) < Version(since)):
+    if release is None or not gpu.linux_official_known \
+            or not {"docker", "native"} & set(env.targets):
+        return
+    if since is None or Version(release.version) < Version(since):
         when = f"from ROCm {since}" if since else "in no ROCm release"
         ctx.env_err(env.name, ("gpu",), f"{label} is officially supported on Linux {when}, "
                     f"not in ROCm {release.version}; it may still work", "warning")
@@ -438,23 +497,32 @@ def _check_torch(env: EnvSpec, target: TargetName, label: str, indexes: Mapping[
         ctx.env_err(env.name, _python_path(env, target), f"Python {python}{label}: "
                     f"{req} on the {name} index has wheels for Python {_pyrange(serving[0])} "
                     f"only; use a Python in that range or another torch version")
-    if env.accelerator == "rocm" and env.rocm and name.startswith("rocm"):
-        _check_index_matches_release(env, name, ctx)
-    if env.accelerator == "rocm" and name == "cpu":
+    _check_torch_index_kind(env, serving[0], ctx)
+    if all(r.unverified for r in serving):
+        ctx.env_err(env.name, path, f"{req}{label}: the {name} index's torch "
+                    f"{_served(serving)} is unverified ({serving[0].source}); check it before "
+                    "relying on it", "warning")
+
+
+def _check_torch_index_kind(env: EnvSpec, row: TorchIndexEntry, ctx: _Ctx) -> None:
+    """The index's ROCm (or none, for the cpu index) against the env's accelerator/release."""
+    if env.accelerator == "rocm" and env.rocm and row.rocm:
+        _check_index_matches_release(env, row, ctx)
+    if env.accelerator == "rocm" and row.index == "cpu":
         ctx.env_err(env.name, ("index_pins",), "torch comes from the cpu index, which has no "
                     "ROCm build, but the accelerator is rocm; pin torch to a rocmX.Y index")
-    if env.accelerator == "cpu" and name.startswith("rocm"):
-        ctx.env_err(env.name, ("index_pins",), f"torch comes from the {name} index, but the "
-                    "accelerator is cpu; pin the cpu index or set accelerator = \"rocm\"",
+    if env.accelerator == "cpu" and row.rocm:
+        ctx.env_err(env.name, ("index_pins",), f"torch comes from the {row.index} index, but "
+                    "the accelerator is cpu; pin the cpu index or set accelerator = \"rocm\"",
                     "warning")
 
 
-def _check_index_matches_release(env: EnvSpec, index: str, ctx: _Ctx) -> None:
-    idx = Version(index.removeprefix("rocm"))
+def _check_index_matches_release(env: EnvSpec, row: TorchIndexEntry, ctx: _Ctx) -> None:
+    idx = Version(row.rocm or "0")
     rel = Version(env.rocm or "0")
     if idx.release[:2] != rel.release[:2]:
-        ctx.env_err(env.name, ("index_pins",), f"torch comes from the {index} index but the "
-                    f"env's ROCm is {env.rocm}; the wheel bundles its own ROCm {idx}, the "
+        ctx.env_err(env.name, ("index_pins",), f"torch comes from the {row.index} index but "
+                    f"the env's ROCm is {env.rocm}; the wheel bundles its own ROCm {idx}, the "
                     "system's libraries (and the WSL libhsa fix) are for the other; prefer the "
                     f"rocm{rel.major}.{rel.minor} index", "warning")
 
@@ -468,8 +536,7 @@ def _python_path(env: EnvSpec, target: TargetName) -> tuple[str, ...]:
 
 
 def _served(rows: Sequence[TorchIndexEntry]) -> str:
-    versions = [v for r in rows for v in r.versions]
-    return ", ".join(dict.fromkeys(f"{v}+{rows[0].local}" for v in versions))
+    return ", ".join(dict.fromkeys(str(v) for r in rows for v in r.candidates()))
 
 
 def _pyrange(row: TorchIndexEntry) -> str:
@@ -532,20 +599,14 @@ def _check_pins_used(env: EnvSpec, ctx: _Ctx) -> None:
                         "add it to packages or remove the pin", "warning")
 
 
-def _check_hsa(env: EnvSpec, compat: Compat, torch_index: TorchIndexEntry | None,
+def _check_hsa(env: EnvSpec, compat: Compat, torch_rows: Sequence[TorchIndexEntry],
                ctx: _Ctx) -> None:
-    wheel_gfx = torch_index.gfx if torch_index and torch_index.gfx else compat.wheel_gfx_base
-
-    def gfx_ok(gfx: str) -> bool:
-        return gfx in wheel_gfx
-
+    """HSA_OVERRIDE_GFX_VERSION against the gfx targets of the Linux torch wheel the env pins
+    (they differ per index and torch version: torch.toml [gfx_set])."""
     gpu = compat.gpu(env.gpu) if env.gpu else None
     if HSA_VAR not in env.env:
-        if gpu is not None and gpu.hsa_override is not None and not gfx_ok(gpu.gfx) \
-                and any(t != "windows" for t in env.targets):
-            ctx.env_err(env.name, ("env",), f"{env.gpu} ({gpu.gfx}) is not among the torch "
-                        "wheel's gfx targets; it usually needs HSA_OVERRIDE_GFX_VERSION = "
-                        f"\"{gpu.hsa_override}\" (not an official workaround)", "warning")
+        if gpu is not None and any(t != "windows" for t in env.targets):
+            _check_hsa_needed(env, compat, gpu, torch_rows, ctx)
         return
     value = env.env[HSA_VAR]
     path = ("env", HSA_VAR)
@@ -558,21 +619,63 @@ def _check_hsa(env: EnvSpec, compat: Compat, torch_index: TorchIndexEntry | None
                     "remove it or fix the value")
         return
     if gpu is not None:
-        label = f"{env.gpu} ({gpu.gfx})"
-        if gpu.hsa_override is None:
-            ctx.env_err(env.name, path, f"set to {value} for {label}, which needs no override "
-                        "(the torch wheels are compiled for it); remove "
-                        "HSA_OVERRIDE_GFX_VERSION")
-        elif gfx_ok(gpu.gfx):
-            ctx.env_err(env.name, path, f"set to {value} for {label}, but the torch wheel is "
-                        f"compiled for {gpu.gfx}; remove HSA_OVERRIDE_GFX_VERSION")
-        elif value != gpu.hsa_override:
-            ctx.env_err(env.name, path, f"set to {value} for {label}; it runs as "
-                        f"{gpu.hsa_override} (HSA_OVERRIDE_GFX_VERSION = "
-                        f"\"{gpu.hsa_override}\")", "warning")
+        _check_hsa_value(env, gpu, value, torch_rows, ctx)
+    release = compat.rocm(env.rocm) if env.rocm else None
+    if release is not None and release.install_model == "pip-sdk":
+        ctx.env_err(env.name, path, f"ROCm {release.version} comes as TheRock multi-arch "
+                    "wheels, which ship the gfx targets natively, and an override is reported "
+                    "to break TheRock >= 7.13 runtimes (rocm-2026.md); remove "
+                    "HSA_OVERRIDE_GFX_VERSION", "warning")
     if "windows" in env.targets:
         ctx.env_err(env.name, path, "has no effect on Windows (the windows target ignores it)",
                     "warning")
+
+
+def _wheel_has(rows: Sequence[TorchIndexEntry], gfx: str) -> bool | None:
+    """True when every wheel the torch requirement can resolve to is compiled for `gfx`, False
+    when some is not, None when envbuilder does not know the wheels' targets."""
+    sets = [r.gfx for r in rows if r.gfx]
+    return all(gfx in targets for targets in sets) if sets else None
+
+
+def _gfx_note(rows: Sequence[TorchIndexEntry]) -> str:
+    unverified = any(r.gfx_set is not None and r.gfx_set.unverified for r in rows)
+    return " (that wheel's gfx list is unverified)" if unverified else ""
+
+
+def _check_hsa_needed(env: EnvSpec, compat: Compat, gpu: Gpu,
+                      rows: Sequence[TorchIndexEntry], ctx: _Ctx) -> None:
+    if _wheel_has(rows, gpu.gfx) is not False:
+        return
+    what = f"{env.gpu} ({gpu.gfx}) is not among the torch wheel's gfx targets{_gfx_note(rows)}"
+    if gpu.hsa_override is not None:
+        ctx.env_err(env.name, ("env",), f"{what}; it usually needs HSA_OVERRIDE_GFX_VERSION = "
+                    f"\"{gpu.hsa_override}\" (not an official workaround)", "warning")
+        return
+    known = "no override is known to work" if gpu.hsa_override_known else \
+        "envbuilder knows no override for it"
+    others = compat.indexes_with_gfx(gpu.gfx)
+    hint = f"pin torch to an index whose wheels have it ({', '.join(others)})" if others \
+        else "use a torch wheel built for it"
+    ctx.env_err(env.name, ("env",), f"{what} and {known}; {hint}", "warning")
+
+
+def _check_hsa_value(env: EnvSpec, gpu: Gpu, value: str, rows: Sequence[TorchIndexEntry],
+                     ctx: _Ctx) -> None:
+    label = f"{env.gpu} ({gpu.gfx})"
+    path = ("env", HSA_VAR)
+    if _wheel_has(rows, gpu.gfx):
+        if gpu.hsa_override is None and gpu.hsa_override_known:
+            ctx.env_err(env.name, path, f"set to {value} for {label}, which needs no override "
+                        "(the torch wheels are compiled for it); remove "
+                        "HSA_OVERRIDE_GFX_VERSION")
+        else:
+            ctx.env_err(env.name, path, f"set to {value} for {label}, but the torch wheel is "
+                        f"compiled for {gpu.gfx}; remove HSA_OVERRIDE_GFX_VERSION")
+    elif gpu.hsa_override is not None and value != gpu.hsa_override:
+        ctx.env_err(env.name, path, f"set to {value} for {label}; it runs as "
+                    f"{gpu.hsa_override} (HSA_OVERRIDE_GFX_VERSION = "
+                    f"\"{gpu.hsa_override}\")", "warning")
 
 
 def _check_rccl(env: EnvSpec, compat: Compat, ctx: _Ctx) -> None:
@@ -584,6 +687,8 @@ def _check_rccl(env: EnvSpec, compat: Compat, ctx: _Ctx) -> None:
                 real = knobs.misspelled[name]
                 ctx.env_err(env.name, path, f"{name} is not read by RCCL (it reads the NCCL_* "
                             f"names); use {real} = \"{values[name]}\"")
+            elif name in knobs.pytorch:
+                _check_pytorch_knob(env, table, name, knobs.pytorch[name], values[name], ctx)
             elif table == "rccl" and not name.startswith(("NCCL_", "RCCL_")):
                 ctx.env_err(env.name, path, "is not an NCCL_*/RCCL_* setting; move it to "
                             f"[env.{env.name}.env]")
@@ -594,29 +699,75 @@ def _check_rccl(env: EnvSpec, compat: Compat, ctx: _Ctx) -> None:
                             f"reads{hint}", "warning")
 
 
-def _check_windows(env: EnvSpec, compat: Compat, ctx: _Ctx) -> None:
+def _check_pytorch_knob(env: EnvSpec, table: str, name: str, real: str, value: str,
+                        ctx: _Ctx) -> None:
+    """An NCCL_* name that PyTorch (not RCCL) reads, as a deprecated alias of `real`."""
+    if table == "rccl":
+        ctx.env_err(env.name, (table, name), f"{name} is PyTorch's setting, not RCCL's (PyTorch "
+                    f"reads it as a deprecated alias of {real}); set {real} = \"{value}\" in "
+                    f"[env.{env.name}.env]")
+    else:
+        ctx.env_err(env.name, (table, name), f"{name} is PyTorch's deprecated name for {real} "
+                    f"(RCCL does not read it); use {real} = \"{value}\"", "warning")
+
+
+def _check_windows(env: EnvSpec, compat: Compat, indexes: Mapping[str, Index],
+                   ctx: _Ctx) -> None:
     if "windows" not in env.targets or env.windows is None or env.accelerator != "rocm":
         return
-    pythons = [w for w in compat.windows_wheels
-               if w.python.contains(env.windows.python + ".0", prereleases=True)]
-    table = f"[env.{env.name}.windows]"
-    if not pythons:
-        ctx.env_err(env.name, _python_path(env, "windows"), f"Python {env.windows.python}: "
-                    "AMD's native-Windows PyTorch wheels need Python 3.12; set "
-                    f"{table} python = \"3.12\" or drop the windows target")
-    if env.rocm and not any(_same_release(w.rocm, env.rocm.rsplit(".", 1)[0]
-                                          if env.rocm.count(".") == 2 else env.rocm)
-                            for w in compat.windows_wheels):
+    wheels = _windows_wheels_for(env, compat)
+    _check_windows_python(env, env.windows.python, compat, wheels, ctx)
+    if env.rocm and compat.windows_set(env.rocm) is None:
         known = ", ".join(w.rocm for w in compat.windows_wheels)
         ctx.env_err(env.name, ("rocm",), f"AMD publishes native-Windows PyTorch wheels for ROCm "
                     f"{known}, not {env.rocm}; the windows target uses those wheels' own ROCm",
                     "warning")
+    _check_windows_torch(env, compat, indexes, wheels, ctx)
+
+
+def _windows_wheels_for(env: EnvSpec, compat: Compat) -> WindowsWheels | None:
+    """The Windows wheel set the windows target uses: the one its torch URL points into, else
+    the one of the env's ROCm release line."""
     req = _torch_req(env, "windows")
+    if req is not None and req.url is not None:
+        url = req.url
+        hit = next((w for w in compat.windows_wheels if not w.index and url.startswith(w.url)),
+                   None)
+        if hit is not None:
+            return hit
+    return compat.windows_set(env.rocm) if env.rocm else None
+
+
+def _py_versions(spec: SpecifierSet) -> list[str]:
+    """The Python major.minor versions 3.8 - 3.15 a specifier admits ("3.11", "3.12")."""
+    return [f"3.{m}" for m in range(8, 16) if spec.contains(f"3.{m}.0", prereleases=True)]
+
+
+def _check_windows_python(env: EnvSpec, python: str, compat: Compat,
+                          wheels: WindowsWheels | None, ctx: _Ctx) -> None:
+    sets = [wheels] if wheels else [w for w in compat.windows_wheels if not w.index]
+    if any(w.python.contains(python + ".0", prereleases=True) for w in sets):
+        return
+    ok = list(dict.fromkeys(v for w in sets for v in _py_versions(w.python)))
+    which = f" for ROCm {wheels.rocm}" if wheels else ""
+    table = f"[env.{env.name}.windows]"
+    ctx.env_err(env.name, _python_path(env, "windows"), f"Python {python}: "
+                f"AMD's native-Windows PyTorch wheels{which} need Python {' or '.join(ok)}; "
+                f"set {table} python = \"{ok[-1] if ok else '3.12'}\" or drop the windows target")
+
+
+def _check_windows_torch(env: EnvSpec, compat: Compat, indexes: Mapping[str, Index],
+                         wheels: WindowsWheels | None, ctx: _Ctx) -> None:
+    table = f"[env.{env.name}.windows]"
+    req = _torch_req(env, "windows")
+    pin = env.index_pins_for("windows").get("torch")
     if req is None:
+        example = wheels if wheels and not wheels.index else compat.windows_wheels[0]
         ctx.env_err(env.name, _pkg_path(env, "windows"), "no torch for the windows target; "
                     f"give it AMD's Windows wheel, e.g. {table} packages = "
-                    f"[\"torch @ {compat.windows_wheels[0].wheel_urls()[0]}\"]", "warning")
-    elif req.url is None and "torch" in env.index_pins_for("windows"):
+                    f"[\"torch @ {example.wheel_urls()[0]}\"]", "warning")
+    elif req.url is None and pin is not None and not _is_amd_windows_index(
+            compat, indexes.get(pin)):
         ctx.env_err(env.name, ("windows", "index_pins"), "torch for windows is pinned to a "
                     f"Linux wheel index; set {table} packages to AMD's Windows wheel and "
                     "index_pins = {}")
@@ -624,3 +775,9 @@ def _check_windows(env: EnvSpec, compat: Compat, ctx: _Ctx) -> None:
                                      for w in compat.windows_wheels):
         ctx.env_err(env.name, _pkg_path(env, "windows"), "AMD's Windows wheel URLs are "
                     "unverified here (see envbuilder/data/torch.toml)", "warning")
+
+
+def _is_amd_windows_index(compat: Compat, index: Index | None) -> bool:
+    """Whether `index` is the multi-arch index AMD's 7.14+ Windows wheels come from."""
+    return index is not None and any(
+        w.index and index.url.rstrip("/") == w.url.rstrip("/") for w in compat.windows_wheels)

@@ -268,7 +268,7 @@ _KIND_WORDS = {"str": "a string", "bool": "true or false", "list[str]": "a list 
 ENV_NAME_RE = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
 INDEX_NAME_RE = re.compile(r"[a-z0-9](?:[a-z0-9._-]*[a-z0-9])?")
 PYTHON_RE = re.compile(r"3\.[0-9]{1,2}")
-ROCM_RE = re.compile(r"[0-9]+\.[0-9]+(?:\.[0-9]+)?")
+ROCM_RE = re.compile(r"[0-9]+\.[0-9]+(?:\.[0-9]+){0,2}")  # 6.4, 6.4.1, 6.4.2.1
 CUDA_RE = re.compile(r"[0-9]+\.[0-9]+")
 
 
