@@ -101,8 +101,9 @@ atexit.register(close_all)
 # shell-out adapter makes a new, untracked connection pool per request, so `client.close()`
 # closed none of them: urllib3's garbage-collection finalizers did, at interpreter exit at the
 # latest, and the SDK's SSHSocket.close() writes to ssh's stdin first. By then the far side may
-# have ended the connection (dockerd drops a connection idle for 5 minutes; a remote host may
-# go away), ssh has exited, and the write printed a BrokenPipeError traceback at exit. The
+# have ended the connection (here one idle for 5 minutes was: reproduced with a process that
+# slept 320 s; a remote host may also go away), ssh has exited, and the write printed a
+# BrokenPipeError traceback at exit. The
 # classes below are the SDK's with two changes: the adapter knows its sockets (close() ends
 # them all), and ending an ssh process never writes to it.
 

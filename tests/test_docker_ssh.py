@@ -81,7 +81,8 @@ def _keygen(path: Path) -> None:
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     """End the sshd this module started, by its pid. Its per-connection processes end with
     their clients' ssh processes (the fixture closes every docker client first: close_all);
-    killing them first would make the docker SDK's close() raise BrokenPipeError at exit."""
+    a session ended first is what test_exit_after_the_far_side_closed_prints_no_traceback
+    does on purpose."""
     proc.terminate()
     try:
         proc.wait(timeout=10)
