@@ -4,7 +4,10 @@ Two families, both reported as `Finding`s through the spec loader's context (nev
 
 - *safety*: every value that a renderer puts into a Dockerfile, shell or PowerShell line (package
   specs, env var names and values, apt names, user names, paths, URLs, image references) either
-  matches a strict pattern or is rejected here, so nothing a user writes can become code;
+  matches a strict pattern or is rejected here, so nothing a user writes can become code; and
+  whatever `render` or `lock` would refuse later is refused here first, naming the key: values
+  a target's quoting cannot carry (asked of `envbuilder.quoting`'s own predicates), and env names
+  whose derived names (PEP 751 pylock files, Windows folders) are invalid;
 - *compatibility*: the spec against the shipped compatibility data (`envbuilder.compat`): torch
   vs index vs Python, GPU vs target, ROCm release vs WSL stack and Ubuntu release, HSA override,
   RCCL knobs. The facts live in `envbuilder/data/*.toml`, never here.
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
@@ -27,6 +30,7 @@ from packaging.utils import (
 )
 from packaging.version import Version
 
+from envbuilder import quoting
 from envbuilder.compat import (
     INSTALL_MODEL_LABELS,
     Compat,
@@ -36,14 +40,14 @@ from envbuilder.compat import (
     WindowsWheels,
     load_compat,
 )
+from envbuilder.errors import EnvbuilderError
+from envbuilder.project import pylock_name
 
 if TYPE_CHECKING:
     from envbuilder.spec import EnvSpec, Index, TargetName, _Ctx
 
 #: PEP 508 distribution names.
 PACKAGE_NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
-#: POSIX-portable environment variable names (what sh, Dockerfile ENV and PowerShell all take).
-ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: Debian policy 5.6.1: package names are lower case, at least two characters.
 APT_NAME_RE = re.compile(r"[a-z0-9][a-z0-9+.-]+")
 #: useradd's portable user names (and not root: the image's user is uid 1000).
@@ -64,6 +68,25 @@ IMAGE_RE = re.compile(
 #: Characters that end or escape a quoted word in sh, a Dockerfile or PowerShell.
 SHELL_META = frozenset("'\"`$;\\")
 HSA_VAR = "HSA_OVERRIDE_GFX_VERSION"
+#: PEP 751, "File Name": a lock file is `pylock.toml` or matches this (no dot inside the name);
+#: pip and uv take a file for a pylock by this rule (packaging.pylock.is_valid_pylock_path).
+PYLOCK_FILE_RE = re.compile(r"pylock\.([^.]+)\.toml")
+#: Device names Windows reserves in every folder (with any extension): a folder or file with one
+#: of these names cannot be created there, so a checkout with dockerfiles/<env> fails.
+WINDOWS_RESERVED = frozenset({"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)),
+                              *(f"lpt{i}" for i in range(10))})
+#: Where each target writes an env's variables, and the quoting there (envbuilder.quoting's own
+#: predicates; which files: the templates and envbuilder.activate).
+VARIABLE_QUOTING: Mapping[str, tuple[tuple[str, Callable[[str], str | None]], ...]] = {
+    "docker": (("the Dockerfile's ENV line", quoting.dockerfile_refusal),),
+    "wsl2": (("/etc/profile.d/envbuilder.sh on a Dockerfile RUN line",
+              quoting.dockerfile_sh_refusal),),
+    "windows": (("the venv's activate.bat", quoting.cmd_set_refusal),
+                ("setup.ps1 and the venv's Activate.ps1", quoting.ps_refusal),
+                ("the venv's activate script", quoting.sh_refusal)),
+    "native": (("the venv's activate script", quoting.sh_refusal),
+               ("the venv's Activate.ps1", quoting.ps_refusal)),
+}
 
 
 def _meta(value: str, allowed: str = "") -> str | None:
@@ -144,8 +167,13 @@ def _package_problem(spec: str) -> str | None:
     if any(ch in head for ch in "'\";"):
         return ("quotes or ';' outside an environment marker; write "
                 "\"name==1.0; python_version < '3.13'\"")
-    if req.url is not None and not req.url.startswith(("https://", "http://", "file://")):
-        return "a direct reference must be an http(s) or file URL"
+    if req.url is not None and req.url.startswith("file:"):
+        # `envbuilder lock` refuses it: a lock names public URLs, never this machine's files
+        return ("a direct reference to a local file cannot be locked (a lock records public "
+                "URLs); put the file in a folder, make that folder an index's mirror and pin "
+                "the package to that index")
+    if req.url is not None and not req.url.startswith(("https://", "http://")):
+        return "a direct reference must be an http(s) URL; write \"name @ https://...\""
     return None
 
 
@@ -157,11 +185,11 @@ def _before_marker(spec: str) -> str:
 
 def check_env_vars(env: str, path: Sequence[str], values: Mapping[str, str],
                    ctx: _Ctx) -> dict[str, str]:
-    """Names match [A-Za-z_][A-Za-z0-9_]*; values are one printable line (renderers quote).
-    Returns the good pairs."""
+    """Names are what `quoting.env_name` takes; values are one printable line (renderers quote;
+    what each target's quoting refuses beyond that: `check_variables`). Returns the good pairs."""
     good: dict[str, str] = {}
     for name, value in values.items():
-        if not ENV_NAME_RE.fullmatch(name):
+        if quoting.env_name_refusal(name):
             ctx.env_err(env, (*path, name), "is not a valid environment variable name; use "
                         "letters, digits and '_', not starting with a digit (e.g. NCCL_DEBUG)")
             continue
@@ -207,11 +235,38 @@ def check_image(env: str, path: Sequence[str], image: str, ctx: _Ctx) -> None:
                     "write NAME:TAG, e.g. \"debian:bookworm-slim\"", "warning")
 
 
-def check_distro(env: str, distro: str, ctx: _Ctx) -> None:
-    if not DISTRO_RE.fullmatch(distro):
-        ctx.env_err(env, ("wsl2", "distro"), f"{distro!r} cannot be a WSL distro name; use "
-                    "letters, digits, '.', '_' or '-', starting with a letter or digit, at most "
-                    "64 characters (e.g. \"envbuilder-rocm64\")")
+def check_distro(env: str, distro: str, ctx: _Ctx, derived: bool = False) -> None:
+    """`derived`: the name is the default one, envbuilder-<env name>, not written in the spec."""
+    if DISTRO_RE.fullmatch(distro):
+        return
+    if derived:
+        ctx.env_err(env, ("wsl2", "distro"), f"the default distro name {distro!r} (from the env "
+                    "name) is longer than 64 characters, WSL's limit; set [env."
+                    f"{env}.wsl2] distro = \"...\" or use a shorter env name")
+        return
+    ctx.env_err(env, ("wsl2", "distro"), f"{distro!r} cannot be a WSL distro name; use "
+                "letters, digits, '.', '_' or '-', starting with a letter or digit, at most "
+                "64 characters (e.g. \"envbuilder-rocm64\")")
+
+
+def check_env_name(env: str, ctx: _Ctx) -> None:
+    """The names derived from an env's name (already a Docker path component) must be valid too:
+    its PEP 751 lock files (no dot) and its folders on Windows (no reserved device name)."""
+    from envbuilder.spec import TARGETS  # the spec module imports this one
+
+    bad = [n for n in (pylock_name(env, t) for t in TARGETS) if not PYLOCK_FILE_RE.fullmatch(n)]
+    if bad:
+        ctx.err(f"env.{env}", f"env name has a dot: its lock files ({bad[0]}, ...) would not be "
+                "PEP 751 names (pylock.<name>.toml, no dot in <name>), which pip and uv refuse; "
+                f"use {_without_dots(env)!r}")
+    if env in WINDOWS_RESERVED:
+        ctx.err(f"env.{env}", f"{env!r} is a device name Windows reserves: the env's folders "
+                f"(dockerfiles/{env}, windows/{env}) cannot exist in a Windows checkout; use "
+                f"e.g. '{env}-env'")
+
+
+def _without_dots(name: str) -> str:
+    return name.replace(".", "-")
 
 
 def check_windows_path(env: str, path: Sequence[str], value: str, ctx: _Ctx) -> None:
@@ -277,6 +332,44 @@ def check_env(env: EnvSpec, indexes: Mapping[str, Index], ctx: _Ctx) -> None:
     _check_hsa(env, compat, _linux_torch_rows(env, indexes, compat), ctx)
     _check_rccl(env, compat, ctx)
     _check_windows(env, compat, indexes, ctx)
+    check_variables(env, ctx)
+
+
+def check_variables(env: EnvSpec, ctx: _Ctx) -> None:
+    """Every variable an env's activation sets on a target (`activate.activation_env`, what the
+    renderer and `build` write) must pass that target's quoting (VARIABLE_QUOTING): a `"` is
+    fine in a Dockerfile ENV but no cmd.exe `set` carries it, so not with the windows target."""
+    from envbuilder import activate  # imports the spec module, which imports this one
+
+    reported: set[tuple[str, ...]] = set()
+    for target in env.targets:
+        try:
+            variables = activate.activation_env(env, target)
+        except EnvbuilderError:
+            continue  # a name or value that the checks above reported already
+        for name, value in variables.items():
+            path = _variable_path(env, target, name)
+            if path is None or path in reported:
+                continue
+            for where, refusal in VARIABLE_QUOTING[target]:
+                why = refusal(value)
+                if why is not None:
+                    reported.add(path)
+                    ctx.env_err(env.name, path, f"value {why}: the {target} target writes it "
+                                f"into {where}; change the value or drop the {target} target")
+                    break
+
+
+def _variable_path(env: EnvSpec, target: str, name: str) -> tuple[str, ...] | None:
+    """The spec key a variable of `activation_env(env, target)` comes from (None: envbuilder's
+    own, e.g. ROCM_PATH). RCCL settings win over `env` on Linux, as in activation_env."""
+    if target != "windows" and name in env.rccl:
+        return ("rccl", name)
+    if name in env.env:
+        return ("env", name)
+    if target == "windows" and name == "HIP_PATH" and env.windows and env.windows.hip_path:
+        return ("windows", "hip_path")
+    return None
 
 
 def _target_groups(env: EnvSpec) -> list[tuple[str, TargetName]]:
@@ -352,7 +445,7 @@ def _check_rocm(env: EnvSpec, compat: Compat, ctx: _Ctx) -> None:
                     f"unverified ({release.source}); check them before relying on them",
                     "warning")
     _check_install_model(env, release, ctx)
-    if "wsl2" not in env.targets or env.wsl2 is None:
+    if "wsl2" not in env.targets:
         return
     if release.install_model != "amdgpu-install":
         near = ", ".join(compat.nearest_wsl_releases(release.version)[:3])
@@ -366,10 +459,9 @@ def _check_rocm(env: EnvSpec, compat: Compat, ctx: _Ctx) -> None:
         ctx.env_err(env.name, ("rocm",), f"ROCm {release.version} ships no WSL runtime "
                     "(no hsa-runtime-rocr4wsl-amdgpu package); for the wsl2 target use the "
                     f"nearest releases that have one: {near}")
-        return
-    if env.wsl2.ubuntu is not None and env.wsl2.ubuntu not in release.ubuntu:
-        ctx.env_err(env.name, ("wsl2", "ubuntu"), f"Ubuntu {env.wsl2.ubuntu} is not supported "
-                    f"by ROCm {release.version} in WSL; use {' or '.join(release.ubuntu)}")
+    if env.wsl2 is None:
+        return  # its table has errors, reported already
+    _check_wsl_ubuntu(env, release, ctx)
     ubuntu = env.wsl2.ubuntu
     if ubuntu and not env.wsl2.base.startswith((f"ubuntu:{ubuntu}", f"rocm/dev-ubuntu-{ubuntu}:")):
         ctx.env_err(env.name, ("wsl2", "base"), f"{env.wsl2.base} does not look like Ubuntu "
@@ -389,6 +481,29 @@ def _check_install_model(env: EnvSpec, release: RocmRelease, ctx: _Ctx) -> None:
                 "lock that model yet: pin torch and the rocm wheels to AMD's index yourself "
                 "(PyPI has placeholder packages with the same names; see docs/rocm.md)",
                 "warning")
+
+
+def _check_wsl_ubuntu(env: EnvSpec, release: RocmRelease, ctx: _Ctx) -> None:
+    """The WSL plan installs the release's amdgpu-install package for the Ubuntu release's
+    codename: the renderer refuses an Ubuntu release it has no codename or package for."""
+    from envbuilder.plan import UBUNTU_CODENAMES  # the plan module imports the spec module
+
+    ubuntu = env.wsl2.ubuntu if env.wsl2 else None
+    if ubuntu is None:
+        return  # missing: reported with the wsl2 table
+    path = ("wsl2", "ubuntu")
+    codename = UBUNTU_CODENAMES.get(ubuntu)
+    if codename is None:
+        ctx.env_err(env.name, path, f"Ubuntu {ubuntu} is not a release AMD's WSL ROCm stack is "
+                    f"packaged for; use {' or '.join(sorted(UBUNTU_CODENAMES))}")
+    elif release.wsl_stack is None:
+        return  # no stack at all: reported on rocm
+    elif ubuntu not in release.ubuntu:
+        ctx.env_err(env.name, path, f"Ubuntu {ubuntu} is not supported by ROCm "
+                    f"{release.version} in WSL; use {' or '.join(release.ubuntu)}")
+    elif release.amdgpu_install_url(codename) is None:
+        ctx.env_err(env.name, path, f"envbuilder's data has no amdgpu-install package of ROCm "
+                    f"{release.version} for Ubuntu {ubuntu}; use another release")
 
 
 def _check_gpu(env: EnvSpec, compat: Compat, ctx: _Ctx) -> None:

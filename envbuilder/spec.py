@@ -264,7 +264,8 @@ ACCELERATORS: tuple[Accelerator, ...] = ("rocm", "cuda", "cpu")
 _KIND_WORDS = {"str": "a string", "bool": "true or false", "list[str]": "a list of strings",
                "map[str]": "a table of strings"}
 
-#: An env name becomes part of image names and tags: Docker's path-component grammar.
+#: An env name becomes part of image names and tags: Docker's path-component grammar (what else
+#: it becomes, lock file and folder names, is checked by checks.check_env_name).
 ENV_NAME_RE = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
 INDEX_NAME_RE = re.compile(r"[a-z0-9](?:[a-z0-9._-]*[a-z0-9])?")
 PYTHON_RE = re.compile(r"3\.[0-9]{1,2}")
@@ -509,6 +510,7 @@ def _build(path: Path, doc: dict[str, Any], ctx: _Ctx) -> Spec | None:
                     "distro name; use lower-case letters, digits and single '.', '_' or '-' "
                     "between them (at most 63 characters), e.g. 'rocm64'")
             continue
+        checks.check_env_name(name, ctx)  # its content is still checked: one run, every finding
         clean = _clean_table(raw, ENV_KEYS, ("env", name), ctx, ctx.bad.setdefault(name, set()))
         ctx.raw_envs[name] = clean
         merged[name] = _merge(ctx.defaults, clean)
@@ -694,15 +696,15 @@ def _docker(name: str, m: dict[str, Any], targets: tuple[TargetName, ...], rocm:
     base = t.get("base")
     if base is None and rocm is not None:
         base = checks.default_rocm_image(rocm)
+    user = t.get("user", "envbuilder")
+    checks.check_user(name, ("docker", "user"), user, ctx)
+    python = t.get("python", "python3")
+    checks.check_interpreter(name, ("docker", "python"), python, ctx)
     if base is None:
         ctx.env_err(name, ("docker", "base"), 'missing; set base = "debian:bookworm-slim" '
                     "(an image reference with a tag)")
         return None
     checks.check_image(name, ("docker", "base"), base, ctx)
-    user = t.get("user", "envbuilder")
-    checks.check_user(name, ("docker", "user"), user, ctx)
-    python = t.get("python", "python3")
-    checks.check_interpreter(name, ("docker", "python"), python, ctx)
     return DockerTarget(base=base, user=user, python=python)
 
 
@@ -712,7 +714,7 @@ def _wsl2(name: str, m: dict[str, Any], targets: tuple[TargetName, ...],
         return None
     t = m.get("wsl2", {})
     distro = t.get("distro", f"envbuilder-{name}")
-    checks.check_distro(name, distro, ctx)
+    checks.check_distro(name, distro, ctx, derived="distro" not in t)
     ubuntu = t.get("ubuntu")
     if ubuntu is not None and not re.fullmatch(r"[0-9]{2}\.[0-9]{2}", ubuntu):
         ctx.env_err(name, ("wsl2", "ubuntu"), f"{ubuntu!r} is not an Ubuntu release; write "
@@ -720,14 +722,14 @@ def _wsl2(name: str, m: dict[str, Any], targets: tuple[TargetName, ...],
     if accelerator == "rocm" and ubuntu is None:
         ctx.env_err(name, ("wsl2", "ubuntu"), 'missing; the WSL ROCm stack is installed for an '
                     'Ubuntu release: set ubuntu = "24.04" or "22.04"')
+    user = t.get("user", "envbuilder")
+    checks.check_user(name, ("wsl2", "user"), user, ctx)
     base = t.get("base", f"ubuntu:{ubuntu}" if ubuntu else None)
     if base is None:
         ctx.env_err(name, ("wsl2", "base"), 'missing; set base = "debian:bookworm-slim" or '
                     'ubuntu = "24.04"')
         return None
     checks.check_image(name, ("wsl2", "base"), base, ctx)
-    user = t.get("user", "envbuilder")
-    checks.check_user(name, ("wsl2", "user"), user, ctx)
     return Wsl2Target(distro=distro, base=base, ubuntu=ubuntu, user=user,
                       systemd=t.get("systemd", True))
 

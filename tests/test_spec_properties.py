@@ -15,9 +15,11 @@ from typing import Any
 import tomlkit
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from packaging.pylock import is_valid_pylock_path
 
 from envbuilder.cli import main
-from envbuilder.spec import ENV_KEYS, CheckResult, EnvSpec, check_spec, load_spec
+from envbuilder.project import pylock_name
+from envbuilder.spec import ENV_KEYS, TARGETS, CheckResult, EnvSpec, check_spec, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = tomlkit.parse((ROOT / "environments.toml").read_text(encoding="utf-8")).unwrap()
@@ -54,7 +56,8 @@ specs = st.fixed_dictionaries(
                                    st.dictionaries(st.sampled_from(["url", "mirror", "urll"]),
                                                    values, max_size=3), max_size=3),
         "defaults": env_tables,
-        "env": st.dictionaries(st.sampled_from(["cpu", "rocm64", "Bad Name", "a" * 70]),
+        "env": st.dictionaries(st.sampled_from(["cpu", "rocm64", "Bad Name", "a" * 70,
+                                                "seed-6.1", "con"]),
                                env_tables, max_size=3),
         "extra": values,
     },
@@ -86,7 +89,8 @@ def assert_handled(result: CheckResult) -> None:
 
 
 def assert_safe(env: EnvSpec) -> None:
-    """What an accepted spec may carry into generated files."""
+    """What an accepted spec may carry into generated files (and lock file names pip takes)."""
+    assert all(is_valid_pylock_path(Path(pylock_name(env.name, t))) for t in TARGETS)
     for name, value in {**env.env, **env.rccl}.items():
         assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)
         assert "\n" not in value and "\x00" not in value and "\r" not in value
