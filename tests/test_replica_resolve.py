@@ -13,6 +13,7 @@ import io
 import itertools
 import os
 import re
+import tomllib
 import urllib.error
 import urllib.request
 import zipfile
@@ -111,6 +112,27 @@ def test_every_standin_is_a_valid_tiny_distribution(catalog: Catalog, tmp_path: 
                     hashlib.sha256(data).digest()).rstrip(b"=").decode()
                 assert digest == f"sha256={expected}", (f.filename, member)
             assert {n.rsplit("/", 1)[-1] for n in names} >= {"METADATA", "WHEEL", "RECORD"}
+
+
+def test_every_fact_names_a_source_and_unconfirmed_ones_say_so() -> None:
+    """packages.toml's [Sn] keys are rows of SOURCES.md; an unverified entry says what is
+    unconfirmed or which value is invented."""
+    data_dir = Path(__file__).parent / "data" / "replica"
+    raw = tomllib.loads((data_dir / "packages.toml").read_text(encoding="utf-8"))
+    documented = set(re.findall(r"^\| (S\d+) \|", (data_dir / "SOURCES.md").read_text(
+        encoding="utf-8"), re.MULTILINE))
+    cited: set[str] = set(raw["targets"]["sources"]) | set(raw["targets"]["seen_sources"])
+    for entry in raw["package"]:
+        assert "sources" in entry and "verified" in entry, entry["name"]
+        if not entry["verified"]:
+            assert entry.get("unverified") or entry.get("replica_value"), entry["name"]
+        elif not entry["sources"]:
+            raise AssertionError(f"{entry['name']} is verified without a source")
+        cited |= set(entry["sources"])
+    cited |= {size["source"] for size in raw["size"]}
+    cited |= {s for index in raw["indexes"].values() for s in index["sources"]}
+    assert cited <= documented, cited - documented
+    assert set(raw["targets"]["seen"]) <= set(raw["targets"]["linux"])
 
 
 def test_windows_torch_offers_only_the_windows_targets(catalog: Catalog) -> None:
