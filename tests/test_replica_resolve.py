@@ -94,7 +94,7 @@ def _family_from(result: CompileResult, index: str) -> set[str]:
 
 
 def test_every_standin_is_a_valid_tiny_distribution(catalog: Catalog, tmp_path: Path) -> None:
-    """Wheels: METADATA, WHEEL and a RECORD whose hashes match; the sdist builds nothing big."""
+    """Each wheel is a few KiB with METADATA, WHEEL and a RECORD whose hashes match."""
     wheels = [f for f in catalog.files if f.filename.endswith(".whl")]
     assert len(wheels) > 100 and all(len(f.data) < 8192 for f in catalog.files)
     for f in wheels:
@@ -177,7 +177,8 @@ def test_amd_recipe_locks_exactly_the_env_device(uv: Uv, replica: ReplicaServer)
     assert packages["rocm-sdk-core"].filenames() == [
         "rocm_sdk_core-7.14.0-py3-none-linux_x86_64.whl"]
     # The explicit index was asked only for the names pinned to it.
-    assert replica.log.projects("amd") <= set(amd_names(["gfx1100"]))
+    asked = replica.log.projects("amd")
+    assert "torch" in asked and asked <= set(amd_names(["gfx1100"]))
 
 
 def test_pytorch_recipe_narrows_device_all_to_the_env_device(uv: Uv,
