@@ -10,6 +10,7 @@ KeyboardInterrupt.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import datetime as dt
 import hashlib
@@ -197,8 +198,12 @@ class CheckWorker:
                                          stderr=subprocess.STDOUT, **_session_kwargs())
         return self.proc
 
-    def close(self, grace_s: float = 1.0) -> None:
-        """End the worker: end of input, a moment to exit, then its group is killed."""
+    def close(self) -> None:
+        """End the worker and whatever it left running in its group.
+
+        Killed, not asked to exit: it has nothing left to write, and an interpreter holding
+        torch and a GPU context can take a second to tear itself down.
+        """
         proc, self.proc = self.proc, None
         if proc is None:
             return
@@ -206,10 +211,8 @@ class CheckWorker:
             if proc.stdin is not None:
                 with contextlib.suppress(OSError):
                     proc.stdin.close()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=grace_s)
         finally:
-            kill_tree(proc)  # also whatever the worker left running in its group
+            kill_tree(proc)
 
     def _send(self, proc: subprocess.Popen[bytes], name: str, out: Path) -> None:
         line = json.dumps({"check": name, "out": str(out)}) + "\n"
@@ -242,11 +245,11 @@ class CheckWorker:
         outcome = self._wait(proc, out, start + timeout_s)
         entry: dict[str, Any] = {"name": name, "duration_s": round(time.monotonic() - start, 3)}
         if outcome == "timeout":
-            self.close(grace_s=0)
+            self.close()
             entry.update(status="error", reason=f"timed out after {timeout_s:g} s", details={},
                          metrics=[])
         elif outcome == "died":
-            self.close(grace_s=0)
+            self.close()
             entry.update(status="error", reason=_exit_description(proc.returncode),
                          details={}, metrics=[])
         else:
@@ -282,10 +285,12 @@ def cpu_facts(load: list[float] | None, torch_threads: int | None) -> dict[str, 
 
 
 def fingerprint(device_entry: dict[str, Any] | None, opts: ProbeOptions,
-                load: list[float] | None = None) -> dict[str, Any]:
+                load: list[float] | None = None,
+                packages: tuple[str, int] | None = None) -> dict[str, Any]:
     """What was tested: interpreter, torch build, devices, host, CPUs, lock (see the schema).
 
-    `load` is the load average taken before the first check started.
+    `load` is the load average taken before the first check started; `packages` the
+    installed-packages digest if already computed (else it is computed here).
     """
     from envbuilder.probe.check_conformance import installed_packages_digest
     from envbuilder.probe.check_device import relevant_env
@@ -296,7 +301,7 @@ def fingerprint(device_entry: dict[str, Any] | None, opts: ProbeOptions,
     lock_sha = (hashlib.sha256(Path(opts.lock).read_bytes()).hexdigest()
                 if opts.lock else None)
     # In the parent, whose interpreter is the env's: it sees what the checks import.
-    packages_sha, packages_count = installed_packages_digest()
+    packages_sha, packages_count = packages or installed_packages_digest()
     threads = facts.get("threads")
     return {
         "python": platform.python_version(), "torch": facts.get("torch"),
@@ -330,7 +335,12 @@ def run_probe(opts: ProbeOptions, progress: ProgressFn | None = None) -> dict[st
     selected = opts.selected()
     checks: list[dict[str, Any]] = []
     device_entry: dict[str, Any] | None = None
-    with tempfile.TemporaryDirectory(prefix="envbuilder-probe-") as tmp:
+    from envbuilder.probe.check_conformance import installed_packages_digest
+
+    # The parent idles while the first check starts the worker: hash the packages meanwhile.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool, \
+            tempfile.TemporaryDirectory(prefix="envbuilder-probe-") as tmp:
+        packages = pool.submit(installed_packages_digest)
         workdir = Path(tmp)
         ctx_file = workdir / "ctx.json"
         ctx_file.write_text(json.dumps(ctx.to_json()), encoding="utf-8")
@@ -349,6 +359,7 @@ def run_probe(opts: ProbeOptions, progress: ProgressFn | None = None) -> dict[st
                 checks.append(entry)
                 if name == "device":
                     device_entry = entry
+        digest = packages.result()
     failed = any(c["status"] in ("fail", "error") for c in checks)
     return {
         "schema_version": SCHEMA_VERSION, "tool": "envbuilder-probe",
@@ -357,7 +368,7 @@ def run_probe(opts: ProbeOptions, progress: ProgressFn | None = None) -> dict[st
         "options": {"level": opts.level, "expect": opts.expect, "repeat": opts.repeat,
                     "only": list(opts.only), "skip": list(opts.skip), "lock": opts.lock,
                     "timeout_s": opts.check_timeout_s},
-        "labels": dict(opts.labels), "fingerprint": fingerprint(device_entry, opts, load),
+        "labels": dict(opts.labels), "fingerprint": fingerprint(device_entry, opts, load, digest),
         "checks": checks,
     }
 
