@@ -285,6 +285,9 @@ _FP_FIELDS: tuple[tuple[str, bool, str], ...] = (
     ("python", True, "different Python versions"),
     ("nccl", True, "different NCCL/RCCL versions (collectives)"),
     ("cpu_count", True, "different CPU counts visible"),
+    ("torch_threads", True, "different torch thread counts (CPU figures scale with them)"),
+    ("cpus_allowed", True, "different numbers of CPUs allowed (affinity: taskset, cpuset)"),
+    ("cpu_quota", True, "different CPU quotas (cgroup cpu.max / CFS quota, e.g. docker --cpus)"),
     ("level", True, "different probe levels (sizes and iterations differ)"),
     ("repeat", False, "different numbers of repeats (the noise bounds differ)"),
     ("wsl", False, "WSL vs not: usually what is being measured"),
@@ -292,6 +295,9 @@ _FP_FIELDS: tuple[tuple[str, bool, str], ...] = (
     ("kernel", False, "kernel differs"),
 )
 _FP_WHY = {name: why for name, _unfair, why in _FP_FIELDS}
+#: Fields that reports of older probes lack (probe 1.1 added them): compared only when every
+#: report has the key, so an old report is not unfair for what it did not record.
+_FP_NEWER = ("torch_threads", "cpus_allowed", "cpu_quota")
 
 
 def _fp_value(report: Report, name: str) -> str:
@@ -338,6 +344,8 @@ def fingerprint_diffs(reports: Sequence[Report]) -> list[FingerprintDiff]:
             continue
         if name == "packages_sha256" and not _all_have_packages(reports):
             continue  # a report from before the field: the lock_sha256 rule decides
+        if name in _FP_NEWER and not all(name in r.fingerprint for r in reports):
+            continue  # a report from before the field: unknown, not different
         if name == "lock_sha256":
             diffs.append(_lock_diff(reports, values))
         else:

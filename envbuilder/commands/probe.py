@@ -16,8 +16,9 @@ from envbuilder.ui import UI
 HELP = "run the validation suite (the probe) in this environment"
 DESCRIPTION = """\
 Run the same checks that `envbuilder validate` runs inside images, WSL distros and venvs, but
-here, with this interpreter: device, matmul, amp, collectives, membw, conformance. Each check
-runs in its own process with a timeout. The options are those of the probe zipapp
+here, with this interpreter: device, matmul, amp, collectives, membw, conformance. The checks
+run in one worker process; one that hangs past its timeout or crashes fails alone (a new worker
+runs the rest). The options are those of the probe zipapp
 (`python probe.pyz --help`); see docs/probe.md.
 
   envbuilder probe --level quick --expect cpu --lock lockfiles/pylock.cpu-native.toml \\
