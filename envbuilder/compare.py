@@ -237,7 +237,7 @@ def _number(value: object, where: str, key: str) -> float | None:
     try:
         return float(value)
     except OverflowError:  # an integer beyond float range: as infinite as 1e999
-        return math.copysign(math.inf, value)
+        return math.inf if value > 0 else -math.inf
 
 
 def _finite(x: float | None) -> float | None:
@@ -573,7 +573,7 @@ def _compare_cell(base: Metric, other: Metric, label: str, floor_pct: float) -> 
     assert bs is not None and os_ is not None
     low, high = _range_ratio(bs, os_, base.higher_is_better)
     diff = other.value - base.value
-    noise = abs(base.value) * floor_pct / 100.0
+    noise = abs(base.value) * (floor_pct / 100.0)  # in this order: 1e308 * 2 is inf
     separated = os_.min > bs.max or os_.max < bs.min
     better = diff > 0 if base.higher_is_better else diff < 0
     direction: Literal["faster", "slower", "same"] = (
