@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from rich.table import Table
+from rich.text import Text
 
 from envbuilder import compare
 from envbuilder.errors import UsageError
@@ -48,10 +49,45 @@ def _paths(args: argparse.Namespace) -> tuple[list[Path], int]:
     return [args.baseline, *paths], 0
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    """The same file by path (symlinks followed) or, when both exist, by inode (hard links)."""
+    try:
+        if a.resolve() == b.resolve():
+            return True
+        return a.samefile(b)
+    except (OSError, RuntimeError):  # one does not exist (yet), or a symlink loop
+        return False
+
+
+def _refuse_overwriting_inputs(args: argparse.Namespace, inputs: list[Path]) -> None:
+    """An output that is one of the input reports would replace it: refuse before reading."""
+    for option, out in (("--json", args.json), ("--markdown", args.markdown)):
+        if out is None:
+            continue
+        for report in inputs:
+            if _same_file(out, report):
+                raise UsageError(f"{option} {out} is the input report {report}; writing it "
+                                 "would overwrite that report: name another file")
+    if args.json is not None and args.markdown is not None and _same_file(args.json,
+                                                                          args.markdown):
+        raise UsageError(f"--json and --markdown both name {args.json}; name two files")
+    if args.html is None:
+        return
+    for report in inputs:
+        if _same_file(args.html, report):
+            raise UsageError(f"--html {args.html} is the input report {report}; --html takes a "
+                             "folder to write index.html and charts into")
+        if (compare.is_html_output(report.name)
+                and _same_file(args.html, report.resolve().parent)):
+            raise UsageError(f"--html {args.html} would overwrite the input report {report} "
+                             "(it writes index.html and chart-*.png there): name another folder")
+
+
 def run(args: argparse.Namespace, ui: UI) -> int:
     paths, baseline = _paths(args)
     if len(paths) < 2:
         raise UsageError("compare needs at least two reports (or one report and --baseline)")
+    _refuse_overwriting_inputs(args, paths)
     reports = [compare.load_report(p) for p in paths]
     comp = compare.compare_reports(reports, baseline, args.noise_floor)
     _print(comp, ui)
@@ -67,6 +103,11 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     return 0
 
 
+#: Past this many table lines the terminal table is plain text: rich lays out ~1,500 lines a
+#: second (100,000 lines: over a minute), plain text is instant.
+RICH_TABLE_MAX_LINES = 2000
+
+
 def _print(comp: compare.Comparison, ui: UI) -> None:
     ui.print(f"baseline: {comp.baseline.label} ({comp.baseline.path})")
     for line in compare.fingerprint_lines(comp):
@@ -74,7 +115,20 @@ def _print(comp: compare.Comparison, ui: UI) -> None:
     rows = compare.table_rows(comp)
     with_notes = any(r[-1] for r in rows)  # the note column only when some row has one
     header = compare.TABLE_HEADER if with_notes else compare.TABLE_HEADER[:-1]
-    table = Table(title=f"compared with {comp.baseline.label}", show_lines=False)
+    if len(rows) > RICH_TABLE_MAX_LINES:
+        ui.info(f"{len(rows):,} table lines: printed as plain text")
+        ui.print(plain_table(header, [r[: len(header)] for r in rows]))
+    else:
+        ui.table(_rich_table(comp, header, rows))
+    ui.print(f"noise rule: {comp.noise_rule}")
+    for note in comp.notes:
+        ui.print(f"note: {note}")
+
+
+def _rich_table(comp: compare.Comparison, header: list[str], rows: list[list[str]]) -> Table:
+    # Cells and title are Text, not str: rich would read "[/]" or "[bold]" in a label as markup
+    # (and fail on a stray closing tag); labels must print as they are.
+    table = Table(title=Text(f"compared with {comp.baseline.label}"), show_lines=False)
     # Minimum widths keep every column readable on an 80-column (or piped) console: cells
     # fold onto more lines instead of a column shrinking to nothing.
     min_widths = {"metric": 14, "report": 10, "median": 9, "min .. max": 11, "ratio": 5,
@@ -83,9 +137,16 @@ def _print(comp: compare.Comparison, ui: UI) -> None:
         table.add_column(h, overflow="fold", min_width=min_widths.get(h))
     styles = {"faster": "green", "slower": "red"}
     for row in rows:
-        table.add_row(*row[: len(header)], style=styles.get(row[compare.VERDICT_COLUMN]),
-                      end_section=False)
-    ui.table(table)
-    ui.print(f"noise rule: {comp.noise_rule}")
-    for note in comp.notes:
-        ui.print(f"note: {note}")
+        table.add_row(*(Text(cell) for cell in row[: len(header)]),
+                      style=styles.get(row[compare.VERDICT_COLUMN]), end_section=False)
+    return table
+
+
+def plain_table(header: list[str], rows: list[list[str]]) -> str:
+    """Columns padded to their widest cell, two spaces apart, a dashed line under the header."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip(),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+              for r in rows]
+    return "\n".join(lines)

@@ -11,9 +11,11 @@ from envbuilder.errors import UsageError
 from envbuilder.ui import UI
 
 HELP = "explain a known ROCm/PyTorch error message: cause, fix, sources"
-DESCRIPTION = """\
+DESCRIPTION = f"""\
 Paste an error message (or a whole log: `-` reads standard input). Known messages get their
-cause, the fix and the public sources; unknown ones say so and exit 1.
+cause, the fix and the public sources; unknown ones say so and exit 1. Input is read as UTF-8
+(bytes that are not become U+FFFD) and may be at most {explain.MAX_INPUT_BYTES >> 20} MiB: for a
+longer log, pass its end (`tail -c 1M train.log | envbuilder explain -`).
 
 Examples:
   envbuilder explain "RuntimeError: No HIP GPUs are available"
@@ -34,7 +36,9 @@ def run(args: argparse.Namespace, ui: UI) -> int:
         return 0
     if args.message is None:
         raise UsageError("give a MESSAGE to explain (or - to read it from standard input)")
-    text = sys.stdin.read() if args.message == "-" else args.message
+    text = _read_stdin() if args.message == "-" else args.message
+    if len(text.encode("utf-8", "replace")) > explain.MAX_INPUT_BYTES:
+        raise UsageError(_too_long("the message"))
     if not text.strip():
         raise UsageError("the message to explain is empty; paste the error text (quoted) or "
                          "pipe it in with -")
@@ -57,3 +61,20 @@ def run(args: argparse.Namespace, ui: UI) -> int:
         for s in e.sources:
             ui.print(f"  source: {s}")
     return 0
+
+
+def _too_long(what: str) -> str:
+    return (f"{what} is over {explain.MAX_INPUT_BYTES >> 20} MiB, more than explain reads; pass "
+            "the part with the error, e.g. `tail -c 1M train.log | envbuilder explain -`")
+
+
+def _read_stdin() -> str:
+    """Standard input as text, at most MAX_INPUT_BYTES: read as bytes so any encoding works
+    (a log may hold binary junk; invalid UTF-8 becomes U+FFFD instead of a traceback)."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # stdin replaced by a text stream (an embedding program, a test)
+        return str(sys.stdin.read(explain.MAX_INPUT_BYTES + 1))
+    data = buffer.read(explain.MAX_INPUT_BYTES + 1)
+    if len(data) > explain.MAX_INPUT_BYTES:
+        raise UsageError(_too_long("standard input"))
+    return bytes(data).decode("utf-8", errors="replace")
