@@ -391,13 +391,24 @@ def recover(root: Path) -> str | None:
     or a kill left half-done. Returns what it did, for the user, or None when there was nothing
     to do. Raises WriteError when the disk refuses, EnvbuilderError when the journal is not one
     envbuilder wrote (it is then left alone, and so are the files it names)."""
-    if not (root / JOURNAL).is_file():
+    if not (root / JOURNAL).is_file() and not _journal_temps(root):
         return None
     with _exclusive(root):
         return _recover(root)
 
 
+def _journal_temps(root: Path) -> list[Path]:
+    """Temp files of the journal itself, which a kill during its write leaves behind."""
+    try:
+        return list(root.glob(f".{JOURNAL}.*.tmp"))
+    except OSError:
+        return []
+
+
 def _recover(root: Path) -> str | None:
+    for stray in _journal_temps(root):
+        with contextlib.suppress(OSError):
+            stray.unlink()
     journal = root / JOURNAL
     if not journal.is_file():
         return None
