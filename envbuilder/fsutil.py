@@ -247,7 +247,12 @@ def commit_files(
     for path in changes:
         if root not in path.parents or ".." in path.relative_to(root).parts:
             raise ValueError(f"{path} is not below {root}")  # a bug in the caller
-    created = _make_parents(root / JOURNAL)
+    try:
+        created = _make_parents(root / JOURNAL)
+    except WriteError as exc:  # name the user's file, not the journal
+        first = min(changes)
+        raise WriteError(first, exc.cause, "write" if changes[first] is not None
+                         else "remove") from None
     try:
         with _exclusive(root):
             _recover(root)
