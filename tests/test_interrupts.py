@@ -235,6 +235,8 @@ def interrupt_at_random_moments(case: Case, signum: int) -> list[Run]:
               f"handled={run.handled}, signalled={run.signalled}, files {state}")
         check_after(case, run, signum, project, tmp, marker)
         runs.append(run)
+    # Without envbuilder's handlers every run would be held to the weak rules only.
+    assert any(r.handled for r in runs if r.signalled), f"no {case.name} run was handled: {runs}"
     return runs
 
 
