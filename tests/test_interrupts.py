@@ -361,7 +361,11 @@ def test_a_signal_while_envbuilder_imports_is_one_line(signum: int, render_case:
     assert proc.returncode == 128 + signum, err
     check_after(render_case, run, signum, project, tmp, marker)
     assert snapshot(project, render_case.watched) == render_case.old  # nothing written yet
-    assert installed_after < 0.3, f"the handlers came {installed_after:.3f} s after the start"
+    # The handlers come first, before the imports that take most of a render's run time (both
+    # scale with the machine's load; installed in main() they would come after ~90 % of it).
+    assert installed_after < 0.5 * render_case.runtime, (
+        f"the handlers came {installed_after:.3f} s after the start; an uninterrupted render "
+        f"took {render_case.runtime:.3f} s")
 
 
 @pytest.mark.network  # uv resolves torch's dependencies from the default index
