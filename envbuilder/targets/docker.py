@@ -26,7 +26,7 @@ import docker.errors
 from envbuilder import docker_engine, lockfile
 from envbuilder.buildcontext import (
     CONTEXT_LABEL,
-    assembled,
+    assemble_context,
     ca_bundle_path,
     context_digest,
 )
@@ -196,9 +196,10 @@ class DockerTarget:
         spec_ca = getattr(env.docker, "ca_bundle", None)
         ca = ca_bundle_path(spec_ca if isinstance(spec_ca, str) else None, project)
         progress(f"{env.name}/docker: assembling the build context", 0, None)
-        with assembled(  # removed however the block ends, an interrupt included
+        context = assemble_context(
             project, env.name, TARGET, project.dockerfiles / env.name, progress, ca_bundle=ca
-        ) as context:
+        )
+        try:
             digest = context_digest(context)
             current = _existing(client, tag)
             if not no_cache and current is not None and current.labels.get(CONTEXT_LABEL) == digest:
@@ -211,6 +212,8 @@ class DockerTarget:
                 client, context, tag, labels, build_args, progress, nocache=no_cache,
                 network_mode="host" if needs_host_network(build_args) else None,
             )
+        finally:
+            shutil.rmtree(context, ignore_errors=True)
         return self._record(project, env.name, tag, image_id, changed=True)
 
     @staticmethod

@@ -24,6 +24,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import tarfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -123,9 +124,10 @@ def build_rootfs_image(client: docker.DockerClient, project: Project, env: EnvSp
     pylock_sha = lock.targets[TARGET].pylock_sha256
     tag = image_tag(env.name, pylock_sha)
     progress(f"{env.name}/wsl2: assembling the build context", 0, None)
-    with buildcontext.assembled(  # removed however the block ends, an interrupt included
-            project, env.name, TARGET, project.wsl / env.name, progress,
-            ca_bundle=buildcontext.ca_bundle_path(None, project)) as context:
+    context = buildcontext.assemble_context(
+        project, env.name, TARGET, project.wsl / env.name, progress,
+        ca_bundle=buildcontext.ca_bundle_path(None, project))
+    try:
         digest = buildcontext.context_digest(context)
         if not nocache:
             with contextlib.suppress(docker.errors.ImageNotFound):
@@ -140,6 +142,8 @@ def build_rootfs_image(client: docker.DockerClient, project: Project, env: EnvSp
             client, context, tag, labels, args, progress, nocache=nocache,
             network_mode="host" if needs_host_network(args) else None)
         return image_id, True
+    finally:
+        shutil.rmtree(context, ignore_errors=True)
 
 
 @contextlib.contextmanager
