@@ -8,7 +8,10 @@ Each subcommand lives in `envbuilder/commands/<name>.py` and exposes:
     def run(args: argparse.Namespace, ui: envbuilder.ui.UI) -> int
 
 Commands are discovered from that package, so adding one touches no other file. Exit codes:
-0 ok, 1 findings or a failed operation, 2 usage, 130 interrupted.
+0 ok, 1 findings or a failed operation, 2 usage, 130 interrupted (SIGINT, Ctrl-C), 143
+terminated (SIGTERM). An interrupt prints one line and no traceback; temp files and folders are
+removed and child processes ended on the way out (envbuilder.interrupts). The console script's
+entry point is envbuilder.__main__.entry, which handles signals from its first moment.
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from envbuilder import __version__, commands
+from envbuilder import __version__, commands, interrupts
 from envbuilder.errors import EnvbuilderError
+from envbuilder.fsutil import recover
+from envbuilder.project import Project
 from envbuilder.ui import UI
 
 #: Order in `--help`: the data flow first, then the helpers. Unlisted commands sort after these.
@@ -52,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
             "(environments.toml) -> checked -> locked -> rendered for WSL2, Docker and native "
             "venvs -> built -> validated by the same probe -> compared."
         ),
-        epilog="Exit codes: 0 ok, 1 findings or failure, 2 usage error, 130 interrupted.",
+        epilog="Exit codes: 0 ok, 1 findings or failure, 2 usage error, 130 interrupted "
+               "(Ctrl-C), 143 terminated (SIGTERM).",
     )
     parser.add_argument("--version", action="version", version=f"envbuilder {__version__}")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress output")
@@ -70,19 +76,38 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script. Returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    ui = UI(quiet=args.quiet)
+    """Run one command. Returns the exit code. SIGINT and SIGTERM are handled while it runs
+    (the previous handlers are restored afterwards)."""
+    restore = interrupts.install()
+    ui: UI | None = None
     try:
+        args = build_parser().parse_args(argv)
+        ui = UI(quiet=args.quiet)
+        _finish_interrupted_writes(args, ui)
         return int(args._module.run(args, ui))
     except EnvbuilderError as exc:
-        ui.error(str(exc))
+        (ui or UI()).error(str(exc))
         return exc.exit_code
-    except KeyboardInterrupt:
-        ui.error("interrupted")
-        return 130
+    except KeyboardInterrupt as exc:
+        sys.stderr.write(interrupts.message(exc) + "\n")
+        return interrupts.exit_code(exc)
+    finally:
+        restore()
+
+
+def _finish_interrupted_writes(args: argparse.Namespace, ui: UI) -> None:
+    """A commit of several files (lockfiles/, rendered files) that a crash or SIGKILL cut short
+    is finished (or, before its commit point, undone) before anything reads those files."""
+    spec = getattr(args, "spec", None)
+    if not isinstance(spec, str):
+        return
+    project = Project.from_spec(spec)
+    for root in (project.root, project.lockfiles):
+        if note := recover(root):
+            ui.warn(note)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from envbuilder.__main__ import entry
+
+    entry()

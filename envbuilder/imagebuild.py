@@ -4,7 +4,6 @@ build it with the engine. The docker and wsl2 targets both build this way."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -22,11 +21,10 @@ def build_rendered_image(
 ) -> tuple[str, bool]:
     """Build `rendered` as `tag` (or find it up to date: the tag's image carries this context's
     digest). `labels` are added to the context label. Returns (image id, whether a build ran).
-    The assembled context is removed in every case."""
+    The assembled context is removed in every case, an interrupt included."""
     progress(f"{env}/{target}: assembling the build context", 0, None)
-    context = buildcontext.assemble_context(project, env, target, rendered, progress,
-                                            ca_bundle=ca_bundle)
-    try:
+    with buildcontext.assembled(project, env, target, rendered, progress,
+                                ca_bundle=ca_bundle) as context:
         digest = buildcontext.context_digest(context)
         current = None if nocache else docker_engine.existing_image(client, tag)
         if current is not None and current.labels.get(CONTEXT_LABEL) == digest:
@@ -37,5 +35,3 @@ def build_rendered_image(
             nocache=nocache, network_mode="host" if needs_host_network(build_args) else None,
         )
         return image_id, True
-    finally:
-        shutil.rmtree(context, ignore_errors=True)

@@ -13,6 +13,7 @@ non-ASCII text (Windows PowerShell 5.1 reads BOM-less files in the ANSI code pag
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,8 +26,9 @@ import jinja2
 from envbuilder import activate, plan, quoting
 from envbuilder.compat import load_compat
 from envbuilder.errors import RenderError
-from envbuilder.fsutil import atomic_write_bytes
+from envbuilder.fsutil import commit_files
 from envbuilder.imagedefs import LOCK_SHA_ARG
+from envbuilder.interrupts import deferred
 from envbuilder.lockfile import load_current_lock
 from envbuilder.project import Project
 from envbuilder.spec import EnvSpec, Spec, TargetName
@@ -279,18 +281,27 @@ def render_all(
         elif check:
             (result.stale if current is not None else result.missing).append(path)
         else:
-            atomic_write_bytes(path, data, file_mode(path))
             result.written.append(path)
     for path in leftovers:
         if check:
             result.leftover.append(path)
         elif _is_generated(path):
-            path.unlink()
             result.removed.append(path)
-            _remove_empty_parents(path.parent, output_dir(project, _target_of(project, path)))
         else:
             result.kept.append(path)
+    if not check:
+        _write_out(project, {p: wanted[p] for p in result.written}, result.removed)
     return result
+
+
+def _write_out(project: Project, written: Mapping[Path, bytes], removed: Sequence[Path]) -> None:
+    """Write and remove as one step (an interrupt or a write error leaves the old files or the
+    new ones, never a mix), then drop output folders the removals emptied."""
+    changes: dict[Path, bytes | None] = {**written, **dict.fromkeys(removed)}
+    commit_files(project.root, changes, file_mode)
+    with deferred(), contextlib.suppress(OSError):  # an empty folder left over does no harm
+        for path in removed:
+            _remove_empty_parents(path.parent, output_dir(project, _target_of(project, path)))
 
 
 def _is_generated(path: Path) -> bool:

@@ -26,9 +26,7 @@ import functools
 import json
 import os
 import re
-import subprocess
 import sys
-import tempfile
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -39,20 +37,25 @@ from urllib.parse import quote, unquote, urlsplit
 import tomlkit
 from packaging.utils import canonicalize_name
 
-from envbuilder import __version__
+from envbuilder import __version__, interrupts
 from envbuilder.errors import EngineError, LockError
-from envbuilder.fsutil import sha256_bytes
+from envbuilder.fsutil import (
+    commit_files,
+    same_bytes,
+    sha256_bytes,
+    temp_dir,
+    write_error,
+)
 from envbuilder.lockfile import (
     LOCK_VERSION,
     EnvLock,
     TargetLock,
     UntrustedLockError,
+    dump_env_lock,
     load_env_lock,
     unpinned_reason,
     url_filename,
     verify_pylock,
-    write_env_lock,
-    write_output,
 )
 from envbuilder.progress import ProgressFn, no_progress
 from envbuilder.project import Project
@@ -233,13 +236,18 @@ def run_uv(
 
     `previous` (an earlier pylock of this env and platform) is handed to uv as its output file,
     which uv reads as preferences: every pin it holds is kept unless `upgrade` or the package is
-    in `upgrade_packages` (uv re-resolves those and whatever they need)."""
-    with tempfile.TemporaryDirectory(prefix="envbuilder-lock-") as tmp:
-        work = Path(tmp)
-        (work / "pyproject.toml").write_text(pyproject_for(request), encoding="utf-8")
+    in `upgrade_packages` (uv re-resolves those and whatever they need).
+
+    uv runs in its own process group in a temp folder; an interrupt ends the group and removes
+    the folder (envbuilder.interrupts)."""
+    with temp_dir("envbuilder-lock-") as work:
         out = work / "pylock.toml"  # uv insists on this name pattern for pylock output
-        if previous is not None and not upgrade:
-            out.write_bytes(previous)
+        try:
+            (work / "pyproject.toml").write_text(pyproject_for(request), encoding="utf-8")
+            if previous is not None and not upgrade:
+                out.write_bytes(previous)
+        except OSError as exc:
+            raise write_error(work / "pyproject.toml", exc) from None
         cmd = [
             uv_bin(), "pip", "compile", "pyproject.toml",
             "--format", "pylock.toml", "--output-file", out.name,
@@ -255,7 +263,10 @@ def run_uv(
         for name in upgrade_packages:
             cmd += ["--upgrade-package", name]
         env = {**os.environ, "NO_COLOR": "1", "UV_NO_PROGRESS": "1"}
-        proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, check=False)
+        try:
+            proc = interrupts.run(cmd, cwd=work, env=env)
+        except OSError as exc:
+            raise LockError(f"cannot run uv ({cmd[0]}): {exc.strerror or exc}") from None
         if proc.returncode != 0:
             raise LockError(_uv_failure(request, proc.stderr))
         return out.read_bytes()
@@ -608,14 +619,17 @@ def _write_env(
                  if t in targets and old.get(t) == targets[t]}
     lock = EnvLock(LOCK_VERSION, env.name, spec_hash, __version__,
                    source_date_epoch(list(contents.values())), targets, artifacts)
-    written = [p for t, data in contents.items()
-               if write_output(p := project.lockfiles / targets[t].pylock, data)]
-    if write_env_lock(project, lock):
-        written.append(project.env_lock(env.name))
-    removed = []
+    # One generation: the pylocks, the env lock and the removal of pylocks of dropped targets
+    # are committed together, so an interrupt or a full disk leaves the old set or the new one.
+    files = {project.lockfiles / targets[t].pylock: data for t, data in contents.items()}
+    files[project.env_lock(env.name)] = dump_env_lock(lock)
+    changes: dict[Path, bytes | None] = {
+        p: data for p, data in files.items() if not same_bytes(p, data)}
     for gone, tl in old.items():
         stray = project.lockfiles / tl.pylock
-        if gone not in targets and stray.is_file():
-            stray.unlink()
-            removed.append(stray)
-    return LockResult(env.name, resolved, tuple(written), tuple(removed), warnings)
+        if gone not in targets and Path(tl.pylock).name == tl.pylock and stray.is_file():
+            changes[stray] = None
+    commit_files(project.lockfiles, changes)
+    written = tuple(p for p, data in changes.items() if data is not None)
+    removed = tuple(p for p, data in changes.items() if data is None)
+    return LockResult(env.name, resolved, written, removed, warnings)

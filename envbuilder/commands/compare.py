@@ -10,7 +10,7 @@ from rich.text import Text
 
 from envbuilder import compare
 from envbuilder.errors import UsageError
-from envbuilder.fsutil import atomic_write_text
+from envbuilder.fsutil import temp_dir, write_together
 from envbuilder.ui import UI
 
 HELP = "compare validation reports: ratios, loss %, spread over repeats, noise verdicts"
@@ -91,16 +91,30 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     reports = [compare.load_report(p) for p in paths]
     comp = compare.compare_reports(reports, baseline, args.noise_floor)
     _print(comp, ui)
-    if args.markdown:
-        atomic_write_text(args.markdown, compare.to_markdown(comp))
-        ui.info(f"wrote {args.markdown}")
-    if args.json:
-        atomic_write_text(args.json, compare.dumps_json(comp))
-        ui.info(f"wrote {args.json}")
-    if args.html:
-        page = compare.write_html(comp, args.html)
-        ui.info(f"wrote {page}")
+    _write_outputs(comp, args, ui)
     return 0
+
+
+def _write_outputs(comp: compare.Comparison, args: argparse.Namespace, ui: UI) -> None:
+    """--markdown, --json and --html are made in memory (the HTML page and its charts in a temp
+    folder) and written together: a write error (read-only, full disk, a file or folder in the
+    way) writes none of them and says which path and why."""
+    files: dict[Path, bytes] = {}
+    if args.markdown:
+        files[args.markdown] = compare.to_markdown(comp).encode("utf-8")
+    if args.json:
+        files[args.json] = compare.dumps_json(comp).encode("utf-8")
+    page = None
+    if args.html:
+        with temp_dir("envbuilder-compare-") as tmp:
+            made = compare.write_html(comp, tmp)
+            page = args.html / made.name
+            files.update({args.html / f.name: f.read_bytes() for f in sorted(tmp.iterdir())
+                          if f.is_file() and not f.name.startswith(".")})
+    write_together(files)
+    for path in (args.markdown, args.json, page):
+        if path is not None:
+            ui.info(f"wrote {path}")
 
 
 #: Past this many table lines the terminal table is plain text: rich lays out ~1,500 lines a

@@ -13,7 +13,6 @@ here.
 from __future__ import annotations
 
 import importlib
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,10 +65,11 @@ def probe_options(env: EnvSpec, options: ValidateOptions, labels: Mapping[str, s
 
 def probe_zipapp_bytes() -> bytes:
     """The probe zipapp (envbuilder.probe.build_zipapp) as bytes, to copy into an artifact."""
+    from envbuilder.fsutil import temp_dir
     from envbuilder.probe import build_zipapp
 
-    with tempfile.TemporaryDirectory(prefix="envbuilder-probe-") as tmp:
-        return build_zipapp(Path(tmp) / "probe.pyz").read_bytes()
+    with temp_dir("envbuilder-probe-") as tmp:
+        return build_zipapp(tmp / "probe.pyz").read_bytes()
 
 
 class Target(Protocol):

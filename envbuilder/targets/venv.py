@@ -26,7 +26,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePath
@@ -34,9 +33,9 @@ from typing import Any, ClassVar, Literal
 
 from packaging.utils import canonicalize_name
 
-from envbuilder import __version__, activate, pyfinder
+from envbuilder import __version__, activate, interrupts, pyfinder
 from envbuilder.errors import BuildError, UsageError, ValidationError
-from envbuilder.fsutil import atomic_write_bytes
+from envbuilder.fsutil import atomic_write_bytes, temp_dir
 from envbuilder.progress import ProgressFn
 from envbuilder.project import Project
 from envbuilder.spec import EnvSpec, TargetName
@@ -349,9 +348,8 @@ def _tail(text: str, lines: int = 15) -> str:
 
 def _run(cmd: Sequence[str], what: str, env: Mapping[str, str] | None = None,
          timeout: float | None = None) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(list(cmd), capture_output=True, text=True, check=False,
-                              env=dict(env) if env is not None else None, timeout=timeout)
+    try:  # in its own process group, ended with envbuilder when interrupted
+        return interrupts.run(cmd, env=env, timeout=timeout)
     except FileNotFoundError as exc:
         raise BuildError(f"{what}: cannot run {cmd[0]}: {exc.strerror}") from exc
     except subprocess.TimeoutExpired as exc:
@@ -434,7 +432,7 @@ class VenvTarget:
         # found before anything changes: a missing Python leaves the old venv as it was
         found = None if kept else self.find_python(self.python_request(env))
         project.cache.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix="venv-wheelhouse-", dir=project.cache) as tmp:
+        with temp_dir("venv-wheelhouse-", project.cache) as tmp:
             house = Path(tmp)
             requirements = wheelcache.write_wheelhouse(
                 project, env.name, self.name, house, in_image_prefix=str(house / "wheels"))
@@ -468,7 +466,7 @@ class VenvTarget:
             raise ValidationError(f"{pylock} is missing; run: envbuilder lock --env {env.name}")
         from envbuilder.probe import build_zipapp  # the probe helper's module
 
-        with tempfile.TemporaryDirectory(prefix="envbuilder-probe-") as tmp:
+        with temp_dir("envbuilder-probe-") as tmp:
             zipapp = build_zipapp(Path(tmp) / "probe.pyz")
             report = Path(tmp) / "report.json"
             cmd = probe_command(layout.python, zipapp, pylock, report, env, self.name, options)
@@ -605,8 +603,7 @@ class VenvTarget:
         run_env["VIRTUAL_ENV"] = str(layout.root)
         run_env["PATH"] = os.pathsep.join([str(layout.scripts), run_env.get("PATH", "")])
         try:
-            return subprocess.run(cmd, capture_output=True, text=True, check=False, env=run_env,
-                                  timeout=options.timeout_s, cwd=cwd)
+            return interrupts.run(cmd, env=run_env, timeout=options.timeout_s, cwd=cwd)
         except subprocess.TimeoutExpired as exc:
             raise ValidationError(f"the probe did not finish within {options.timeout_s} s") from exc
         except OSError as exc:
