@@ -130,7 +130,7 @@ def compare(session: nox.Session) -> None:
     extra = [a for a in extra if a != "--no-build"]
     if not any(a == "--repeat" or a.startswith("--repeat=") for a in extra):
         extra += ["--repeat", "3"]  # the spread over repeats is what the noise verdict needs
-    _install(session)
+    _install(session, "html")  # the compare below writes the --html page
     for target in targets:
         if build:
             session.run("envbuilder", "build", "--target", target, "--env", env)

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from envbuilder import compare
+from envbuilder import compare, compare_html
 
 CHECKS = ("matmul", "amp", "membw", "collectives")
 #: Subprocesses may cache bytecode (this workplace sets PYTHONDONTWRITEBYTECODE=1).
@@ -93,7 +93,7 @@ def one_run(folder: Path, a: Path, b: Path, html: bool) -> dict[str, float]:
         "dumps_json": lambda: compare.dumps_json(comp),
     }
     if html:
-        steps["write_html"] = lambda: compare.write_html(comp, folder / "html")
+        steps["write_html"] = lambda: compare_html.write_html(comp, folder / "html")
     for name, step in steps.items():
         times[name] = timed(step)
     return times

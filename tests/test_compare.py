@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from envbuilder import compare
+from envbuilder import compare, compare_html
 from envbuilder.cli import main
 from envbuilder.errors import CompareError
 
@@ -331,8 +331,8 @@ def test_charts_are_deterministic(tmp_path: Path) -> None:
     reports = [compare.load_report(DATA / "cpu.docker.json"),
                compare.load_report(DATA / "cpu.native.json")]
     comp = compare.compare_reports(reports)
-    compare.write_html(comp, tmp_path / "a")
-    compare.write_html(comp, tmp_path / "b")
+    compare_html.write_html(comp, tmp_path / "a")
+    compare_html.write_html(comp, tmp_path / "b")
     for name in ("index.html", "chart-matmul.png"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
@@ -342,7 +342,7 @@ def test_html_escapes_labels(tmp_path: Path) -> None:
     b = copy.deepcopy(a)
     b["labels"] = {"env": "<script>alert(1)</script>", "target": "x"}
     comp = compare_two(tmp_path, a, b)
-    page = compare.write_html(comp, tmp_path / "h").read_text()
+    page = compare_html.write_html(comp, tmp_path / "h").read_text()
     assert "<script>alert(1)" not in page and "&lt;script&gt;" in page
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from envbuilder import compare
+from envbuilder import compare, compare_html
 from envbuilder.cli import main
 from envbuilder.commands import compare as compare_command
 from envbuilder.errors import CompareError
@@ -204,7 +204,7 @@ def test_tex_labels_do_not_reach_latex_or_mathtext(tmp_path: Path) -> None:
     b = write(tmp_path / "b.json", report([metric([2.0, 2.1, 2.2])], env=TEX[1]))
     comp = compare.compare_reports([compare.load_report(a), compare.load_report(b)])
     with matplotlib.rc_context({"text.usetex": True}):
-        page = compare.write_html(comp, tmp_path / "html")
+        page = compare_html.write_html(comp, tmp_path / "html")
     assert (page.parent / "chart-matmul.png").stat().st_size > 1000
 
 
@@ -361,20 +361,20 @@ def test_many_metrics_keep_order_and_use_the_plain_table(
 
 
 def test_chart_draws_the_metrics_that_differ_most(tmp_path: Path) -> None:
-    n = compare.CHART_MAX_ROWS + 10
+    n = compare_html.CHART_MAX_ROWS + 10
     a = report([metric([1.0, 1.0], name=f"m{i}") for i in range(n)])
     # m3 and m7 differ most; every other metric differs a little, by i
     b = report([metric([{3: 9.0, 7: 0.1}.get(i, 1 + i / 1000)] * 2, name=f"m{i}")
                 for i in range(n)])
     comp = compare.compare_reports([compare.parse_report(a, tmp_path / "a.json"),
                                     compare.parse_report(b, tmp_path / "b.json")])
-    rows, total = compare.chart_groups(comp)["matmul"]
-    assert total == n and len(rows) == compare.CHART_MAX_ROWS
+    rows, total = compare_html.chart_groups(comp)["matmul"]
+    assert total == n and len(rows) == compare_html.CHART_MAX_ROWS
     names = [r.name for r in rows]
     assert "m3" in names and "m7" in names and "m1" not in names
     assert names == sorted(names, key=lambda s: int(s[1:]))  # table order
-    page = compare.write_html(comp, tmp_path / "html").read_text()
-    assert f"the {compare.CHART_MAX_ROWS} of {n} metrics that differ most" in page
+    page = compare_html.write_html(comp, tmp_path / "html").read_text()
+    assert f"the {compare_html.CHART_MAX_ROWS} of {n} metrics that differ most" in page
 
 
 # --------------------------------------------------------------------------- outputs over inputs

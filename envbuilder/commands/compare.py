@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.table import Table
 from rich.text import Text
 
-from envbuilder import compare
+from envbuilder import compare, compare_html
 from envbuilder.errors import UsageError
 from envbuilder.fsutil import temp_dir, write_together
 from envbuilder.ui import UI
@@ -33,7 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--markdown", type=Path, metavar="PATH", help="also write markdown here")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write JSON here")
     parser.add_argument("--html", type=Path, metavar="DIR",
-                        help="also write DIR/index.html with PNG charts (opens offline)")
+                        help="also write DIR/index.html with PNG charts (opens offline; needs "
+                        "matplotlib: pip install 'envbuilder[html]')")
     parser.add_argument("--noise-floor", type=float, default=compare.DEFAULT_NOISE_FLOOR_PCT,
                         metavar="PCT", help="smallest difference in %% that can count "
                         f"(default {compare.DEFAULT_NOISE_FLOOR_PCT:g})")
@@ -77,7 +78,7 @@ def _refuse_overwriting_inputs(args: argparse.Namespace, inputs: list[Path]) -> 
         if _same_file(args.html, report):
             raise UsageError(f"--html {args.html} is the input report {report}; --html takes a "
                              "folder to write index.html and charts into")
-        if (compare.is_html_output(report.name)
+        if (compare_html.is_html_output(report.name)
                 and _same_file(args.html, report.resolve().parent)):
             raise UsageError(f"--html {args.html} would overwrite the input report {report} "
                              "(it writes index.html and chart-*.png there): name another folder")
@@ -88,6 +89,8 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     if len(paths) < 2:
         raise UsageError("compare needs at least two reports (or one report and --baseline)")
     _refuse_overwriting_inputs(args, paths)
+    if args.html:  # a missing matplotlib fails here, before any output is written
+        compare_html.require_matplotlib()
     reports = [compare.load_report(p) for p in paths]
     comp = compare.compare_reports(reports, baseline, args.noise_floor)
     _print(comp, ui)
@@ -107,7 +110,7 @@ def _write_outputs(comp: compare.Comparison, args: argparse.Namespace, ui: UI) -
     page = None
     if args.html:
         with temp_dir("envbuilder-compare-") as tmp:
-            made = compare.write_html(comp, tmp)
+            made = compare_html.write_html(comp, tmp)
             page = args.html / made.name
             files.update({args.html / f.name: f.read_bytes() for f in sorted(tmp.iterdir())
                           if f.is_file() and not f.name.startswith(".")})
