@@ -4,11 +4,13 @@ helpers; the Docker run of the same is in tests/test_wsl2_docker.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from test_wsltar import BAKED_USER, PASSWD, WSL_CONF, M, build, rootfs  # tests/ is on sys.path
 
+from envbuilder import wslexe
 from envbuilder.errors import ValidationError
 from envbuilder.targets import wsl2
 
@@ -49,3 +51,44 @@ def test_user_of_uid_after_the_first_launch() -> None:
 def test_oobe_command_runs_through_sh() -> None:
     assert wsl2.first_launch_argv("/usr/lib/wsl/oobe.sh --quiet") == (
         "/bin/sh", "-c", "/usr/lib/wsl/oobe.sh --quiet")
+
+
+# --- the Windows engine, with the recording stand-in for wsl.exe (as tests/test_wslexe.py) -----
+
+class RecordingWsl:
+    """Records wsl.exe command lines; the distro's /etc/passwd has the user after the first
+    launch; the first-launch command exits with `oobe_exit`."""
+
+    def __init__(self, oobe_exit: int = 0) -> None:
+        self.oobe_exit = oobe_exit
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: Sequence[str], stdin: bytes | None,
+                 timeout: float | None) -> wslexe.Completed:
+        self.calls.append(list(argv))
+        if argv[-3:] == ["/bin/sh", "-c", "/usr/lib/wsl/oobe.sh"]:
+            return wslexe.Completed(self.oobe_exit, b"", b"useradd: failure" * self.oobe_exit)
+        if argv[-2:] == ["cat", "/etc/passwd"]:
+            return wslexe.Completed(0, PASSWD + BAKED_USER, b"")
+        if "cat" in argv:
+            return wslexe.Completed(0, b'{"status": "pass"}', b"")
+        return wslexe.Completed(0, b"", b"")
+
+
+def test_wsl_engine_runs_the_first_launch_as_root_then_the_probe_as_the_user() -> None:
+    wsl = RecordingWsl()
+    engine = wsl2.WslEngine(wslexe.WslExe("wsl.exe", wsl), "envbuilder-cpu")
+    engine.first_launch("/usr/lib/wsl/oobe.sh", lambda *a: None)
+    run = wsl2.ProbeRun(("/bin/sh", "-lc", "true"), {"/tmp/envbuilder/probe.pyz": b"zip"})
+    code, _output, report = engine.run(run, "1000", lambda *a: None)
+    assert (code, report) == (0, b'{"status": "pass"}')
+    assert wsl.calls[0] == ["wsl.exe", "--distribution", "envbuilder-cpu", "--user", "root",
+                            "--exec", "/bin/sh", "-c", "/usr/lib/wsl/oobe.sh"]
+    probe = next(c for c in wsl.calls if c[-3:] == ["/bin/sh", "-lc", "true"])
+    assert probe[:5] == ["wsl.exe", "--distribution", "envbuilder-cpu", "--user", "envbuilder"]
+
+
+def test_wsl_engine_failing_first_launch_is_a_validation_error() -> None:
+    engine = wsl2.WslEngine(wslexe.WslExe("wsl.exe", RecordingWsl(oobe_exit=1)), "envbuilder-cpu")
+    with pytest.raises(ValidationError, match=r"(?s)failed \(exit 1\).*useradd: failure"):
+        engine.first_launch("/usr/lib/wsl/oobe.sh", lambda *a: None)
