@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, is_dataclass, replace
 from typing import Any, ClassVar, Literal
 
-from envbuilder import activate
+from envbuilder import activate, wslicon
 from envbuilder.compat import RocmRelease, load_compat
 from envbuilder.errors import RenderError
 from envbuilder.fsutil import sha256_bytes
@@ -38,6 +38,9 @@ UBUNTU_CODENAMES = {"22.04": "jammy", "24.04": "noble"}
 DISTRO_HSA_PACKAGES = ("libhsa-runtime64-1", "libhsakmt1")
 #: Where WSL's first-launch script lives (Microsoft: under /usr/lib/wsl).
 OOBE_PATH = "/usr/lib/wsl/oobe.sh"
+#: The distro's Start-menu icon, made by envbuilder.wslicon (Microsoft: under /usr/lib/wsl or
+#: /usr/share/wsl, an .ico of at most 1 MiB).
+ICON_PATH = "/usr/lib/wsl/envbuilder.ico"
 #: librocdxg is built from source against the Windows SDK headers (ROCm/librocdxg README), which
 #: only exist under /mnt/c on the user's machine: the oobe script builds it at first launch.
 LIBROCDXG_GIT = "https://github.com/ROCm/librocdxg.git"
@@ -68,6 +71,17 @@ class CreateUser(Step):
 
     kind: ClassVar[str] = "create-user"
     name: str
+    uid: int
+    groups: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ReserveUid(Step):
+    """The GPU `groups` exist (created as system groups when missing) and no user holds `uid`
+    (Ubuntu's `ubuntu` is removed): WSL's first launch creates the user with it (the modern
+    `.wsl` format ships no default user)."""
+
+    kind: ClassVar[str] = "reserve-uid"
     uid: int
     groups: tuple[str, ...]
 
@@ -176,6 +190,18 @@ class WriteFile(Step):
 
 
 @dataclass(frozen=True)
+class WriteBinaryFile(Step):
+    """Write a binary file from its base64 text (`base64_lines`, joined), root-owned; `why`
+    becomes the comment above it."""
+
+    kind: ClassVar[str] = "write-binary"
+    path: str
+    base64_lines: tuple[str, ...]
+    why: str
+    mode: str = "0644"
+
+
+@dataclass(frozen=True)
 class CopyFromStage(Step):
     """`COPY --from=STAGE SRC DEST`."""
 
@@ -274,6 +300,7 @@ class WslConfig:
     venv: str
     rocdxg: bool
     welcome: tuple[str, ...]
+    icon_path: str
 
 
 @dataclass(frozen=True)
@@ -450,8 +477,11 @@ def _wsl_plan(
         # Which units: compatibility data (envbuilder/data/wsl.toml, with its sources).
         rootfs.append(MaskUnits(load_compat().wsl_units.masked))
     rootfs += [
-        CreateUser(wsl.user, UID, GPU_GROUPS),
+        # Microsoft's modern format: oobe.sh creates the user at first launch (docs/wsl2.md).
+        ReserveUid(UID, GPU_GROUPS),
         WriteFile("/etc/profile.d/envbuilder.sh", _profile_lines(variables)),
+        WriteBinaryFile(ICON_PATH, wslicon.icon_base64_lines(),
+                        "The Start-menu icon ([shortcut] icon), drawn by envbuilder.wslicon."),
     ]
     build = _build_stage("rootfs", "python3", env.python)
     if env.accelerator == "rocm" and rocm is not None and rocm.libhsa_fix is not None:
@@ -470,7 +500,8 @@ def _wsl_plan(
         f"This is the envbuilder distro {wsl.distro!r}: {env.description}",
         f"Python {env.python} venv with the locked packages: {VENV} (on PATH in login shells).",
     )
-    config = WslConfig(wsl.distro, wsl.user, UID, wsl.systemd, OOBE_PATH, VENV, rocdxg, welcome)
+    config = WslConfig(wsl.distro, wsl.user, UID, wsl.systemd, OOBE_PATH, VENV, rocdxg, welcome,
+                       ICON_PATH)
     stages = (Stage("rootfs", base, pinned, tuple(rootfs)), build, final)
     return Plan(env.name, "wsl2", env.description, lock.locked, stages, wsl=config)
 

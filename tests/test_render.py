@@ -262,9 +262,14 @@ def test_dockerfiles_parse_and_keep_the_contract(mode: str, request: pytest.Fixt
 def test_user_with_uid_1000_and_gpu_groups(locked: tuple[Project, Spec]) -> None:
     for rel, cmds in dockerfiles(all_rendered(*locked)).items():
         runs = " ".join(c.value[0] for c in cmds if c.cmd.upper() == "RUN" and not c.json)
+        assert "groupadd --system" in runs, rel  # render is created when the base lacks it
+        if rel.startswith("wsl/"):
+            # Microsoft's modern .wsl: no user in the image (oobe.sh makes it), uid 1000 free
+            assert "useradd" not in runs, rel
+            assert 'if [ -n "$old" ]; then userdel --remove "${old%%:*}"; fi' in runs, rel
+            continue
         assert "useradd --create-home --uid 1000" in runs, rel
         assert "usermod --append --groups video,render envbuilder" in runs, rel
-        assert "groupadd --system" in runs, rel  # render is created when the base lacks it
 
 
 def shellcheck(script: str, name: str, tmp_path: Path, literal_dollars: bool = False) -> None:
@@ -382,13 +387,18 @@ def test_wsl_rules(locked: tuple[Project, Spec]) -> None:
         assert "chmod 0644 /etc/wsl.conf" in text and "chmod 0755 /usr/lib/wsl/oobe.sh" in text
         assert "chown root:root /etc/wsl.conf /etc/wsl-distribution.conf" in text
         conf = files[f"wsl/{name}/wsl.conf"].decode()
-        for line in ("[boot]\nsystemd=true", "[user]\ndefault=envbuilder", "[interop]",
+        for line in ("[boot]\nsystemd=true", "[interop]",
                      "appendWindowsPath=false", "generateResolvConf=true"):
             assert line in conf
+        assert "\n[user]" not in conf  # the modern format: oobe.sh creates the default user
         dist = files[f"wsl/{name}/wsl-distribution.conf"].decode()
         assert "command = /usr/lib/wsl/oobe.sh" in dist
         assert "defaultUid = 1000" in dist
         assert f"defaultName = envbuilder-{name}" in dist
+        assert "[shortcut]\nicon = /usr/lib/wsl/envbuilder.ico" in dist
+        assert "base64 --decode /tmp/envbuilder-file.b64 > /usr/lib/wsl/envbuilder.ico" in text
+        oobe = files[f"wsl/{name}/oobe.sh"].decode()
+        assert 'useradd --create-home --uid "$uid" --user-group --shell /bin/bash "$user"' in oobe
 
 
 def test_release_without_wsl_runtime_or_wrong_ubuntu_is_refused(

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from envbuilder import wsltar
+from envbuilder import wslicon, wsltar
 from envbuilder.fsutil import sha256_file
 from envbuilder.lockfile import load_env_lock
 from envbuilder.progress import no_progress
@@ -75,9 +75,9 @@ def test_wsl_keeps_microsoft_rules(built: Artifact, project: Project) -> None:
     lock = load_env_lock(project, "cpu")
     assert lock is not None
     findings = wsltar.check_wsl_tar(Path(built.reference), source_date_epoch=lock.source_date_epoch)
-    assert [str(f) for f in findings if f.level == "error"] == []
-    # Microsoft's warnings that fit a team distro: no icon; uid 1000 exists (made in the image).
-    assert {f.rule for f in findings} == {"icon", "default-user-exists"}
+    # Microsoft's modern format (validate-modern.py): not even a warning -- an icon, no
+    # `[user] default`, no user with the default uid in /etc/passwd (oobe.sh creates it).
+    assert [str(f) for f in findings] == []
 
 
 def test_wsl_has_the_env_inside(built: Artifact) -> None:
@@ -90,7 +90,10 @@ def test_wsl_has_the_env_inside(built: Artifact) -> None:
         assert any(n.startswith("opt/venv/lib/python3.11/site-packages/torch/") for n in names)
         assert view.resolve("/sbin/init") is not None  # systemd = true in wsl.conf
         assert not [n for n in names if n.startswith("tmp/envbuilder")]  # no wheels, no lock
-    assert wsl2.default_user(Path(built.reference)) == "envbuilder"
+        icon = view.resolve("/usr/lib/wsl/envbuilder.ico")
+        assert icon is not None and view.read(icon) == wslicon.icon_bytes()
+    assert wsl2.first_launch(Path(built.reference)) == wsl2.FirstLaunch(
+        "/usr/lib/wsl/oobe.sh", "1000")
 
 
 def test_build_again_is_up_to_date(target: wsl2.Wsl2Target, project: Project, cpu: EnvSpec,

@@ -6,9 +6,11 @@ build     the rendered `wsl/<env>/Dockerfile` is built with Docker (build-contex
           wsl.exe exists, the file is then installed as the env's distro (`envbuilder.wslexe`).
 validate  runs the probe inside exactly that file. Linux: the `.wsl` is `docker import`ed and
           the probe runs in a container of it; Windows: it runs in the installed distro with
-          `wsl --exec`. Both engines get the same `ProbeRun` (argv, files in, report out), as
-          the same user (the distro's default user from /etc/wsl.conf), through a login shell
-          so /etc/profile.d sets the env's variables as it does for a WSL login.
+          `wsl --exec`. Both engines first do what WSL does at a distro's first launch (run the
+          `[oobe] command` as root: it creates the default user, which the modern format does
+          not ship), then run the same `ProbeRun` (argv, files in, report out) as the user WSL
+          then starts as (`[oobe] defaultUid`), through a login shell so /etc/profile.d sets the
+          env's variables as it does for a WSL login.
 push      pushes the rootfs image (the same registry code as the docker target).
 pull      pulls that image by digest and turns it into the `.wsl` without building; the sha256
           must equal the one the lock recorded for the build.
@@ -63,6 +65,8 @@ PROBE_PATH = f"{PROBE_DIR}/probe.pyz"
 PYLOCK_PATH = f"{PROBE_DIR}/pylock.toml"
 #: /tmp is world-writable (1777) in every rootfs, so the probe user can write its report there.
 REPORT_PATH = "/tmp/envbuilder-probe-report.json"
+#: How long the first-launch (oobe) command may take in a validation container.
+FIRST_LAUNCH_TIMEOUT_S = 600
 _CHUNK = 1 << 20
 
 
@@ -207,6 +211,10 @@ class Engine(Protocol):
 
     name: str
 
+    def first_launch(self, command: str, progress: ProgressFn) -> None:
+        """Run the distro's oobe `command` as root, as WSL does at its first launch."""
+        ...
+
     def run(self, run: ProbeRun, user: str, progress: ProgressFn) -> tuple[int, str, bytes | None]:
         """(exit code, output, report bytes or None when the probe wrote none)."""
         ...
@@ -220,6 +228,11 @@ class DockerEngine:
     image: str
     host_kind: str = "cpu"
     name: str = "docker"
+
+    def first_launch(self, command: str, progress: ProgressFn) -> None:
+        """Run the oobe command as root, offline, in a container of the image, and go on from
+        the result (committed as `<image>-oobe`, reused for the same `.wsl`)."""
+        self.image = run_first_launch(self.client, self.image, command, progress)
 
     def run(self, run: ProbeRun, user: str, progress: ProgressFn) -> tuple[int, str, bytes | None]:
         from envbuilder import docker_engine
@@ -239,7 +252,18 @@ class WslEngine:
     distro: str
     name: str = "wsl"
 
+    def first_launch(self, command: str, progress: ProgressFn) -> None:
+        """Run the oobe command as root in the installed distro, as WSL does at the first
+        interactive launch (`--exec` starts never run it); it changes nothing a second time."""
+        progress(f"{self.distro}: first launch ({command})", 0, None)
+        result = self.exe.run(self.distro, "root", first_launch_argv(command))
+        if result.returncode != 0:
+            output = (result.stdout + result.stderr).decode("utf-8", "replace")
+            raise ValidationError(first_launch_failure(command, result.returncode, output))
+
     def run(self, run: ProbeRun, user: str, progress: ProgressFn) -> tuple[int, str, bytes | None]:
+        if user.isdigit():  # `wsl --user` takes a name: the one the oobe command gave the uid
+            user = user_of_uid(self.exe.get_file(self.distro, "/etc/passwd"), int(user))
         for path, data in sorted(run.files_in.items()):
             self.exe.put_file(self.distro, path, data)
         result = self.exe.run(self.distro, user, run.argv)
@@ -251,12 +275,23 @@ class WslEngine:
         return result.returncode, output, report
 
 
-# ----------------------------------------------------------------------------- default user
+# ----------------------------------------------------------------------------- first launch
 
 
-def default_user(path: Path) -> str:
-    """The user WSL starts the distro in `path` as: /etc/wsl.conf `[user] default`, else the
-    name of `[oobe] defaultUid` in /etc/passwd, else root."""
+@dataclass(frozen=True)
+class FirstLaunch:
+    """What WSL does when a `.wsl` is started the first time: run `command` (the `[oobe]
+    command`, None when there is none) as root, then start as `user` -- a name, or the numeric
+    `[oobe] defaultUid` when the tar has no user with it yet (the oobe command creates it)."""
+
+    command: str | None
+    user: str
+
+
+def first_launch(path: Path) -> FirstLaunch:
+    """Read the `.wsl` at `path`: its oobe command, and the user WSL then starts as:
+    /etc/wsl.conf `[user] default`, else `[oobe] defaultUid` (by name when /etc/passwd has it),
+    else root."""
     with tarfile.open(path, "r:*") as tar:
         view = wsltar.TarView(tar)
 
@@ -264,16 +299,79 @@ def default_user(path: Path) -> str:
             member = view.resolve(name)
             return view.read(member) if member is not None and member.isfile() else b""
 
+        dist = wsltar.parse_conf(read("/etc/wsl-distribution.conf"), "/etc/wsl-distribution.conf")
+        command = dist.get("oobe.command") or None
         user = wsltar.parse_conf(read("/etc/wsl.conf"), "/etc/wsl.conf").get("user.default")
         if user:
-            return user
-        dist = wsltar.parse_conf(read("/etc/wsl-distribution.conf"), "/etc/wsl-distribution.conf")
+            return FirstLaunch(command, user)
         uid = dist.get("oobe.defaultuid", "")
         if uid.isdigit():
             entry = wsltar.parse_passwd(read("/etc/passwd")).get(int(uid))
-            if entry:
-                return entry[0]
-    return "root"
+            return FirstLaunch(command, entry[0] if entry else str(int(uid)))
+    return FirstLaunch(command, "root")
+
+
+def default_user(path: Path) -> str:
+    """The user WSL starts the distro in `path` as, after its first launch (FirstLaunch.user)."""
+    return first_launch(path).user
+
+
+def user_of_uid(passwd: bytes, uid: int) -> str:
+    """The name /etc/passwd gives `uid`; ValidationError when it has none."""
+    entry = wsltar.parse_passwd(passwd).get(uid)
+    if entry is None:
+        raise ValidationError(f"the distro has no user with uid {uid} after its first launch; "
+                              "its [oobe] command should create it (/etc/wsl-distribution.conf)")
+    return entry[0]
+
+
+def first_launch_argv(command: str) -> tuple[str, ...]:
+    """The oobe command as a command line for /bin/sh (it may carry arguments)."""
+    return ("/bin/sh", "-c", command)
+
+
+def first_launch_failure(command: str, code: int, output: str) -> str:
+    tail = "\n".join(output.splitlines()[-30:])
+    return (f"the distro's first-launch command {command} failed (exit {code}); WSL would run it "
+            f"again at the next launch. Its output ended with:\n{tail}")
+
+
+def run_first_launch(client: Any, image: str, command: str,
+                     progress: ProgressFn = no_progress) -> str:
+    """Run `command` as root in a container of `image` (no network, as it must work offline)
+    and commit the result as `<image>-oobe`; return that tag (reused when it exists: the tag
+    of an imported `.wsl` names its sha256, and the command is inside it)."""
+    import docker.errors
+    import requests.exceptions
+
+    tag = f"{image}-oobe"
+    with contextlib.suppress(docker.errors.ImageNotFound):
+        client.images.get(tag)
+        return tag
+    repository, _, name_tag = tag.rpartition(":")
+    progress(f"first launch: {command} as root", 0, None)
+    try:
+        container = client.containers.create(image, list(first_launch_argv(command)), user="root",
+                                              network_mode="none")
+    except docker.errors.APIError as exc:
+        raise EngineError(f"cannot create a container of {image}: {exc.explanation}") from None
+    try:
+        container.start()
+        try:
+            code = int(container.wait(timeout=FIRST_LAUNCH_TIMEOUT_S).get("StatusCode", 1))
+        except requests.exceptions.ConnectionError:  # a read timeout surfaces as this
+            raise EngineError(f"the first-launch command {command} did not finish within "
+                              f"{FIRST_LAUNCH_TIMEOUT_S} s") from None
+        if code != 0:
+            output = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+            raise ValidationError(first_launch_failure(command, code, output))
+        container.commit(repository=repository, tag=name_tag)
+    except docker.errors.APIError as exc:
+        raise EngineError(f"the first launch in {image} failed: {exc.explanation}") from None
+    finally:
+        with contextlib.suppress(docker.errors.APIError):
+            container.remove(force=True)
+    return tag
 
 
 # ----------------------------------------------------------------------------- the target
@@ -360,11 +458,13 @@ class Wsl2Target:
         if recorded and recorded != sha:
             raise ValidationError(f"{path} has sha256 {sha}, but the lock recorded {recorded} "
                                   "for the last build; build it again")
-        user = default_user(path)
+        launch = first_launch(path)
         engine = self._engine(env, path, sha, progress)
+        if launch.command:
+            engine.first_launch(launch.command, progress)
         labels = {"env": env.name, "target": TARGET, "engine": engine.name, "wsl_sha256": sha}
         run = make_probe_run(project, env, options, labels)
-        code, output, report = engine.run(run, user, progress)
+        code, output, report = engine.run(run, launch.user, progress)
         if report is None:
             tail = "\n".join(output.splitlines()[-30:])
             raise ValidationError(f"the probe wrote no report in the {env.name} distro "
