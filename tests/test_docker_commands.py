@@ -50,7 +50,7 @@ def test_no_cache_is_only_for_image_targets(capsys: pytest.CaptureFixture[str]) 
 @pytest.mark.parametrize("target", build_command.NO_CACHE_TARGETS)
 def test_no_cache_reaches_image_targets(target: str) -> None:
     """The option passes for docker and wsl2, and their build() takes it."""
-    args = argparse.Namespace(target=target, path=None, env=["cpu"], no_cache=True)
+    args = argparse.Namespace(target=target, path=None, env=["cpu"], no_cache=True, force=False)
     options = build_command._target_options(args)
     assert options == {"no_cache": True}
     params = inspect.signature(get_target(target).build).parameters
