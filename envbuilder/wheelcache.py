@@ -8,12 +8,13 @@ downloads nothing).
 Sources, in order: the cache; the mirror of the file's index (`[indexes.NAME] mirror` or
 `ENVBUILDER_MIRROR_<NAME>`: a folder, or a URL under which `<file name>` or a simple-index page
 lists it); the canonical URL recorded in the pylock. A file from any source is accepted only when
-its sha256 matches the lock.
+its sha256 matches the lock. The caller passes the spec's indexes (`EnvSpec.indexes`): the wheel
+cache never reads the spec file itself.
 
 CONTRACT:
-    fetch_locked(project, env, target, progress) -> list[CachedArtifact]
+    fetch_locked(project, env, target, progress, *, indexes) -> list[CachedArtifact]
     write_wheelhouse(project, env, target, dest_dir, in_image_prefix="/tmp/envbuilder/wheels",
-                     progress=no_progress) -> Path     the requirements.txt it wrote
+                     progress=no_progress, *, indexes) -> Path     the requirements.txt it wrote
     CachedArtifact(name, version, filename, sha256, path, source, downloaded_bytes)
 """
 
@@ -37,13 +38,13 @@ from packaging.markers import InvalidMarker, Marker
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from envbuilder.errors import EnvbuilderError, LockError
+from envbuilder.errors import LockError
 from envbuilder.fsutil import atomic_write_text
+from envbuilder.indexsources import IndexSource, mirrored_sources
 from envbuilder.lockfile import load_verified_lock, parse_pylock, url_filename
 from envbuilder.progress import ProgressFn, no_progress
 from envbuilder.project import Project
-from envbuilder.resolve import IndexSource, index_source
-from envbuilder.spec import EnvSpec, Index, load_spec
+from envbuilder.spec import EnvSpec, Index
 
 Source = Literal["cache", "mirror", "download"]
 _CHUNK = 1 << 20
@@ -176,15 +177,6 @@ def _select_files(doc: Mapping[str, Any], where: str, platform: str,
 # --- fetching ----------------------------------------------------------------------------------
 
 
-def _mirrors(project: Project) -> list[IndexSource]:
-    """The mirrored indexes of this machine (spec mirrors and ENVBUILDER_MIRROR_* overrides)."""
-    try:
-        indexes: Mapping[str, Index] = load_spec(project.spec_path).indexes
-    except EnvbuilderError:  # no spec, or a broken one: fetch from the canonical URLs
-        return []
-    return [src for ix in indexes.values() if (src := index_source(ix, project.root)[0]).mirrored]
-
-
 def _ssl_context() -> ssl.SSLContext:
     cafile = os.environ.get("SSL_CERT_FILE")
     return ssl.create_default_context(cafile=cafile if cafile and Path(cafile).is_file() else None)
@@ -288,10 +280,12 @@ def _try_fetch(where: str, dest: Path, f: LockedFile, progress: ProgressFn,
 
 
 def fetch_locked(
-    project: Project, env: str | EnvSpec, target: str, progress: ProgressFn = no_progress
+    project: Project, env: str | EnvSpec, target: str, progress: ProgressFn = no_progress, *,
+    indexes: Mapping[str, Index],
 ) -> list[CachedArtifact]:
     """Make sure every wheel the target's pylock installs is in the cache; return them, sorted by
     package name. Downloads each file at most once (mirror first), accepts it only by sha256.
+    `indexes`: the spec's named indexes (their mirrors on this machine are tried first).
     Raises LockError when the env/target is not locked, its pylock is not the one the lock
     recorded (lockfile.load_verified_lock) or a file cannot be fetched. Whether the lock is
     current for the spec is the caller's check (the targets make it before building)."""
@@ -299,7 +293,7 @@ def fetch_locked(
     pylock = load_verified_lock(project, name, target, spec_hash=None).pylock
     files = _select_files(pylock.doc, pylock.path.name, pylock.entry.platform,
                           pylock.entry.python)
-    mirrors = _mirrors(project)
+    mirrors = mirrored_sources(indexes, project.root)
     return [_fetch_one(project, f, mirrors, progress) for f in files]
 
 
@@ -315,11 +309,13 @@ def write_wheelhouse(
     dest_dir: Path,
     in_image_prefix: str = "/tmp/envbuilder/wheels",
     progress: ProgressFn = no_progress,
+    *,
+    indexes: Mapping[str, Index],
 ) -> Path:
     """Fetch the target's wheels, hard-link (or copy) them into `dest_dir/wheels/`, and write
     `dest_dir/requirements.txt`: one `<in_image_prefix>/<filename> --hash=sha256:<hex>` line per
     wheel, sorted. Returns the requirements.txt path."""
-    artifacts = fetch_locked(project, env, target, progress)
+    artifacts = fetch_locked(project, env, target, progress, indexes=indexes)
     wheels = dest_dir / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     for art in artifacts:

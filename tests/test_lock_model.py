@@ -12,6 +12,7 @@ from test_lock_support import FAKE_INDEX_URL
 
 from envbuilder.errors import LockError
 from envbuilder.fsutil import sha256_bytes
+from envbuilder.indexsources import index_source, mirror_env_var
 from envbuilder.lockfile import (
     LOCK_VERSION,
     EnvLock,
@@ -23,19 +24,16 @@ from envbuilder.lockfile import (
     record_artifact,
     write_env_lock,
 )
+from envbuilder.locking import pin_base, source_date_epoch
 from envbuilder.project import Project
-from envbuilder.resolve import (
+from envbuilder.spec import Index
+from envbuilder.uvrun import (
     ResolveRequest,
-    index_source,
     make_request,
-    mirror_env_var,
-    pin_base,
     postprocess,
     pylock_header,
     pyproject_for,
-    source_date_epoch,
 )
-from envbuilder.spec import Index
 
 DATA = Path(__file__).parent / "data" / "lock"
 

@@ -35,8 +35,8 @@ from replica.uvcompile import (
     with_index,
 )
 
-from envbuilder.resolve import make_request, postprocess, run_uv
 from envbuilder.spec import Index
+from envbuilder.uvrun import make_request, postprocess, run_uv
 
 AMD_CANONICAL = "https://repo.amd.com/rocm/whl-multi-arch/"
 # Names that must only ever come from AMD's or PyTorch's ROCm indexes.
@@ -376,7 +376,7 @@ def test_upgrade_package_torch_moves_torch_and_keeps_the_rest(
 
 def test_envbuilder_run_uv_locks_recipe_a_with_canonical_urls(
         replica: ReplicaServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """envbuilder.resolve as it is: packages + index_pins of recipe A, AMD's index mirrored by
+    """envbuilder.uvrun as it is: packages + index_pins of recipe A, AMD's index mirrored by
     the replica. The lock names AMD's canonical URLs and holds only the env's device."""
     recipe = amd_recipe(["gfx1100"], LINUX, replica.url("amd"))
     monkeypatch.setenv("UV_DEFAULT_INDEX", replica.url("pypi"))
