@@ -23,6 +23,10 @@ from envbuilder.spec import Index
 
 MIRROR_ENV_PREFIX = "ENVBUILDER_MIRROR_"
 
+#: What uv leaves as it is when it turns a folder into a file:// URL (the url crate encodes only
+#: controls, space, `"#%<>?\`{}` and non-ASCII in a path); Python's quote() would also encode `+`.
+_UV_PATH_SAFE = "/!$&'()*+,;=:@[]^|~"
+
 
 def mirror_env_var(index_name: str) -> str:
     """`ENVBUILDER_MIRROR_<NAME>`: the per-machine override of an index's mirror."""
@@ -65,6 +69,15 @@ class IndexSource:
     def mirror_url(self) -> str | None:
         """The mirror URL, when the mirror is a URL."""
         return self.location if self.mirrored and _is_url(self.location) else None
+
+    def uv_index_url(self) -> str:
+        """The URL uv resolves this index from, spelled as uv spells it: the location when it is
+        a URL (as written: uv keeps or drops a trailing slash as given), a folder as a file://
+        URL. uv keeps an earlier pylock's pin of a package pinned to this index only when the
+        entry's `index` equals this string (envbuilder.uvrun.preferences_for_uv)."""
+        if _is_url(self.location):
+            return self.location
+        return "file://" + quote(self.location, safe=_UV_PATH_SAFE)
 
 
 def index_source(

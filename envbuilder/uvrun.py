@@ -8,9 +8,16 @@ uv does the resolving (`uv pip compile --format pylock.toml`); this module only
   * points uv at a mirror of an index when one is configured (envbuilder.indexsources: a folder,
     used as a flat find-links listing, or a URL), and
   * post-processes the result: artifacts of mirrored packages get their canonical URL back
-    (`<index url>/<file name>`), fields that depend on where a file was fetched from (upload time,
-    size) are dropped for packages of named indexes, nothing machine-specific (a path, a file://
-    URL) may remain, packages are sorted, and a "generated" header is added.
+    (`<index url>/<file name>`), packages of named indexes get PEP 751's `index` (the canonical
+    index URL, so a file can be found on any mirror of that index by name, version and hash),
+    fields that depend on where a file was fetched from (upload time, size) are dropped for
+    packages of named indexes, nothing machine-specific (a path, a file:// URL) may remain,
+    packages are sorted, and a "generated" header is added.
+
+An earlier pylock handed back to uv as preferences gets, for its pinned packages, the `index` uv
+resolves that index from on this machine (preferences_for_uv): uv keeps an earlier pin of a
+package of a named index only when the entry names that index, and `uv pip compile` itself
+writes no `index`.
 """
 
 from __future__ import annotations
@@ -136,7 +143,7 @@ def run_uv(
         try:
             (work / "pyproject.toml").write_text(pyproject_for(request), encoding="utf-8")
             if previous is not None and not upgrade:
-                out.write_bytes(previous)
+                out.write_bytes(preferences_for_uv(previous, request))
         except OSError as exc:
             raise write_error(work / "pyproject.toml", exc) from None
         cmd = [
@@ -161,6 +168,45 @@ def run_uv(
         if proc.returncode != 0:
             raise LockError(_uv_failure(request, proc.stderr))
         return out.read_bytes()
+
+
+def preferences_for_uv(previous: bytes, request: ResolveRequest) -> bytes:
+    """An earlier pylock as uv must read it to keep its pins: each package pinned to a named
+    index names, as `index`, the URL uv resolves that index from here (the mirror when there is
+    one, spelled as uv spells it); other packages name none (as uv writes them). Without this uv
+    drops the earlier version of every pinned package: a relock, or `--upgrade-package` of any
+    other name, would move torch to the newest version the spec allows."""
+    try:
+        doc = tomlkit.parse(previous.decode("utf-8"))
+    except (UnicodeDecodeError, tomlkit.exceptions.ParseError) as exc:
+        raise LockError(f"the earlier pylock handed to uv is not valid TOML ({exc}); "
+                        "delete it and lock again") from None
+    pins = dict(request.index_pins)
+    for pkg in doc.get("packages", []):
+        name = str(canonicalize_name(str(pkg.get("name", ""))))
+        if name in pins:
+            _set_index(pkg, request.index(pins[name]).uv_index_url())
+        elif "index" in pkg:
+            del pkg["index"]
+    return tomlkit.dumps(doc).encode("utf-8")
+
+
+#: Keys of a pylock package that hold its artifacts; PEP 751 lists `index` before them.
+_ARTIFACT_KEYS = ("vcs", "directory", "archive", "sdist", "wheels")
+
+
+def _set_index(package: Any, url: str) -> None:
+    """Set a package's `index`, placed where PEP 751 lists it: before the artifact keys."""
+    items = [(k, package[k]) for k in list(package.keys()) if k != "index"]
+    for key, _ in items:
+        del package[key]
+    placed = False
+    for key, value in items:
+        if not placed and key in _ARTIFACT_KEYS:
+            package["index"], placed = url, True
+        package[key] = value
+    if not placed:
+        package["index"] = url
 
 
 def _uv_failure(request: ResolveRequest, stderr: str) -> str:
@@ -205,6 +251,8 @@ def postprocess(raw: bytes, request: ResolveRequest, header: str) -> bytes:
         if "directory" in pkg or "vcs" in pkg:
             raise LockError(f"package {name} resolved to a directory or VCS checkout; "
                             "locks record index artifacts only")
+        if src is not None:  # PEP 751: where a mirror of the index can be asked for the file
+            _set_index(pkg, src.canonical)
     ordered = sorted(packages, key=lambda p: (str(canonicalize_name(str(p["name"]))),
                                               str(p["version"])))
     if [id(p) for p in ordered] != [id(p) for p in packages]:
