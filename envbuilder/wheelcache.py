@@ -7,8 +7,12 @@ downloads nothing).
 
 Sources, in order: the cache; the mirror of the file's index (`[indexes.NAME] mirror` or
 `ENVBUILDER_MIRROR_<NAME>`: a folder, or a URL under which `<file name>` or a simple-index page
-lists it); the canonical URL recorded in the pylock. A file from any source is accepted only when
-its sha256 matches the lock. The caller passes the spec's indexes (`EnvSpec.indexes`): the wheel
+lists it); the canonical URL recorded in the pylock; the simple-index page of the package on the
+index the pylock names (PEP 751 `packages.index`: the file found by name, version and hash when
+its recorded URL is gone). A file's index is the entry's `index` (envbuilder writes it for every
+package of a named index), else the named index whose URL the file's URL starts with (pylocks
+written before `index` was). A file from any source is accepted only when its sha256 matches the
+lock. The caller passes the spec's indexes (`EnvSpec.indexes`): the wheel
 cache never reads the spec file itself.
 
 CONTRACT:
@@ -74,6 +78,7 @@ class LockedFile:
     url: str
     sha256: str
     size: int | None
+    index: str | None = None  # PEP 751 `packages.index`: the canonical URL of its index
 
 
 def cache_path(project: Project, sha256: str, filename: str) -> Path:
@@ -170,7 +175,8 @@ def _select_files(doc: Mapping[str, Any], where: str, platform: str,
             raise LockError(f"{where}: {wheel['name']} lacks a url or a sha256 hash; "
                             "run `envbuilder lock` to re-resolve")
         out.append(LockedFile(str(canonicalize_name(pkg["name"])), str(pkg.get("version", "")),
-                              wheel["name"], wheel["url"], sha, wheel.get("size")))
+                              wheel["name"], wheel["url"], sha, wheel.get("size"),
+                              pkg.get("index")))
     return sorted(out, key=lambda f: (f.name, f.filename))
 
 
@@ -194,14 +200,21 @@ class _Links(html.parser.HTMLParser):
 
 def _mirror_candidates(src: IndexSource, f: LockedFile) -> Iterable[str]:
     """URLs (or a path) where a mirror may hold `f`: a folder's file, `<url>/<file name>`, and
-    the link a simple-index page `<url>/<project>/` gives for that file name."""
+    the link a simple-index page `<url>/<project>/` gives for that file."""
     folder = src.mirror_folder()
     if folder is not None:
         yield str(folder / f.filename)
         return
     base = (src.mirror_url() or "").rstrip("/") + "/"
     yield urljoin(base, quote(f.filename))
-    page = urljoin(base, f"{f.name}/")
+    yield from _simple_page_links(base, f)
+
+
+def _simple_page_links(index_url: str, f: LockedFile) -> Iterable[str]:
+    """The links the simple-index page `<index_url>/<project>/` gives for `f`: by its file name
+    (name, version, tags) or by a `#sha256=` fragment equal to its hash. None when the page
+    cannot be read."""
+    page = urljoin(index_url.rstrip("/") + "/", f"{f.name}/")
     try:
         with urllib.request.urlopen(page, timeout=60, context=_ssl_context()) as resp:
             parser = _Links()
@@ -209,9 +222,19 @@ def _mirror_candidates(src: IndexSource, f: LockedFile) -> Iterable[str]:
     except (urllib.error.URLError, OSError, ValueError):
         return
     for href in parser.hrefs:
-        link = urljoin(page, href).split("#", 1)[0]
-        if unquote(link.rsplit("/", 1)[-1]) == f.filename:
+        link, _, fragment = urljoin(page, href).partition("#")
+        if not link.startswith(("https://", "http://")):
+            continue  # a page must not point the cache at local files
+        if unquote(link.rsplit("/", 1)[-1]) == f.filename or fragment == f"sha256={f.sha256}":
             yield link
+
+
+def _of_index(src: IndexSource, f: LockedFile) -> bool:
+    """Whether `f` comes from the index `src`: the pylock entry names it (`index`), or, in a
+    pylock without `index`, the file's URL lies under the index's URL."""
+    if f.index is not None:
+        return f.index.rstrip("/") == src.canonical.rstrip("/")
+    return f.url.startswith(src.canonical.rstrip("/") + "/")
 
 
 def _copy_verified(
@@ -247,7 +270,7 @@ def _fetch_one(
         return CachedArtifact(f.name, f.version, f.filename, f.sha256, dest)
     refused: list[str] = []
     for src in mirrors:
-        if not f.url.startswith(src.canonical.rstrip("/") + "/"):
+        if not _of_index(src, f):
             continue
         for where in _mirror_candidates(src, f):
             got = _try_fetch(where, dest, f, progress, refused)
@@ -257,6 +280,12 @@ def _fetch_one(
     got = _try_fetch(f.url, dest, f, progress, refused)
     if got is not None:
         return CachedArtifact(f.name, f.version, f.filename, f.sha256, dest, "download", got)
+    # PEP 751: the recorded URL is gone; its index may still list the file (name, version, hash)
+    for where in _simple_page_links(f.index, f) if f.index else ():
+        got = _try_fetch(where, dest, f, progress, refused)
+        if got is not None:
+            return CachedArtifact(f.name, f.version, f.filename, f.sha256, dest, "download",
+                                  got)
     raise LockError(f"cannot fetch {f.filename} (sha256 {f.sha256}):\n  " + "\n  ".join(refused)
                     + "\nGive its index a mirror (ENVBUILDER_MIRROR_<INDEX_NAME>=folder or URL).")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import http.server
+import socket
 import subprocess
 import sys
 import threading
@@ -80,10 +81,14 @@ def test_locked_files_take_a_direct_url_wheel(tmp_path: Path) -> None:
 
 
 def _lock_tinytorch(project: Project, wheel: Path, url: str | None = None,
-                    targets: tuple[str, ...] = ("native",)) -> None:
-    """Write a pylock naming `wheel` by its canonical URL (or `url`) and the env lock."""
+                    targets: tuple[str, ...] = ("native",), index: str | None = None) -> None:
+    """Write a pylock naming `wheel` by its canonical URL (or `url`), with PEP 751 `index` when
+    given, and the env lock."""
     url = url or f"{FAKE_INDEX_URL}/{wheel.name.replace('+', '%2B')}"
     text = _pylock([("tinytorch", "1.0+cpu", [(url, sha256_file(wheel))], None)]).encode()
+    if index is not None:
+        text = text.replace(b'version = "1.0+cpu"\n', f'version = "1.0+cpu"\nindex = "{index}"\n'
+                            .encode())
     project.lockfiles.mkdir(parents=True, exist_ok=True)
     locks = {}
     for target in targets:
@@ -241,3 +246,37 @@ def test_wheelhouse_installs_offline_with_hash_checking(project: Project, mirror
     refused = subprocess.run([*pip, str(requirements)], capture_output=True, text=True,
                              check=False)
     assert refused.returncode != 0 and "hash" in (refused.stdout + refused.stderr).lower()
+
+
+def test_the_pylocks_index_names_the_mirror_to_ask(project: Project, mirror: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """PEP 751 `packages.index` says which index, hence which mirror, holds a file, whatever
+    host its URL names (PyTorch's indexes link files on other hosts). Without it the URL is
+    not under the index's URL and the mirror is not asked."""
+    monkeypatch.delenv("ENVBUILDER_MIRROR_FAKE", raising=False)
+    wheel = make_wheel(mirror, "tinytorch", "1.0+cpu")
+    elsewhere = f"https://files.example.invalid/x/{wheel.name.replace('+', '%2B')}"
+    _lock_tinytorch(project, wheel, url=elsewhere, index=FAKE_INDEX_URL)
+    got = fetch_locked(project, "small", "native", indexes=_indexes(project))
+    assert [(a.filename, a.source) for a in got] == [(wheel.name, "mirror")]
+
+
+def test_a_gone_url_is_found_on_the_pylocks_index_by_name_and_hash(
+        project: Project, http_folder: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recorded URL is unreachable (a closed port on 127.0.0.1) and no mirror is set: the
+    simple-index page `<index>/<name>/` of the index the entry names lists the file (here by its
+    `#sha256=` fragment under another path), which is fetched and accepted by its hash."""
+    base, root = http_folder
+    monkeypatch.setenv("ENVBUILDER_MIRROR_FAKE", "")
+    wheel = make_wheel(root / "files", "tinytorch", "1.0+cpu")
+    page = root / "simple" / "tinytorch"
+    page.mkdir(parents=True)
+    href = f"../../files/{wheel.name.replace('+', '%2B')}#sha256={sha256_file(wheel)}"
+    (page / "index.html").write_text(f'<a href="{href}">{wheel.name}</a>', encoding="utf-8")
+    with socket.socket() as sock:  # a port nothing listens on: bound, never listening
+        sock.bind(("127.0.0.1", 0))
+        gone = f"http://127.0.0.1:{sock.getsockname()[1]}/whl/{wheel.name.replace('+', '%2B')}"
+        _lock_tinytorch(project, wheel, url=gone, index=f"{base}/simple")
+        got = fetch_locked(project, "small", "native", indexes=_indexes(project))
+    assert [(a.source, a.downloaded_bytes) for a in got] == [("download", wheel.stat().st_size)]
+    assert got[0].path.read_bytes() == wheel.read_bytes()
