@@ -12,8 +12,8 @@ index the pylock names (PEP 751 `packages.index`: the file found by name, versio
 its recorded URL is gone). A file's index is the entry's `index` (envbuilder writes it for every
 package of a named index), else the named index whose URL the file's URL starts with (pylocks
 written before `index` was). A file from any source is accepted only when its sha256 matches the
-lock. The caller passes the spec's indexes (`EnvSpec.indexes`): the wheel
-cache never reads the spec file itself.
+lock. The caller passes the env's named indexes (`EnvSpec.indexes`): the wheel cache never reads
+the spec file itself.
 
 CONTRACT:
     fetch_locked(project, env, target, progress, *, indexes) -> list[CachedArtifact]
