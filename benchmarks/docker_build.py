@@ -79,7 +79,7 @@ def measure(env_name: str) -> dict[str, Any]:
         env = load_spec(project.spec_path).env(env_name)
 
         start = time.perf_counter()
-        fetched = wheelcache.fetch_locked(project, env_name, "docker")
+        fetched = wheelcache.fetch_locked(project, env_name, "docker", indexes=env.indexes)
         fetch_s = time.perf_counter() - start
         start = time.perf_counter()
         artifact = target.build(project, env, _quiet, no_cache=True)
@@ -102,7 +102,7 @@ def measure(env_name: str) -> dict[str, Any]:
 
         shared: dict[str, int] = {}
         for other in sorted(t for t in lock.targets if t != "docker"):
-            arts = wheelcache.fetch_locked(project, env_name, other)
+            arts = wheelcache.fetch_locked(project, env_name, other, indexes=env.indexes)
             shared[other] = wheelcache.downloaded_bytes(arts)
         result = {
             "env": env_name,

@@ -27,16 +27,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from envbuilder.locking import PLATFORMS, lock_env, target_python
 from envbuilder.project import Project
-from envbuilder.resolve import (
-    PLATFORMS,
-    lock_env,
-    make_request,
-    pyproject_for,
-    target_python,
-    uv_bin,
-)
+from envbuilder.pyfinder import uv_bin
 from envbuilder.spec import load_spec
+from envbuilder.uvrun import make_request, pyproject_for
 from envbuilder.wheelcache import downloaded_bytes, fetch_locked
 
 ENVBUILDER = [sys.executable, "-m", "envbuilder"]
@@ -124,10 +119,11 @@ def main() -> int:
         cache = root / "cache"
         project = Project.from_spec(locked, cache=cache)
         start = time.perf_counter()
-        first = fetch_locked(project, args.env, "docker")
+        indexes = loaded.env(args.env).indexes
+        first = fetch_locked(project, args.env, "docker", indexes=indexes)
         t_first = time.perf_counter() - start
         start = time.perf_counter()
-        second = fetch_locked(project, args.env, "wsl2")
+        second = fetch_locked(project, args.env, "wsl2", indexes=indexes)
         t_second = time.perf_counter() - start
     med = statistics.median
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
@@ -138,7 +134,7 @@ def main() -> int:
     for name, xs in (("`lock` nothing changed (no network, no Docker)", nochange),
                      ("`lock --check` (all envs)", check),
                      ("`lock` full (fresh folder: uv + base digests)", full),
-                     ("`resolve.lock_env()` full, in-process (no CLI start-up)", inproc),
+                     ("`locking.lock_env()` full, in-process (no CLI start-up)", inproc),
                      ("raw `uv pip compile`, same inputs", raw)):
         print(f"| {name} | {med(xs):.3f} | {min(xs):.3f} | {max(xs):.3f} |")
     print()

@@ -495,9 +495,9 @@ def _bad(where: str, key: str, want: str, value: object) -> LockError:
 
 def parse_pylock(data: bytes, where: str) -> dict[str, Any]:
     """A pylock's bytes -> its TOML document, after checking every value envbuilder reads from
-    it (package names, versions and markers; artifact URLs, hashes, sizes, upload times; wheel
-    file names). LockError naming `where`, the key and what it must be. Keys envbuilder does not
-    read are left alone (PEP 751 has many)."""
+    it (package names, versions, markers and indexes; artifact URLs, hashes, sizes, upload
+    times; wheel file names). LockError naming `where`, the key and what it must be. Keys
+    envbuilder does not read are left alone (PEP 751 has many)."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -530,6 +530,10 @@ def _check_package(package: Mapping[str, Any], where: str, key: str) -> None:
         except InvalidMarker as exc:
             raise LockError(f"{where}: {key}.marker {marker!r} is not a PEP 508 marker: "
                             f"{exc}") from None
+    index = package.get("index")  # the wheel cache may ask this URL for the package's files
+    if index is not None and (not isinstance(index, str)
+                              or not index.startswith(("https://", "http://"))):
+        raise _bad(where, f"{key}.index", "the http(s) URL of the package's index", index)
     wheels = package.get("wheels", [])
     if not isinstance(wheels, list) or not all(isinstance(w, dict) for w in wheels):
         raise _bad(where, f"{key}.wheels", "an array of tables", wheels)

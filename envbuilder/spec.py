@@ -117,6 +117,9 @@ class EnvSpec:
     # (e.g. the windows target takes torch from AMD's Windows wheels).
     target_packages: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     target_index_pins: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # The named indexes the env pins any package to (any target), by name: where the wheel
+    # cache looks for mirrors, so building never reads the spec file again.
+    indexes: Mapping[str, Index] = field(default_factory=dict)
 
     def packages_for(self, target: TargetName) -> tuple[str, ...]:
         """The packages for `target`: its own `packages` when the target table sets them."""
@@ -577,7 +580,15 @@ def _make_env(name: str, m: dict[str, Any], indexes: Mapping[str, Index],
         name=name, description=description, accelerator=accelerator, python=python,
         packages=packages, index_pins=pins, targets=targets, rocm=rocm, cuda=cuda, gpu=gpu,
         gfx=gfx, env=env_vars, rccl=rccl, apt=apt, docker=docker, wsl2=wsl2, windows=windows,
-        native=native, target_packages=tp, target_index_pins=tpins)
+        native=native, target_packages=tp, target_index_pins=tpins,
+        indexes=_used_indexes(indexes, pins, tpins))
+
+
+def _used_indexes(indexes: Mapping[str, Index], pins: Mapping[str, str],
+                  target_pins: Mapping[str, Mapping[str, str]]) -> dict[str, Index]:
+    """The indexes an env's pins name (env-wide and per target), sorted by name."""
+    used = set(pins.values()).union(*(p.values() for p in target_pins.values()))
+    return {n: indexes[n] for n in sorted(used) if n in indexes}
 
 
 def _versions(name: str, m: dict[str, Any], ctx: _Ctx

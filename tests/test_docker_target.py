@@ -330,7 +330,8 @@ def test_rebuild_with_nothing_changed_builds_nothing(
 
 def test_context_follows_the_contract(corporate_build: Any) -> None:
     project, _artifact, _seen, _url = corporate_build
-    context = assemble_context(project, ENV, "docker", project.dockerfiles / ENV)
+    context = assemble_context(project, ENV, "docker", project.dockerfiles / ENV,
+                               indexes=demo_env().indexes)
     try:
         files = sorted(p.relative_to(context).as_posix() for p in context.rglob("*") if p.is_file())
         assert files == ["Dockerfile", "envbuilder/pylock.toml", "envbuilder/requirements.txt",
@@ -353,7 +354,8 @@ def test_missing_dockerfile_says_to_render(tmp_path: Path) -> None:
     project = make_project(tmp_path / "p")
     (project.dockerfiles / ENV / "Dockerfile").unlink()
     with pytest.raises(Exception, match="envbuilder render"):
-        assemble_context(project, ENV, "docker", project.dockerfiles / ENV)
+        assemble_context(project, ENV, "docker", project.dockerfiles / ENV,
+                         indexes=demo_env().indexes)
 
 
 def test_unlocked_env_says_to_lock(tmp_path: Path, docker_client: Any) -> None:

@@ -16,7 +16,7 @@ from test_lock_support import FAKE_INDEX_URL, make_wheel, small_spec, write_spec
 from envbuilder.cli import main
 from envbuilder.lockfile import read_env_lock
 from envbuilder.project import Project
-from envbuilder.resolve import uv_bin
+from envbuilder.pyfinder import uv_bin
 
 pytestmark = pytest.mark.network
 

@@ -245,7 +245,7 @@ def _name_failure(name: str) -> str | None:
 
 
 def _lock_failure(packages: tuple[str, ...]) -> str | None:
-    """Why `lock` refuses a package: a local file or a VCS checkout (resolve.py records index
+    """Why `lock` refuses a package: a local file or a VCS checkout (uvrun.py records index
     artifacts and public URLs only)."""
     for spec in packages:
         try:

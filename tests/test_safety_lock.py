@@ -327,6 +327,10 @@ CORRUPTIONS: dict[str, tuple[bytes, bytes, str]] = {
                            "(torch).wheels[0].hashes must be a table like { sha256 = "),
     "size-not-an-integer": (b"size = 244559,", b'size = "244559",',
                             "(filelock).wheels[0].size must be an integer, not '244559'"),
+    "index-not-a-url": (b'index = "https://download.pytorch.org/whl/cpu"',
+                        b'index = "/etc/passwd"',
+                        "(torch).index must be the http(s) URL of the package's index, not "
+                        "'/etc/passwd'"),
 }
 
 

@@ -116,7 +116,7 @@ def _lazy_progress(ui: UI, stack: contextlib.ExitStack) -> ProgressFn:
 
 def _lock(project: Project, spec: Spec, envs: list[EnvSpec], args: argparse.Namespace,
           ui: UI) -> int:
-    from envbuilder.resolve import LockOptions, lock_env  # keeps `--check` free of uv/docker
+    from envbuilder.locking import LockOptions, lock_env  # keeps `--check` free of uv/docker
 
     options = LockOptions(
         targets=tuple(args.target) or None, upgrade=args.upgrade,

@@ -152,7 +152,7 @@ class DockerTarget:
             client, project, env.name, TARGET, project.dockerfiles / env.name, tag=tag,
             labels={LOCK_LABEL: target.pylock_sha256, ENV_LABEL: env.name},
             build_args={**proxy_build_args(os.environ), LOCK_SHA_ARG: target.pylock_sha256},
-            progress=progress, ca_bundle=ca, nocache=no_cache,
+            progress=progress, ca_bundle=ca, indexes=env.indexes, nocache=no_cache,
         )
         return self._record(project, env.name, tag, image_id, changed=built)
 

@@ -422,7 +422,8 @@ class VenvTarget:
 
         layout = VenvLayout(folder.path, self.windows)
         progress(f"{env.name}/{self.name}: fetching locked artifacts", 0, None)
-        artifacts = wheelcache.fetch_locked(project, env.name, self.name, progress)
+        artifacts = wheelcache.fetch_locked(project, env.name, self.name, progress,
+                                            indexes=env.indexes)
         expected = {a.name: a.version for a in artifacts}
         # a venv envbuilder did not make is never run, only replaced (--force)
         kept = self._usable_python(layout, env) if folder.kind == "ours" else None
@@ -435,7 +436,8 @@ class VenvTarget:
         with temp_dir("venv-wheelhouse-", project.cache) as tmp:
             house = Path(tmp)
             requirements = wheelcache.write_wheelhouse(
-                project, env.name, self.name, house, in_image_prefix=str(house / "wheels"))
+                project, env.name, self.name, house, in_image_prefix=str(house / "wheels"),
+                indexes=env.indexes)
             self._mark_incomplete(layout, env)
             python = kept or self._make_venv(layout, env, found, progress)
             progress(f"{env.name}/{self.name}: syncing the venv to the lock", 0, None)

@@ -127,7 +127,7 @@ def build_rootfs_image(client: docker.DockerClient, project: Project, env: EnvSp
         tag=image_tag(env.name, pylock_sha),
         labels={LOCK_LABEL: pylock_sha, ENV_LABEL: env.name, TARGET_LABEL: TARGET},
         build_args=build_args(lock), progress=progress,
-        ca_bundle=ca_bundle_path(None, project), nocache=nocache,
+        ca_bundle=ca_bundle_path(None, project), indexes=env.indexes, nocache=nocache,
     )
 
 
