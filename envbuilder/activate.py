@@ -15,7 +15,7 @@ from pathlib import Path, PurePath
 from envbuilder import quoting
 from envbuilder.errors import BuildError, EnvbuilderError
 from envbuilder.fsutil import atomic_write_bytes
-from envbuilder.spec import EnvSpec
+from envbuilder.model import EnvSpec
 
 BEGIN = ">>> envbuilder environment (written by `envbuilder build`; edit environments.toml) >>>"
 END = "<<< envbuilder environment <<<"

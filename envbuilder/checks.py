@@ -1,6 +1,6 @@
 """The checks behind `envbuilder check`: values that are well-typed but wrong.
 
-Two families, both reported as `Finding`s through the spec loader's context (never raised):
+Two families, both reported as `Finding`s through the spec loader's `FindingSink` (never raised):
 
 - *safety*: every value that a renderer puts into a Dockerfile, shell or PowerShell line (package
   specs, env var names and values, apt names, user names, paths, URLs, image references) either
@@ -18,7 +18,6 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -30,7 +29,7 @@ from packaging.utils import (
 )
 from packaging.version import Version
 
-from envbuilder import quoting
+from envbuilder import activate, quoting
 from envbuilder.compat import (
     INSTALL_MODEL_LABELS,
     Compat,
@@ -41,10 +40,9 @@ from envbuilder.compat import (
     load_compat,
 )
 from envbuilder.errors import EnvbuilderError
+from envbuilder.model import TARGETS, EnvSpec, FindingSink, Index, TargetName
+from envbuilder.plan import UBUNTU_CODENAMES
 from envbuilder.project import pylock_name
-
-if TYPE_CHECKING:
-    from envbuilder.spec import EnvSpec, Index, TargetName, _Ctx
 
 #: PEP 508 distribution names.
 PACKAGE_NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
@@ -105,49 +103,49 @@ def _meta(value: str, allowed: str = "") -> str | None:
     return None
 
 
-def check_text(env: str, path: Sequence[str], value: str, ctx: _Ctx) -> None:
+def check_text(env: str, path: Sequence[str], value: str, ctx: FindingSink) -> None:
     """Free text that lands in labels and comments: one printable line."""
     bad = _meta(value, allowed="'\";\\$`")
     if bad:
-        ctx.env_err(env, path, f"contains {bad}; write a single printable line")
+        ctx.env_finding(env, path, f"contains {bad}; write a single printable line")
 
 
-def check_url(url: str, key: str, ctx: _Ctx) -> bool:
+def check_url(url: str, key: str, ctx: FindingSink) -> bool:
     """An http(s) URL with nothing a shell line could trip over."""
     bad = _meta(url)
     parts = urlsplit(url) if bad is None else None
     if bad or parts is None or parts.scheme not in ("http", "https") or not parts.netloc \
             or " " in url:
         what = f"contains {bad}" if bad else "is not an http(s) URL"
-        ctx.err(key, f"{what}; write e.g. \"https://download.pytorch.org/whl/rocm6.4\"")
+        ctx.error(key, f"{what}; write e.g. \"https://download.pytorch.org/whl/rocm6.4\"")
         return False
     return True
 
 
-def check_mirror(mirror: str, key: str, ctx: _Ctx) -> bool:
+def check_mirror(mirror: str, key: str, ctx: FindingSink) -> bool:
     """A mirror is an absolute folder or an http(s) URL."""
     if mirror.startswith(("http://", "https://")):
         return check_url(mirror, key, ctx)
     bad = _meta(mirror)
     if bad or not mirror.startswith("/"):
         what = f"contains {bad}" if bad else "is neither an absolute folder nor an http(s) URL"
-        ctx.err(key, f"{what}; write e.g. \"/opt/wheels\" or \"https://mirror.example/simple\"")
+        ctx.error(key, f"{what}; write e.g. \"/opt/wheels\" or \"https://mirror.example/simple\"")
         return False
     return True
 
 
 def check_packages(env: str, path: Sequence[str], packages: Sequence[str],
-                   ctx: _Ctx) -> tuple[str, ...]:
+                   ctx: FindingSink) -> tuple[str, ...]:
     """PEP 508 strings; quotes and ';' only inside an environment marker. Returns the good ones."""
     seen: dict[str, str] = {}
     for spec in packages:
         problem = _package_problem(spec)
         if problem:
-            ctx.env_err(env, path, f"{spec!r}: {problem}")
+            ctx.env_finding(env, path, f"{spec!r}: {problem}")
             continue
         name = str(canonicalize_name(Requirement(spec).name))
         if name in seen:
-            ctx.env_err(env, path, f"{spec!r}: {name} is already required by {seen[name]!r}; "
+            ctx.env_finding(env, path, f"{spec!r}: {name} is already required by {seen[name]!r}; "
                         "write one requirement per package")
             continue
         seen[name] = spec
@@ -184,83 +182,82 @@ def _before_marker(spec: str) -> str:
 
 
 def check_env_vars(env: str, path: Sequence[str], values: Mapping[str, str],
-                   ctx: _Ctx) -> dict[str, str]:
+                   ctx: FindingSink) -> dict[str, str]:
     """Names are what `quoting.env_name` takes; values are one printable line (renderers quote;
     what each target's quoting refuses beyond that: `check_variables`). Returns the good pairs."""
     good: dict[str, str] = {}
     for name, value in values.items():
         if quoting.env_name_refusal(name):
-            ctx.env_err(env, (*path, name), "is not a valid environment variable name; use "
+            ctx.env_finding(env, (*path, name), "is not a valid environment variable name; use "
                         "letters, digits and '_', not starting with a digit (e.g. NCCL_DEBUG)")
             continue
         if any(ch in ("\n", "\r", "\x00") or (not ch.isprintable() and ch != " ")
                for ch in value):
-            ctx.env_err(env, (*path, name), "value contains a newline, NUL or control "
+            ctx.env_finding(env, (*path, name), "value contains a newline, NUL or control "
                         "character; an environment value must be one printable line")
             continue
         good[name] = value
     return good
 
 
-def check_apt(env: str, apt: Sequence[str], ctx: _Ctx) -> None:
+def check_apt(env: str, apt: Sequence[str], ctx: FindingSink) -> None:
     for name in apt:
         if not APT_NAME_RE.fullmatch(name):
-            ctx.env_err(env, ("apt",), f"{name!r} is not a Debian package name (lower-case "
+            ctx.env_finding(env, ("apt",), f"{name!r} is not a Debian package name (lower-case "
                         "letters, digits, '+', '-', '.'; at least two characters, e.g. "
                         "\"libnuma1\")")
 
 
-def check_user(env: str, path: Sequence[str], user: str, ctx: _Ctx) -> None:
+def check_user(env: str, path: Sequence[str], user: str, ctx: FindingSink) -> None:
     if not USER_RE.fullmatch(user):
-        ctx.env_err(env, path, f"{user!r} is not a valid user name; use lower-case letters, "
+        ctx.env_finding(env, path, f"{user!r} is not a valid user name; use lower-case letters, "
                     "digits, '_' and '-', starting with a letter (e.g. \"envbuilder\")")
     elif user == "root":
-        ctx.env_err(env, path, "must not be root: the image's user has uid 1000; use e.g. "
+        ctx.env_finding(env, path, "must not be root: the image's user has uid 1000; use e.g. "
                     "\"envbuilder\"")
 
 
-def check_interpreter(env: str, path: Sequence[str], python: str, ctx: _Ctx) -> None:
+def check_interpreter(env: str, path: Sequence[str], python: str, ctx: FindingSink) -> None:
     if not INTERPRETER_RE.fullmatch(python):
-        ctx.env_err(env, path, f"{python!r} is not an interpreter name or absolute path; "
+        ctx.env_finding(env, path, f"{python!r} is not an interpreter name or absolute path; "
                     "write e.g. \"python3\" or \"/usr/bin/python3.12\"")
 
 
-def check_image(env: str, path: Sequence[str], image: str, ctx: _Ctx) -> None:
+def check_image(env: str, path: Sequence[str], image: str, ctx: FindingSink) -> None:
     m = IMAGE_RE.fullmatch(image)
     if m is None:
-        ctx.env_err(env, path, f"{image!r} is not a Docker image reference; write "
+        ctx.env_finding(env, path, f"{image!r} is not a Docker image reference; write "
                     "NAME:TAG, e.g. \"debian:bookworm-slim\" or \"rocm/dev-ubuntu-24.04:6.4.1\"")
     elif m.group("tag") is None and m.group("digest") is None:
-        ctx.env_err(env, path, f"{image!r} has no tag (it would mean :latest, which moves); "
+        ctx.env_finding(env, path, f"{image!r} has no tag (it would mean :latest, which moves); "
                     "write NAME:TAG, e.g. \"debian:bookworm-slim\"", "warning")
 
 
-def check_distro(env: str, distro: str, ctx: _Ctx, derived: bool = False) -> None:
+def check_distro(env: str, distro: str, ctx: FindingSink, derived: bool = False) -> None:
     """`derived`: the name is the default one, envbuilder-<env name>, not written in the spec."""
     if DISTRO_RE.fullmatch(distro):
         return
     if derived:
-        ctx.env_err(env, ("wsl2", "distro"), f"the default distro name {distro!r} (from the env "
+        ctx.env_finding(env, ("wsl2", "distro"),
+                        f"the default distro name {distro!r} (from the env "
                     "name) is longer than 64 characters, WSL's limit; set [env."
                     f"{env}.wsl2] distro = \"...\" or use a shorter env name")
         return
-    ctx.env_err(env, ("wsl2", "distro"), f"{distro!r} cannot be a WSL distro name; use "
+    ctx.env_finding(env, ("wsl2", "distro"), f"{distro!r} cannot be a WSL distro name; use "
                 "letters, digits, '.', '_' or '-', starting with a letter or digit, at most "
                 "64 characters (e.g. \"envbuilder-rocm64\")")
 
 
-def check_env_name(env: str, ctx: _Ctx) -> None:
+def check_env_name(env: str, ctx: FindingSink) -> None:
     """The names derived from an env's name (already a Docker path component) must be valid too:
     its PEP 751 lock files (no dot) and its folders on Windows (no reserved device name)."""
-    from envbuilder.spec import TARGETS  # the spec module imports this one
-
     bad = [n for n in (pylock_name(env, t) for t in TARGETS) if not PYLOCK_FILE_RE.fullmatch(n)]
     if bad:
-        ctx.err(f"env.{env}", f"env name has a dot: its lock files ({bad[0]}, ...) would not be "
+        ctx.error(f"env.{env}", f"env name has a dot: its lock files ({bad[0]}, ...) would not be "
                 "PEP 751 names (pylock.<name>.toml, no dot in <name>), which pip and uv refuse; "
                 f"use {_without_dots(env)!r}")
     if env in WINDOWS_RESERVED:
-        ctx.err(f"env.{env}", f"{env!r} is a device name Windows reserves: the env's folders "
+        ctx.error(f"env.{env}", f"{env!r} is a device name Windows reserves: the env's folders "
                 f"(dockerfiles/{env}, windows/{env}) cannot exist in a Windows checkout; use "
                 f"e.g. '{env}-env'")
 
@@ -269,11 +266,11 @@ def _without_dots(name: str) -> str:
     return name.replace(".", "-")
 
 
-def check_windows_path(env: str, path: Sequence[str], value: str, ctx: _Ctx) -> None:
+def check_windows_path(env: str, path: Sequence[str], value: str, ctx: FindingSink) -> None:
     bad = _meta(value, allowed="\\")
     if bad or not re.fullmatch(r"[A-Za-z]:\\.*", value):
         what = f"contains {bad}" if bad else "is not an absolute Windows path"
-        ctx.env_err(env, path, f"{what}; write e.g. \"C:\\Program Files\\AMD\\ROCm\\6.4\\\"")
+        ctx.env_finding(env, path, f"{what}; write e.g. \"C:\\Program Files\\AMD\\ROCm\\6.4\\\"")
 
 
 def default_rocm_image(rocm: str) -> str | None:
@@ -285,20 +282,20 @@ def default_rocm_image(rocm: str) -> str | None:
     return images.get("24.04") or images.get("22.04")
 
 
-def resolve_gfx(env: str, gpu: str, ctx: _Ctx) -> str | None:
+def resolve_gfx(env: str, gpu: str, ctx: FindingSink) -> str | None:
     """The gfx target of `gpu` (a marketing name or a gfx id); a finding when unknown."""
     compat = load_compat()
     found = compat.gpu(gpu)
     if found is not None:
         return found.gfx
     if re.fullmatch(r"gfx[0-9a-f]{3,4}", gpu):
-        ctx.env_err(env, ("gpu",), f"{gpu} is not in envbuilder's GPU table; the GPU checks "
+        ctx.env_finding(env, ("gpu",), f"{gpu} is not in envbuilder's GPU table; the GPU checks "
                     "are skipped for it", "warning")
         return gpu
     names = compat.gpu_names()
     close = difflib.get_close_matches(gpu, names, n=1, cutoff=0.5)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    ctx.env_err(env, ("gpu",), f"unknown GPU {gpu!r}{hint}; write a marketing name such as "
+    ctx.env_finding(env, ("gpu",), f"unknown GPU {gpu!r}{hint}; write a marketing name such as "
                 "\"RX 7900 XTX\" or a gfx target such as \"gfx1100\"")
     return None
 
@@ -306,7 +303,7 @@ def resolve_gfx(env: str, gpu: str, ctx: _Ctx) -> str | None:
 # --- compatibility checks on a typed env ---------------------------------------------------
 
 
-def check_spec_wide(envs: Sequence[EnvSpec], ctx: _Ctx) -> None:
+def check_spec_wide(envs: Sequence[EnvSpec], ctx: FindingSink) -> None:
     """Checks across envs: names that must be unique on one machine."""
     seen: dict[str, str] = {}
     for env in envs:
@@ -314,12 +311,12 @@ def check_spec_wide(envs: Sequence[EnvSpec], ctx: _Ctx) -> None:
             continue
         distro = env.wsl2.distro.lower()  # WSL compares distro names case-insensitively
         if distro in seen:
-            ctx.env_err(env.name, ("wsl2", "distro"), f"{env.wsl2.distro!r} is also env "
+            ctx.env_finding(env.name, ("wsl2", "distro"), f"{env.wsl2.distro!r} is also env "
                         f"{seen[distro]!r}'s WSL distro name; give each env its own")
         seen.setdefault(distro, env.name)
 
 
-def check_env(env: EnvSpec, indexes: Mapping[str, Index], ctx: _Ctx) -> None:
+def check_env(env: EnvSpec, indexes: Mapping[str, Index], ctx: FindingSink) -> None:
     """Every compatibility check for one env (findings go to `ctx`)."""
     compat = load_compat()
     _check_rocm(env, compat, ctx)
@@ -335,12 +332,10 @@ def check_env(env: EnvSpec, indexes: Mapping[str, Index], ctx: _Ctx) -> None:
     check_variables(env, ctx)
 
 
-def check_variables(env: EnvSpec, ctx: _Ctx) -> None:
+def check_variables(env: EnvSpec, ctx: FindingSink) -> None:
     """Every variable an env's activation sets on a target (`activate.activation_env`, what the
     renderer and `build` write) must pass that target's quoting (VARIABLE_QUOTING): a `"` is
     fine in a Dockerfile ENV but no cmd.exe `set` carries it, so not with the windows target."""
-    from envbuilder import activate  # imports the spec module, which imports this one
-
     reported: set[tuple[str, ...]] = set()
     for target in env.targets:
         try:
@@ -355,7 +350,7 @@ def check_variables(env: EnvSpec, ctx: _Ctx) -> None:
                 why = refusal(value)
                 if why is not None:
                     reported.add(path)
-                    ctx.env_err(env.name, path, f"value {why}: the {target} target writes it "
+                    ctx.env_finding(env.name, path, f"value {why}: the {target} target writes it "
                                 f"into {where}; change the value or drop the {target} target")
                     break
 
@@ -401,7 +396,7 @@ def _linux_torch_rows(env: EnvSpec, indexes: Mapping[str, Index],
     return []
 
 
-def _check_images(env: EnvSpec, compat: Compat, ctx: _Ctx) -> None:
+def _check_images(env: EnvSpec, compat: Compat, ctx: FindingSink) -> None:
     """The base image's python3 must be the env's Python; a ROCm dev image its ROCm release."""
     bases: list[tuple[tuple[str, ...], str, str | None]] = []
     if env.docker is not None:
@@ -411,13 +406,13 @@ def _check_images(env: EnvSpec, compat: Compat, ctx: _Ctx) -> None:
     for path, ref, interpreter in bases:
         known = compat.base_image(ref)
         if known is not None and interpreter == "python3" and known.python != env.python:
-            ctx.env_err(env.name, path, f"{ref}'s python3 is {known.python}, but the env's "
+            ctx.env_finding(env.name, path, f"{ref}'s python3 is {known.python}, but the env's "
                         f"Python is {env.python} (the venv is made with the base image's "
                         f"python3); use a base with Python {env.python} or set python = "
                         f"\"{known.python}\"")
         m = re.fullmatch(r"rocm/dev-ubuntu-[0-9.]+:([0-9]+(?:\.[0-9]+)*)(?:-.*)?", ref)
         if m and env.rocm and not _same_release(m.group(1), env.rocm):
-            ctx.env_err(env.name, path, f"{ref} is ROCm {m.group(1)}, but the env's rocm is "
+            ctx.env_finding(env.name, path, f"{ref} is ROCm {m.group(1)}, but the env's rocm is "
                         f"{env.rocm}; use the image of that release", "warning")
 
 
@@ -427,21 +422,22 @@ def _same_release(a: str, b: str) -> bool:
     return va.release[:n] == vb.release[:n]
 
 
-def _check_rocm(env: EnvSpec, compat: Compat, ctx: _Ctx) -> None:
+def _check_rocm(env: EnvSpec, compat: Compat, ctx: FindingSink) -> None:
     if env.rocm is None:
         return
     release = compat.rocm(env.rocm)
     if release is None:
         known = ", ".join(r.version for r in compat.releases)
-        ctx.env_err(env.name, ("rocm",), f"ROCm {env.rocm} is not in envbuilder's release "
+        ctx.env_finding(env.name, ("rocm",), f"ROCm {env.rocm} is not in envbuilder's release "
                     f"table; use one of: {known}")
         return
     if release.version != env.rocm:
-        ctx.env_err(env.name, ("rocm",), f"{env.rocm!r} means ROCm {release.version} with this "
+        ctx.env_finding(env.name, ("rocm",), f"{env.rocm!r} means ROCm {release.version} with this "
                     "envbuilder's data, which a newer envbuilder may change; write "
                     f"rocm = \"{release.version}\"", "warning")
     if release.unverified:
-        ctx.env_err(env.name, ("rocm",), f"the WSL/package facts for ROCm {release.version} are "
+        ctx.env_finding(env.name, ("rocm",),
+                        f"the WSL/package facts for ROCm {release.version} are "
                     f"unverified ({release.source}); check them before relying on them",
                     "warning")
     _check_install_model(env, release, ctx)
@@ -449,14 +445,14 @@ def _check_rocm(env: EnvSpec, compat: Compat, ctx: _Ctx) -> None:
         return
     if release.install_model != "amdgpu-install":
         near = ", ".join(compat.nearest_wsl_releases(release.version)[:3])
-        ctx.env_err(env.name, ("rocm",), f"ROCm {release.version} installs through "
+        ctx.env_finding(env.name, ("rocm",), f"ROCm {release.version} installs through "
                     f"{INSTALL_MODEL_LABELS[release.install_model]}, but envbuilder's wsl2 distro "
                     f"installs ROCm with amdgpu-install; for the wsl2 target use a release it can "
                     f"install: {near}")
         return
     if release.wsl_stack is None:
         near = ", ".join(compat.nearest_wsl_releases(release.version)[:3])
-        ctx.env_err(env.name, ("rocm",), f"ROCm {release.version} ships no WSL runtime "
+        ctx.env_finding(env.name, ("rocm",), f"ROCm {release.version} ships no WSL runtime "
                     "(no hsa-runtime-rocr4wsl-amdgpu package); for the wsl2 target use the "
                     f"nearest releases that have one: {near}")
     if env.wsl2 is None:
@@ -464,57 +460,55 @@ def _check_rocm(env: EnvSpec, compat: Compat, ctx: _Ctx) -> None:
     _check_wsl_ubuntu(env, release, ctx)
     ubuntu = env.wsl2.ubuntu
     if ubuntu and not env.wsl2.base.startswith((f"ubuntu:{ubuntu}", f"rocm/dev-ubuntu-{ubuntu}:")):
-        ctx.env_err(env.name, ("wsl2", "base"), f"{env.wsl2.base} does not look like Ubuntu "
+        ctx.env_finding(env.name, ("wsl2", "base"), f"{env.wsl2.base} does not look like Ubuntu "
                     f"{ubuntu}, which the WSL ROCm stack is installed for; leave base unset "
                     f"(ubuntu:{ubuntu}) unless it is an Ubuntu {ubuntu} image", "warning")
 
 
-def _check_install_model(env: EnvSpec, release: RocmRelease, ctx: _Ctx) -> None:
+def _check_install_model(env: EnvSpec, release: RocmRelease, ctx: FindingSink) -> None:
     """Releases that do not install through amdgpu-install (7.14+: the pip SDK) are checked, but
     envbuilder does not lock them as such yet: say so, with what the user must do by hand."""
     model = release.install_model
     if model == "amdgpu-install":
         return
     where = f" from {release.pip_index}" if release.pip_index else ""
-    ctx.env_err(env.name, ("rocm",), f"ROCm {release.version} installs through "
+    ctx.env_finding(env.name, ("rocm",), f"ROCm {release.version} installs through "
                 f"{INSTALL_MODEL_LABELS[model]}{where}, not amdgpu-install; envbuilder does not "
                 "lock that model yet: pin torch and the rocm wheels to AMD's index yourself "
                 "(PyPI has placeholder packages with the same names; see docs/rocm.md)",
                 "warning")
 
 
-def _check_wsl_ubuntu(env: EnvSpec, release: RocmRelease, ctx: _Ctx) -> None:
+def _check_wsl_ubuntu(env: EnvSpec, release: RocmRelease, ctx: FindingSink) -> None:
     """The WSL plan installs the release's amdgpu-install package for the Ubuntu release's
     codename: the renderer refuses an Ubuntu release it has no codename or package for."""
-    from envbuilder.plan import UBUNTU_CODENAMES  # the plan module imports the spec module
-
     ubuntu = env.wsl2.ubuntu if env.wsl2 else None
     if ubuntu is None:
         return  # missing: reported with the wsl2 table
     path = ("wsl2", "ubuntu")
     codename = UBUNTU_CODENAMES.get(ubuntu)
     if codename is None:
-        ctx.env_err(env.name, path, f"Ubuntu {ubuntu} is not a release AMD's WSL ROCm stack is "
+        ctx.env_finding(env.name, path, f"Ubuntu {ubuntu} is not a release AMD's WSL ROCm stack is "
                     f"packaged for; use {' or '.join(sorted(UBUNTU_CODENAMES))}")
     elif release.wsl_stack is None:
         return  # no stack at all: reported on rocm
     elif ubuntu not in release.ubuntu:
-        ctx.env_err(env.name, path, f"Ubuntu {ubuntu} is not supported by ROCm "
+        ctx.env_finding(env.name, path, f"Ubuntu {ubuntu} is not supported by ROCm "
                     f"{release.version} in WSL; use {' or '.join(release.ubuntu)}")
     elif release.amdgpu_install_url(codename) is None:
-        ctx.env_err(env.name, path, f"envbuilder's data has no amdgpu-install package of ROCm "
+        ctx.env_finding(env.name, path, f"envbuilder's data has no amdgpu-install package of ROCm "
                     f"{release.version} for Ubuntu {ubuntu}; use another release")
 
 
-def _check_gpu(env: EnvSpec, compat: Compat, ctx: _Ctx) -> None:
+def _check_gpu(env: EnvSpec, compat: Compat, ctx: FindingSink) -> None:
     if env.gpu is None:
         if env.accelerator == "rocm":
-            ctx.env_err(env.name, ("gpu",), "not set; the GPU checks (WSL/Windows support, HSA "
+            ctx.env_finding(env.name, ("gpu",), "not set; the GPU checks (WSL/Windows support, HSA "
                         "override) are skipped; set gpu = \"RX 7900 XTX\" or a gfx target",
                         "warning")
         return
     if env.accelerator != "rocm":
-        ctx.env_err(env.name, ("gpu",), f"is ignored for accelerator {env.accelerator!r}; "
+        ctx.env_finding(env.name, ("gpu",), f"is ignored for accelerator {env.accelerator!r}; "
                     "remove it", "warning")
         return
     gpu = compat.gpu(env.gpu)
@@ -528,44 +522,44 @@ def _check_gpu(env: EnvSpec, compat: Compat, ctx: _Ctx) -> None:
         _check_gpu_windows(env, gpu, label, compat.windows_set(env.rocm) if env.rocm else None,
                            ctx)
     if gpu.unverified:
-        ctx.env_err(env.name, ("gpu",), f"the GPU table's facts for {label} are unverified "
+        ctx.env_finding(env.name, ("gpu",), f"the GPU table's facts for {label} are unverified "
                     f"({gpu.source}); check them before relying on them", "warning")
     _check_gpu_official(env, gpu, label, release, ctx)
 
 
 def _check_gpu_wsl(env: EnvSpec, gpu: Gpu, label: str, release: RocmRelease | None,
-                   ctx: _Ctx) -> None:
+                   ctx: FindingSink) -> None:
     if not gpu.wsl:
-        ctx.env_err(env.name, ("targets",), f"{label} is not supported by AMD's WSL stack "
+        ctx.env_finding(env.name, ("targets",), f"{label} is not supported by AMD's WSL stack "
                     "(WSL supports RDNA3/RDNA4 GPUs such as RX 7900 XTX, RX 7800 XT, RX 9070 "
                     "XT); remove 'wsl2' or use the docker target on a Linux host")
     elif gpu.wsl_since and release and Version(release.version) < Version(gpu.wsl_since):
-        ctx.env_err(env.name, ("targets",), f"{label} is supported by AMD's WSL stack from "
+        ctx.env_finding(env.name, ("targets",), f"{label} is supported by AMD's WSL stack from "
                     f"ROCm {gpu.wsl_since}, not in ROCm {release.version}; remove 'wsl2' or use "
                     "the docker target on a Linux host")
 
 
 def _check_gpu_windows(env: EnvSpec, gpu: Gpu, label: str, wheels: WindowsWheels | None,
-                       ctx: _Ctx) -> None:
+                       ctx: FindingSink) -> None:
     """The Windows wheel set of the env's release decides (7.14+: its own gfx list); without
     one, the GPU table's `windows` flag (AMD's gfx110X, gfx1151, gfx120X wheels up to 7.2.x)."""
     if wheels.covers(gpu) if wheels else gpu.windows:
         return
     which = (f"for ROCm {wheels.rocm} ({', '.join(wheels.gfx)})" if wheels and wheels.gfx
              else "(gfx110X, gfx1151, gfx120X)")
-    ctx.env_err(env.name, ("targets",), f"{label} is not covered by AMD's native-Windows "
+    ctx.env_finding(env.name, ("targets",), f"{label} is not covered by AMD's native-Windows "
                 f"PyTorch wheels {which}; remove 'windows' or use wsl2/docker")
 
 
 def _check_gpu_official(env: EnvSpec, gpu: Gpu, label: str, release: RocmRelease | None,
-                        ctx: _Ctx) -> None:
+                        ctx: FindingSink) -> None:
     since = gpu.linux_official_since
     if release is None or not gpu.linux_official_known \
             or not {"docker", "native"} & set(env.targets):
         return
     if since is None or Version(release.version) < Version(since):
         when = f"from ROCm {since}" if since else "in no ROCm release"
-        ctx.env_err(env.name, ("gpu",), f"{label} is officially supported on Linux {when}, "
+        ctx.env_finding(env.name, ("gpu",), f"{label} is officially supported on Linux {when}, "
                     f"not in ROCm {release.version}; it may still work", "warning")
 
 
@@ -582,7 +576,7 @@ def _pkg_path(env: EnvSpec, target: TargetName) -> tuple[str, ...]:
 
 
 def _check_torch(env: EnvSpec, target: TargetName, label: str, indexes: Mapping[str, Index],
-                 compat: Compat, ctx: _Ctx) -> None:
+                 compat: Compat, ctx: FindingSink) -> None:
     req = _torch_req(env, target)
     if req is None or req.url is not None:
         return
@@ -591,7 +585,7 @@ def _check_torch(env: EnvSpec, target: TargetName, label: str, indexes: Mapping[
     path = _pkg_path(env, target)
     if pin is None:
         if env.accelerator == "rocm" and target != "windows":
-            ctx.env_err(env.name, ("index_pins",), f"torch{label} has no index pin, so it "
+            ctx.env_finding(env.name, ("index_pins",), f"torch{label} has no index pin, so it "
                         "would come from the default index (a CUDA build on Linux); pin it: "
                         "index_pins = { torch = \"<an index with url "
                         "https://download.pytorch.org/whl/rocmX.Y>\" }")
@@ -603,40 +597,40 @@ def _check_torch(env: EnvSpec, target: TargetName, label: str, indexes: Mapping[
     name = rows[0].index
     serving = [r for r in rows if r.serves(req.specifier)]
     if not serving:
-        ctx.env_err(env.name, path, f"{req}{label}: no torch wheel matching "
+        ctx.env_finding(env.name, path, f"{req}{label}: no torch wheel matching "
                     f"'{req.specifier}' on the {name} index (it serves "
                     f"{_served(rows)}); {_suggest(req, compat)}")
         return
     in_range = [r for r in serving if r.python.contains(python + ".0", prereleases=True)]
     if not in_range:
-        ctx.env_err(env.name, _python_path(env, target), f"Python {python}{label}: "
+        ctx.env_finding(env.name, _python_path(env, target), f"Python {python}{label}: "
                     f"{req} on the {name} index has wheels for Python {_pyrange(serving[0])} "
                     f"only; use a Python in that range or another torch version")
     _check_torch_index_kind(env, serving[0], ctx)
     if all(r.unverified for r in serving):
-        ctx.env_err(env.name, path, f"{req}{label}: the {name} index's torch "
+        ctx.env_finding(env.name, path, f"{req}{label}: the {name} index's torch "
                     f"{_served(serving)} is unverified ({serving[0].source}); check it before "
                     "relying on it", "warning")
 
 
-def _check_torch_index_kind(env: EnvSpec, row: TorchIndexEntry, ctx: _Ctx) -> None:
+def _check_torch_index_kind(env: EnvSpec, row: TorchIndexEntry, ctx: FindingSink) -> None:
     """The index's ROCm (or none, for the cpu index) against the env's accelerator/release."""
     if env.accelerator == "rocm" and env.rocm and row.rocm:
         _check_index_matches_release(env, row, ctx)
     if env.accelerator == "rocm" and row.index == "cpu":
-        ctx.env_err(env.name, ("index_pins",), "torch comes from the cpu index, which has no "
+        ctx.env_finding(env.name, ("index_pins",), "torch comes from the cpu index, which has no "
                     "ROCm build, but the accelerator is rocm; pin torch to a rocmX.Y index")
     if env.accelerator == "cpu" and row.rocm:
-        ctx.env_err(env.name, ("index_pins",), f"torch comes from the {row.index} index, but "
+        ctx.env_finding(env.name, ("index_pins",), f"torch comes from the {row.index} index, but "
                     "the accelerator is cpu; pin the cpu index or set accelerator = \"rocm\"",
                     "warning")
 
 
-def _check_index_matches_release(env: EnvSpec, row: TorchIndexEntry, ctx: _Ctx) -> None:
+def _check_index_matches_release(env: EnvSpec, row: TorchIndexEntry, ctx: FindingSink) -> None:
     idx = Version(row.rocm or "0")
     rel = Version(env.rocm or "0")
     if idx.release[:2] != rel.release[:2]:
-        ctx.env_err(env.name, ("index_pins",), f"torch comes from the {row.index} index but "
+        ctx.env_finding(env.name, ("index_pins",), f"torch comes from the {row.index} index but "
                     f"the env's ROCm is {env.rocm}; the wheel bundles its own ROCm {idx}, the "
                     "system's libraries (and the WSL libhsa fix) are for the other; prefer the "
                     f"rocm{rel.major}.{rel.minor} index", "warning")
@@ -678,7 +672,7 @@ def _pinned_versions(spec: SpecifierSet) -> list[str]:
     return [s.version for s in spec if s.operator in ("==", "===") and "*" not in s.version]
 
 
-def _check_wheel_urls(env: EnvSpec, target: TargetName, label: str, ctx: _Ctx) -> None:
+def _check_wheel_urls(env: EnvSpec, target: TargetName, label: str, ctx: FindingSink) -> None:
     """Direct wheel URLs: the wheel's tags must fit the target's Python and platform."""
     python = env.python_for(target).replace(".", "")
     for spec in env.packages_for(target):
@@ -689,33 +683,35 @@ def _check_wheel_urls(env: EnvSpec, target: TargetName, label: str, ctx: _Ctx) -
         try:
             _, _, _, tags = parse_wheel_filename(filename)
         except InvalidWheelFilename:
-            ctx.env_err(env.name, _pkg_path(env, target), f"{req.name}: {filename!r} is not a "
+            ctx.env_finding(env.name, _pkg_path(env, target), f"{req.name}: {filename!r} is not a "
                         "valid wheel file name")
             continue
         interpreters = {t.interpreter for t in tags}
         platforms = {t.platform for t in tags}
         if not ({f"cp{python}", "py3", f"py{python}"} & interpreters):
-            ctx.env_err(env.name, _pkg_path(env, target), f"{req.name}: the wheel {filename} is "
+            ctx.env_finding(env.name, _pkg_path(env, target),
+                            f"{req.name}: the wheel {filename} is "
                         f"for {', '.join(sorted(interpreters))}, but the {target} target uses "
                         f"Python {env.python_for(target)}; use a matching wheel or Python")
         want = "win" if target == "windows" else "linux"
         if "any" not in platforms and not any(want in p for p in platforms):
-            ctx.env_err(env.name, _pkg_path(env, target), f"{req.name}: the wheel {filename} is "
+            ctx.env_finding(env.name, _pkg_path(env, target),
+                            f"{req.name}: the wheel {filename} is "
                         f"for {', '.join(sorted(platforms))}, not for the {target} target; "
                         f"give the {target} target its own packages ([env.{env.name}.{target}] "
                         "packages = [...])")
 
 
-def _check_pins_used(env: EnvSpec, ctx: _Ctx) -> None:
+def _check_pins_used(env: EnvSpec, ctx: FindingSink) -> None:
     names = {str(canonicalize_name(Requirement(s).name)) for s in env.packages}
     for pkg in env.index_pins:
         if pkg not in names:
-            ctx.env_err(env.name, ("index_pins", pkg), f"pins {pkg}, which is not in packages; "
+            ctx.env_finding(env.name, ("index_pins", pkg), f"pins {pkg}, which is not in packages; "
                         "add it to packages or remove the pin", "warning")
 
 
 def _check_hsa(env: EnvSpec, compat: Compat, torch_rows: Sequence[TorchIndexEntry],
-               ctx: _Ctx) -> None:
+               ctx: FindingSink) -> None:
     """HSA_OVERRIDE_GFX_VERSION against the gfx targets of the Linux torch wheel the env pins
     (they differ per index and torch version: torch.toml [gfx_set])."""
     gpu = compat.gpu(env.gpu) if env.gpu else None
@@ -726,23 +722,23 @@ def _check_hsa(env: EnvSpec, compat: Compat, torch_rows: Sequence[TorchIndexEntr
     value = env.env[HSA_VAR]
     path = ("env", HSA_VAR)
     if value.strip() == "":
-        ctx.env_err(env.name, path, "is empty; an empty HSA_OVERRIDE_GFX_VERSION breaks GPU "
+        ctx.env_finding(env.name, path, "is empty; an empty HSA_OVERRIDE_GFX_VERSION breaks GPU "
                     "detection: remove it (or set the version your GPU needs, e.g. 10.3.0)")
         return
     if not re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", value):
-        ctx.env_err(env.name, path, f"{value!r} is not a gfx version like 10.3.0 or 11.0.0; "
+        ctx.env_finding(env.name, path, f"{value!r} is not a gfx version like 10.3.0 or 11.0.0; "
                     "remove it or fix the value")
         return
     if gpu is not None:
         _check_hsa_value(env, gpu, value, torch_rows, ctx)
     release = compat.rocm(env.rocm) if env.rocm else None
     if release is not None and release.install_model == "pip-sdk":
-        ctx.env_err(env.name, path, f"ROCm {release.version} comes as TheRock multi-arch "
+        ctx.env_finding(env.name, path, f"ROCm {release.version} comes as TheRock multi-arch "
                     "wheels, which ship the gfx targets natively, and an override is reported "
                     "to break TheRock >= 7.13 runtimes (rocm-2026.md); remove "
                     "HSA_OVERRIDE_GFX_VERSION", "warning")
     if "windows" in env.targets:
-        ctx.env_err(env.name, path, "has no effect on Windows (the windows target ignores it)",
+        ctx.env_finding(env.name, path, "has no effect on Windows (the windows target ignores it)",
                     "warning")
 
 
@@ -759,12 +755,12 @@ def _gfx_note(rows: Sequence[TorchIndexEntry]) -> str:
 
 
 def _check_hsa_needed(env: EnvSpec, compat: Compat, gpu: Gpu,
-                      rows: Sequence[TorchIndexEntry], ctx: _Ctx) -> None:
+                      rows: Sequence[TorchIndexEntry], ctx: FindingSink) -> None:
     if _wheel_has(rows, gpu.gfx) is not False:
         return
     what = f"{env.gpu} ({gpu.gfx}) is not among the torch wheel's gfx targets{_gfx_note(rows)}"
     if gpu.hsa_override is not None:
-        ctx.env_err(env.name, ("env",), f"{what}; it usually needs HSA_OVERRIDE_GFX_VERSION = "
+        ctx.env_finding(env.name, ("env",), f"{what}; it usually needs HSA_OVERRIDE_GFX_VERSION = "
                     f"\"{gpu.hsa_override}\" (not an official workaround)", "warning")
         return
     known = "no override is known to work" if gpu.hsa_override_known else \
@@ -772,69 +768,71 @@ def _check_hsa_needed(env: EnvSpec, compat: Compat, gpu: Gpu,
     others = compat.indexes_with_gfx(gpu.gfx)
     hint = f"pin torch to an index whose wheels have it ({', '.join(others)})" if others \
         else "use a torch wheel built for it"
-    ctx.env_err(env.name, ("env",), f"{what} and {known}; {hint}", "warning")
+    ctx.env_finding(env.name, ("env",), f"{what} and {known}; {hint}", "warning")
 
 
 def _check_hsa_value(env: EnvSpec, gpu: Gpu, value: str, rows: Sequence[TorchIndexEntry],
-                     ctx: _Ctx) -> None:
+                     ctx: FindingSink) -> None:
     label = f"{env.gpu} ({gpu.gfx})"
     path = ("env", HSA_VAR)
     if _wheel_has(rows, gpu.gfx):
         if gpu.hsa_override is None and gpu.hsa_override_known:
-            ctx.env_err(env.name, path, f"set to {value} for {label}, which needs no override "
+            ctx.env_finding(env.name, path, f"set to {value} for {label}, which needs no override "
                         "(the torch wheels are compiled for it); remove "
                         "HSA_OVERRIDE_GFX_VERSION")
         else:
-            ctx.env_err(env.name, path, f"set to {value} for {label}, but the torch wheel is "
+            ctx.env_finding(env.name, path, f"set to {value} for {label}, but the torch wheel is "
                         f"compiled for {gpu.gfx}; remove HSA_OVERRIDE_GFX_VERSION")
     elif gpu.hsa_override is not None and value != gpu.hsa_override:
-        ctx.env_err(env.name, path, f"set to {value} for {label}; it runs as "
+        ctx.env_finding(env.name, path, f"set to {value} for {label}; it runs as "
                     f"{gpu.hsa_override} (HSA_OVERRIDE_GFX_VERSION = "
                     f"\"{gpu.hsa_override}\")", "warning")
 
 
-def _check_rccl(env: EnvSpec, compat: Compat, ctx: _Ctx) -> None:
+def _check_rccl(env: EnvSpec, compat: Compat, ctx: FindingSink) -> None:
     knobs = compat.rccl
     for table, values in (("env", env.env), ("rccl", env.rccl)):
         for name in values:
             path = (table, name)
             if name in knobs.misspelled:
                 real = knobs.misspelled[name]
-                ctx.env_err(env.name, path, f"{name} is not read by RCCL (it reads the NCCL_* "
+                ctx.env_finding(env.name, path, f"{name} is not read by RCCL (it reads the NCCL_* "
                             f"names); use {real} = \"{values[name]}\"")
             elif name in knobs.pytorch:
                 _check_pytorch_knob(env, table, name, knobs.pytorch[name], values[name], ctx)
             elif table == "rccl" and not name.startswith(("NCCL_", "RCCL_")):
-                ctx.env_err(env.name, path, "is not an NCCL_*/RCCL_* setting; move it to "
+                ctx.env_finding(env.name, path, "is not an NCCL_*/RCCL_* setting; move it to "
                             f"[env.{env.name}.env]")
             elif name.startswith(("NCCL_", "RCCL_")) and name not in knobs.known:
                 close = difflib.get_close_matches(name, knobs.known, n=1, cutoff=0.7)
                 hint = f"; did you mean {close[0]}?" if close else ""
-                ctx.env_err(env.name, path, f"{name} is not a setting envbuilder knows RCCL "
+                ctx.env_finding(env.name, path, f"{name} is not a setting envbuilder knows RCCL "
                             f"reads{hint}", "warning")
 
 
 def _check_pytorch_knob(env: EnvSpec, table: str, name: str, real: str, value: str,
-                        ctx: _Ctx) -> None:
+                        ctx: FindingSink) -> None:
     """An NCCL_* name that PyTorch (not RCCL) reads, as a deprecated alias of `real`."""
     if table == "rccl":
-        ctx.env_err(env.name, (table, name), f"{name} is PyTorch's setting, not RCCL's (PyTorch "
+        ctx.env_finding(env.name, (table, name),
+                        f"{name} is PyTorch's setting, not RCCL's (PyTorch "
                     f"reads it as a deprecated alias of {real}); set {real} = \"{value}\" in "
                     f"[env.{env.name}.env]")
     else:
-        ctx.env_err(env.name, (table, name), f"{name} is PyTorch's deprecated name for {real} "
+        ctx.env_finding(env.name, (table, name), f"{name} is PyTorch's deprecated name for {real} "
                     f"(RCCL does not read it); use {real} = \"{value}\"", "warning")
 
 
 def _check_windows(env: EnvSpec, compat: Compat, indexes: Mapping[str, Index],
-                   ctx: _Ctx) -> None:
+                   ctx: FindingSink) -> None:
     if "windows" not in env.targets or env.windows is None or env.accelerator != "rocm":
         return
     wheels = _windows_wheels_for(env, compat)
     _check_windows_python(env, env.windows.python, compat, wheels, ctx)
     if env.rocm and compat.windows_set(env.rocm) is None:
         known = ", ".join(w.rocm for w in compat.windows_wheels)
-        ctx.env_err(env.name, ("rocm",), f"AMD publishes native-Windows PyTorch wheels for ROCm "
+        ctx.env_finding(env.name, ("rocm",),
+                        f"AMD publishes native-Windows PyTorch wheels for ROCm "
                     f"{known}, not {env.rocm}; the windows target uses those wheels' own ROCm",
                     "warning")
     _check_windows_torch(env, compat, indexes, wheels, ctx)
@@ -859,36 +857,36 @@ def _py_versions(spec: SpecifierSet) -> list[str]:
 
 
 def _check_windows_python(env: EnvSpec, python: str, compat: Compat,
-                          wheels: WindowsWheels | None, ctx: _Ctx) -> None:
+                          wheels: WindowsWheels | None, ctx: FindingSink) -> None:
     sets = [wheels] if wheels else [w for w in compat.windows_wheels if not w.index]
     if any(w.python.contains(python + ".0", prereleases=True) for w in sets):
         return
     ok = list(dict.fromkeys(v for w in sets for v in _py_versions(w.python)))
     which = f" for ROCm {wheels.rocm}" if wheels else ""
     table = f"[env.{env.name}.windows]"
-    ctx.env_err(env.name, _python_path(env, "windows"), f"Python {python}: "
+    ctx.env_finding(env.name, _python_path(env, "windows"), f"Python {python}: "
                 f"AMD's native-Windows PyTorch wheels{which} need Python {' or '.join(ok)}; "
                 f"set {table} python = \"{ok[-1] if ok else '3.12'}\" or drop the windows target")
 
 
 def _check_windows_torch(env: EnvSpec, compat: Compat, indexes: Mapping[str, Index],
-                         wheels: WindowsWheels | None, ctx: _Ctx) -> None:
+                         wheels: WindowsWheels | None, ctx: FindingSink) -> None:
     table = f"[env.{env.name}.windows]"
     req = _torch_req(env, "windows")
     pin = env.index_pins_for("windows").get("torch")
     if req is None:
         example = wheels if wheels and not wheels.index else compat.windows_wheels[0]
-        ctx.env_err(env.name, _pkg_path(env, "windows"), "no torch for the windows target; "
+        ctx.env_finding(env.name, _pkg_path(env, "windows"), "no torch for the windows target; "
                     f"give it AMD's Windows wheel, e.g. {table} packages = "
                     f"[\"torch @ {example.wheel_urls()[0]}\"]", "warning")
     elif req.url is None and pin is not None and not _is_amd_windows_index(
             compat, indexes.get(pin)):
-        ctx.env_err(env.name, ("windows", "index_pins"), "torch for windows is pinned to a "
+        ctx.env_finding(env.name, ("windows", "index_pins"), "torch for windows is pinned to a "
                     f"Linux wheel index; set {table} packages to AMD's Windows wheel and "
                     "index_pins = {}")
     elif req.url is not None and any(req.url.startswith(w.url) and w.unverified
                                      for w in compat.windows_wheels):
-        ctx.env_err(env.name, _pkg_path(env, "windows"), "AMD's Windows wheel URLs are "
+        ctx.env_finding(env.name, _pkg_path(env, "windows"), "AMD's Windows wheel URLs are "
                     "unverified here (see envbuilder/data/torch.toml)", "warning")
 
 

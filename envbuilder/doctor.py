@@ -25,7 +25,7 @@ from typing import Any, Literal
 from envbuilder import __version__
 from envbuilder import doctor_parsers as parse
 from envbuilder.compat import Compat, load_compat
-from envbuilder.spec import EnvSpec
+from envbuilder.model import EnvSpec
 
 Severity = Literal["ok", "warn", "fail"]
 HostKind = Literal["linux", "wsl2", "windows"]

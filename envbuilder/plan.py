@@ -22,9 +22,9 @@ from envbuilder.compat import RocmRelease, load_compat
 from envbuilder.errors import RenderError
 from envbuilder.fsutil import sha256_bytes
 from envbuilder.imagedefs import CONTEXT_DIR, ENV_LABEL, LOCK_LABEL, LOCK_SHA_ARG, UID, VENV
+from envbuilder.model import EnvSpec, TargetName
 from envbuilder.project import pylock_name
 from envbuilder.quoting import env_name, sh_quote
-from envbuilder.spec import EnvSpec, TargetName
 
 #: Groups that own the GPU device nodes (/dev/kfd is root:render, /dev/dri root:video;
 #: ROCm/ROCm-docker#90, #116). `render` is created when the base image lacks it.

@@ -54,10 +54,10 @@ from envbuilder.lockfile import (
     write_env_lock,
     write_output,
 )
+from envbuilder.model import EnvSpec, Index, TargetName
 from envbuilder.progress import ProgressFn, no_progress
 from envbuilder.project import Project
 from envbuilder.pyfinder import uv_bin
-from envbuilder.spec import EnvSpec, Index, TargetName
 
 #: uv's `--python-platform` for each target.
 PLATFORMS: dict[str, str] = {

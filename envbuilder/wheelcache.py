@@ -40,10 +40,11 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from envbuilder.errors import EnvbuilderError, LockError
 from envbuilder.fsutil import atomic_write_text
 from envbuilder.lockfile import load_verified_lock, parse_pylock, url_filename
+from envbuilder.model import EnvSpec, Index
 from envbuilder.progress import ProgressFn, no_progress
 from envbuilder.project import Project
 from envbuilder.resolve import IndexSource, index_source
-from envbuilder.spec import EnvSpec, Index, load_spec
+from envbuilder.specload import load_spec
 
 Source = Literal["cache", "mirror", "download"]
 _CHUNK = 1 << 20

@@ -540,7 +540,7 @@ def test_wsl_release_6_4_2_1_renders_its_amdgpu_install_package(
     """6.4.2.1 is a WSL release: check passes clean and the wsl2 plan installs its .deb."""
     from envbuilder import plan
     from envbuilder.compat import load_compat
-    from envbuilder.spec import load_spec
+    from envbuilder.specload import load_spec
 
     text = mutated(gpu(rocm="6.4.2.1", targets=["wsl2"]))
     code, lines = run_check(tmp_path, text, capsys)

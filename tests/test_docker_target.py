@@ -34,9 +34,10 @@ from envbuilder.errors import (
     ValidationError,
 )
 from envbuilder.imagedefs import LOCK_LABEL, needs_host_network, proxy_build_args
+from envbuilder.model import DockerTarget as DockerSpec
+from envbuilder.model import EnvSpec
 from envbuilder.project import Project
-from envbuilder.spec import DockerTarget as DockerSpec
-from envbuilder.spec import EnvSpec, load_spec
+from envbuilder.specload import load_spec
 from envbuilder.targets import ValidateOptions
 from envbuilder.targets.docker import (
     DockerTarget,

@@ -13,7 +13,7 @@ import pytest
 from envbuilder import doctor
 from envbuilder.cli import main
 from envbuilder.compat import load_compat
-from envbuilder.spec import load_spec
+from envbuilder.specload import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data" / "doctor"

@@ -23,6 +23,7 @@ from envbuilder.lockfile import (
     record_artifact,
     write_env_lock,
 )
+from envbuilder.model import Index
 from envbuilder.project import Project
 from envbuilder.resolve import (
     ResolveRequest,
@@ -35,7 +36,6 @@ from envbuilder.resolve import (
     pyproject_for,
     source_date_epoch,
 )
-from envbuilder.spec import Index
 
 DATA = Path(__file__).parent / "data" / "lock"
 

@@ -25,9 +25,10 @@ from envbuilder import cli, plan
 from envbuilder.compat import RocmRelease, load_compat
 from envbuilder.errors import EnvbuilderError, RenderError
 from envbuilder.lockfile import EnvLock, TargetLock, write_env_lock
+from envbuilder.model import EnvSpec, Spec
 from envbuilder.project import Project
 from envbuilder.render import MARKER, render_all, render_env
-from envbuilder.spec import EnvSpec, Spec, load_spec
+from envbuilder.specload import load_spec
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "data" / "render"

@@ -37,10 +37,7 @@ from envbuilder import activate, docker_engine
 from envbuilder.checks import default_rocm_image
 from envbuilder.cli import main
 from envbuilder.errors import EnvbuilderError
-from envbuilder.project import Project, pylock_name
-from envbuilder.render import RENDERED_TARGETS, render_all, render_env
-from envbuilder.spec import (
-    ENV_NAME_RE,
+from envbuilder.model import (
     TARGETS,
     DockerTarget,
     EnvSpec,
@@ -49,8 +46,10 @@ from envbuilder.spec import (
     TargetName,
     WindowsTarget,
     Wsl2Target,
-    check_spec,
 )
+from envbuilder.project import Project, pylock_name
+from envbuilder.render import RENDERED_TARGETS, render_all, render_env
+from envbuilder.specload import ENV_NAME_RE, check_spec
 
 SPEC_FILE = "environments.toml"
 #: Microsoft, "Naming Files, Paths, and Namespaces": names no file or folder may have.

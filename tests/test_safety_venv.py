@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.spec import load_spec
+from envbuilder.specload import load_spec
 from envbuilder.targets.venv import (
     MARKER,
     incomplete_marker_bytes,

@@ -8,7 +8,8 @@ import pytest
 import tomlkit
 
 from envbuilder.errors import SpecError, UsageError
-from envbuilder.spec import Finding, Index, check_spec, load_spec
+from envbuilder.model import Finding, Index
+from envbuilder.specload import check_spec, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "environments.toml"

@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from packaging.pylock import is_valid_pylock_path
 
 from envbuilder.cli import main
+from envbuilder.model import TARGETS, EnvSpec
 from envbuilder.project import pylock_name
-from envbuilder.spec import ENV_KEYS, TARGETS, CheckResult, EnvSpec, check_spec, load_spec
+from envbuilder.specload import ENV_KEYS, CheckResult, check_spec, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = tomlkit.parse((ROOT / "environments.toml").read_text(encoding="utf-8")).unwrap()

@@ -24,9 +24,10 @@ import tomlkit
 
 from envbuilder.errors import EnvbuilderError, LockError
 from envbuilder.fsutil import sha256_file
+from envbuilder.model import EnvSpec
 from envbuilder.progress import no_progress
 from envbuilder.project import Project
-from envbuilder.spec import EnvSpec, load_spec
+from envbuilder.specload import load_spec
 from envbuilder.targets import Artifact, ValidateOptions, get_target
 from envbuilder.targets.venv import MARKER, NativeVenvTarget, VenvLayout
 

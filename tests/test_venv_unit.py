@@ -11,8 +11,8 @@ import pytest
 
 from envbuilder import activate, pyfinder
 from envbuilder.errors import BuildError, EngineError
+from envbuilder.model import EnvSpec, WindowsTarget
 from envbuilder.quoting import QuotingError
-from envbuilder.spec import EnvSpec, WindowsTarget
 from envbuilder.targets import ValidateOptions, get_target
 from envbuilder.targets.venv import (
     MARKER,

@@ -21,9 +21,10 @@ import pytest
 from envbuilder import wsltar
 from envbuilder.fsutil import sha256_file
 from envbuilder.lockfile import load_env_lock
+from envbuilder.model import EnvSpec
 from envbuilder.progress import no_progress
 from envbuilder.project import Project
-from envbuilder.spec import EnvSpec, load_spec
+from envbuilder.specload import load_spec
 from envbuilder.targets import Artifact, ValidateOptions, get_target, wsl2
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]

@@ -14,9 +14,10 @@ from rich.progress import Progress, TaskID
 
 from envbuilder.cli import add_common_arguments
 from envbuilder.errors import UsageError
+from envbuilder.model import TARGETS, EnvSpec
 from envbuilder.progress import ProgressFn
 from envbuilder.project import Project
-from envbuilder.spec import TARGETS, EnvSpec, load_spec
+from envbuilder.specload import load_spec
 from envbuilder.ui import UI
 
 

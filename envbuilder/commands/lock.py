@@ -9,9 +9,10 @@ from typing import Any
 from envbuilder.cli import add_common_arguments
 from envbuilder.errors import EnvbuilderError, UsageError
 from envbuilder.lockfile import check_env
+from envbuilder.model import TARGETS, EnvSpec, Spec
 from envbuilder.progress import ProgressFn
 from envbuilder.project import Project
-from envbuilder.spec import TARGETS, EnvSpec, Spec, load_spec
+from envbuilder.specload import load_spec
 from envbuilder.ui import UI
 
 HELP = "resolve envs into lockfiles/ (PEP 751 pylocks + base image digests); --check verifies"

@@ -9,7 +9,7 @@ from envbuilder.cli import add_common_arguments
 from envbuilder.errors import UsageError
 from envbuilder.project import Project
 from envbuilder.render import RENDERED_TARGETS, RenderResult, render_all
-from envbuilder.spec import load_spec
+from envbuilder.specload import load_spec
 from envbuilder.ui import UI
 
 HELP = "render Dockerfiles, WSL rootfs files and Windows scripts; --check verifies them"

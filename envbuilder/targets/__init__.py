@@ -1,7 +1,7 @@
 """Deployment targets, one module each, behind one small interface and a plain registry.
 
 CONTRACT:
-    get_target(name) -> Target     name in envbuilder.spec.TARGETS; raises UsageError otherwise
+    get_target(name) -> Target     name in envbuilder.model.TARGETS; raises UsageError otherwise
     register(target_cls)           decorator used by each target module
 
 A Target builds an artifact from the locked, rendered definition and validates it by running the
@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from envbuilder.errors import UsageError
+from envbuilder.model import EnvSpec
 from envbuilder.progress import ProgressFn
 from envbuilder.project import Project
-from envbuilder.spec import EnvSpec
 
 
 @dataclass(frozen=True)

@@ -42,9 +42,9 @@ from envbuilder.imagedefs import (
     VENV_PYTHON,
     proxy_build_args,
 )
+from envbuilder.model import EnvSpec
 from envbuilder.progress import ProgressFn
 from envbuilder.project import Project
-from envbuilder.spec import EnvSpec
 from envbuilder.targets import (
     Artifact,
     ValidateOptions,

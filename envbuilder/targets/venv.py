@@ -37,9 +37,9 @@ from packaging.utils import canonicalize_name
 from envbuilder import __version__, activate, pyfinder
 from envbuilder.errors import BuildError, UsageError, ValidationError
 from envbuilder.fsutil import atomic_write_bytes
+from envbuilder.model import EnvSpec, TargetName
 from envbuilder.progress import ProgressFn
 from envbuilder.project import Project
-from envbuilder.spec import EnvSpec, TargetName
 from envbuilder.targets import Artifact, ValidateOptions, probe_options, register
 
 MARKER = "envbuilder-venv.json"

@@ -41,9 +41,9 @@ from envbuilder.imagedefs import (
     VENV_PYTHON,
     proxy_build_args,
 )
+from envbuilder.model import EnvSpec
 from envbuilder.progress import ProgressFn, no_progress
 from envbuilder.project import Project
-from envbuilder.spec import EnvSpec
 from envbuilder.targets import (
     Artifact,
     ValidateOptions,

@@ -1,4 +1,5 @@
-"""environments.toml -> typed, merged, checked `Spec`.
+"""environments.toml -> typed, merged, checked `Spec` (the TOML loader; the types it makes
+live in `envbuilder.model`).
 
 The file is read with tomlkit (later commands that edit it keep its comments and order).
 `[defaults]` is merged into each `[env.NAME]` (tables merge key by key, an env's value wins).
@@ -8,22 +9,17 @@ CONTRACT (other modules code against these names; keep them stable):
     load_spec(path) -> Spec          raises SpecError (all error findings in its message) when
                                      the spec has errors; warnings are kept on `Spec.findings`
     check_spec(path) -> CheckResult  never raises for a user's mistake; `.spec` is None on errors
-    Spec.env(name) -> EnvSpec        raises UsageError naming the known envs
-    Spec.select(names) -> list[EnvSpec]   [] or None means all, in file order
-    Spec.env_hash(name) -> str       sha256 of the env's merged, canonical content plus the
-                                     indexes it uses (what the lock records as the spec hash)
-    Finding(severity, file, key, message)   str(f) == "FILE: KEY: MESSAGE" style, one line
+    FindingCollector(file)           the findings of one file (a `model.FindingSink`)
 """
 
 from __future__ import annotations
 
 import difflib
-import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import tomlkit
 import tomlkit.exceptions
@@ -31,165 +27,22 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from envbuilder import checks
-from envbuilder.errors import SpecError, UsageError
-from envbuilder.fsutil import sha256_bytes
-
-Accelerator = Literal["rocm", "cuda", "cpu"]
-TargetName = Literal["docker", "wsl2", "windows", "native"]
-TARGETS: tuple[TargetName, ...] = ("docker", "wsl2", "windows", "native")
-Severity = Literal["error", "warning"]
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One problem in the spec: where (file, dotted key), what is wrong and what would be right."""
-
-    severity: Severity
-    file: str
-    key: str  # dotted path, e.g. "env.rocm64.gpu" or "defaults.python"
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.file}: {self.key}: {self.severity}: {self.message}"
-
-
-@dataclass(frozen=True)
-class Index:
-    """A named package index. `url` is canonical (what locks record); `mirror` is where to
-    resolve and fetch from instead (a folder or URL), accepted only by hash."""
-
-    name: str
-    url: str
-    mirror: str | None = None
-
-
-@dataclass(frozen=True)
-class DockerTarget:
-    base: str  # image reference as written (a tag); the lock pins its digest
-    user: str = "envbuilder"  # created with uid 1000 in the image
-    python: str = "python3"  # interpreter in the base image that creates the venv
-
-
-@dataclass(frozen=True)
-class Wsl2Target:
-    distro: str  # the WSL distro name (wsl --install --name)
-    base: str  # rootfs base image as written (a tag; the lock pins its digest),
-    #            derived from `ubuntu` when not given ("ubuntu:24.04")
-    ubuntu: str | None = None  # "22.04" or "24.04"; required for ROCm envs (the WSL stack)
-    user: str = "envbuilder"  # default user, uid 1000
-    systemd: bool = True
-
-
-@dataclass(frozen=True)
-class WindowsTarget:
-    python: str  # "3.12"; found with the py launcher
-    hip_path: str | None = None  # defaults to C:\Program Files\AMD\ROCm\<major.minor>\
-
-
-@dataclass(frozen=True)
-class NativeTarget:
-    python: str  # found with uv's interpreter discovery
-
-
-@dataclass(frozen=True)
-class EnvSpec:
-    """One environment after `[defaults]` were merged in and every value was checked."""
-
-    name: str
-    description: str
-    accelerator: Accelerator
-    python: str  # "3.12" (major.minor)
-    packages: tuple[str, ...]  # PEP 508 requirement strings, as written
-    index_pins: Mapping[str, str]  # canonical package name -> index name; others: default index
-    targets: tuple[TargetName, ...]
-    rocm: str | None = None  # "6.4.1"; None unless accelerator == "rocm"
-    cuda: str | None = None  # e.g. "12.8"; None unless accelerator == "cuda"
-    gpu: str | None = None  # as written (marketing name or gfx target)
-    gfx: str | None = None  # resolved gfx target, e.g. "gfx1100"
-    env: Mapping[str, str] = field(default_factory=dict)  # extra environment variables
-    rccl: Mapping[str, str] = field(default_factory=dict)  # NCCL_*/RCCL_* settings
-    apt: tuple[str, ...] = ()  # extra apt packages (docker, wsl2)
-    docker: DockerTarget | None = None
-    wsl2: Wsl2Target | None = None
-    windows: WindowsTarget | None = None
-    native: NativeTarget | None = None
-    # Per-target overrides: target -> packages / index pins replacing the env-wide ones
-    # (e.g. the windows target takes torch from AMD's Windows wheels).
-    target_packages: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    target_index_pins: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
-
-    def packages_for(self, target: TargetName) -> tuple[str, ...]:
-        """The packages for `target`: its own `packages` when the target table sets them."""
-        return self.target_packages.get(target, self.packages)
-
-    def index_pins_for(self, target: TargetName) -> Mapping[str, str]:
-        """The index pins for `target`: its own `index_pins` REPLACE the env-wide ones when the
-        target table sets them (so `index_pins = {}` in [env.X.windows] drops the torch pin)."""
-        if target in self.target_index_pins:
-            return dict(self.target_index_pins[target])
-        return dict(self.index_pins)
-
-    def python_for(self, target: TargetName) -> str:
-        """The Python (major.minor) a target's venv uses."""
-        if target == "windows" and self.windows is not None:
-            return self.windows.python
-        if target == "native" and self.native is not None:
-            return self.native.python
-        return self.python
-
-
-# --- the loaded spec ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, eq=False)
-class Spec:
-    """A checked spec: its environments in file order, the named indexes, and its warnings.
-
-    `document` is the tomlkit document (comments and order kept) for commands that edit the file;
-    `merged` holds each env's plain, merged content (what `env_hash` hashes)."""
-
-    path: Path
-    envs: Mapping[str, EnvSpec]
-    indexes: Mapping[str, Index]
-    findings: tuple[Finding, ...] = ()
-    merged: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, repr=False)
-    document: tomlkit.TOMLDocument | None = field(default=None, repr=False)
-
-    def env(self, name: str) -> EnvSpec:
-        """The env called `name`; UsageError naming the known envs when there is none."""
-        if name not in self.envs:
-            hint = _did_you_mean(name, self.envs)
-            raise UsageError(f"{self.path}: no environment {name!r}{hint}; "
-                             f"known: {', '.join(self.envs) or '(none)'}")
-        return self.envs[name]
-
-    def select(self, names: Sequence[str] | None) -> list[EnvSpec]:
-        """The envs called `names` (in the given order); all envs in file order for [] or None."""
-        if not names:
-            return list(self.envs.values())
-        return [self.env(n) for n in dict.fromkeys(names)]
-
-    def indexes_for(self, name: str) -> dict[str, Index]:
-        """The named indexes env `name` pins any package to (any target), sorted by name."""
-        env = self.env(name)
-        used = set(env.index_pins.values())
-        for pins in env.target_index_pins.values():
-            used.update(pins.values())
-        return {n: self.indexes[n] for n in sorted(used) if n in self.indexes}
-
-    def env_hash(self, name: str) -> str:
-        """sha256 (hex) of the env's merged content plus the canonical URLs of the indexes it
-        uses, as canonical JSON (sorted keys). Mirrors are left out: they change where wheels
-        come from, never which (artifacts are accepted by hash only)."""
-        self.env(name)
-        payload = {
-            "env": name,
-            "spec": self.merged.get(name, {}),
-            "indexes": {n: ix.url for n, ix in self.indexes_for(name).items()},
-        }
-        text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                          default=str)
-        return sha256_bytes(text.encode("utf-8"))
+from envbuilder.errors import SpecError
+from envbuilder.model import (
+    TARGETS,
+    Accelerator,
+    DockerTarget,
+    EnvSpec,
+    Finding,
+    Index,
+    NativeTarget,
+    Severity,
+    Spec,
+    TargetName,
+    WindowsTarget,
+    Wsl2Target,
+    did_you_mean,
+)
 
 
 @dataclass(frozen=True)
@@ -227,7 +80,7 @@ def load_spec(path: str | Path) -> Spec:
 def check_spec(path: str | Path) -> CheckResult:
     """Read, parse, merge and check the spec at `path`. Never raises for a user's mistake (a
     missing file, bad TOML, a wrong value): those are findings. Writes nothing."""
-    ctx = _Ctx(str(path))
+    ctx = FindingCollector(str(path))
     doc = _parse(Path(path), ctx)
     if doc is None:
         return CheckResult(None, ctx.result())
@@ -280,11 +133,6 @@ def _one_line(text: str) -> str:
     return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
-def _did_you_mean(word: str, choices: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
 def _kind_ok(value: Any, kind: str) -> bool:
     if kind == "str":
         return isinstance(value, str)
@@ -303,8 +151,9 @@ def _type_name(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-class _Ctx:
-    """Collects findings for one file; remembers where merged values came from."""
+class FindingCollector:
+    """Collects the findings of one file (a `model.FindingSink`); remembers where merged values
+    came from, so a finding on an inherited value says "(set in [defaults])"."""
 
     def __init__(self, file: str) -> None:
         self.file = _one_line(file)
@@ -317,19 +166,16 @@ class _Ctx:
     def add(self, severity: Severity, key: str, message: str) -> None:
         self.findings.append(Finding(severity, self.file, _one_line(key), _one_line(message)))
 
-    def err(self, key: str, message: str) -> None:
+    def error(self, key: str, message: str) -> None:
         self.add("error", key, message)
-
-    def warn(self, key: str, message: str) -> None:
-        self.add("warning", key, message)
 
     def origin(self, env: str, *path: str) -> str:
         """" (set in [defaults])" when the env's value at `path` came from [defaults]."""
         return "" if _has(self.raw_envs.get(env, {}), path) or not _has(self.defaults, path) \
             else " (set in [defaults])"
 
-    def env_err(self, env: str, path: Sequence[str], message: str,
-                severity: Severity = "error") -> None:
+    def env_finding(self, env: str, path: Sequence[str], message: str,
+                    severity: Severity = "error") -> None:
         """A finding on env key `path`, noting when the value was inherited from [defaults].
         A "missing" finding is dropped when that key was already reported as mistyped."""
         dotted = ".".join(path)
@@ -351,31 +197,31 @@ def _has(table: Mapping[str, Any], path: Sequence[str]) -> bool:
     return True
 
 
-def _parse(path: Path, ctx: _Ctx) -> dict[str, Any] | None:
+def _parse(path: Path, ctx: FindingCollector) -> dict[str, Any] | None:
     try:
         text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
-        ctx.err("file", "not found; create it (see docs/spec.md) or pass --spec PATH")
+        ctx.error("file", "not found; create it (see docs/spec.md) or pass --spec PATH")
         return None
     except IsADirectoryError:
-        ctx.err("file", "is a folder; pass the spec file itself with --spec PATH")
+        ctx.error("file", "is a folder; pass the spec file itself with --spec PATH")
         return None
     except OSError as exc:
-        ctx.err("file", f"cannot be read ({exc.strerror or exc}); check the path and permissions")
+        ctx.error("file", f"cannot be read ({exc.strerror or exc}); check the path and permissions")
         return None
     except UnicodeDecodeError as exc:
-        ctx.err("file", f"is not UTF-8 (byte {exc.start}); save it as UTF-8")
+        ctx.error("file", f"is not UTF-8 (byte {exc.start}); save it as UTF-8")
         return None
     try:
         doc = tomlkit.parse(text)
         plain = doc.unwrap()
     except tomlkit.exceptions.ParseError as exc:
-        ctx.err(f"line {exc.line}", f"invalid TOML: {_parse_message(exc)}; fix the syntax "
+        ctx.error(f"line {exc.line}", f"invalid TOML: {_parse_message(exc)}; fix the syntax "
                 f"near column {exc.col} (strings need quotes, tables [name], arrays [a, b])")
         return None
     except (tomlkit.exceptions.TOMLKitError, ValueError, TypeError, OverflowError) as exc:
         where = _duplicate_line(text, str(exc))
-        ctx.err(where, f"invalid TOML: {str(exc).rstrip('.')}; each key may appear once per "
+        ctx.error(where, f"invalid TOML: {str(exc).rstrip('.')}; each key may appear once per "
                 "table: remove or rename the repeated one")
         return None
     ctx.doc = doc
@@ -400,22 +246,22 @@ def _parse_message(exc: tomlkit.exceptions.ParseError) -> str:
     return re.sub(r" at line \d+ col \d+$", "", msg).replace("\x00", "end of file")
 
 
-def _clean_table(table: Any, schema: Schema, parts: tuple[str, ...], ctx: _Ctx,
+def _clean_table(table: Any, schema: Schema, parts: tuple[str, ...], ctx: FindingCollector,
                  bad: set[str], prefix: str = "") -> dict[str, Any]:
     """Report unknown keys and wrong types in one table (recursively); return the table without
     them. `bad` collects the relative dotted keys that were rejected (and the keys a typo
     probably meant), so later "missing" findings for them are not reported twice."""
     key = ".".join(parts)
     if not isinstance(table, dict):
-        ctx.err(key, f"must be a table, not {_type_name(table)}; write [{key}]")
+        ctx.error(key, f"must be a table, not {_type_name(table)}; write [{key}]")
         bad.add(prefix.rstrip("."))
         return {}
     out: dict[str, Any] = {}
     for name, value in table.items():
         where = f"{key}.{name}"
         if name not in schema:
-            hint = _did_you_mean(name, schema)
-            ctx.err(where, f"unknown key{hint}; known keys here: {', '.join(schema)}")
+            hint = did_you_mean(name, schema)
+            ctx.error(where, f"unknown key{hint}; known keys here: {', '.join(schema)}")
             bad.update(prefix + c for c in difflib.get_close_matches(name, list(schema), 1, 0.6))
             continue
         kind = schema[name]
@@ -425,7 +271,7 @@ def _clean_table(table: Any, schema: Schema, parts: tuple[str, ...], ctx: _Ctx,
             out[name] = _clean_map(value, (*parts, name), ctx)
         elif not _kind_ok(value, kind):
             written = _as_written(ctx.doc, (*parts, name))
-            ctx.err(where, f"must be {_KIND_WORDS[kind]}, not {_type_name(value)}"
+            ctx.error(where, f"must be {_KIND_WORDS[kind]}, not {_type_name(value)}"
                     + _type_hint(value, kind, written))
             bad.add(prefix + name)
         else:
@@ -433,7 +279,8 @@ def _clean_table(table: Any, schema: Schema, parts: tuple[str, ...], ctx: _Ctx,
     return out
 
 
-def _clean_map(table: dict[str, Any], parts: tuple[str, ...], ctx: _Ctx) -> dict[str, str]:
+def _clean_map(table: dict[str, Any], parts: tuple[str, ...],
+               ctx: FindingCollector) -> dict[str, str]:
     """A table of strings: each non-string entry is its own finding (and is dropped)."""
     out: dict[str, str] = {}
     for k, v in table.items():
@@ -441,7 +288,7 @@ def _clean_map(table: dict[str, Any], parts: tuple[str, ...], ctx: _Ctx) -> dict
             out[k] = v
             continue
         written = _as_written(ctx.doc, (*parts, k))
-        ctx.err(".".join((*parts, k)), f"must be a string, not {_type_name(v)}"
+        ctx.error(".".join((*parts, k)), f"must be a string, not {_type_name(v)}"
                 + _type_hint(v, "str", written))
     return out
 
@@ -483,30 +330,30 @@ def _merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _build(path: Path, doc: dict[str, Any], ctx: _Ctx) -> Spec | None:
+def _build(path: Path, doc: dict[str, Any], ctx: FindingCollector) -> Spec | None:
     for name in doc:
         if name not in TOP_KEYS:
-            ctx.err(name, f"unknown top-level key{_did_you_mean(name, TOP_KEYS)}; known: "
+            ctx.error(name, f"unknown top-level key{did_you_mean(name, TOP_KEYS)}; known: "
                     f"{', '.join(TOP_KEYS)} (an environment goes under [env.{name}])")
     indexes = _indexes(doc.get("indexes", {}), ctx)
     defaults = _clean_table(doc.get("defaults", {}), ENV_KEYS, ("defaults",), ctx,
                             ctx.bad.setdefault("", set()))
     envs_raw = doc.get("env")
     if envs_raw is None:
-        ctx.err("env", "no environments; add one, e.g. [env.cpu] (see docs/spec.md)")
+        ctx.error("env", "no environments; add one, e.g. [env.cpu] (see docs/spec.md)")
         return None
     if not isinstance(envs_raw, dict):
-        ctx.err("env", f"must be a table of environments, not {_type_name(envs_raw)}; "
+        ctx.error("env", f"must be a table of environments, not {_type_name(envs_raw)}; "
                 "write [env.NAME]")
         return None
     if not envs_raw:
-        ctx.err("env", "no environments; add one, e.g. [env.cpu] (see docs/spec.md)")
+        ctx.error("env", "no environments; add one, e.g. [env.cpu] (see docs/spec.md)")
     ctx.defaults = defaults
     envs: dict[str, EnvSpec] = {}
     merged: dict[str, dict[str, Any]] = {}
     for name, raw in envs_raw.items():
         if not ENV_NAME_RE.fullmatch(name) or len(name) > 63:
-            ctx.err(f"env.{name}", "environment name cannot be a Docker image name/tag or WSL "
+            ctx.error(f"env.{name}", "environment name cannot be a Docker image name/tag or WSL "
                     "distro name; use lower-case letters, digits and single '.', '_' or '-' "
                     "between them (at most 63 characters), e.g. 'rocm64'")
             continue
@@ -523,16 +370,16 @@ def _build(path: Path, doc: dict[str, Any], ctx: _Ctx) -> Spec | None:
     return Spec(path=path, envs=envs, indexes=indexes, merged=merged, document=ctx.doc)
 
 
-def _indexes(raw: Any, ctx: _Ctx) -> dict[str, Index]:
+def _indexes(raw: Any, ctx: FindingCollector) -> dict[str, Index]:
     if not isinstance(raw, dict):
-        ctx.err("indexes", f"must be a table of indexes, not {_type_name(raw)}; write "
+        ctx.error("indexes", f"must be a table of indexes, not {_type_name(raw)}; write "
                 "[indexes.NAME] with url = \"...\"")
         return {}
     out: dict[str, Index] = {}
     for name, table in raw.items():
         key = f"indexes.{name}"
         if not INDEX_NAME_RE.fullmatch(name):
-            ctx.err(key, "index name must be lower-case letters, digits, '.', '_' or '-', "
+            ctx.error(key, "index name must be lower-case letters, digits, '.', '_' or '-', "
                     "e.g. 'pytorch-rocm64'")
             continue
         before = len(ctx.findings)
@@ -540,7 +387,7 @@ def _indexes(raw: Any, ctx: _Ctx) -> dict[str, Index]:
         if len(ctx.findings) > before:
             continue
         if "url" not in table:
-            ctx.err(f"{key}.url", 'missing; every index needs url = "https://..."')
+            ctx.error(f"{key}.url", 'missing; every index needs url = "https://..."')
             continue
         ok = checks.check_url(table["url"], f"{key}.url", ctx)
         if "mirror" in table:
@@ -551,7 +398,7 @@ def _indexes(raw: Any, ctx: _Ctx) -> dict[str, Index]:
 
 
 def _make_env(name: str, m: dict[str, Any], indexes: Mapping[str, Index],
-              ctx: _Ctx) -> EnvSpec | None:
+              ctx: FindingCollector) -> EnvSpec | None:
     """Typed EnvSpec from the merged table; None (with findings) when a value it needs is
     unusable. The other values are still checked, so one run reports every mistake."""
     accelerator, python, rocm, cuda = _versions(name, m, ctx)
@@ -580,7 +427,7 @@ def _make_env(name: str, m: dict[str, Any], indexes: Mapping[str, Index],
         native=native, target_packages=tp, target_index_pins=tpins)
 
 
-def _versions(name: str, m: dict[str, Any], ctx: _Ctx
+def _versions(name: str, m: dict[str, Any], ctx: FindingCollector
               ) -> tuple[Accelerator | None, str | None, str | None, str | None]:
     """accelerator, python, rocm, cuda: each None when missing or unusable (with a finding)."""
     e = _env_err_fn(ctx, name)
@@ -589,7 +436,7 @@ def _versions(name: str, m: dict[str, Any], ctx: _Ctx
         e(("accelerator",), 'missing; set accelerator = "rocm", "cuda" or "cpu"')
     elif accelerator not in ACCELERATORS:
         e(("accelerator",), f"unknown accelerator {accelerator!r}"
-          f"{_did_you_mean(accelerator, ACCELERATORS)}; use one of: {', '.join(ACCELERATORS)}")
+          f"{did_you_mean(accelerator, ACCELERATORS)}; use one of: {', '.join(ACCELERATORS)}")
     python = m.get("python")
     if python is None:
         e(("python",), 'missing; set python = "3.12" (major.minor)')
@@ -617,9 +464,9 @@ def _versions(name: str, m: dict[str, Any], ctx: _Ctx
             cuda if cuda is not None and CUDA_RE.fullmatch(cuda) else None)
 
 
-def _env_err_fn(ctx: _Ctx, name: str) -> Callable[[Sequence[str], str], None]:
+def _env_err_fn(ctx: FindingCollector, name: str) -> Callable[[Sequence[str], str], None]:
     def e(path: Sequence[str], message: str) -> None:
-        ctx.env_err(name, path, message)
+        ctx.env_finding(name, path, message)
 
     return e
 
@@ -632,50 +479,51 @@ def _major_minor(text: str) -> str | None:
     return f"{v.major}.{v.minor}" if v.major == 3 else None
 
 
-def _targets(name: str, m: dict[str, Any], ctx: _Ctx) -> tuple[TargetName, ...]:
+def _targets(name: str, m: dict[str, Any], ctx: FindingCollector) -> tuple[TargetName, ...]:
     raw = m.get("targets")
     if raw is None:
-        ctx.env_err(name, ("targets",), f'missing; set targets = ["docker"] (any of: '
+        ctx.env_finding(name, ("targets",), f'missing; set targets = ["docker"] (any of: '
                     f"{', '.join(TARGETS)})")
         return ()
     if not raw:
-        ctx.env_err(name, ("targets",), f"is empty; list at least one of: {', '.join(TARGETS)}")
+        ctx.env_finding(name, ("targets",), f"is empty; list at least one of: {', '.join(TARGETS)}")
     out: list[TargetName] = []
     for t in raw:
         if t not in TARGETS:
-            ctx.env_err(name, ("targets",), f"unknown target {t!r}{_did_you_mean(t, TARGETS)}; "
+            ctx.env_finding(name, ("targets",), f"unknown target {t!r}{did_you_mean(t, TARGETS)}; "
                         f"use any of: {', '.join(TARGETS)}")
         elif t in out:
-            ctx.env_err(name, ("targets",), f"{t!r} is listed twice; list it once")
+            ctx.env_finding(name, ("targets",), f"{t!r} is listed twice; list it once")
         else:
             out.append(cast(TargetName, t))
     for t in TARGETS:
         if t in m and t not in out:
-            ctx.env_err(name, (t,), f"[env.{name}.{t}] is set but {t!r} is not in targets; "
+            ctx.env_finding(name, (t,), f"[env.{name}.{t}] is set but {t!r} is not in targets; "
                         f"add it to targets or remove the table", "warning")
     return tuple(out)
 
 
 def _pins(name: str, path: tuple[str, ...], raw: Mapping[str, str],
-          indexes: Mapping[str, Index], ctx: _Ctx) -> dict[str, str]:
+          indexes: Mapping[str, Index], ctx: FindingCollector) -> dict[str, str]:
     out: dict[str, str] = {}
     for pkg, index in raw.items():
         if not checks.PACKAGE_NAME_RE.fullmatch(pkg):
-            ctx.env_err(name, (*path, pkg), "is not a package name; use the distribution "
+            ctx.env_finding(name, (*path, pkg), "is not a package name; use the distribution "
                         "name, e.g. torch")
             continue
         if index not in indexes:
             known = ", ".join(indexes) or "(none defined)"
-            ctx.env_err(name, (*path, pkg), f"pins {pkg} to unknown index {index!r}"
-                        f"{_did_you_mean(index, indexes)}; define [indexes.{index}] with a url "
+            ctx.env_finding(name, (*path, pkg), f"pins {pkg} to unknown index {index!r}"
+                        f"{did_you_mean(index, indexes)}; define [indexes.{index}] with a url "
                         f"or use one of: {known}")
             continue
         out[str(canonicalize_name(pkg))] = index
     return out
 
 
-def _target_overrides(name: str, m: dict[str, Any], indexes: Mapping[str, Index],
-                      ctx: _Ctx) -> tuple[dict[str, tuple[str, ...]], dict[str, dict[str, str]]]:
+def _target_overrides(
+    name: str, m: dict[str, Any], indexes: Mapping[str, Index], ctx: FindingCollector,
+) -> tuple[dict[str, tuple[str, ...]], dict[str, dict[str, str]]]:
     packages: dict[str, tuple[str, ...]] = {}
     pins: dict[str, dict[str, str]] = {}
     for target in TARGETS:
@@ -689,7 +537,7 @@ def _target_overrides(name: str, m: dict[str, Any], indexes: Mapping[str, Index]
 
 
 def _docker(name: str, m: dict[str, Any], targets: tuple[TargetName, ...], rocm: str | None,
-            ctx: _Ctx) -> DockerTarget | None:
+            ctx: FindingCollector) -> DockerTarget | None:
     if "docker" not in targets:
         return None
     t = m.get("docker", {})
@@ -701,7 +549,7 @@ def _docker(name: str, m: dict[str, Any], targets: tuple[TargetName, ...], rocm:
     python = t.get("python", "python3")
     checks.check_interpreter(name, ("docker", "python"), python, ctx)
     if base is None:
-        ctx.env_err(name, ("docker", "base"), 'missing; set base = "debian:bookworm-slim" '
+        ctx.env_finding(name, ("docker", "base"), 'missing; set base = "debian:bookworm-slim" '
                     "(an image reference with a tag)")
         return None
     checks.check_image(name, ("docker", "base"), base, ctx)
@@ -709,7 +557,7 @@ def _docker(name: str, m: dict[str, Any], targets: tuple[TargetName, ...], rocm:
 
 
 def _wsl2(name: str, m: dict[str, Any], targets: tuple[TargetName, ...],
-          accelerator: str | None, ctx: _Ctx) -> Wsl2Target | None:
+          accelerator: str | None, ctx: FindingCollector) -> Wsl2Target | None:
     if "wsl2" not in targets:
         return None
     t = m.get("wsl2", {})
@@ -717,16 +565,16 @@ def _wsl2(name: str, m: dict[str, Any], targets: tuple[TargetName, ...],
     checks.check_distro(name, distro, ctx, derived="distro" not in t)
     ubuntu = t.get("ubuntu")
     if ubuntu is not None and not re.fullmatch(r"[0-9]{2}\.[0-9]{2}", ubuntu):
-        ctx.env_err(name, ("wsl2", "ubuntu"), f"{ubuntu!r} is not an Ubuntu release; write "
+        ctx.env_finding(name, ("wsl2", "ubuntu"), f"{ubuntu!r} is not an Ubuntu release; write "
                     'e.g. "24.04"')
     if accelerator == "rocm" and ubuntu is None:
-        ctx.env_err(name, ("wsl2", "ubuntu"), 'missing; the WSL ROCm stack is installed for an '
+        ctx.env_finding(name, ("wsl2", "ubuntu"), 'missing; the WSL ROCm stack is installed for an '
                     'Ubuntu release: set ubuntu = "24.04" or "22.04"')
     user = t.get("user", "envbuilder")
     checks.check_user(name, ("wsl2", "user"), user, ctx)
     base = t.get("base", f"ubuntu:{ubuntu}" if ubuntu else None)
     if base is None:
-        ctx.env_err(name, ("wsl2", "base"), 'missing; set base = "debian:bookworm-slim" or '
+        ctx.env_finding(name, ("wsl2", "base"), 'missing; set base = "debian:bookworm-slim" or '
                     'ubuntu = "24.04"')
         return None
     checks.check_image(name, ("wsl2", "base"), base, ctx)
@@ -735,13 +583,13 @@ def _wsl2(name: str, m: dict[str, Any], targets: tuple[TargetName, ...],
 
 
 def _windows(name: str, m: dict[str, Any], targets: tuple[TargetName, ...],
-             python: str | None, ctx: _Ctx) -> WindowsTarget | None:
+             python: str | None, ctx: FindingCollector) -> WindowsTarget | None:
     if "windows" not in targets:
         return None
     t = m.get("windows", {})
     py = t.get("python", python)
     if py is not None and not PYTHON_RE.fullmatch(py):
-        ctx.env_err(name, ("windows", "python"), f"{py!r} is not a Python major.minor version; "
+        ctx.env_finding(name, ("windows", "python"), f"{py!r} is not a Python major.minor version; "
                     'write e.g. "3.12"')
     hip_path = t.get("hip_path")
     if hip_path is not None:
@@ -750,12 +598,12 @@ def _windows(name: str, m: dict[str, Any], targets: tuple[TargetName, ...],
 
 
 def _native(name: str, m: dict[str, Any], targets: tuple[TargetName, ...],
-            python: str | None, ctx: _Ctx) -> NativeTarget | None:
+            python: str | None, ctx: FindingCollector) -> NativeTarget | None:
     if "native" not in targets:
         return None
     py = m.get("native", {}).get("python", python)
     if py is not None and not PYTHON_RE.fullmatch(py):
-        ctx.env_err(name, ("native", "python"), f"{py!r} is not a Python major.minor version; "
+        ctx.env_finding(name, ("native", "python"), f"{py!r} is not a Python major.minor version; "
                     'write e.g. "3.12"')
     return NativeTarget(python=py or "")
 
