@@ -59,9 +59,10 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from envbuilder.errors import LockError
 from envbuilder.fsutil import sha256_bytes, write_if_changed
+from envbuilder.grammar import ENV_NAME_RE
 from envbuilder.model import TARGETS
 from envbuilder.project import Project, pylock_name
-from envbuilder.specload import ENV_NAME_RE, load_spec
+from envbuilder.specload import load_spec
 
 #: The lock format this envbuilder reads and writes.
 LOCK_VERSION = 1

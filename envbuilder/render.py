@@ -22,7 +22,7 @@ from typing import Any
 
 import jinja2
 
-from envbuilder import activate, plan, quoting
+from envbuilder import activate, grammar, plan, quoting
 from envbuilder.compat import load_compat
 from envbuilder.errors import RenderError
 from envbuilder.fsutil import atomic_write_bytes
@@ -50,16 +50,13 @@ _FILES: dict[str, tuple[tuple[str, str], ...]] = {
     ),
 }
 
-_IMAGE_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*\Z")
-_PATH = re.compile(r"/[A-Za-z0-9._/-]*\Z|[A-Za-z0-9._-][A-Za-z0-9._/-]*\Z")
-_UNIX_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}\Z")
-_DISTRO = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
-_LABEL_KEY = re.compile(r"[a-z0-9][a-z0-9.-]*\Z")
 
 
 def _checked(pattern: re.Pattern[str], what: str) -> Callable[[str], str]:
+    """A template filter that passes `value` through when the safety grammar's `pattern` matches
+    all of it (the pattern `envbuilder check` holds the same value to), else refuses it."""
     def check(value: str) -> str:
-        if not isinstance(value, str) or not pattern.match(value):
+        if not isinstance(value, str) or not pattern.fullmatch(value):
             raise quoting.QuotingError(f"{value!r} is not a valid {what}")
         return value
     return check
@@ -89,11 +86,11 @@ def environment() -> jinja2.Environment:
         "comment": quoting.comment_text,
         "ps_help": quoting.ps_block_comment_text,
         "env_name": quoting.env_name,
-        "image_ref": _checked(_IMAGE_REF, "image reference"),
-        "path": _checked(_PATH, "path (letters, digits, . _ - /)"),
-        "unix_name": _checked(_UNIX_NAME, "Linux user name"),
-        "distro_name": _checked(_DISTRO, "WSL distro name"),
-        "label_key": _checked(_LABEL_KEY, "label key"),
+        "image_ref": _checked(grammar.IMAGE_RE, "image reference"),
+        "path": _checked(grammar.PATH_RE, "path (letters, digits, . _ - /)"),
+        "unix_name": _checked(grammar.USER_RE, "Linux user name"),
+        "distro_name": _checked(grammar.DISTRO_RE, "WSL distro name"),
+        "label_key": _checked(grammar.LABEL_KEY_RE, "label key"),
     })
     env.globals["raise_unknown_step"] = _raise_unknown_step
     return env

@@ -26,14 +26,17 @@ import tomlkit.exceptions
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from envbuilder import checks
+from envbuilder import compatrules, grammar
+from envbuilder.compat import load_compat
 from envbuilder.errors import SpecError
+from envbuilder.grammar import CUDA_RE, PYTHON_RE, ROCM_RE, UBUNTU_RE
 from envbuilder.model import (
     TARGETS,
     Accelerator,
     DockerTarget,
     EnvSpec,
     Finding,
+    FindingSink,
     Index,
     NativeTarget,
     Severity,
@@ -43,6 +46,7 @@ from envbuilder.model import (
     Wsl2Target,
     did_you_mean,
 )
+from envbuilder.project import pylock_name
 
 
 @dataclass(frozen=True)
@@ -117,13 +121,6 @@ ACCELERATORS: tuple[Accelerator, ...] = ("rocm", "cuda", "cpu")
 _KIND_WORDS = {"str": "a string", "bool": "true or false", "list[str]": "a list of strings",
                "map[str]": "a table of strings"}
 
-#: An env name becomes part of image names and tags: Docker's path-component grammar (what else
-#: it becomes, lock file and folder names, is checked by checks.check_env_name).
-ENV_NAME_RE = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
-INDEX_NAME_RE = re.compile(r"[a-z0-9](?:[a-z0-9._-]*[a-z0-9])?")
-PYTHON_RE = re.compile(r"3\.[0-9]{1,2}")
-ROCM_RE = re.compile(r"[0-9]+\.[0-9]+(?:\.[0-9]+){0,2}")  # 6.4, 6.4.1, 6.4.2.1
-CUDA_RE = re.compile(r"[0-9]+\.[0-9]+")
 
 
 def _one_line(text: str) -> str:
@@ -217,12 +214,12 @@ def _parse(path: Path, ctx: FindingCollector) -> dict[str, Any] | None:
         plain = doc.unwrap()
     except tomlkit.exceptions.ParseError as exc:
         ctx.error(f"line {exc.line}", f"invalid TOML: {_parse_message(exc)}; fix the syntax "
-                f"near column {exc.col} (strings need quotes, tables [name], arrays [a, b])")
+                  f"near column {exc.col} (strings need quotes, tables [name], arrays [a, b])")
         return None
     except (tomlkit.exceptions.TOMLKitError, ValueError, TypeError, OverflowError) as exc:
         where = _duplicate_line(text, str(exc))
         ctx.error(where, f"invalid TOML: {str(exc).rstrip('.')}; each key may appear once per "
-                "table: remove or rename the repeated one")
+                  "table: remove or rename the repeated one")
         return None
     ctx.doc = doc
     return plain
@@ -272,7 +269,7 @@ def _clean_table(table: Any, schema: Schema, parts: tuple[str, ...], ctx: Findin
         elif not _kind_ok(value, kind):
             written = _as_written(ctx.doc, (*parts, name))
             ctx.error(where, f"must be {_KIND_WORDS[kind]}, not {_type_name(value)}"
-                    + _type_hint(value, kind, written))
+                      + _type_hint(value, kind, written))
             bad.add(prefix + name)
         else:
             out[name] = value
@@ -289,7 +286,7 @@ def _clean_map(table: dict[str, Any], parts: tuple[str, ...],
             continue
         written = _as_written(ctx.doc, (*parts, k))
         ctx.error(".".join((*parts, k)), f"must be a string, not {_type_name(v)}"
-                + _type_hint(v, "str", written))
+                  + _type_hint(v, "str", written))
     return out
 
 
@@ -334,7 +331,7 @@ def _build(path: Path, doc: dict[str, Any], ctx: FindingCollector) -> Spec | Non
     for name in doc:
         if name not in TOP_KEYS:
             ctx.error(name, f"unknown top-level key{did_you_mean(name, TOP_KEYS)}; known: "
-                    f"{', '.join(TOP_KEYS)} (an environment goes under [env.{name}])")
+                      f"{', '.join(TOP_KEYS)} (an environment goes under [env.{name}])")
     indexes = _indexes(doc.get("indexes", {}), ctx)
     defaults = _clean_table(doc.get("defaults", {}), ENV_KEYS, ("defaults",), ctx,
                             ctx.bad.setdefault("", set()))
@@ -344,7 +341,7 @@ def _build(path: Path, doc: dict[str, Any], ctx: FindingCollector) -> Spec | Non
         return None
     if not isinstance(envs_raw, dict):
         ctx.error("env", f"must be a table of environments, not {_type_name(envs_raw)}; "
-                "write [env.NAME]")
+                  "write [env.NAME]")
         return None
     if not envs_raw:
         ctx.error("env", "no environments; add one, e.g. [env.cpu] (see docs/spec.md)")
@@ -352,12 +349,12 @@ def _build(path: Path, doc: dict[str, Any], ctx: FindingCollector) -> Spec | Non
     envs: dict[str, EnvSpec] = {}
     merged: dict[str, dict[str, Any]] = {}
     for name, raw in envs_raw.items():
-        if not ENV_NAME_RE.fullmatch(name) or len(name) > 63:
-            ctx.error(f"env.{name}", "environment name cannot be a Docker image name/tag or WSL "
-                    "distro name; use lower-case letters, digits and single '.', '_' or '-' "
-                    "between them (at most 63 characters), e.g. 'rocm64'")
+        if problem := grammar.env_name_problem(name):
+            ctx.error(f"env.{name}", problem)
             continue
-        checks.check_env_name(name, ctx)  # its content is still checked: one run, every finding
+        # its content is still checked: one run, every finding
+        for problem in grammar.env_name_problems(name, [pylock_name(name, t) for t in TARGETS]):
+            ctx.error(f"env.{name}", problem)
         clean = _clean_table(raw, ENV_KEYS, ("env", name), ctx, ctx.bad.setdefault(name, set()))
         ctx.raw_envs[name] = clean
         merged[name] = _merge(ctx.defaults, clean)
@@ -365,22 +362,21 @@ def _build(path: Path, doc: dict[str, Any], ctx: FindingCollector) -> Spec | Non
         if env is not None:
             envs[name] = env
     for env in envs.values():
-        checks.check_env(env, indexes, ctx)
-    checks.check_spec_wide(list(envs.values()), ctx)
+        compatrules.check_env(env, indexes, ctx)
+    compatrules.check_spec_wide(list(envs.values()), ctx)
     return Spec(path=path, envs=envs, indexes=indexes, merged=merged, document=ctx.doc)
 
 
 def _indexes(raw: Any, ctx: FindingCollector) -> dict[str, Index]:
     if not isinstance(raw, dict):
         ctx.error("indexes", f"must be a table of indexes, not {_type_name(raw)}; write "
-                "[indexes.NAME] with url = \"...\"")
+                  "[indexes.NAME] with url = \"...\"")
         return {}
     out: dict[str, Index] = {}
     for name, table in raw.items():
         key = f"indexes.{name}"
-        if not INDEX_NAME_RE.fullmatch(name):
-            ctx.error(key, "index name must be lower-case letters, digits, '.', '_' or '-', "
-                    "e.g. 'pytorch-rocm64'")
+        if problem := grammar.index_name_problem(name):
+            ctx.error(key, problem)
             continue
         before = len(ctx.findings)
         table = _clean_table(table, INDEX_KEYS, ("indexes", name), ctx, set())
@@ -389,10 +385,13 @@ def _indexes(raw: Any, ctx: FindingCollector) -> dict[str, Index]:
         if "url" not in table:
             ctx.error(f"{key}.url", 'missing; every index needs url = "https://..."')
             continue
-        ok = checks.check_url(table["url"], f"{key}.url", ctx)
+        problems = {f"{key}.url": grammar.url_problem(table["url"])}
         if "mirror" in table:
-            ok = checks.check_mirror(table["mirror"], f"{key}.mirror", ctx) and ok
-        if ok:
+            problems[f"{key}.mirror"] = grammar.mirror_problem(table["mirror"])
+        for where, problem in problems.items():
+            if problem:
+                ctx.error(where, problem)
+        if not any(problems.values()):
             out[name] = Index(name=name, url=table["url"], mirror=table.get("mirror"))
     return out
 
@@ -403,16 +402,17 @@ def _make_env(name: str, m: dict[str, Any], indexes: Mapping[str, Index],
     unusable. The other values are still checked, so one run reports every mistake."""
     accelerator, python, rocm, cuda = _versions(name, m, ctx)
     targets = _targets(name, m, ctx)
-    packages = checks.check_packages(name, ("packages",), m.get("packages", []), ctx)
+    packages = _requirements(name, ("packages",), m.get("packages", []), ctx)
     pins = _pins(name, ("index_pins",), m.get("index_pins", {}), indexes, ctx)
-    env_vars = checks.check_env_vars(name, ("env",), m.get("env", {}), ctx)
-    rccl = checks.check_env_vars(name, ("rccl",), m.get("rccl", {}), ctx)
+    env_vars = _variables(name, ("env",), m.get("env", {}), ctx)
+    rccl = _variables(name, ("rccl",), m.get("rccl", {}), ctx)
     apt = tuple(m.get("apt", []))
-    checks.check_apt(name, apt, ctx)
+    for package in apt:
+        report(ctx, name, ("apt",), grammar.apt_problem(package))
     gpu = m.get("gpu")
-    gfx = checks.resolve_gfx(name, gpu, ctx) if gpu is not None else None
+    gfx = resolve_gfx(name, gpu, ctx) if gpu is not None else None
     description = m.get("description", "")
-    checks.check_text(name, ("description",), description, ctx)
+    report(ctx, name, ("description",), grammar.text_problem(description))
     tp, tpins = _target_overrides(name, m, indexes, ctx)
     docker = _docker(name, m, targets, rocm, ctx)
     wsl2 = _wsl2(name, m, targets, accelerator, ctx)
@@ -483,7 +483,7 @@ def _targets(name: str, m: dict[str, Any], ctx: FindingCollector) -> tuple[Targe
     raw = m.get("targets")
     if raw is None:
         ctx.env_finding(name, ("targets",), f'missing; set targets = ["docker"] (any of: '
-                    f"{', '.join(TARGETS)})")
+                        f"{', '.join(TARGETS)})")
         return ()
     if not raw:
         ctx.env_finding(name, ("targets",), f"is empty; list at least one of: {', '.join(TARGETS)}")
@@ -491,7 +491,7 @@ def _targets(name: str, m: dict[str, Any], ctx: FindingCollector) -> tuple[Targe
     for t in raw:
         if t not in TARGETS:
             ctx.env_finding(name, ("targets",), f"unknown target {t!r}{did_you_mean(t, TARGETS)}; "
-                        f"use any of: {', '.join(TARGETS)}")
+                            f"use any of: {', '.join(TARGETS)}")
         elif t in out:
             ctx.env_finding(name, ("targets",), f"{t!r} is listed twice; list it once")
         else:
@@ -499,7 +499,7 @@ def _targets(name: str, m: dict[str, Any], ctx: FindingCollector) -> tuple[Targe
     for t in TARGETS:
         if t in m and t not in out:
             ctx.env_finding(name, (t,), f"[env.{name}.{t}] is set but {t!r} is not in targets; "
-                        f"add it to targets or remove the table", "warning")
+                            f"add it to targets or remove the table", "warning")
     return tuple(out)
 
 
@@ -507,15 +507,14 @@ def _pins(name: str, path: tuple[str, ...], raw: Mapping[str, str],
           indexes: Mapping[str, Index], ctx: FindingCollector) -> dict[str, str]:
     out: dict[str, str] = {}
     for pkg, index in raw.items():
-        if not checks.PACKAGE_NAME_RE.fullmatch(pkg):
-            ctx.env_finding(name, (*path, pkg), "is not a package name; use the distribution "
-                        "name, e.g. torch")
+        if problem := grammar.package_name_problem(pkg):
+            ctx.env_finding(name, (*path, pkg), problem)
             continue
         if index not in indexes:
             known = ", ".join(indexes) or "(none defined)"
             ctx.env_finding(name, (*path, pkg), f"pins {pkg} to unknown index {index!r}"
-                        f"{did_you_mean(index, indexes)}; define [indexes.{index}] with a url "
-                        f"or use one of: {known}")
+                            f"{did_you_mean(index, indexes)}; define [indexes.{index}] with a url "
+                            f"or use one of: {known}")
             continue
         out[str(canonicalize_name(pkg))] = index
     return out
@@ -529,8 +528,8 @@ def _target_overrides(
     for target in TARGETS:
         table = m.get(target, {})
         if "packages" in table:
-            packages[target] = checks.check_packages(name, (target, "packages"),
-                                                     table["packages"], ctx)
+            packages[target] = _requirements(name, (target, "packages"), table["packages"],
+                                             ctx)
         if "index_pins" in table:
             pins[target] = _pins(name, (target, "index_pins"), table["index_pins"], indexes, ctx)
     return packages, pins
@@ -543,16 +542,16 @@ def _docker(name: str, m: dict[str, Any], targets: tuple[TargetName, ...], rocm:
     t = m.get("docker", {})
     base = t.get("base")
     if base is None and rocm is not None:
-        base = checks.default_rocm_image(rocm)
+        base = default_rocm_image(rocm)
     user = t.get("user", "envbuilder")
-    checks.check_user(name, ("docker", "user"), user, ctx)
+    report(ctx, name, ("docker", "user"), grammar.user_problem(user))
     python = t.get("python", "python3")
-    checks.check_interpreter(name, ("docker", "python"), python, ctx)
+    report(ctx, name, ("docker", "python"), grammar.interpreter_problem(python))
     if base is None:
         ctx.env_finding(name, ("docker", "base"), 'missing; set base = "debian:bookworm-slim" '
-                    "(an image reference with a tag)")
+                        "(an image reference with a tag)")
         return None
-    checks.check_image(name, ("docker", "base"), base, ctx)
+    report_image(ctx, name, ("docker", "base"), base)
     return DockerTarget(base=base, user=user, python=python)
 
 
@@ -562,22 +561,23 @@ def _wsl2(name: str, m: dict[str, Any], targets: tuple[TargetName, ...],
         return None
     t = m.get("wsl2", {})
     distro = t.get("distro", f"envbuilder-{name}")
-    checks.check_distro(name, distro, ctx, derived="distro" not in t)
+    report(ctx, name, ("wsl2", "distro"),
+           grammar.distro_problem(name, distro, derived="distro" not in t))
     ubuntu = t.get("ubuntu")
-    if ubuntu is not None and not re.fullmatch(r"[0-9]{2}\.[0-9]{2}", ubuntu):
+    if ubuntu is not None and not UBUNTU_RE.fullmatch(ubuntu):
         ctx.env_finding(name, ("wsl2", "ubuntu"), f"{ubuntu!r} is not an Ubuntu release; write "
-                    'e.g. "24.04"')
+                        'e.g. "24.04"')
     if accelerator == "rocm" and ubuntu is None:
         ctx.env_finding(name, ("wsl2", "ubuntu"), 'missing; the WSL ROCm stack is installed for an '
-                    'Ubuntu release: set ubuntu = "24.04" or "22.04"')
+                        'Ubuntu release: set ubuntu = "24.04" or "22.04"')
     user = t.get("user", "envbuilder")
-    checks.check_user(name, ("wsl2", "user"), user, ctx)
+    report(ctx, name, ("wsl2", "user"), grammar.user_problem(user))
     base = t.get("base", f"ubuntu:{ubuntu}" if ubuntu else None)
     if base is None:
         ctx.env_finding(name, ("wsl2", "base"), 'missing; set base = "debian:bookworm-slim" or '
-                    'ubuntu = "24.04"')
+                        'ubuntu = "24.04"')
         return None
-    checks.check_image(name, ("wsl2", "base"), base, ctx)
+    report_image(ctx, name, ("wsl2", "base"), base)
     return Wsl2Target(distro=distro, base=base, ubuntu=ubuntu, user=user,
                       systemd=t.get("systemd", True))
 
@@ -590,10 +590,10 @@ def _windows(name: str, m: dict[str, Any], targets: tuple[TargetName, ...],
     py = t.get("python", python)
     if py is not None and not PYTHON_RE.fullmatch(py):
         ctx.env_finding(name, ("windows", "python"), f"{py!r} is not a Python major.minor version; "
-                    'write e.g. "3.12"')
+                        'write e.g. "3.12"')
     hip_path = t.get("hip_path")
     if hip_path is not None:
-        checks.check_windows_path(name, ("windows", "hip_path"), hip_path, ctx)
+        report(ctx, name, ("windows", "hip_path"), grammar.windows_path_problem(hip_path))
     return WindowsTarget(python=py or "", hip_path=hip_path)
 
 
@@ -604,6 +604,68 @@ def _native(name: str, m: dict[str, Any], targets: tuple[TargetName, ...],
     py = m.get("native", {}).get("python", python)
     if py is not None and not PYTHON_RE.fullmatch(py):
         ctx.env_finding(name, ("native", "python"), f"{py!r} is not a Python major.minor version; "
-                    'write e.g. "3.12"')
+                        'write e.g. "3.12"')
     return NativeTarget(python=py or "")
 
+
+# --- reporting grammar problems and loader helpers -------------------------------------------
+
+def report(sink: FindingSink, env: str, path: Sequence[str], problem: str | None,
+           severity: Severity = "error") -> None:
+    """A finding on env key `path` when `problem` (a `grammar.*_problem` answer) is not None."""
+    if problem is not None:
+        sink.env_finding(env, path, problem, severity)
+
+
+def report_image(sink: FindingSink, env: str, path: Sequence[str], image: str) -> None:
+    """An error for a string that is no image reference, a warning for one without a tag."""
+    report(sink, env, path, grammar.image_problem(image))
+    report(sink, env, path, grammar.image_untagged(image), "warning")
+
+
+def _requirements(env: str, path: Sequence[str], packages: Sequence[str],
+                  ctx: FindingSink) -> tuple[str, ...]:
+    """The good PEP 508 requirements of `packages`; a finding for each refused one."""
+    good, problems = grammar.requirements(packages)
+    for problem in problems:
+        ctx.env_finding(env, path, problem)
+    return good
+
+
+def _variables(env: str, path: Sequence[str], values: Mapping[str, str],
+               ctx: FindingSink) -> dict[str, str]:
+    """The good (name, value) pairs of an env table; a finding on each refused name."""
+    good: dict[str, str] = {}
+    for name, value in values.items():
+        if problem := grammar.env_var_problem(name, value):
+            ctx.env_finding(env, (*path, name), problem)
+        else:
+            good[name] = value
+    return good
+
+
+def default_rocm_image(rocm: str) -> str | None:
+    """The ROCm dev image for a release (Ubuntu 24.04 when it exists, else 22.04)."""
+    release = load_compat().rocm(rocm)
+    if release is None:
+        return None
+    images = release.docker_images
+    return images.get("24.04") or images.get("22.04")
+
+
+def resolve_gfx(env: str, gpu: str, ctx: FindingSink) -> str | None:
+    """The gfx target of `gpu` (a marketing name or a gfx id); a finding when unknown."""
+    compat = load_compat()
+    found = compat.gpu(gpu)
+    if found is not None:
+        return found.gfx
+    if re.fullmatch(r"gfx[0-9a-f]{3,4}", gpu):
+        ctx.env_finding(env, ("gpu",), f"{gpu} is not in envbuilder's GPU table; the GPU checks "
+                    "are skipped for it", "warning")
+        return gpu
+    names = compat.gpu_names()
+    close = difflib.get_close_matches(gpu, names, n=1, cutoff=0.5)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    ctx.env_finding(env, ("gpu",), f"unknown GPU {gpu!r}{hint}; write a marketing name such as "
+                "\"RX 7900 XTX\" or a gfx target such as \"gfx1100\"")
+    return None

@@ -34,9 +34,9 @@ from packaging.pylock import is_valid_pylock_path
 from packaging.requirements import InvalidRequirement, Requirement
 
 from envbuilder import activate, docker_engine
-from envbuilder.checks import default_rocm_image
 from envbuilder.cli import main
 from envbuilder.errors import EnvbuilderError
+from envbuilder.grammar import ENV_NAME_RE
 from envbuilder.model import (
     TARGETS,
     DockerTarget,
@@ -49,7 +49,7 @@ from envbuilder.model import (
 )
 from envbuilder.project import Project, pylock_name
 from envbuilder.render import RENDERED_TARGETS, render_all, render_env
-from envbuilder.specload import ENV_NAME_RE, check_spec
+from envbuilder.specload import check_spec, default_rocm_image
 
 SPEC_FILE = "environments.toml"
 #: Microsoft, "Naming Files, Paths, and Namespaces": names no file or folder may have.

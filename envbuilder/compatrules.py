@@ -1,16 +1,12 @@
-"""The checks behind `envbuilder check`: values that are well-typed but wrong.
+"""The compatibility rules behind `envbuilder check`: values that are well-typed and safe (the
+grammar, `envbuilder.grammar`, saw to that) but wrong together, reported as findings through a
+`model.FindingSink` (never raised).
 
-Two families, both reported as `Finding`s through the spec loader's `FindingSink` (never raised):
-
-- *safety*: every value that a renderer puts into a Dockerfile, shell or PowerShell line (package
-  specs, env var names and values, apt names, user names, paths, URLs, image references) either
-  matches a strict pattern or is rejected here, so nothing a user writes can become code; and
-  whatever `render` or `lock` would refuse later is refused here first, naming the key: values
-  a target's quoting cannot carry (asked of `envbuilder.quoting`'s own predicates), and env names
-  whose derived names (PEP 751 pylock files, Windows folders) are invalid;
-- *compatibility*: the spec against the shipped compatibility data (`envbuilder.compat`): torch
-  vs index vs Python, GPU vs target, ROCm release vs WSL stack and Ubuntu release, HSA override,
-  RCCL knobs. The facts live in `envbuilder/data/*.toml`, never here.
+The spec against the shipped compatibility data (`envbuilder.compat`): torch vs index vs Python,
+GPU vs target, ROCm release vs WSL stack and Ubuntu release, HSA override, RCCL knobs; and what a
+target's quoting cannot carry (asked of `envbuilder.quoting`'s own predicates), so whatever
+`render` or `build` would refuse later is refused here first, naming the key. The facts live in
+`envbuilder/data/*.toml`, never here.
 """
 
 from __future__ import annotations
@@ -18,9 +14,9 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable, Mapping, Sequence
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import (
     InvalidWheelFilename,
@@ -40,39 +36,10 @@ from envbuilder.compat import (
     load_compat,
 )
 from envbuilder.errors import EnvbuilderError
-from envbuilder.model import TARGETS, EnvSpec, FindingSink, Index, TargetName
+from envbuilder.model import EnvSpec, FindingSink, Index, TargetName
 from envbuilder.plan import UBUNTU_CODENAMES
-from envbuilder.project import pylock_name
 
-#: PEP 508 distribution names.
-PACKAGE_NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
-#: Debian policy 5.6.1: package names are lower case, at least two characters.
-APT_NAME_RE = re.compile(r"[a-z0-9][a-z0-9+.-]+")
-#: useradd's portable user names (and not root: the image's user is uid 1000).
-USER_RE = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
-#: envbuilder's rule for WSL distro names (letters, digits, '.', '_', '-'; starts alnum).
-DISTRO_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-#: An interpreter name or absolute path inside the base image.
-INTERPRETER_RE = re.compile(r"(?:/[A-Za-z0-9_.+-]+)+|[A-Za-z0-9_.+-]+")
-#: Docker image references (distribution/reference grammar), tag and/or digest.
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
-_DOMAIN = rf"(?:{_LABEL}(?:\.{_LABEL})*(?::[0-9]+)?/)?"
-IMAGE_RE = re.compile(
-    rf"(?P<name>{_DOMAIN}{_COMPONENT}(?:/{_COMPONENT})*)"
-    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
-    r"(?:@(?P<digest>sha256:[a-f0-9]{64}))?"
-)
-#: Characters that end or escape a quoted word in sh, a Dockerfile or PowerShell.
-SHELL_META = frozenset("'\"`$;\\")
 HSA_VAR = "HSA_OVERRIDE_GFX_VERSION"
-#: PEP 751, "File Name": a lock file is `pylock.toml` or matches this (no dot inside the name);
-#: pip and uv take a file for a pylock by this rule (packaging.pylock.is_valid_pylock_path).
-PYLOCK_FILE_RE = re.compile(r"pylock\.([^.]+)\.toml")
-#: Device names Windows reserves in every folder (with any extension): a folder or file with one
-#: of these names cannot be created there, so a checkout with dockerfiles/<env> fails.
-WINDOWS_RESERVED = frozenset({"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)),
-                              *(f"lpt{i}" for i in range(10))})
 #: Where each target writes an env's variables, and the quoting there (envbuilder.quoting's own
 #: predicates; which files: the templates and envbuilder.activate).
 VARIABLE_QUOTING: Mapping[str, tuple[tuple[str, Callable[[str], str | None]], ...]] = {
@@ -87,218 +54,6 @@ VARIABLE_QUOTING: Mapping[str, tuple[tuple[str, Callable[[str], str | None]], ..
 }
 
 
-def _meta(value: str, allowed: str = "") -> str | None:
-    """The first character of `value` that cannot be carried safely, described; None if none."""
-    for ch in value:
-        if ch in ("\n", "\r"):
-            return "a newline"
-        if ch == "\x00":
-            return "a NUL byte"
-        if not ch.isprintable() and ch != " ":
-            return f"a control character (U+{ord(ch):04X})"
-        if ch in SHELL_META and ch not in allowed:
-            return f"{ch!r}"
-    if "$(" in value:
-        return "'$('"
-    return None
-
-
-def check_text(env: str, path: Sequence[str], value: str, ctx: FindingSink) -> None:
-    """Free text that lands in labels and comments: one printable line."""
-    bad = _meta(value, allowed="'\";\\$`")
-    if bad:
-        ctx.env_finding(env, path, f"contains {bad}; write a single printable line")
-
-
-def check_url(url: str, key: str, ctx: FindingSink) -> bool:
-    """An http(s) URL with nothing a shell line could trip over."""
-    bad = _meta(url)
-    parts = urlsplit(url) if bad is None else None
-    if bad or parts is None or parts.scheme not in ("http", "https") or not parts.netloc \
-            or " " in url:
-        what = f"contains {bad}" if bad else "is not an http(s) URL"
-        ctx.error(key, f"{what}; write e.g. \"https://download.pytorch.org/whl/rocm6.4\"")
-        return False
-    return True
-
-
-def check_mirror(mirror: str, key: str, ctx: FindingSink) -> bool:
-    """A mirror is an absolute folder or an http(s) URL."""
-    if mirror.startswith(("http://", "https://")):
-        return check_url(mirror, key, ctx)
-    bad = _meta(mirror)
-    if bad or not mirror.startswith("/"):
-        what = f"contains {bad}" if bad else "is neither an absolute folder nor an http(s) URL"
-        ctx.error(key, f"{what}; write e.g. \"/opt/wheels\" or \"https://mirror.example/simple\"")
-        return False
-    return True
-
-
-def check_packages(env: str, path: Sequence[str], packages: Sequence[str],
-                   ctx: FindingSink) -> tuple[str, ...]:
-    """PEP 508 strings; quotes and ';' only inside an environment marker. Returns the good ones."""
-    seen: dict[str, str] = {}
-    for spec in packages:
-        problem = _package_problem(spec)
-        if problem:
-            ctx.env_finding(env, path, f"{spec!r}: {problem}")
-            continue
-        name = str(canonicalize_name(Requirement(spec).name))
-        if name in seen:
-            ctx.env_finding(env, path, f"{spec!r}: {name} is already required by {seen[name]!r}; "
-                        "write one requirement per package")
-            continue
-        seen[name] = spec
-    return tuple(seen.values())
-
-
-def _package_problem(spec: str) -> str | None:
-    bad = _meta(spec, allowed="'\";")
-    if bad:
-        return f"contains {bad}; a requirement is one line of PEP 508 (e.g. \"torch==2.9.1\")"
-    try:
-        req = Requirement(spec)
-    except InvalidRequirement as exc:
-        first = str(exc).splitlines()[0]
-        return f"not a valid PEP 508 requirement ({first}); write e.g. \"torch==2.9.1\""
-    head = spec if req.marker is None else _before_marker(spec)
-    if any(ch in head for ch in "'\";"):
-        return ("quotes or ';' outside an environment marker; write "
-                "\"name==1.0; python_version < '3.13'\"")
-    if req.url is not None and req.url.startswith("file:"):
-        # `envbuilder lock` refuses it: a lock names public URLs, never this machine's files
-        return ("a direct reference to a local file cannot be locked (a lock records public "
-                "URLs); put the file in a folder, make that folder an index's mirror and pin "
-                "the package to that index")
-    if req.url is not None and not req.url.startswith(("https://", "http://")):
-        return "a direct reference must be an http(s) URL; write \"name @ https://...\""
-    return None
-
-
-def _before_marker(spec: str) -> str:
-    # A URL requirement separates its marker with " ;"; a plain one with ";".
-    idx = spec.find(" ;") if "@" in spec.split(";", 1)[0] else spec.find(";")
-    return spec if idx < 0 else spec[:idx]
-
-
-def check_env_vars(env: str, path: Sequence[str], values: Mapping[str, str],
-                   ctx: FindingSink) -> dict[str, str]:
-    """Names are what `quoting.env_name` takes; values are one printable line (renderers quote;
-    what each target's quoting refuses beyond that: `check_variables`). Returns the good pairs."""
-    good: dict[str, str] = {}
-    for name, value in values.items():
-        if quoting.env_name_refusal(name):
-            ctx.env_finding(env, (*path, name), "is not a valid environment variable name; use "
-                        "letters, digits and '_', not starting with a digit (e.g. NCCL_DEBUG)")
-            continue
-        if any(ch in ("\n", "\r", "\x00") or (not ch.isprintable() and ch != " ")
-               for ch in value):
-            ctx.env_finding(env, (*path, name), "value contains a newline, NUL or control "
-                        "character; an environment value must be one printable line")
-            continue
-        good[name] = value
-    return good
-
-
-def check_apt(env: str, apt: Sequence[str], ctx: FindingSink) -> None:
-    for name in apt:
-        if not APT_NAME_RE.fullmatch(name):
-            ctx.env_finding(env, ("apt",), f"{name!r} is not a Debian package name (lower-case "
-                        "letters, digits, '+', '-', '.'; at least two characters, e.g. "
-                        "\"libnuma1\")")
-
-
-def check_user(env: str, path: Sequence[str], user: str, ctx: FindingSink) -> None:
-    if not USER_RE.fullmatch(user):
-        ctx.env_finding(env, path, f"{user!r} is not a valid user name; use lower-case letters, "
-                    "digits, '_' and '-', starting with a letter (e.g. \"envbuilder\")")
-    elif user == "root":
-        ctx.env_finding(env, path, "must not be root: the image's user has uid 1000; use e.g. "
-                    "\"envbuilder\"")
-
-
-def check_interpreter(env: str, path: Sequence[str], python: str, ctx: FindingSink) -> None:
-    if not INTERPRETER_RE.fullmatch(python):
-        ctx.env_finding(env, path, f"{python!r} is not an interpreter name or absolute path; "
-                    "write e.g. \"python3\" or \"/usr/bin/python3.12\"")
-
-
-def check_image(env: str, path: Sequence[str], image: str, ctx: FindingSink) -> None:
-    m = IMAGE_RE.fullmatch(image)
-    if m is None:
-        ctx.env_finding(env, path, f"{image!r} is not a Docker image reference; write "
-                    "NAME:TAG, e.g. \"debian:bookworm-slim\" or \"rocm/dev-ubuntu-24.04:6.4.1\"")
-    elif m.group("tag") is None and m.group("digest") is None:
-        ctx.env_finding(env, path, f"{image!r} has no tag (it would mean :latest, which moves); "
-                    "write NAME:TAG, e.g. \"debian:bookworm-slim\"", "warning")
-
-
-def check_distro(env: str, distro: str, ctx: FindingSink, derived: bool = False) -> None:
-    """`derived`: the name is the default one, envbuilder-<env name>, not written in the spec."""
-    if DISTRO_RE.fullmatch(distro):
-        return
-    if derived:
-        ctx.env_finding(env, ("wsl2", "distro"),
-                        f"the default distro name {distro!r} (from the env "
-                    "name) is longer than 64 characters, WSL's limit; set [env."
-                    f"{env}.wsl2] distro = \"...\" or use a shorter env name")
-        return
-    ctx.env_finding(env, ("wsl2", "distro"), f"{distro!r} cannot be a WSL distro name; use "
-                "letters, digits, '.', '_' or '-', starting with a letter or digit, at most "
-                "64 characters (e.g. \"envbuilder-rocm64\")")
-
-
-def check_env_name(env: str, ctx: FindingSink) -> None:
-    """The names derived from an env's name (already a Docker path component) must be valid too:
-    its PEP 751 lock files (no dot) and its folders on Windows (no reserved device name)."""
-    bad = [n for n in (pylock_name(env, t) for t in TARGETS) if not PYLOCK_FILE_RE.fullmatch(n)]
-    if bad:
-        ctx.error(f"env.{env}", f"env name has a dot: its lock files ({bad[0]}, ...) would not be "
-                "PEP 751 names (pylock.<name>.toml, no dot in <name>), which pip and uv refuse; "
-                f"use {_without_dots(env)!r}")
-    if env in WINDOWS_RESERVED:
-        ctx.error(f"env.{env}", f"{env!r} is a device name Windows reserves: the env's folders "
-                f"(dockerfiles/{env}, windows/{env}) cannot exist in a Windows checkout; use "
-                f"e.g. '{env}-env'")
-
-
-def _without_dots(name: str) -> str:
-    return name.replace(".", "-")
-
-
-def check_windows_path(env: str, path: Sequence[str], value: str, ctx: FindingSink) -> None:
-    bad = _meta(value, allowed="\\")
-    if bad or not re.fullmatch(r"[A-Za-z]:\\.*", value):
-        what = f"contains {bad}" if bad else "is not an absolute Windows path"
-        ctx.env_finding(env, path, f"{what}; write e.g. \"C:\\Program Files\\AMD\\ROCm\\6.4\\\"")
-
-
-def default_rocm_image(rocm: str) -> str | None:
-    """The ROCm dev image for a release (Ubuntu 24.04 when it exists, else 22.04)."""
-    release = load_compat().rocm(rocm)
-    if release is None:
-        return None
-    images = release.docker_images
-    return images.get("24.04") or images.get("22.04")
-
-
-def resolve_gfx(env: str, gpu: str, ctx: FindingSink) -> str | None:
-    """The gfx target of `gpu` (a marketing name or a gfx id); a finding when unknown."""
-    compat = load_compat()
-    found = compat.gpu(gpu)
-    if found is not None:
-        return found.gfx
-    if re.fullmatch(r"gfx[0-9a-f]{3,4}", gpu):
-        ctx.env_finding(env, ("gpu",), f"{gpu} is not in envbuilder's GPU table; the GPU checks "
-                    "are skipped for it", "warning")
-        return gpu
-    names = compat.gpu_names()
-    close = difflib.get_close_matches(gpu, names, n=1, cutoff=0.5)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    ctx.env_finding(env, ("gpu",), f"unknown GPU {gpu!r}{hint}; write a marketing name such as "
-                "\"RX 7900 XTX\" or a gfx target such as \"gfx1100\"")
-    return None
-
 
 # --- compatibility checks on a typed env ---------------------------------------------------
 
@@ -312,7 +67,7 @@ def check_spec_wide(envs: Sequence[EnvSpec], ctx: FindingSink) -> None:
         distro = env.wsl2.distro.lower()  # WSL compares distro names case-insensitively
         if distro in seen:
             ctx.env_finding(env.name, ("wsl2", "distro"), f"{env.wsl2.distro!r} is also env "
-                        f"{seen[distro]!r}'s WSL distro name; give each env its own")
+                            f"{seen[distro]!r}'s WSL distro name; give each env its own")
         seen.setdefault(distro, env.name)
 
 
@@ -351,7 +106,7 @@ def check_variables(env: EnvSpec, ctx: FindingSink) -> None:
                 if why is not None:
                     reported.add(path)
                     ctx.env_finding(env.name, path, f"value {why}: the {target} target writes it "
-                                f"into {where}; change the value or drop the {target} target")
+                                    f"into {where}; change the value or drop the {target} target")
                     break
 
 
@@ -407,13 +162,13 @@ def _check_images(env: EnvSpec, compat: Compat, ctx: FindingSink) -> None:
         known = compat.base_image(ref)
         if known is not None and interpreter == "python3" and known.python != env.python:
             ctx.env_finding(env.name, path, f"{ref}'s python3 is {known.python}, but the env's "
-                        f"Python is {env.python} (the venv is made with the base image's "
-                        f"python3); use a base with Python {env.python} or set python = "
-                        f"\"{known.python}\"")
+                            f"Python is {env.python} (the venv is made with the base image's "
+                            f"python3); use a base with Python {env.python} or set python = "
+                            f"\"{known.python}\"")
         m = re.fullmatch(r"rocm/dev-ubuntu-[0-9.]+:([0-9]+(?:\.[0-9]+)*)(?:-.*)?", ref)
         if m and env.rocm and not _same_release(m.group(1), env.rocm):
             ctx.env_finding(env.name, path, f"{ref} is ROCm {m.group(1)}, but the env's rocm is "
-                        f"{env.rocm}; use the image of that release", "warning")
+                            f"{env.rocm}; use the image of that release", "warning")
 
 
 def _same_release(a: str, b: str) -> bool:
@@ -429,40 +184,40 @@ def _check_rocm(env: EnvSpec, compat: Compat, ctx: FindingSink) -> None:
     if release is None:
         known = ", ".join(r.version for r in compat.releases)
         ctx.env_finding(env.name, ("rocm",), f"ROCm {env.rocm} is not in envbuilder's release "
-                    f"table; use one of: {known}")
+                        f"table; use one of: {known}")
         return
     if release.version != env.rocm:
         ctx.env_finding(env.name, ("rocm",), f"{env.rocm!r} means ROCm {release.version} with this "
-                    "envbuilder's data, which a newer envbuilder may change; write "
-                    f"rocm = \"{release.version}\"", "warning")
+                        "envbuilder's data, which a newer envbuilder may change; write "
+                        f"rocm = \"{release.version}\"", "warning")
     if release.unverified:
         ctx.env_finding(env.name, ("rocm",),
                         f"the WSL/package facts for ROCm {release.version} are "
-                    f"unverified ({release.source}); check them before relying on them",
-                    "warning")
+                        f"unverified ({release.source}); check them before relying on them",
+                        "warning")
     _check_install_model(env, release, ctx)
     if "wsl2" not in env.targets:
         return
     if release.install_model != "amdgpu-install":
         near = ", ".join(compat.nearest_wsl_releases(release.version)[:3])
         ctx.env_finding(env.name, ("rocm",), f"ROCm {release.version} installs through "
-                    f"{INSTALL_MODEL_LABELS[release.install_model]}, but envbuilder's wsl2 distro "
-                    f"installs ROCm with amdgpu-install; for the wsl2 target use a release it can "
-                    f"install: {near}")
+                        f"{INSTALL_MODEL_LABELS[release.install_model]}, but envbuilder's wsl2 "
+                        "distro installs ROCm with amdgpu-install; for the wsl2 target use a "
+                        f"release it can install: {near}")
         return
     if release.wsl_stack is None:
         near = ", ".join(compat.nearest_wsl_releases(release.version)[:3])
         ctx.env_finding(env.name, ("rocm",), f"ROCm {release.version} ships no WSL runtime "
-                    "(no hsa-runtime-rocr4wsl-amdgpu package); for the wsl2 target use the "
-                    f"nearest releases that have one: {near}")
+                        "(no hsa-runtime-rocr4wsl-amdgpu package); for the wsl2 target use the "
+                        f"nearest releases that have one: {near}")
     if env.wsl2 is None:
         return  # its table has errors, reported already
     _check_wsl_ubuntu(env, release, ctx)
     ubuntu = env.wsl2.ubuntu
     if ubuntu and not env.wsl2.base.startswith((f"ubuntu:{ubuntu}", f"rocm/dev-ubuntu-{ubuntu}:")):
         ctx.env_finding(env.name, ("wsl2", "base"), f"{env.wsl2.base} does not look like Ubuntu "
-                    f"{ubuntu}, which the WSL ROCm stack is installed for; leave base unset "
-                    f"(ubuntu:{ubuntu}) unless it is an Ubuntu {ubuntu} image", "warning")
+                        f"{ubuntu}, which the WSL ROCm stack is installed for; leave base unset "
+                        f"(ubuntu:{ubuntu}) unless it is an Ubuntu {ubuntu} image", "warning")
 
 
 def _check_install_model(env: EnvSpec, release: RocmRelease, ctx: FindingSink) -> None:
@@ -473,10 +228,11 @@ def _check_install_model(env: EnvSpec, release: RocmRelease, ctx: FindingSink) -
         return
     where = f" from {release.pip_index}" if release.pip_index else ""
     ctx.env_finding(env.name, ("rocm",), f"ROCm {release.version} installs through "
-                f"{INSTALL_MODEL_LABELS[model]}{where}, not amdgpu-install; envbuilder does not "
-                "lock that model yet: pin torch and the rocm wheels to AMD's index yourself "
-                "(PyPI has placeholder packages with the same names; see docs/rocm.md)",
-                "warning")
+                    f"{INSTALL_MODEL_LABELS[model]}{where}, not amdgpu-install; envbuilder "
+                    "does not lock that model yet: pin torch and the rocm wheels to AMD's index "
+                    "yourself (PyPI has placeholder packages with the same names; see "
+                    "docs/rocm.md)",
+                    "warning")
 
 
 def _check_wsl_ubuntu(env: EnvSpec, release: RocmRelease, ctx: FindingSink) -> None:
@@ -489,27 +245,27 @@ def _check_wsl_ubuntu(env: EnvSpec, release: RocmRelease, ctx: FindingSink) -> N
     codename = UBUNTU_CODENAMES.get(ubuntu)
     if codename is None:
         ctx.env_finding(env.name, path, f"Ubuntu {ubuntu} is not a release AMD's WSL ROCm stack is "
-                    f"packaged for; use {' or '.join(sorted(UBUNTU_CODENAMES))}")
+                        f"packaged for; use {' or '.join(sorted(UBUNTU_CODENAMES))}")
     elif release.wsl_stack is None:
         return  # no stack at all: reported on rocm
     elif ubuntu not in release.ubuntu:
         ctx.env_finding(env.name, path, f"Ubuntu {ubuntu} is not supported by ROCm "
-                    f"{release.version} in WSL; use {' or '.join(release.ubuntu)}")
+                        f"{release.version} in WSL; use {' or '.join(release.ubuntu)}")
     elif release.amdgpu_install_url(codename) is None:
         ctx.env_finding(env.name, path, f"envbuilder's data has no amdgpu-install package of ROCm "
-                    f"{release.version} for Ubuntu {ubuntu}; use another release")
+                        f"{release.version} for Ubuntu {ubuntu}; use another release")
 
 
 def _check_gpu(env: EnvSpec, compat: Compat, ctx: FindingSink) -> None:
     if env.gpu is None:
         if env.accelerator == "rocm":
             ctx.env_finding(env.name, ("gpu",), "not set; the GPU checks (WSL/Windows support, HSA "
-                        "override) are skipped; set gpu = \"RX 7900 XTX\" or a gfx target",
-                        "warning")
+                            "override) are skipped; set gpu = \"RX 7900 XTX\" or a gfx target",
+                            "warning")
         return
     if env.accelerator != "rocm":
         ctx.env_finding(env.name, ("gpu",), f"is ignored for accelerator {env.accelerator!r}; "
-                    "remove it", "warning")
+                        "remove it", "warning")
         return
     gpu = compat.gpu(env.gpu)
     if gpu is None:
@@ -523,7 +279,7 @@ def _check_gpu(env: EnvSpec, compat: Compat, ctx: FindingSink) -> None:
                            ctx)
     if gpu.unverified:
         ctx.env_finding(env.name, ("gpu",), f"the GPU table's facts for {label} are unverified "
-                    f"({gpu.source}); check them before relying on them", "warning")
+                        f"({gpu.source}); check them before relying on them", "warning")
     _check_gpu_official(env, gpu, label, release, ctx)
 
 
@@ -531,12 +287,12 @@ def _check_gpu_wsl(env: EnvSpec, gpu: Gpu, label: str, release: RocmRelease | No
                    ctx: FindingSink) -> None:
     if not gpu.wsl:
         ctx.env_finding(env.name, ("targets",), f"{label} is not supported by AMD's WSL stack "
-                    "(WSL supports RDNA3/RDNA4 GPUs such as RX 7900 XTX, RX 7800 XT, RX 9070 "
-                    "XT); remove 'wsl2' or use the docker target on a Linux host")
+                        "(WSL supports RDNA3/RDNA4 GPUs such as RX 7900 XTX, RX 7800 XT, RX 9070 "
+                        "XT); remove 'wsl2' or use the docker target on a Linux host")
     elif gpu.wsl_since and release and Version(release.version) < Version(gpu.wsl_since):
         ctx.env_finding(env.name, ("targets",), f"{label} is supported by AMD's WSL stack from "
-                    f"ROCm {gpu.wsl_since}, not in ROCm {release.version}; remove 'wsl2' or use "
-                    "the docker target on a Linux host")
+                        f"ROCm {gpu.wsl_since}, not in ROCm {release.version}; remove 'wsl2' or "
+                        "use the docker target on a Linux host")
 
 
 def _check_gpu_windows(env: EnvSpec, gpu: Gpu, label: str, wheels: WindowsWheels | None,
@@ -548,7 +304,7 @@ def _check_gpu_windows(env: EnvSpec, gpu: Gpu, label: str, wheels: WindowsWheels
     which = (f"for ROCm {wheels.rocm} ({', '.join(wheels.gfx)})" if wheels and wheels.gfx
              else "(gfx110X, gfx1151, gfx120X)")
     ctx.env_finding(env.name, ("targets",), f"{label} is not covered by AMD's native-Windows "
-                f"PyTorch wheels {which}; remove 'windows' or use wsl2/docker")
+                    f"PyTorch wheels {which}; remove 'windows' or use wsl2/docker")
 
 
 def _check_gpu_official(env: EnvSpec, gpu: Gpu, label: str, release: RocmRelease | None,
@@ -560,7 +316,7 @@ def _check_gpu_official(env: EnvSpec, gpu: Gpu, label: str, release: RocmRelease
     if since is None or Version(release.version) < Version(since):
         when = f"from ROCm {since}" if since else "in no ROCm release"
         ctx.env_finding(env.name, ("gpu",), f"{label} is officially supported on Linux {when}, "
-                    f"not in ROCm {release.version}; it may still work", "warning")
+                        f"not in ROCm {release.version}; it may still work", "warning")
 
 
 def _torch_req(env: EnvSpec, target: TargetName) -> Requirement | None:
@@ -586,9 +342,9 @@ def _check_torch(env: EnvSpec, target: TargetName, label: str, indexes: Mapping[
     if pin is None:
         if env.accelerator == "rocm" and target != "windows":
             ctx.env_finding(env.name, ("index_pins",), f"torch{label} has no index pin, so it "
-                        "would come from the default index (a CUDA build on Linux); pin it: "
-                        "index_pins = { torch = \"<an index with url "
-                        "https://download.pytorch.org/whl/rocmX.Y>\" }")
+                            "would come from the default index (a CUDA build on Linux); pin it: "
+                            "index_pins = { torch = \"<an index with url "
+                            "https://download.pytorch.org/whl/rocmX.Y>\" }")
         return
     index = indexes.get(pin)
     rows = compat.index_rows(index.url) if index else []
@@ -598,19 +354,19 @@ def _check_torch(env: EnvSpec, target: TargetName, label: str, indexes: Mapping[
     serving = [r for r in rows if r.serves(req.specifier)]
     if not serving:
         ctx.env_finding(env.name, path, f"{req}{label}: no torch wheel matching "
-                    f"'{req.specifier}' on the {name} index (it serves "
-                    f"{_served(rows)}); {_suggest(req, compat)}")
+                        f"'{req.specifier}' on the {name} index (it serves "
+                        f"{_served(rows)}); {_suggest(req, compat)}")
         return
     in_range = [r for r in serving if r.python.contains(python + ".0", prereleases=True)]
     if not in_range:
         ctx.env_finding(env.name, _python_path(env, target), f"Python {python}{label}: "
-                    f"{req} on the {name} index has wheels for Python {_pyrange(serving[0])} "
-                    f"only; use a Python in that range or another torch version")
+                        f"{req} on the {name} index has wheels for Python {_pyrange(serving[0])} "
+                        f"only; use a Python in that range or another torch version")
     _check_torch_index_kind(env, serving[0], ctx)
     if all(r.unverified for r in serving):
         ctx.env_finding(env.name, path, f"{req}{label}: the {name} index's torch "
-                    f"{_served(serving)} is unverified ({serving[0].source}); check it before "
-                    "relying on it", "warning")
+                        f"{_served(serving)} is unverified ({serving[0].source}); check it before "
+                        "relying on it", "warning")
 
 
 def _check_torch_index_kind(env: EnvSpec, row: TorchIndexEntry, ctx: FindingSink) -> None:
@@ -619,11 +375,11 @@ def _check_torch_index_kind(env: EnvSpec, row: TorchIndexEntry, ctx: FindingSink
         _check_index_matches_release(env, row, ctx)
     if env.accelerator == "rocm" and row.index == "cpu":
         ctx.env_finding(env.name, ("index_pins",), "torch comes from the cpu index, which has no "
-                    "ROCm build, but the accelerator is rocm; pin torch to a rocmX.Y index")
+                        "ROCm build, but the accelerator is rocm; pin torch to a rocmX.Y index")
     if env.accelerator == "cpu" and row.rocm:
         ctx.env_finding(env.name, ("index_pins",), f"torch comes from the {row.index} index, but "
-                    "the accelerator is cpu; pin the cpu index or set accelerator = \"rocm\"",
-                    "warning")
+                        "the accelerator is cpu; pin the cpu index or set accelerator = \"rocm\"",
+                        "warning")
 
 
 def _check_index_matches_release(env: EnvSpec, row: TorchIndexEntry, ctx: FindingSink) -> None:
@@ -631,9 +387,9 @@ def _check_index_matches_release(env: EnvSpec, row: TorchIndexEntry, ctx: Findin
     rel = Version(env.rocm or "0")
     if idx.release[:2] != rel.release[:2]:
         ctx.env_finding(env.name, ("index_pins",), f"torch comes from the {row.index} index but "
-                    f"the env's ROCm is {env.rocm}; the wheel bundles its own ROCm {idx}, the "
-                    "system's libraries (and the WSL libhsa fix) are for the other; prefer the "
-                    f"rocm{rel.major}.{rel.minor} index", "warning")
+                        f"the env's ROCm is {env.rocm}; the wheel bundles its own ROCm {idx}, the "
+                        "system's libraries (and the WSL libhsa fix) are for the other; prefer the "
+                        f"rocm{rel.major}.{rel.minor} index", "warning")
 
 
 def _python_path(env: EnvSpec, target: TargetName) -> tuple[str, ...]:
@@ -684,22 +440,22 @@ def _check_wheel_urls(env: EnvSpec, target: TargetName, label: str, ctx: Finding
             _, _, _, tags = parse_wheel_filename(filename)
         except InvalidWheelFilename:
             ctx.env_finding(env.name, _pkg_path(env, target), f"{req.name}: {filename!r} is not a "
-                        "valid wheel file name")
+                            "valid wheel file name")
             continue
         interpreters = {t.interpreter for t in tags}
         platforms = {t.platform for t in tags}
         if not ({f"cp{python}", "py3", f"py{python}"} & interpreters):
             ctx.env_finding(env.name, _pkg_path(env, target),
                             f"{req.name}: the wheel {filename} is "
-                        f"for {', '.join(sorted(interpreters))}, but the {target} target uses "
-                        f"Python {env.python_for(target)}; use a matching wheel or Python")
+                            f"for {', '.join(sorted(interpreters))}, but the {target} target uses "
+                            f"Python {env.python_for(target)}; use a matching wheel or Python")
         want = "win" if target == "windows" else "linux"
         if "any" not in platforms and not any(want in p for p in platforms):
             ctx.env_finding(env.name, _pkg_path(env, target),
                             f"{req.name}: the wheel {filename} is "
-                        f"for {', '.join(sorted(platforms))}, not for the {target} target; "
-                        f"give the {target} target its own packages ([env.{env.name}.{target}] "
-                        "packages = [...])")
+                            f"for {', '.join(sorted(platforms))}, not for the {target} target; "
+                            f"give the {target} target its own packages ([env.{env.name}.{target}] "
+                            "packages = [...])")
 
 
 def _check_pins_used(env: EnvSpec, ctx: FindingSink) -> None:
@@ -707,7 +463,7 @@ def _check_pins_used(env: EnvSpec, ctx: FindingSink) -> None:
     for pkg in env.index_pins:
         if pkg not in names:
             ctx.env_finding(env.name, ("index_pins", pkg), f"pins {pkg}, which is not in packages; "
-                        "add it to packages or remove the pin", "warning")
+                            "add it to packages or remove the pin", "warning")
 
 
 def _check_hsa(env: EnvSpec, compat: Compat, torch_rows: Sequence[TorchIndexEntry],
@@ -723,23 +479,23 @@ def _check_hsa(env: EnvSpec, compat: Compat, torch_rows: Sequence[TorchIndexEntr
     path = ("env", HSA_VAR)
     if value.strip() == "":
         ctx.env_finding(env.name, path, "is empty; an empty HSA_OVERRIDE_GFX_VERSION breaks GPU "
-                    "detection: remove it (or set the version your GPU needs, e.g. 10.3.0)")
+                        "detection: remove it (or set the version your GPU needs, e.g. 10.3.0)")
         return
     if not re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", value):
         ctx.env_finding(env.name, path, f"{value!r} is not a gfx version like 10.3.0 or 11.0.0; "
-                    "remove it or fix the value")
+                        "remove it or fix the value")
         return
     if gpu is not None:
         _check_hsa_value(env, gpu, value, torch_rows, ctx)
     release = compat.rocm(env.rocm) if env.rocm else None
     if release is not None and release.install_model == "pip-sdk":
         ctx.env_finding(env.name, path, f"ROCm {release.version} comes as TheRock multi-arch "
-                    "wheels, which ship the gfx targets natively, and an override is reported "
-                    "to break TheRock >= 7.13 runtimes (rocm-2026.md); remove "
-                    "HSA_OVERRIDE_GFX_VERSION", "warning")
+                        "wheels, which ship the gfx targets natively, and an override is reported "
+                        "to break TheRock >= 7.13 runtimes (rocm-2026.md); remove "
+                        "HSA_OVERRIDE_GFX_VERSION", "warning")
     if "windows" in env.targets:
         ctx.env_finding(env.name, path, "has no effect on Windows (the windows target ignores it)",
-                    "warning")
+                        "warning")
 
 
 def _wheel_has(rows: Sequence[TorchIndexEntry], gfx: str) -> bool | None:
@@ -761,7 +517,7 @@ def _check_hsa_needed(env: EnvSpec, compat: Compat, gpu: Gpu,
     what = f"{env.gpu} ({gpu.gfx}) is not among the torch wheel's gfx targets{_gfx_note(rows)}"
     if gpu.hsa_override is not None:
         ctx.env_finding(env.name, ("env",), f"{what}; it usually needs HSA_OVERRIDE_GFX_VERSION = "
-                    f"\"{gpu.hsa_override}\" (not an official workaround)", "warning")
+                        f"\"{gpu.hsa_override}\" (not an official workaround)", "warning")
         return
     known = "no override is known to work" if gpu.hsa_override_known else \
         "envbuilder knows no override for it"
@@ -778,15 +534,15 @@ def _check_hsa_value(env: EnvSpec, gpu: Gpu, value: str, rows: Sequence[TorchInd
     if _wheel_has(rows, gpu.gfx):
         if gpu.hsa_override is None and gpu.hsa_override_known:
             ctx.env_finding(env.name, path, f"set to {value} for {label}, which needs no override "
-                        "(the torch wheels are compiled for it); remove "
-                        "HSA_OVERRIDE_GFX_VERSION")
+                            "(the torch wheels are compiled for it); remove "
+                            "HSA_OVERRIDE_GFX_VERSION")
         else:
             ctx.env_finding(env.name, path, f"set to {value} for {label}, but the torch wheel is "
-                        f"compiled for {gpu.gfx}; remove HSA_OVERRIDE_GFX_VERSION")
+                            f"compiled for {gpu.gfx}; remove HSA_OVERRIDE_GFX_VERSION")
     elif gpu.hsa_override is not None and value != gpu.hsa_override:
         ctx.env_finding(env.name, path, f"set to {value} for {label}; it runs as "
-                    f"{gpu.hsa_override} (HSA_OVERRIDE_GFX_VERSION = "
-                    f"\"{gpu.hsa_override}\")", "warning")
+                        f"{gpu.hsa_override} (HSA_OVERRIDE_GFX_VERSION = "
+                        f"\"{gpu.hsa_override}\")", "warning")
 
 
 def _check_rccl(env: EnvSpec, compat: Compat, ctx: FindingSink) -> None:
@@ -797,17 +553,17 @@ def _check_rccl(env: EnvSpec, compat: Compat, ctx: FindingSink) -> None:
             if name in knobs.misspelled:
                 real = knobs.misspelled[name]
                 ctx.env_finding(env.name, path, f"{name} is not read by RCCL (it reads the NCCL_* "
-                            f"names); use {real} = \"{values[name]}\"")
+                                f"names); use {real} = \"{values[name]}\"")
             elif name in knobs.pytorch:
                 _check_pytorch_knob(env, table, name, knobs.pytorch[name], values[name], ctx)
             elif table == "rccl" and not name.startswith(("NCCL_", "RCCL_")):
                 ctx.env_finding(env.name, path, "is not an NCCL_*/RCCL_* setting; move it to "
-                            f"[env.{env.name}.env]")
+                                f"[env.{env.name}.env]")
             elif name.startswith(("NCCL_", "RCCL_")) and name not in knobs.known:
                 close = difflib.get_close_matches(name, knobs.known, n=1, cutoff=0.7)
                 hint = f"; did you mean {close[0]}?" if close else ""
                 ctx.env_finding(env.name, path, f"{name} is not a setting envbuilder knows RCCL "
-                            f"reads{hint}", "warning")
+                                f"reads{hint}", "warning")
 
 
 def _check_pytorch_knob(env: EnvSpec, table: str, name: str, real: str, value: str,
@@ -816,11 +572,11 @@ def _check_pytorch_knob(env: EnvSpec, table: str, name: str, real: str, value: s
     if table == "rccl":
         ctx.env_finding(env.name, (table, name),
                         f"{name} is PyTorch's setting, not RCCL's (PyTorch "
-                    f"reads it as a deprecated alias of {real}); set {real} = \"{value}\" in "
-                    f"[env.{env.name}.env]")
+                        f"reads it as a deprecated alias of {real}); set {real} = \"{value}\" in "
+                        f"[env.{env.name}.env]")
     else:
         ctx.env_finding(env.name, (table, name), f"{name} is PyTorch's deprecated name for {real} "
-                    f"(RCCL does not read it); use {real} = \"{value}\"", "warning")
+                        f"(RCCL does not read it); use {real} = \"{value}\"", "warning")
 
 
 def _check_windows(env: EnvSpec, compat: Compat, indexes: Mapping[str, Index],
@@ -833,8 +589,8 @@ def _check_windows(env: EnvSpec, compat: Compat, indexes: Mapping[str, Index],
         known = ", ".join(w.rocm for w in compat.windows_wheels)
         ctx.env_finding(env.name, ("rocm",),
                         f"AMD publishes native-Windows PyTorch wheels for ROCm "
-                    f"{known}, not {env.rocm}; the windows target uses those wheels' own ROCm",
-                    "warning")
+                        f"{known}, not {env.rocm}; the windows target uses those wheels' own ROCm",
+                        "warning")
     _check_windows_torch(env, compat, indexes, wheels, ctx)
 
 
@@ -865,8 +621,9 @@ def _check_windows_python(env: EnvSpec, python: str, compat: Compat,
     which = f" for ROCm {wheels.rocm}" if wheels else ""
     table = f"[env.{env.name}.windows]"
     ctx.env_finding(env.name, _python_path(env, "windows"), f"Python {python}: "
-                f"AMD's native-Windows PyTorch wheels{which} need Python {' or '.join(ok)}; "
-                f"set {table} python = \"{ok[-1] if ok else '3.12'}\" or drop the windows target")
+                    f"AMD's native-Windows PyTorch wheels{which} need Python {' or '.join(ok)}; "
+                    f"set {table} python = \"{ok[-1] if ok else '3.12'}\" or drop the windows "
+                    "target")
 
 
 def _check_windows_torch(env: EnvSpec, compat: Compat, indexes: Mapping[str, Index],
@@ -877,17 +634,17 @@ def _check_windows_torch(env: EnvSpec, compat: Compat, indexes: Mapping[str, Ind
     if req is None:
         example = wheels if wheels and not wheels.index else compat.windows_wheels[0]
         ctx.env_finding(env.name, _pkg_path(env, "windows"), "no torch for the windows target; "
-                    f"give it AMD's Windows wheel, e.g. {table} packages = "
-                    f"[\"torch @ {example.wheel_urls()[0]}\"]", "warning")
+                        f"give it AMD's Windows wheel, e.g. {table} packages = "
+                        f"[\"torch @ {example.wheel_urls()[0]}\"]", "warning")
     elif req.url is None and pin is not None and not _is_amd_windows_index(
             compat, indexes.get(pin)):
         ctx.env_finding(env.name, ("windows", "index_pins"), "torch for windows is pinned to a "
-                    f"Linux wheel index; set {table} packages to AMD's Windows wheel and "
-                    "index_pins = {}")
+                        f"Linux wheel index; set {table} packages to AMD's Windows wheel and "
+                        "index_pins = {}")
     elif req.url is not None and any(req.url.startswith(w.url) and w.unverified
                                      for w in compat.windows_wheels):
         ctx.env_finding(env.name, _pkg_path(env, "windows"), "AMD's Windows wheel URLs are "
-                    "unverified here (see envbuilder/data/torch.toml)", "warning")
+                        "unverified here (see envbuilder/data/torch.toml)", "warning")
 
 
 def _is_amd_windows_index(compat: Compat, index: Index | None) -> bool:
