@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from urllib.parse import unquote
 
 from packaging.requirements import Requirement
@@ -25,7 +25,6 @@ from packaging.utils import (
 )
 from packaging.version import Version
 
-from envbuilder import activate, quoting
 from envbuilder.compat import (
     INSTALL_MODEL_LABELS,
     Compat,
@@ -36,23 +35,13 @@ from envbuilder.compat import (
     load_compat,
 )
 from envbuilder.errors import EnvbuilderError
-from envbuilder.model import EnvSpec, FindingSink, Index, TargetName
-from envbuilder.plan import UBUNTU_CODENAMES
+from envbuilder.model import EnvSpec, FindingSink, Index
+from envbuilder.targets import registry
+from envbuilder.targets.docker import DockerTable
+from envbuilder.targets.windows import WindowsTable
+from envbuilder.targets.wsl2 import UBUNTU_CODENAMES, Wsl2Table
 
 HSA_VAR = "HSA_OVERRIDE_GFX_VERSION"
-#: Where each target writes an env's variables, and the quoting there (envbuilder.quoting's own
-#: predicates; which files: the templates and envbuilder.activate).
-VARIABLE_QUOTING: Mapping[str, tuple[tuple[str, Callable[[str], str | None]], ...]] = {
-    "docker": (("the Dockerfile's ENV line", quoting.dockerfile_refusal),),
-    "wsl2": (("/etc/profile.d/envbuilder.sh on a Dockerfile RUN line",
-              quoting.dockerfile_sh_refusal),),
-    "windows": (("the venv's activate.bat", quoting.cmd_set_refusal),
-                ("setup.ps1 and the venv's Activate.ps1", quoting.ps_refusal),
-                ("the venv's activate script", quoting.sh_refusal)),
-    "native": (("the venv's activate script", quoting.sh_refusal),
-               ("the venv's Activate.ps1", quoting.ps_refusal)),
-}
-
 
 
 # --- compatibility checks on a typed env ---------------------------------------------------
@@ -62,11 +51,12 @@ def check_spec_wide(envs: Sequence[EnvSpec], ctx: FindingSink) -> None:
     """Checks across envs: names that must be unique on one machine."""
     seen: dict[str, str] = {}
     for env in envs:
-        if env.wsl2 is None:
+        wsl2 = env.table(Wsl2Table)
+        if wsl2 is None:
             continue
-        distro = env.wsl2.distro.lower()  # WSL compares distro names case-insensitively
+        distro = wsl2.distro.lower()  # WSL compares distro names case-insensitively
         if distro in seen:
-            ctx.env_finding(env.name, ("wsl2", "distro"), f"{env.wsl2.distro!r} is also env "
+            ctx.env_finding(env.name, ("wsl2", "distro"), f"{wsl2.distro!r} is also env "
                             f"{seen[distro]!r}'s WSL distro name; give each env its own")
         seen.setdefault(distro, env.name)
 
@@ -88,20 +78,22 @@ def check_env(env: EnvSpec, indexes: Mapping[str, Index], ctx: FindingSink) -> N
 
 
 def check_variables(env: EnvSpec, ctx: FindingSink) -> None:
-    """Every variable an env's activation sets on a target (`activate.activation_env`, what the
-    renderer and `build` write) must pass that target's quoting (VARIABLE_QUOTING): a `"` is
-    fine in a Dockerfile ENV but no cmd.exe `set` carries it, so not with the windows target."""
+    """Every variable an env's activation sets on a target (its descriptor's `variables`, what
+    the renderer and `build` write) must pass that target's quoting (its `variable_quoting`): a
+    `"` is fine in a Dockerfile ENV but no cmd.exe `set` carries it, so not with the windows
+    target."""
     reported: set[tuple[str, ...]] = set()
     for target in env.targets:
+        descriptor = registry.get(target)
         try:
-            variables = activate.activation_env(env, target)
+            variables = descriptor.variables(env)
         except EnvbuilderError:
             continue  # a name or value that the checks above reported already
         for name, value in variables.items():
             path = _variable_path(env, target, name)
             if path is None or path in reported:
                 continue
-            for where, refusal in VARIABLE_QUOTING[target]:
+            for where, refusal in descriptor.variable_quoting:
                 why = refusal(value)
                 if why is not None:
                     reported.add(path)
@@ -111,21 +103,22 @@ def check_variables(env: EnvSpec, ctx: FindingSink) -> None:
 
 
 def _variable_path(env: EnvSpec, target: str, name: str) -> tuple[str, ...] | None:
-    """The spec key a variable of `activation_env(env, target)` comes from (None: envbuilder's
-    own, e.g. ROCM_PATH). RCCL settings win over `env` on Linux, as in activation_env."""
-    if target != "windows" and name in env.rccl:
+    """The spec key a variable of the target's `variables(env)` comes from (None: envbuilder's
+    own, e.g. ROCM_PATH). RCCL settings win over `env` on Linux (targets.base.linux_variables)."""
+    if registry.get(target).os != "windows" and name in env.rccl:
         return ("rccl", name)
     if name in env.env:
         return ("env", name)
-    if target == "windows" and name == "HIP_PATH" and env.windows and env.windows.hip_path:
+    windows = env.table(WindowsTable)
+    if target == "windows" and name == "HIP_PATH" and windows and windows.hip_path:
         return ("windows", "hip_path")
     return None
 
 
-def _target_groups(env: EnvSpec) -> list[tuple[str, TargetName]]:
+def _target_groups(env: EnvSpec) -> list[tuple[str, str]]:
     """One (label, representative target) per distinct set of packages/pins/Python, so a
     problem shared by all targets is reported once; label names the targets when they differ."""
-    groups: dict[tuple[object, ...], list[TargetName]] = {}
+    groups: dict[tuple[object, ...], list[str]] = {}
     for t in env.targets:
         key = (env.packages_for(t), tuple(sorted(env.index_pins_for(t).items())),
                env.python_for(t))
@@ -140,7 +133,7 @@ def _linux_torch_rows(env: EnvSpec, indexes: Mapping[str, Index],
     """The matrix rows that can serve the env's Linux torch requirement (several when it is a
     range), from the index it is pinned to; empty when envbuilder does not know that index."""
     for target in env.targets:
-        if target == "windows":
+        if registry.get(target).os == "windows":
             continue
         pin = env.index_pins_for(target).get("torch")
         index = indexes.get(pin) if pin else None
@@ -154,10 +147,10 @@ def _linux_torch_rows(env: EnvSpec, indexes: Mapping[str, Index],
 def _check_images(env: EnvSpec, compat: Compat, ctx: FindingSink) -> None:
     """The base image's python3 must be the env's Python; a ROCm dev image its ROCm release."""
     bases: list[tuple[tuple[str, ...], str, str | None]] = []
-    if env.docker is not None:
-        bases.append((("docker", "base"), env.docker.base, env.docker.python))
-    if env.wsl2 is not None:
-        bases.append((("wsl2", "base"), env.wsl2.base, "python3"))
+    if (docker := env.table(DockerTable)) is not None:
+        bases.append((("docker", "base"), docker.base, docker.python))
+    if (wsl2 := env.table(Wsl2Table)) is not None:
+        bases.append((("wsl2", "base"), wsl2.base, "python3"))
     for path, ref, interpreter in bases:
         known = compat.base_image(ref)
         if known is not None and interpreter == "python3" and known.python != env.python:
@@ -210,12 +203,13 @@ def _check_rocm(env: EnvSpec, compat: Compat, ctx: FindingSink) -> None:
         ctx.env_finding(env.name, ("rocm",), f"ROCm {release.version} ships no WSL runtime "
                         "(no hsa-runtime-rocr4wsl-amdgpu package); for the wsl2 target use the "
                         f"nearest releases that have one: {near}")
-    if env.wsl2 is None:
+    wsl2 = env.table(Wsl2Table)
+    if wsl2 is None:
         return  # its table has errors, reported already
     _check_wsl_ubuntu(env, release, ctx)
-    ubuntu = env.wsl2.ubuntu
-    if ubuntu and not env.wsl2.base.startswith((f"ubuntu:{ubuntu}", f"rocm/dev-ubuntu-{ubuntu}:")):
-        ctx.env_finding(env.name, ("wsl2", "base"), f"{env.wsl2.base} does not look like Ubuntu "
+    ubuntu = wsl2.ubuntu
+    if ubuntu and not wsl2.base.startswith((f"ubuntu:{ubuntu}", f"rocm/dev-ubuntu-{ubuntu}:")):
+        ctx.env_finding(env.name, ("wsl2", "base"), f"{wsl2.base} does not look like Ubuntu "
                         f"{ubuntu}, which the WSL ROCm stack is installed for; leave base unset "
                         f"(ubuntu:{ubuntu}) unless it is an Ubuntu {ubuntu} image", "warning")
 
@@ -238,7 +232,8 @@ def _check_install_model(env: EnvSpec, release: RocmRelease, ctx: FindingSink) -
 def _check_wsl_ubuntu(env: EnvSpec, release: RocmRelease, ctx: FindingSink) -> None:
     """The WSL plan installs the release's amdgpu-install package for the Ubuntu release's
     codename: the renderer refuses an Ubuntu release it has no codename or package for."""
-    ubuntu = env.wsl2.ubuntu if env.wsl2 else None
+    wsl2 = env.table(Wsl2Table)
+    ubuntu = wsl2.ubuntu if wsl2 else None
     if ubuntu is None:
         return  # missing: reported with the wsl2 table
     path = ("wsl2", "ubuntu")
@@ -319,7 +314,7 @@ def _check_gpu_official(env: EnvSpec, gpu: Gpu, label: str, release: RocmRelease
                         f"not in ROCm {release.version}; it may still work", "warning")
 
 
-def _torch_req(env: EnvSpec, target: TargetName) -> Requirement | None:
+def _torch_req(env: EnvSpec, target: str) -> Requirement | None:
     for spec in env.packages_for(target):
         req = Requirement(spec)
         if canonicalize_name(req.name) == "torch":
@@ -327,11 +322,11 @@ def _torch_req(env: EnvSpec, target: TargetName) -> Requirement | None:
     return None
 
 
-def _pkg_path(env: EnvSpec, target: TargetName) -> tuple[str, ...]:
+def _pkg_path(env: EnvSpec, target: str) -> tuple[str, ...]:
     return (target, "packages") if target in env.target_packages else ("packages",)
 
 
-def _check_torch(env: EnvSpec, target: TargetName, label: str, indexes: Mapping[str, Index],
+def _check_torch(env: EnvSpec, target: str, label: str, indexes: Mapping[str, Index],
                  compat: Compat, ctx: FindingSink) -> None:
     req = _torch_req(env, target)
     if req is None or req.url is not None:
@@ -340,7 +335,7 @@ def _check_torch(env: EnvSpec, target: TargetName, label: str, indexes: Mapping[
     pin = env.index_pins_for(target).get("torch")
     path = _pkg_path(env, target)
     if pin is None:
-        if env.accelerator == "rocm" and target != "windows":
+        if env.accelerator == "rocm" and registry.get(target).os != "windows":
             ctx.env_finding(env.name, ("index_pins",), f"torch{label} has no index pin, so it "
                             "would come from the default index (a CUDA build on Linux); pin it: "
                             "index_pins = { torch = \"<an index with url "
@@ -392,12 +387,10 @@ def _check_index_matches_release(env: EnvSpec, row: TorchIndexEntry, ctx: Findin
                         f"rocm{rel.major}.{rel.minor} index", "warning")
 
 
-def _python_path(env: EnvSpec, target: TargetName) -> tuple[str, ...]:
-    if target == "windows" and env.windows is not None and env.windows.python != env.python:
-        return ("windows", "python")
-    if target == "native" and env.native is not None and env.native.python != env.python:
-        return ("native", "python")
-    return ("python",)
+def _python_path(env: EnvSpec, target: str) -> tuple[str, ...]:
+    """Where the target's Python is set: its own table's `python` when that differs from the
+    env's, else the env's."""
+    return (target, "python") if env.python_for(target) != env.python else ("python",)
 
 
 def _served(rows: Sequence[TorchIndexEntry]) -> str:
@@ -428,7 +421,7 @@ def _pinned_versions(spec: SpecifierSet) -> list[str]:
     return [s.version for s in spec if s.operator in ("==", "===") and "*" not in s.version]
 
 
-def _check_wheel_urls(env: EnvSpec, target: TargetName, label: str, ctx: FindingSink) -> None:
+def _check_wheel_urls(env: EnvSpec, target: str, label: str, ctx: FindingSink) -> None:
     """Direct wheel URLs: the wheel's tags must fit the target's Python and platform."""
     python = env.python_for(target).replace(".", "")
     for spec in env.packages_for(target):
@@ -449,7 +442,7 @@ def _check_wheel_urls(env: EnvSpec, target: TargetName, label: str, ctx: Finding
                             f"{req.name}: the wheel {filename} is "
                             f"for {', '.join(sorted(interpreters))}, but the {target} target uses "
                             f"Python {env.python_for(target)}; use a matching wheel or Python")
-        want = "win" if target == "windows" else "linux"
+        want = "win" if registry.get(target).os == "windows" else "linux"
         if "any" not in platforms and not any(want in p for p in platforms):
             ctx.env_finding(env.name, _pkg_path(env, target),
                             f"{req.name}: the wheel {filename} is "
@@ -472,7 +465,7 @@ def _check_hsa(env: EnvSpec, compat: Compat, torch_rows: Sequence[TorchIndexEntr
     (they differ per index and torch version: torch.toml [gfx_set])."""
     gpu = compat.gpu(env.gpu) if env.gpu else None
     if HSA_VAR not in env.env:
-        if gpu is not None and any(t != "windows" for t in env.targets):
+        if gpu is not None and any(registry.get(t).os != "windows" for t in env.targets):
             _check_hsa_needed(env, compat, gpu, torch_rows, ctx)
         return
     value = env.env[HSA_VAR]
@@ -581,10 +574,11 @@ def _check_pytorch_knob(env: EnvSpec, table: str, name: str, real: str, value: s
 
 def _check_windows(env: EnvSpec, compat: Compat, indexes: Mapping[str, Index],
                    ctx: FindingSink) -> None:
-    if "windows" not in env.targets or env.windows is None or env.accelerator != "rocm":
+    table = env.table(WindowsTable)
+    if "windows" not in env.targets or table is None or env.accelerator != "rocm":
         return
     wheels = _windows_wheels_for(env, compat)
-    _check_windows_python(env, env.windows.python, compat, wheels, ctx)
+    _check_windows_python(env, table.python, compat, wheels, ctx)
     if env.rocm and compat.windows_set(env.rocm) is None:
         known = ", ".join(w.rocm for w in compat.windows_wheels)
         ctx.env_finding(env.name, ("rocm",),

@@ -26,6 +26,7 @@ from envbuilder import __version__
 from envbuilder import doctor_parsers as parse
 from envbuilder.compat import Compat, load_compat
 from envbuilder.model import EnvSpec
+from envbuilder.targets import registry
 
 Severity = Literal["ok", "warn", "fail"]
 HostKind = Literal["linux", "wsl2", "windows"]
@@ -250,9 +251,10 @@ def check_docker(host: Host, env: EnvSpec | None) -> Finding:
     if isinstance(info, dict):
         return Finding("docker", "ok", f"Docker Engine {info['version']} (API {info['api']}, "
                        f"{info['os']}) at {info['host']}", details=info)
-    needs = [t for t in (env.targets if env else ()) if t in ("docker", "wsl2")]
+    docker_targets = registry.with_capability("needs_docker")
+    needs = [t for t in (env.targets if env else ()) if t in docker_targets]
     why = (f"env {env.name}'s {' and '.join(needs)} target(s) need it" if env and needs
-           else "the docker and wsl2 targets need it to build")
+           else f"the {' and '.join(docker_targets)} targets need it to build")
     fix = ("start the engine (CI: .ci/services.sh; a workstation: sudo systemctl start docker) "
            "and make sure your user may use the socket (group docker) or set DOCKER_HOST")
     if host.kind == "wsl2":
@@ -526,8 +528,7 @@ def check_hip_sdk(host: Host) -> list[Finding]:
 def check_python(host: Host, env: EnvSpec | None) -> Finding:
     if env is None:
         return Finding("python", "ok", f"Python {host.python} runs envbuilder")
-    venv_target = "windows" if host.kind == "windows" else "native"  # the one this host builds
-    wants = {t: env.python_for(t) for t in env.targets if t == venv_target}
+    wants = {t: env.python_for(t) for t in env.targets if t in venv_targets(host)}
     if not wants:
         return Finding("python", "ok", f"env {env.name} brings its own Python in its images "
                        f"({env.python})")
@@ -541,6 +542,14 @@ def check_python(host: Host, env: EnvSpec | None) -> Finding:
                    f"this host runs {host.python}",
                    fix="uv python install " + " ".join(sorted(set(wants.values())))
                    + " (uv's interpreter discovery finds it)")
+
+
+def venv_targets(host: Host) -> tuple[str, ...]:
+    """The targets whose venv this host builds with a Python it has (capability `path`, built
+    where this host's OS is: windows, or linux for Linux and WSL2)."""
+    os_name = "windows" if host.kind == "windows" else "linux"
+    return tuple(d.name for d in registry.all()
+                 if d.has("path") and os_name in d.capabilities.host)
 
 
 def _python_probe(host: Host, version: str) -> list[str]:

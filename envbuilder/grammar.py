@@ -25,6 +25,8 @@ from envbuilder import quoting
 #: it becomes, lock file and folder names, is checked by `env_name_problems`).
 ENV_NAME_RE = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
 ENV_NAME_MAX = 63
+#: A target's name becomes part of lock, report and folder names (pylock.<env>-<target>.toml).
+TARGET_NAME_RE = re.compile(r"[a-z][a-z0-9]*")
 INDEX_NAME_RE = re.compile(r"[a-z0-9](?:[a-z0-9._-]*[a-z0-9])?")
 #: PEP 508 distribution names.
 PACKAGE_NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")

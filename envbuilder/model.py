@@ -4,6 +4,7 @@ reads. Plain frozen values; nothing here reads a file, parses TOML or knows whic
     Finding(severity, file, key, message)   str(f) == "FILE: KEY: SEVERITY: MESSAGE", one line
     FindingSink                              where checks report findings (a small protocol)
     Index(name, url, mirror)                 a named package index
+    TargetTable                              base of each target's [env.NAME.<target>] table
     EnvSpec                                  one environment, [defaults] merged, every value checked
     Spec                                     the checked spec: envs in file order, indexes, warnings
 """
@@ -15,7 +16,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from envbuilder.errors import UsageError
 from envbuilder.fsutil import sha256_bytes
@@ -24,8 +25,6 @@ if TYPE_CHECKING:
     import tomlkit
 
 Accelerator = Literal["rocm", "cuda", "cpu"]
-TargetName = Literal["docker", "wsl2", "windows", "native"]
-TARGETS: tuple[TargetName, ...] = ("docker", "wsl2", "windows", "native")
 Severity = Literal["error", "warning"]
 
 
@@ -66,31 +65,17 @@ class Index:
 
 
 @dataclass(frozen=True)
-class DockerTarget:
-    base: str  # image reference as written (a tag); the lock pins its digest
-    user: str = "envbuilder"  # created with uid 1000 in the image
-    python: str = "python3"  # interpreter in the base image that creates the venv
+class TargetTable:
+    """Base of the typed `[env.NAME.<target>]` tables. Each target's descriptor
+    (`envbuilder.targets`) names its subclass and fills it, defaults included, at load time."""
+
+    def venv_python(self, env_python: str) -> str:
+        """The Python (major.minor) this target's venv runs: the env's, unless the table sets
+        its own (the windows and native tables do)."""
+        return env_python
 
 
-@dataclass(frozen=True)
-class Wsl2Target:
-    distro: str  # the WSL distro name (wsl --install --name)
-    base: str  # rootfs base image as written (a tag; the lock pins its digest),
-    #            derived from `ubuntu` when not given ("ubuntu:24.04")
-    ubuntu: str | None = None  # "22.04" or "24.04"; required for ROCm envs (the WSL stack)
-    user: str = "envbuilder"  # default user, uid 1000
-    systemd: bool = True
-
-
-@dataclass(frozen=True)
-class WindowsTarget:
-    python: str  # "3.12"; found with the py launcher
-    hip_path: str | None = None  # defaults to C:\Program Files\AMD\ROCm\<major.minor>\
-
-
-@dataclass(frozen=True)
-class NativeTarget:
-    python: str  # found with uv's interpreter discovery
+_T = TypeVar("_T", bound=TargetTable)
 
 
 @dataclass(frozen=True)
@@ -103,7 +88,7 @@ class EnvSpec:
     python: str  # "3.12" (major.minor)
     packages: tuple[str, ...]  # PEP 508 requirement strings, as written
     index_pins: Mapping[str, str]  # canonical package name -> index name; others: default index
-    targets: tuple[TargetName, ...]
+    targets: tuple[str, ...]  # target names, each registered (envbuilder.targets.registry)
     rocm: str | None = None  # "6.4.1"; None unless accelerator == "rocm"
     cuda: str | None = None  # e.g. "12.8"; None unless accelerator == "cuda"
     gpu: str | None = None  # as written (marketing name or gfx target)
@@ -111,14 +96,20 @@ class EnvSpec:
     env: Mapping[str, str] = field(default_factory=dict)  # extra environment variables
     rccl: Mapping[str, str] = field(default_factory=dict)  # NCCL_*/RCCL_* settings
     apt: tuple[str, ...] = ()  # extra apt packages (docker, wsl2)
-    docker: DockerTarget | None = None
-    wsl2: Wsl2Target | None = None
-    windows: WindowsTarget | None = None
-    native: NativeTarget | None = None
+    #: target name -> its table, for each of `targets` whose table could be made
+    tables: Mapping[str, TargetTable] = field(default_factory=dict)
     # Per-target overrides: target -> packages / index pins replacing the env-wide ones
     # (e.g. the windows target takes torch from AMD's Windows wheels).
     target_packages: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     target_index_pins: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+
+    def table(self, kind: type[_T]) -> _T | None:
+        """The env's table of type `kind` (e.g. `env.table(DockerTable)`); None when the env does
+        not have that target (or its table had errors)."""
+        for table in self.tables.values():
+            if type(table) is kind:
+                return table
+        return None
 
     def packages_for(self, target: str) -> tuple[str, ...]:
         """The packages for `target`: its own `packages` when the target table sets them."""
@@ -132,12 +123,9 @@ class EnvSpec:
         return dict(self.index_pins)
 
     def python_for(self, target: str) -> str:
-        """The Python (major.minor) a target's venv uses."""
-        if target == "windows" and self.windows is not None:
-            return self.windows.python
-        if target == "native" and self.native is not None:
-            return self.native.python
-        return self.python
+        """The Python (major.minor) a target's venv uses (its table may set its own)."""
+        table = self.tables.get(target)
+        return table.venv_python(self.python) if table is not None else self.python
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

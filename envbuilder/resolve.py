@@ -33,7 +33,7 @@ import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 import tomlkit
@@ -54,18 +54,11 @@ from envbuilder.lockfile import (
     write_env_lock,
     write_output,
 )
-from envbuilder.model import EnvSpec, Index, TargetName
+from envbuilder.model import EnvSpec, Index
 from envbuilder.progress import ProgressFn, no_progress
 from envbuilder.project import Project
 from envbuilder.pyfinder import uv_bin
-
-#: uv's `--python-platform` for each target.
-PLATFORMS: dict[str, str] = {
-    "docker": "x86_64-manylinux_2_28",
-    "wsl2": "x86_64-manylinux_2_28",
-    "native": "x86_64-manylinux_2_28",
-    "windows": "x86_64-pc-windows-msvc",
-}
+from envbuilder.targets import registry
 
 #: PEP 751 `environments` written into each pylock, so installers refuse the wrong platform.
 ENVIRONMENTS: dict[str, str] = {
@@ -416,18 +409,19 @@ def registry_digest(ref: str) -> str:
         ) from None
 
 
+def platform(target: str) -> str:
+    """uv's `--python-platform` for `target`'s lock (its descriptor's first platform)."""
+    return registry.get(target).lock_platform
+
+
 def base_ref(env: EnvSpec, target: str) -> str | None:
     """The base image a target builds on, as the spec writes it (None for venv targets)."""
-    if target == "docker" and env.docker is not None:
-        return env.docker.base
-    if target == "wsl2" and env.wsl2 is not None:
-        return env.wsl2.base
-    return None
+    return registry.get(target).base_image(env)
 
 
 def target_python(env: EnvSpec, target: str) -> str:
     """The Python (major.minor) a target's venv runs."""
-    return env.python_for(cast(TargetName, target))
+    return env.python_for(target)
 
 
 def pin_base(
@@ -550,7 +544,7 @@ def _stale_targets(
     return [
         t for t in env.targets
         if not current or not _pylock_ok(project, env.name, t, old.get(t))
-        or old[t].platform != PLATFORMS[t] or (refresh and t in wanted)
+        or old[t].platform != platform(t) or (refresh and t in wanted)
     ]
 
 
@@ -564,9 +558,8 @@ def _resolve_targets(
     warnings: list[str] = []
     for target in targets:
         request, warns = make_request(
-            PLATFORMS[target], target_python(env, target),
-            env.packages_for(cast(TargetName, target)),
-            env.index_pins_for(cast(TargetName, target)), indexes, project.root,
+            platform(target), target_python(env, target), env.packages_for(target),
+            env.index_pins_for(target), indexes, project.root,
         )
         warnings += [w for w in warns if w not in warnings]
         groups.setdefault(request, []).append(target)
@@ -602,7 +595,7 @@ def _write_env(
         if data is None:
             data = (project.lockfiles / old[t].pylock).read_bytes()
         contents[t] = data
-        targets[t] = TargetLock(PLATFORMS[t], target_python(env, t), name, sha256_bytes(data),
+        targets[t] = TargetLock(platform(t), target_python(env, t), name, sha256_bytes(data),
                                 pins[t], unpinned_reason(pins[t]))
     artifacts = {t: v for t, v in (previous.artifacts if previous else {}).items()
                  if t in targets and old.get(t) == targets[t]}

@@ -29,24 +29,21 @@ from packaging.version import InvalidVersion, Version
 from envbuilder import compatrules, grammar
 from envbuilder.compat import load_compat
 from envbuilder.errors import SpecError
-from envbuilder.grammar import CUDA_RE, PYTHON_RE, ROCM_RE, UBUNTU_RE
+from envbuilder.grammar import CUDA_RE, PYTHON_RE, ROCM_RE
 from envbuilder.model import (
-    TARGETS,
     Accelerator,
-    DockerTarget,
     EnvSpec,
     Finding,
     FindingSink,
     Index,
-    NativeTarget,
     Severity,
     Spec,
-    TargetName,
-    WindowsTarget,
-    Wsl2Target,
+    TargetTable,
     did_you_mean,
 )
 from envbuilder.project import pylock_name
+from envbuilder.targets import registry
+from envbuilder.targets.base import Schema, TableContext
 
 
 @dataclass(frozen=True)
@@ -99,23 +96,21 @@ def check_spec(path: str | Path) -> CheckResult:
 
 # --- schema -----------------------------------------------------------------------------------
 
-#: Kinds: "str", "bool", "list[str]", "map[str]", or a nested schema (a table).
-Schema = Mapping[str, Any]
-
-DOCKER_KEYS: Schema = {"base": "str", "user": "str", "python": "str"}
-WSL2_KEYS: Schema = {"distro": "str", "ubuntu": "str", "base": "str", "user": "str",
-                     "systemd": "bool"}
-WINDOWS_KEYS: Schema = {"python": "str", "hip_path": "str", "packages": "list[str]",
-                        "index_pins": "map[str]"}
-NATIVE_KEYS: Schema = {"python": "str"}
-ENV_KEYS: Schema = {
+#: Kinds: "str", "bool", "list[str]", "map[str]", or a nested schema (a table). Each target's
+#: table ([env.NAME.<target>]) has the schema its descriptor declares (`env_keys`).
+BASE_ENV_KEYS: Schema = {
     "description": "str", "accelerator": "str", "rocm": "str", "cuda": "str", "gpu": "str",
     "python": "str", "packages": "list[str]", "index_pins": "map[str]", "targets": "list[str]",
     "env": "map[str]", "apt": "list[str]", "rccl": "map[str]",
-    "docker": DOCKER_KEYS, "wsl2": WSL2_KEYS, "windows": WINDOWS_KEYS, "native": NATIVE_KEYS,
 }
 INDEX_KEYS: Schema = {"url": "str", "mirror": "str"}
 TOP_KEYS = ("defaults", "env", "indexes")
+
+
+def env_keys() -> Schema:
+    """The schema of an [env.NAME] (and [defaults]) table: the env-level keys, then one table
+    per registered target."""
+    return {**BASE_ENV_KEYS, **{d.name: d.keys for d in registry.all()}}
 ACCELERATORS: tuple[Accelerator, ...] = ("rocm", "cuda", "cpu")
 
 _KIND_WORDS = {"str": "a string", "bool": "true or false", "list[str]": "a list of strings",
@@ -333,7 +328,8 @@ def _build(path: Path, doc: dict[str, Any], ctx: FindingCollector) -> Spec | Non
             ctx.error(name, f"unknown top-level key{did_you_mean(name, TOP_KEYS)}; known: "
                       f"{', '.join(TOP_KEYS)} (an environment goes under [env.{name}])")
     indexes = _indexes(doc.get("indexes", {}), ctx)
-    defaults = _clean_table(doc.get("defaults", {}), ENV_KEYS, ("defaults",), ctx,
+    schema = env_keys()
+    defaults = _clean_table(doc.get("defaults", {}), schema, ("defaults",), ctx,
                             ctx.bad.setdefault("", set()))
     envs_raw = doc.get("env")
     if envs_raw is None:
@@ -353,9 +349,10 @@ def _build(path: Path, doc: dict[str, Any], ctx: FindingCollector) -> Spec | Non
             ctx.error(f"env.{name}", problem)
             continue
         # its content is still checked: one run, every finding
-        for problem in grammar.env_name_problems(name, [pylock_name(name, t) for t in TARGETS]):
+        pylocks = [pylock_name(name, t) for t in registry.names()]
+        for problem in grammar.env_name_problems(name, pylocks):
             ctx.error(f"env.{name}", problem)
-        clean = _clean_table(raw, ENV_KEYS, ("env", name), ctx, ctx.bad.setdefault(name, set()))
+        clean = _clean_table(raw, schema, ("env", name), ctx, ctx.bad.setdefault(name, set()))
         ctx.raw_envs[name] = clean
         merged[name] = _merge(ctx.defaults, clean)
         env = _make_env(name, merged[name], indexes, ctx)
@@ -414,17 +411,21 @@ def _make_env(name: str, m: dict[str, Any], indexes: Mapping[str, Index],
     description = m.get("description", "")
     report(ctx, name, ("description",), grammar.text_problem(description))
     tp, tpins = _target_overrides(name, m, indexes, ctx)
-    docker = _docker(name, m, targets, rocm, ctx)
-    wsl2 = _wsl2(name, m, targets, accelerator, ctx)
-    windows = _windows(name, m, targets, python, ctx)
-    native = _native(name, m, targets, python, ctx)
+    tables: dict[str, TargetTable] = {}
+    for descriptor in registry.all():  # registry order: findings come in a stable order
+        if descriptor.name not in targets:
+            continue
+        table = descriptor.parse(TableContext(descriptor.name, name, m.get(descriptor.name, {}),
+                                              accelerator, python, rocm, ctx))
+        if table is not None:
+            tables[descriptor.name] = table
     if accelerator is None or python is None:
         return None
     return EnvSpec(
         name=name, description=description, accelerator=accelerator, python=python,
         packages=packages, index_pins=pins, targets=targets, rocm=rocm, cuda=cuda, gpu=gpu,
-        gfx=gfx, env=env_vars, rccl=rccl, apt=apt, docker=docker, wsl2=wsl2, windows=windows,
-        native=native, target_packages=tp, target_index_pins=tpins)
+        gfx=gfx, env=env_vars, rccl=rccl, apt=apt, tables=tables, target_packages=tp,
+        target_index_pins=tpins)
 
 
 def _versions(name: str, m: dict[str, Any], ctx: FindingCollector
@@ -479,24 +480,26 @@ def _major_minor(text: str) -> str | None:
     return f"{v.major}.{v.minor}" if v.major == 3 else None
 
 
-def _targets(name: str, m: dict[str, Any], ctx: FindingCollector) -> tuple[TargetName, ...]:
+def _targets(name: str, m: dict[str, Any], ctx: FindingCollector) -> tuple[str, ...]:
+    """The env's targets, each a registered one, in the order written."""
+    known = registry.names()
     raw = m.get("targets")
     if raw is None:
         ctx.env_finding(name, ("targets",), f'missing; set targets = ["docker"] (any of: '
-                        f"{', '.join(TARGETS)})")
+                        f"{', '.join(known)})")
         return ()
     if not raw:
-        ctx.env_finding(name, ("targets",), f"is empty; list at least one of: {', '.join(TARGETS)}")
-    out: list[TargetName] = []
+        ctx.env_finding(name, ("targets",), f"is empty; list at least one of: {', '.join(known)}")
+    out: list[str] = []
     for t in raw:
-        if t not in TARGETS:
-            ctx.env_finding(name, ("targets",), f"unknown target {t!r}{did_you_mean(t, TARGETS)}; "
-                            f"use any of: {', '.join(TARGETS)}")
+        if t not in known:
+            ctx.env_finding(name, ("targets",), f"unknown target {t!r}{did_you_mean(t, known)}; "
+                            f"use any of: {', '.join(known)}")
         elif t in out:
             ctx.env_finding(name, ("targets",), f"{t!r} is listed twice; list it once")
         else:
-            out.append(cast(TargetName, t))
-    for t in TARGETS:
+            out.append(t)
+    for t in known:
         if t in m and t not in out:
             ctx.env_finding(name, (t,), f"[env.{name}.{t}] is set but {t!r} is not in targets; "
                             f"add it to targets or remove the table", "warning")
@@ -525,7 +528,7 @@ def _target_overrides(
 ) -> tuple[dict[str, tuple[str, ...]], dict[str, dict[str, str]]]:
     packages: dict[str, tuple[str, ...]] = {}
     pins: dict[str, dict[str, str]] = {}
-    for target in TARGETS:
+    for target in registry.names():
         table = m.get(target, {})
         if "packages" in table:
             packages[target] = _requirements(name, (target, "packages"), table["packages"],
@@ -533,79 +536,6 @@ def _target_overrides(
         if "index_pins" in table:
             pins[target] = _pins(name, (target, "index_pins"), table["index_pins"], indexes, ctx)
     return packages, pins
-
-
-def _docker(name: str, m: dict[str, Any], targets: tuple[TargetName, ...], rocm: str | None,
-            ctx: FindingCollector) -> DockerTarget | None:
-    if "docker" not in targets:
-        return None
-    t = m.get("docker", {})
-    base = t.get("base")
-    if base is None and rocm is not None:
-        base = default_rocm_image(rocm)
-    user = t.get("user", "envbuilder")
-    report(ctx, name, ("docker", "user"), grammar.user_problem(user))
-    python = t.get("python", "python3")
-    report(ctx, name, ("docker", "python"), grammar.interpreter_problem(python))
-    if base is None:
-        ctx.env_finding(name, ("docker", "base"), 'missing; set base = "debian:bookworm-slim" '
-                        "(an image reference with a tag)")
-        return None
-    report_image(ctx, name, ("docker", "base"), base)
-    return DockerTarget(base=base, user=user, python=python)
-
-
-def _wsl2(name: str, m: dict[str, Any], targets: tuple[TargetName, ...],
-          accelerator: str | None, ctx: FindingCollector) -> Wsl2Target | None:
-    if "wsl2" not in targets:
-        return None
-    t = m.get("wsl2", {})
-    distro = t.get("distro", f"envbuilder-{name}")
-    report(ctx, name, ("wsl2", "distro"),
-           grammar.distro_problem(name, distro, derived="distro" not in t))
-    ubuntu = t.get("ubuntu")
-    if ubuntu is not None and not UBUNTU_RE.fullmatch(ubuntu):
-        ctx.env_finding(name, ("wsl2", "ubuntu"), f"{ubuntu!r} is not an Ubuntu release; write "
-                        'e.g. "24.04"')
-    if accelerator == "rocm" and ubuntu is None:
-        ctx.env_finding(name, ("wsl2", "ubuntu"), 'missing; the WSL ROCm stack is installed for an '
-                        'Ubuntu release: set ubuntu = "24.04" or "22.04"')
-    user = t.get("user", "envbuilder")
-    report(ctx, name, ("wsl2", "user"), grammar.user_problem(user))
-    base = t.get("base", f"ubuntu:{ubuntu}" if ubuntu else None)
-    if base is None:
-        ctx.env_finding(name, ("wsl2", "base"), 'missing; set base = "debian:bookworm-slim" or '
-                        'ubuntu = "24.04"')
-        return None
-    report_image(ctx, name, ("wsl2", "base"), base)
-    return Wsl2Target(distro=distro, base=base, ubuntu=ubuntu, user=user,
-                      systemd=t.get("systemd", True))
-
-
-def _windows(name: str, m: dict[str, Any], targets: tuple[TargetName, ...],
-             python: str | None, ctx: FindingCollector) -> WindowsTarget | None:
-    if "windows" not in targets:
-        return None
-    t = m.get("windows", {})
-    py = t.get("python", python)
-    if py is not None and not PYTHON_RE.fullmatch(py):
-        ctx.env_finding(name, ("windows", "python"), f"{py!r} is not a Python major.minor version; "
-                        'write e.g. "3.12"')
-    hip_path = t.get("hip_path")
-    if hip_path is not None:
-        report(ctx, name, ("windows", "hip_path"), grammar.windows_path_problem(hip_path))
-    return WindowsTarget(python=py or "", hip_path=hip_path)
-
-
-def _native(name: str, m: dict[str, Any], targets: tuple[TargetName, ...],
-            python: str | None, ctx: FindingCollector) -> NativeTarget | None:
-    if "native" not in targets:
-        return None
-    py = m.get("native", {}).get("python", python)
-    if py is not None and not PYTHON_RE.fullmatch(py):
-        ctx.env_finding(name, ("native", "python"), f"{py!r} is not a Python major.minor version; "
-                        'write e.g. "3.12"')
-    return NativeTarget(python=py or "")
 
 
 # --- reporting grammar problems and loader helpers -------------------------------------------
@@ -644,15 +574,6 @@ def _variables(env: str, path: Sequence[str], values: Mapping[str, str],
     return good
 
 
-def default_rocm_image(rocm: str) -> str | None:
-    """The ROCm dev image for a release (Ubuntu 24.04 when it exists, else 22.04)."""
-    release = load_compat().rocm(rocm)
-    if release is None:
-        return None
-    images = release.docker_images
-    return images.get("24.04") or images.get("22.04")
-
-
 def resolve_gfx(env: str, gpu: str, ctx: FindingSink) -> str | None:
     """The gfx target of `gpu` (a marketing name or a gfx id); a finding when unknown."""
     compat = load_compat()
@@ -661,11 +582,11 @@ def resolve_gfx(env: str, gpu: str, ctx: FindingSink) -> str | None:
         return found.gfx
     if re.fullmatch(r"gfx[0-9a-f]{3,4}", gpu):
         ctx.env_finding(env, ("gpu",), f"{gpu} is not in envbuilder's GPU table; the GPU checks "
-                    "are skipped for it", "warning")
+                        "are skipped for it", "warning")
         return gpu
     names = compat.gpu_names()
     close = difflib.get_close_matches(gpu, names, n=1, cutoff=0.5)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     ctx.env_finding(env, ("gpu",), f"unknown GPU {gpu!r}{hint}; write a marketing name such as "
-                "\"RX 7900 XTX\" or a gfx target such as \"gfx1100\"")
+                    "\"RX 7900 XTX\" or a gfx target such as \"gfx1100\"")
     return None

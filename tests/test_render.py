@@ -27,8 +27,10 @@ from envbuilder.errors import EnvbuilderError, RenderError
 from envbuilder.lockfile import EnvLock, TargetLock, write_env_lock
 from envbuilder.model import EnvSpec, Spec
 from envbuilder.project import Project
-from envbuilder.render import MARKER, render_all, render_env
+from envbuilder.render import MARKER, build_plan, render_all, render_env
 from envbuilder.specload import load_spec
+from envbuilder.targets import registry
+from envbuilder.targets.wsl2 import Wsl2Table
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "data" / "render"
@@ -55,8 +57,7 @@ def fake_lock(spec: Spec, env: EnvSpec) -> EnvLock:
     """A lock with fixed values, as `envbuilder lock` would write it (no network)."""
     targets = {}
     for target in env.targets:
-        base = {"docker": env.docker.base if env.docker else None,
-                "wsl2": env.wsl2.base if env.wsl2 else None}.get(target)
+        base = registry.get(target).base_image(env)
         targets[target] = TargetLock(
             platform="x86_64-pc-windows-msvc" if target == "windows" else "x86_64-manylinux_2_28",
             python=env.python,
@@ -79,7 +80,7 @@ def locked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Project, Spec]:
 
 
 def rendered(project: Project, spec: Spec, env: EnvSpec | str, target: str) -> dict[str, bytes]:
-    files = render_env(project, spec, env, target)  # type: ignore[arg-type]
+    files = render_env(project, spec, env, target)
     return {str(p.relative_to(project.root)): data for p, data in files.items()}
 
 
@@ -399,15 +400,17 @@ def test_release_without_wsl_runtime_or_wrong_ubuntu_is_refused(
     env = spec.env("rocm61")
     compat = load_compat()
     with pytest.raises(RenderError, match=r"22\.04"):
-        assert env.wsl2 is not None
-        noble = dataclasses.replace(env, wsl2=dataclasses.replace(env.wsl2, ubuntu="24.04"))
-        plan.build_plan(noble, "wsl2", rocm=compat.rocm("6.1.3"), lock=plan.LockPins(),
-                        variables={})
+        wsl2 = env.table(Wsl2Table)
+        assert wsl2 is not None
+        noble = dataclasses.replace(
+            env, tables={**env.tables, "wsl2": dataclasses.replace(wsl2, ubuntu="24.04")})
+        build_plan(noble, "wsl2", rocm=compat.rocm("6.1.3"), lock=plan.LockPins(),
+                   variables={})
     none = compat.rocm("6.3.3")
     assert none is not None and none.wsl_stack is None
     with pytest.raises(RenderError, match="no WSL runtime"):
-        plan.build_plan(dataclasses.replace(env, rocm="6.3.3"), "wsl2", rocm=none,
-                        lock=plan.LockPins(), variables={})
+        build_plan(dataclasses.replace(env, rocm="6.3.3"), "wsl2", rocm=none,
+                   lock=plan.LockPins(), variables={})
 
 
 # --- Windows -------------------------------------------------------------------------------------
@@ -562,7 +565,7 @@ def test_line_breaks_are_refused_for_every_target(locked: tuple[Project, Spec], 
     evil = dataclasses.replace(env, env={**env.env, "X": value})
     for target in ("docker", "wsl2", "windows"):
         with pytest.raises(EnvbuilderError, match="line break"):
-            render_env(project, spec, evil, target)  # type: ignore[arg-type]
+            render_env(project, spec, evil, target)
 
 
 @pytest.mark.parametrize(("field", "value"), [
@@ -572,8 +575,10 @@ def test_line_breaks_are_refused_for_every_target(locked: tuple[Project, Spec], 
 def test_bad_names_are_refused(unlocked: tuple[Project, Spec], field: str, value: str) -> None:
     project, spec = unlocked
     env = spec.env("cpu")
-    assert env.wsl2 is not None
-    evil = dataclasses.replace(env, wsl2=dataclasses.replace(env.wsl2, **{field: value}))
+    wsl2 = env.table(Wsl2Table)
+    assert wsl2 is not None
+    evil = dataclasses.replace(
+        env, tables={**env.tables, "wsl2": dataclasses.replace(wsl2, **{field: value})})
     with pytest.raises(RenderError):
         render_env(project, spec, evil, "wsl2")
 
@@ -645,7 +650,7 @@ def test_native_has_no_rendered_files(unlocked: tuple[Project, Spec]) -> None:
     project, spec = unlocked
     assert render_env(project, spec, "cpu", "native") == {}
     with pytest.raises(RenderError, match="no rendered files"):
-        plan.build_plan(spec.env("cpu"), "native", rocm=None, lock=plan.LockPins(), variables={})
+        build_plan(spec.env("cpu"), "native", rocm=None, lock=plan.LockPins(), variables={})
 
 
 def test_a_step_without_a_template_branch_is_an_error() -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from envbuilder import wsltar
-from envbuilder.targets import wsl2
+from envbuilder.builders import wsl2
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
