@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, is_dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 from envbuilder.compat import RocmRelease
 from envbuilder.fsutil import sha256_bytes
@@ -205,11 +205,12 @@ class RunAsUser(Step):
     workdir: str
 
 
-# Windows steps (rendered into PowerShell)
+# venv steps (windows: rendered into PowerShell; native: carried out by envbuilder.builders.venv)
 
 @dataclass(frozen=True)
 class FindPython(Step):
-    """Find Python `version` with the py launcher; fail naming the version when absent."""
+    """Find Python `version` (Windows: the py launcher; Linux: uv's interpreter discovery); fail
+    naming the version when absent."""
 
     kind: ClassVar[str] = "find-python"
     version: str
@@ -226,6 +227,16 @@ class InstallPylock(Step):
 
 
 @dataclass(frozen=True)
+class SyncPylock(Step):
+    """Fetch every artifact of the pylock into the wheel cache (sha256-verified), then make the
+    venv hold exactly them: `uv pip sync --offline --require-hashes` (the native venv)."""
+
+    kind: ClassVar[str] = "sync-pylock"
+    pylock: str  # path relative to the project root, forward slashes
+    pylock_sha256: str | None
+
+
+@dataclass(frozen=True)
 class WriteActivation(Step):
     """Splice the env's block into each venv activate script (name -> block lines)."""
 
@@ -234,6 +245,9 @@ class WriteActivation(Step):
     end: str
     scripts: tuple[tuple[str, tuple[str, ...], str], ...]  # (file name, lines, newline)
     variables: tuple[tuple[str, str], ...]
+
+
+_S = TypeVar("_S", bound=Step)
 
 
 @dataclass(frozen=True)
@@ -271,6 +285,13 @@ class Plan:
     stages: tuple[Stage, ...] = ()
     steps: tuple[Step, ...] = ()  # single-stage targets (windows)
     wsl: WslConfig | None = None
+
+    def first(self, kind: type[_S]) -> _S | None:
+        """The plan's first step of type `kind` (its stages' steps, then its own), if any."""
+        for step in (*(s for st in self.stages for s in st.steps), *self.steps):
+            if isinstance(step, kind):
+                return step
+        return None
 
     @property
     def input_sha256(self) -> str:

@@ -23,6 +23,12 @@ def pylock_name(env: str, target: str) -> str:
     return f"pylock.{env}-{target}.toml"
 
 
+def venv_folder(env: str, target: str) -> str:
+    """Where a venv target's venv goes when --path is not given, relative to the project root
+    (.envbuilder/ is gitignored)."""
+    return f".envbuilder/venvs/{env}-{target}"
+
+
 @dataclass(frozen=True)
 class Project:
     """The folders of one checkout. All outputs are relative to the spec file's folder (each

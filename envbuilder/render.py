@@ -53,6 +53,15 @@ def _raise_unknown_step(kind: str) -> str:
     raise RenderError(f"template has no rendering for plan step {kind!r} (a bug in envbuilder)")
 
 
+def _by_kind(steps: Iterable[plan.Step]) -> dict[str, plan.Step]:
+    """A plan's steps by kind (the first of each), for templates that describe steps before
+    they render them in order."""
+    out: dict[str, plan.Step] = {}
+    for step in steps:
+        out.setdefault(step.kind, step)
+    return out
+
+
 @cache
 def environment(package: tuple[str, str] = ("envbuilder", "templates")) -> jinja2.Environment:
     """The jinja2 Environment of the templates in `package` ((package, folder): a target
@@ -80,6 +89,7 @@ def environment(package: tuple[str, str] = ("envbuilder", "templates")) -> jinja
         "distro_name": _checked(grammar.DISTRO_RE, "WSL distro name"),
         "label_key": _checked(grammar.LABEL_KEY_RE, "label key"),
     })
+    env.filters["by_kind"] = _by_kind
     env.globals["raise_unknown_step"] = _raise_unknown_step
     return env
 
@@ -169,17 +179,6 @@ def _context(descriptor: TargetDescriptor, p: plan.Plan, lock: _LockInputs,
         "source_date_epoch": lock.source_date_epoch,
         "lock_sha_arg": LOCK_SHA_ARG,
     }
-    if p.target == "windows":
-        step = next(s for s in p.steps if isinstance(s, plan.InstallPylock))
-        activation = next(s for s in p.steps if isinstance(s, plan.WriteActivation))
-        ctx.update({
-            "python_version": next(s for s in p.steps if isinstance(s, plan.FindPython)).version,
-            "pip": step.pip,
-            "pylock_windows": step.pylock,
-            "pylock_sha256": step.pylock_sha256,
-            "activation": activation,
-            "hip_path": dict(activation.variables).get("HIP_PATH"),
-        })
     return ctx
 
 

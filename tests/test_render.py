@@ -646,11 +646,40 @@ def test_cli_refuses_an_env_without_the_target(capsys: pytest.CaptureFixture[str
     assert cli.main([*args, "--env", "nope"]) == 2
 
 
-def test_native_has_no_rendered_files(unlocked: tuple[Project, Spec]) -> None:
+def test_native_has_a_plan_and_no_rendered_files(unlocked: tuple[Project, Spec]) -> None:
+    """native gets a plan like the others (issue 14); its builder carries it out."""
     project, spec = unlocked
     assert render_env(project, spec, "cpu", "native") == {}
-    with pytest.raises(RenderError, match="no rendered files"):
-        build_plan(spec.env("cpu"), "native", rocm=None, lock=plan.LockPins(), variables={})
+    pins = plan.LockPins(None, "pylock.cpu-native.toml", "ab" * 32)
+    p = build_plan(spec.env("cpu"), "native", rocm=None, lock=pins,
+                   variables={"PYTHONUNBUFFERED": "1"})
+    assert [s.kind for s in p.steps] == ["find-python", "create-venv", "sync-pylock",
+                                         "write-activation"]
+    assert p.first(plan.FindPython) == plan.FindPython("3.11")
+    assert p.first(plan.SyncPylock) == plan.SyncPylock("lockfiles/pylock.cpu-native.toml",
+                                                       "ab" * 32)
+    activation = p.first(plan.WriteActivation)
+    assert activation is not None and activation.variables == (("PYTHONUNBUFFERED", "1"),)
+    assert [name for name, _lines, _newline in activation.scripts] == ["activate",
+                                                                        "activate.ps1"]
+
+
+def test_the_windows_script_renders_each_step_and_refuses_an_unknown_one(
+        unlocked: tuple[Project, Spec]) -> None:
+    """setup.ps1 loops over the plan's steps (no values pulled out by render.py)."""
+    from envbuilder.render import environment
+
+    @dataclasses.dataclass(frozen=True)
+    class Bogus(plan.Step):
+        kind = "bogus"
+
+    _project, spec = unlocked
+    p = build_plan(spec.env("rocm64"), "windows", rocm=None, lock=plan.LockPins(),
+                   variables={})
+    bogus = dataclasses.replace(p, steps=(*p.steps, Bogus()))
+    with pytest.raises(RenderError, match="'bogus'"):
+        environment().get_template("windows/setup.ps1.j2").render(
+            plan=bogus, header=[], source_date_epoch=None, lock_sha_arg="A")
 
 
 def test_a_step_without_a_template_branch_is_an_error() -> None:

@@ -40,8 +40,9 @@ from envbuilder.builders.proberun import probe_options
 from envbuilder.errors import BuildError, UsageError, ValidationError
 from envbuilder.fsutil import atomic_write_bytes
 from envbuilder.model import EnvSpec
+from envbuilder.plan import FindPython, LockPins, Plan, PlanInputs, WriteActivation
 from envbuilder.progress import ProgressFn
-from envbuilder.project import Project
+from envbuilder.project import Project, pylock_name, venv_folder
 from envbuilder.targets import registry
 from envbuilder.targets.base import Artifact, BuildOptions, ValidateOptions
 
@@ -249,7 +250,7 @@ def _remove_entry(path: Path) -> None:
 def default_venv_path(project: Project, env: str, target: str) -> Path:
     """The venv's folder when `--path` is not given: <project>/.envbuilder/venvs/<env>-<target>
     (gitignored)."""
-    return project.root / ".envbuilder" / "venvs" / f"{env}-{target}"
+    return project.root / venv_folder(env, target)
 
 
 def uv_venv_command(uv: str, python: str, venv: PurePath, prompt: str) -> list[str]:
@@ -370,9 +371,19 @@ class VenvBuilder:
 
     # --- hooks -----------------------------------------------------------------------------
 
+    def plan(self, env: EnvSpec, lock_sha256: str | None = None) -> Plan:
+        """The target's plan for `env` (its descriptor's `plan`): what this builder carries out
+        (find Python, make the venv, install the pylock, write the activation)."""
+        descriptor = registry.get(self.name)
+        if descriptor.plan is None:
+            raise BuildError(f"target {self.name} has no plan (a bug in its descriptor)")
+        pins = LockPins(None, pylock_name(env.name, self.name), lock_sha256)
+        return descriptor.plan(env, PlanInputs(None, pins, descriptor.variables(env)))
+
     def python_request(self, env: EnvSpec) -> str:
-        """The "MAJOR.MINOR" Python this env needs on this target."""
-        return env.python_for(self.name)
+        """The "MAJOR.MINOR" Python this env needs on this target (its plan's find-python)."""
+        step = self.plan(env).first(FindPython)
+        return step.version if step is not None else env.python_for(self.name)
 
     def find_python(self, version: str) -> pyfinder.FoundPython:
         return pyfinder.find_python(version, windows=self.windows)
@@ -391,8 +402,10 @@ class VenvBuilder:
             path or default_venv_path(project, env.name, self.name)))
 
     def variables(self, env: EnvSpec) -> dict[str, str]:
-        """The env's variables as this target's activation sets them (its descriptor says)."""
-        return registry.get(self.name).variables(env)
+        """The env's variables as this target's activation sets them (its plan's
+        write-activation step)."""
+        step = self.plan(env).first(WriteActivation)
+        return dict(step.variables) if step is not None else {}
 
     def build(self, project: Project, env: EnvSpec, options: BuildOptions,
               progress: ProgressFn) -> Artifact:

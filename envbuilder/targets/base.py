@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from envbuilder import activate
 from envbuilder.activate import checked_variables
 from envbuilder.model import EnvSpec, FindingSink, Severity, TargetTable
-from envbuilder.plan import Plan, PlanInputs
+from envbuilder.plan import Plan, PlanInputs, WriteActivation
 from envbuilder.progress import ProgressFn
 from envbuilder.project import Project
 
@@ -155,6 +156,23 @@ def linux_variables(env: EnvSpec) -> dict[str, str]:
     out.update(env.env)
     out.update(env.rccl)
     return checked_variables(out)
+
+
+def activation_step(variables: Mapping[str, str], scripts: tuple[str, ...]) -> WriteActivation:
+    """The env's block for each of a venv's activate `scripts` (file names as the venv's maker
+    writes them: `python -m venv` Activate.ps1, uv activate.ps1), the same blocks
+    `envbuilder build` writes (envbuilder.activate)."""
+    values = dict(variables)
+    makers = {"activate": activate.bash_block, "activate.ps1": activate.powershell_block,
+              "activate.bat": activate.cmd_activate_block,
+              "deactivate.bat": activate.cmd_deactivate_block}
+    blocks = tuple(
+        (name, tuple(makers[name.lower()](values).replace("\r\n", "\n").splitlines())
+         if values else (),
+         "crlf" if name.endswith(".bat") else "auto")
+        for name in scripts
+    )
+    return WriteActivation(activate.BEGIN, activate.END, blocks, tuple(values.items()))
 
 
 @dataclass(frozen=True)

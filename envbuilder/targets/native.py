@@ -1,15 +1,24 @@
 """The `native` target: a venv on a Linux host (e.g. a machine with ROCm installed), made by
-`envbuilder build` with the Python uv finds. It has no rendered files. Its builder is
-`envbuilder.builders.venv`."""
+`envbuilder build` with the Python uv finds. It has a plan like the other targets (which its
+builder, `envbuilder.builders.venv`, carries out) and no rendered files."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from envbuilder import grammar, quoting
-from envbuilder.model import TargetTable
+from envbuilder.errors import RenderError
+from envbuilder.model import EnvSpec, TargetTable
+from envbuilder.plan import CreateVenv, FindPython, Plan, PlanInputs, Step, SyncPylock
+from envbuilder.project import pylock_name, venv_folder
 from envbuilder.targets import registry
-from envbuilder.targets.base import Capabilities, Schema, TableContext, TargetDescriptor
+from envbuilder.targets.base import (
+    Capabilities,
+    Schema,
+    TableContext,
+    TargetDescriptor,
+    activation_step,
+)
 
 NAME = "native"
 
@@ -34,6 +43,24 @@ def parse(ctx: TableContext) -> NativeTable:
     return NativeTable(python=py or "")
 
 
+def plan(env: EnvSpec, inputs: PlanInputs) -> Plan:
+    """Find Python with uv, make the venv (default folder; --path moves it), sync it to the
+    pylock offline from the wheel cache (hash checked), write the env's variables into the
+    activate scripts uv writes."""
+    table = env.table(NativeTable)
+    if table is None:
+        raise RenderError(f"env {env.name!r} has no [env.{env.name}.native] table")
+    lock = inputs.lock
+    steps: tuple[Step, ...] = (
+        FindPython(table.python),
+        CreateVenv("uv", venv_folder(env.name, NAME)),
+        SyncPylock(f"lockfiles/{lock.pylock or pylock_name(env.name, NAME)}",
+                   lock.pylock_sha256),
+        activation_step(dict(inputs.variables), ("activate", "activate.ps1")),
+    )
+    return Plan(env.name, NAME, env.description, lock.locked, steps=steps)
+
+
 DESCRIPTOR = registry.register(TargetDescriptor(
     name=NAME,
     summary="a venv on this Linux host (--path DIR, default .envbuilder/venvs/<env>-native)",
@@ -46,4 +73,5 @@ DESCRIPTOR = registry.register(TargetDescriptor(
     capabilities=Capabilities(path=True, cluster=True),
     variable_quoting=(("the venv's activate script", quoting.sh_refusal),
                       ("the venv's Activate.ps1", quoting.ps_refusal)),
+    plan=plan,
 ))

@@ -16,11 +16,16 @@ from envbuilder.plan import (
     Plan,
     PlanInputs,
     Step,
-    WriteActivation,
 )
 from envbuilder.project import pylock_name
 from envbuilder.targets import registry
-from envbuilder.targets.base import Capabilities, Schema, TableContext, TargetDescriptor
+from envbuilder.targets.base import (
+    Capabilities,
+    Schema,
+    TableContext,
+    TargetDescriptor,
+    activation_step,
+)
 
 NAME = "windows"
 #: The rendered PowerShell script upgrades pip to at least this (pip installs pylock.toml from 26).
@@ -75,22 +80,6 @@ def variables(env: EnvSpec) -> dict[str, str]:
     for name in WINDOWS_IGNORED:
         out.pop(name, None)
     return activate.checked_variables(out)
-
-
-def activation_step(variables: dict[str, str] | tuple[tuple[str, str], ...],
-                    scripts: tuple[str, ...]) -> WriteActivation:
-    """The env's block for each activate script of a venv (by the file names `python -m venv`
-    writes), the same blocks `envbuilder build` writes (envbuilder.activate)."""
-    values = dict(variables)
-    makers = {"activate": activate.bash_block, "Activate.ps1": activate.powershell_block,
-              "activate.bat": activate.cmd_activate_block,
-              "deactivate.bat": activate.cmd_deactivate_block}
-    blocks = tuple(
-        (name, tuple(makers[name](values).replace("\r\n", "\n").splitlines()) if values else (),
-         "crlf" if name.endswith(".bat") else "auto")
-        for name in scripts
-    )
-    return WriteActivation(activate.BEGIN, activate.END, blocks, tuple(values.items()))
 
 
 def plan(env: EnvSpec, inputs: PlanInputs) -> Plan:
