@@ -8,7 +8,7 @@ CONTRACT (other modules code against these names; keep them stable):
 
     load_spec(path) -> Spec          raises SpecError (all error findings in its message) when
                                      the spec has errors; warnings are kept on `Spec.findings`
-    check_spec(path) -> CheckResult  never raises for a user's mistake; `.spec` is None on errors
+    check_spec(path) -> SpecCheck  never raises for a user's mistake; `.spec` is None on errors
     FindingCollector(file)           the findings of one file (a `model.FindingSink`)
 """
 
@@ -47,7 +47,7 @@ from envbuilder.targets.base import Schema, TableContext
 
 
 @dataclass(frozen=True)
-class CheckResult:
+class SpecCheck:
     """What `check_spec` found: the spec (None when there are errors) and every finding."""
 
     spec: Spec | None
@@ -78,20 +78,20 @@ def load_spec(path: str | Path) -> Spec:
     return result.spec
 
 
-def check_spec(path: str | Path) -> CheckResult:
+def check_spec(path: str | Path) -> SpecCheck:
     """Read, parse, merge and check the spec at `path`. Never raises for a user's mistake (a
     missing file, bad TOML, a wrong value): those are findings. Writes nothing."""
     ctx = FindingCollector(str(path))
     doc = _parse(Path(path), ctx)
     if doc is None:
-        return CheckResult(None, ctx.result())
+        return SpecCheck(None, ctx.result())
     spec = _build(Path(path), doc, ctx)
     findings = ctx.result()
     envs = doc.get("env")
     names = tuple(str(n) for n in envs) if isinstance(envs, Mapping) else ()
     if any(f.severity == "error" for f in findings) or spec is None:
-        return CheckResult(None, findings, names)
-    return CheckResult(replace(spec, findings=findings), findings, names)
+        return SpecCheck(None, findings, names)
+    return SpecCheck(replace(spec, findings=findings), findings, names)
 
 
 # --- schema -----------------------------------------------------------------------------------

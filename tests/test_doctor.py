@@ -22,7 +22,7 @@ SPEC = ROOT / "environments.toml"
 HAS_AMD = Path("/dev/kfd").exists()
 
 
-def by_check(report: doctor.DoctorReport) -> dict[str, doctor.Finding]:
+def by_check(report: doctor.DoctorReport) -> dict[str, doctor.HostFinding]:
     return {f.check: f for f in report.findings}
 
 
@@ -111,7 +111,7 @@ def data(name: str, encoding: str = "utf-8") -> bytes:
     return (DATA / name).read_text(encoding="utf-8").encode(encoding)
 
 
-def make_host(tmp_path: Path, kind: doctor.HostKind, run: Outputs, *,
+def make_host(tmp_path: Path, kind: doctor.HostOS, run: Outputs, *,
               files: Mapping[str, str] = {}, environ: Mapping[str, str] | None = None,
               uid: int = 1000, groups: tuple[str, ...] = ("users",)) -> doctor.Host:
     root = tmp_path / "root"

@@ -20,7 +20,7 @@ from packaging.pylock import is_valid_pylock_path
 from envbuilder.cli import main
 from envbuilder.model import EnvSpec
 from envbuilder.project import pylock_name
-from envbuilder.specload import CheckResult, check_spec, env_keys, load_spec
+from envbuilder.specload import SpecCheck, check_spec, env_keys, load_spec
 from envbuilder.targets import registry
 
 ENV_KEYS = env_keys()
@@ -81,8 +81,8 @@ def spec_file(content: str | bytes) -> Iterator[Path]:
             "checking a spec must never write a file"
 
 
-def assert_handled(result: CheckResult) -> None:
-    assert isinstance(result, CheckResult)
+def assert_handled(result: SpecCheck) -> None:
+    assert isinstance(result, SpecCheck)
     for f in result.findings:
         assert f.severity in ("error", "warning")
         assert str(f).isprintable(), f"a finding is one printable line: {f!r}"
