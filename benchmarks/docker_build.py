@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from envbuilder import docker_engine, lockfile, wheelcache  # noqa: E402
 from envbuilder.project import Project  # noqa: E402
-from envbuilder.spec import load_spec  # noqa: E402
+from envbuilder.specload import load_spec  # noqa: E402
 from envbuilder.targets.docker import DockerTarget  # noqa: E402
 
 

@@ -27,10 +27,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from envbuilder.locking import PLATFORMS, lock_env, target_python
+from envbuilder.locking import lock_env, target_python
+from envbuilder.locking import platform as lock_platform
 from envbuilder.project import Project
 from envbuilder.pyfinder import uv_bin
-from envbuilder.spec import load_spec
+from envbuilder.specload import load_spec
 from envbuilder.uvrun import make_request, pyproject_for
 from envbuilder.wheelcache import downloaded_bytes, fetch_locked
 
@@ -71,7 +72,7 @@ def _raw_uv(spec: Path, env_name: str, work: Path) -> list[str]:
     env = loaded.env(env_name)
     seen = []
     for target in env.targets:
-        request, _ = make_request(PLATFORMS[target], target_python(env, target),
+        request, _ = make_request(lock_platform(target), target_python(env, target),
                                   env.packages_for(target), env.index_pins_for(target),
                                   loaded.indexes, spec.parent)
         if request not in seen:

@@ -23,9 +23,9 @@ from pathlib import Path
 
 from envbuilder.errors import BuildError, LockError
 from envbuilder.fsutil import temp_dir, write_error
+from envbuilder.model import Index
 from envbuilder.progress import ProgressFn, no_progress
 from envbuilder.project import Project
-from envbuilder.spec import Index
 
 #: Rendered files, besides the Dockerfile, that go into `envbuilder/` (wsl2 images).
 EXTRA_FILES = ("wsl.conf", "wsl-distribution.conf", "oobe.sh")

@@ -107,7 +107,5 @@ def _finish_interrupted_writes(args: argparse.Namespace, ui: UI) -> None:
             ui.warn(note)
 
 
-if __name__ == "__main__":
-    from envbuilder.__main__ import entry
-
-    entry()
+if __name__ == "__main__":  # `python -m envbuilder` is the entry point; main() handles signals too
+    sys.exit(main())

@@ -10,9 +10,9 @@ from typing import Any
 
 from envbuilder import buildcontext, docker_engine
 from envbuilder.imagedefs import CONTEXT_LABEL, needs_host_network
+from envbuilder.model import Index
 from envbuilder.progress import ProgressFn
 from envbuilder.project import Project
-from envbuilder.spec import Index
 
 
 def build_rendered_image(

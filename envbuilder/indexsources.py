@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit
 
-from envbuilder.spec import Index
+from envbuilder.model import Index
 
 MIRROR_ENV_PREFIX = "ENVBUILDER_MIRROR_"
 

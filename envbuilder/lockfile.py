@@ -59,8 +59,10 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from envbuilder.errors import LockError
 from envbuilder.fsutil import sha256_bytes, write_if_changed
+from envbuilder.grammar import ENV_NAME_RE
 from envbuilder.project import Project, pylock_name
-from envbuilder.spec import ENV_NAME_RE, TARGETS, load_spec
+from envbuilder.specload import load_spec
+from envbuilder.targets import registry
 
 #: The lock format this envbuilder reads and writes.
 LOCK_VERSION = 1
@@ -155,9 +157,9 @@ def parse_env_lock(data: Mapping[str, Any], where: str) -> EnvLock:
                                  f"{_untrusted_fix(None)}")
     targets: dict[str, TargetLock] = {}
     for name, table in data["targets"].items():
-        if name not in TARGETS:
+        if name not in registry.names():
             raise LockError(f"{where}: unknown target {name!r} in [targets] "
-                            f"(known: {', '.join(TARGETS)}); {_RELOCK}")
+                            f"(known: {', '.join(registry.names())}); {_RELOCK}")
         if not isinstance(table, dict):
             raise LockError(f"{where}: targets.{name} must be a table; {_RELOCK}")
         _check_table(table, _TARGET_KEYS, f"{where}: targets.{name}")
@@ -209,27 +211,30 @@ def _check_base_reason(table: Mapping[str, Any], where: str) -> None:
 _JSON_TYPES = {str: "string", int: "integer", dict: "object"}
 
 
-#: The shape of every pylock name a lock may hold (the reader also ties it to `env` and target).
-_PYLOCK_PATTERN = r"^pylock\.[a-z0-9._-]+-(" + "|".join(TARGETS) + r")\.toml$"
+def _pylock_pattern(targets: Sequence[str]) -> str:
+    """The shape of every pylock name a lock may hold (the reader also ties it to `env` and
+    target)."""
+    return r"^pylock\.[a-z0-9._-]+-(" + "|".join(targets) + r")\.toml$"
 
 
 def json_schema() -> dict[str, Any]:
     """The JSON schema of `<env>.lock.toml` (as parsed TOML), generated from the same tables the
-    strict reader uses; `envbuilder/schemas/lock.schema.json` is this, and a test fails when the
-    two drift."""
+    strict reader uses and the targets registered now; `envbuilder/schemas/lock.schema.json` is
+    this (for the built-in targets), and a test fails when the two drift."""
+    targets = registry.names()
     def props(schema: Mapping[str, type]) -> dict[str, Any]:
         return {k: {"type": _JSON_TYPES[v]} for k, v in schema.items()}
 
     target_props = props(_TARGET_KEYS)
-    target_props["pylock"]["pattern"] = _PYLOCK_PATTERN
+    target_props["pylock"]["pattern"] = _pylock_pattern(targets)
     target_props["base_digest_missing"] = {"enum": list(DIGEST_MISSING_REASONS)}
     target = {"type": "object", "additionalProperties": False, "properties": target_props,
               "required": [k for k in _TARGET_KEYS if k not in _OPTIONAL]}
     top = props(_TOP_KEYS)
     top["version"] = {"const": LOCK_VERSION}
     top["targets"] = {"type": "object", "additionalProperties": False,
-                      "properties": {t: {"$ref": "#/$defs/target"} for t in TARGETS}}
-    top["artifacts"] = {"type": "object", "propertyNames": {"enum": list(TARGETS)},
+                      "properties": {t: {"$ref": "#/$defs/target"} for t in targets}}
+    top["artifacts"] = {"type": "object", "propertyNames": {"enum": list(targets)},
                         "additionalProperties": {"type": "object",
                                                  "additionalProperties": {"type": "string"}}}
     return {
@@ -298,7 +303,7 @@ def _s(value: str) -> str:
 
 
 def dump_env_lock(lock: EnvLock) -> bytes:
-    """The canonical bytes of a lock: fixed key order, targets in TARGETS order, sorted artifacts.
+    """The canonical bytes of a lock: fixed key order, targets in registry order, sorted artifacts.
     The same EnvLock always gives the same bytes."""
     lines = [
         HEADER.rstrip("\n"),
@@ -332,7 +337,7 @@ def _key(key: str) -> str:
 
 
 def _target_order(name: str) -> tuple[int, str]:
-    order: tuple[str, ...] = TARGETS
+    order = registry.names()
     return (order.index(name) if name in order else len(order), name)
 
 

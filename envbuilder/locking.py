@@ -15,7 +15,6 @@ import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
 
 from envbuilder import __version__
 from envbuilder.errors import EngineError, LockError
@@ -30,9 +29,10 @@ from envbuilder.lockfile import (
     unpinned_reason,
     verify_pylock,
 )
+from envbuilder.model import EnvSpec, Index
 from envbuilder.progress import ProgressFn, no_progress
 from envbuilder.project import Project
-from envbuilder.spec import EnvSpec, Index, TargetName
+from envbuilder.targets import registry
 from envbuilder.uvrun import (
     ResolveRequest,
     artifacts_of,
@@ -42,18 +42,15 @@ from envbuilder.uvrun import (
     run_uv,
 )
 
-#: uv's `--python-platform` for each target.
-PLATFORMS: dict[str, str] = {
-    "docker": "x86_64-manylinux_2_28",
-    "wsl2": "x86_64-manylinux_2_28",
-    "native": "x86_64-manylinux_2_28",
-    "windows": "x86_64-pc-windows-msvc",
-}
+
+def platform(target: str) -> str:
+    """uv's `--python-platform` for `target`'s lock (its descriptor's first platform)."""
+    return registry.get(target).lock_platform
 
 
 def target_python(env: EnvSpec, target: str) -> str:
     """The Python (major.minor) a target's venv runs."""
-    return env.python_for(cast(TargetName, target))
+    return env.python_for(target)
 
 
 @dataclass(frozen=True)
@@ -104,11 +101,7 @@ def registry_digest(ref: str) -> str:
 
 def base_ref(env: EnvSpec, target: str) -> str | None:
     """The base image a target builds on, as the spec writes it (None for venv targets)."""
-    if target == "docker" and env.docker is not None:
-        return env.docker.base
-    if target == "wsl2" and env.wsl2 is not None:
-        return env.wsl2.base
-    return None
+    return registry.get(target).base_image(env)
 
 
 def pin_base(
@@ -231,7 +224,7 @@ def _stale_targets(
     return [
         t for t in env.targets
         if not current or not _pylock_ok(project, env.name, t, old.get(t))
-        or old[t].platform != PLATFORMS[t] or (refresh and t in wanted)
+        or old[t].platform != platform(t) or (refresh and t in wanted)
     ]
 
 
@@ -245,9 +238,8 @@ def _resolve_targets(
     warnings: list[str] = []
     for target in targets:
         request, warns = make_request(
-            PLATFORMS[target], target_python(env, target),
-            env.packages_for(cast(TargetName, target)),
-            env.index_pins_for(cast(TargetName, target)), indexes, project.root,
+            platform(target), target_python(env, target), env.packages_for(target),
+            env.index_pins_for(target), indexes, project.root,
         )
         warnings += [w for w in warns if w not in warnings]
         groups.setdefault(request, []).append(target)
@@ -283,7 +275,7 @@ def _write_env(
         if data is None:
             data = (project.lockfiles / old[t].pylock).read_bytes()
         contents[t] = data
-        targets[t] = TargetLock(PLATFORMS[t], target_python(env, t), name, sha256_bytes(data),
+        targets[t] = TargetLock(platform(t), target_python(env, t), name, sha256_bytes(data),
                                 pins[t], unpinned_reason(pins[t]))
     artifacts = {t: v for t, v in (previous.artifacts if previous else {}).items()
                  if t in targets and old.get(t) == targets[t]}

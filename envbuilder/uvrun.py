@@ -38,8 +38,8 @@ from envbuilder.errors import LockError
 from envbuilder.fsutil import temp_dir, write_error
 from envbuilder.indexsources import IndexSource, index_source, mirror_env_var
 from envbuilder.lockfile import url_filename
+from envbuilder.model import Index
 from envbuilder.pyfinder import uv_bin
-from envbuilder.spec import Index
 
 #: PEP 751 `environments` written into each pylock, so installers refuse the wrong platform.
 ENVIRONMENTS: dict[str, str] = {

@@ -46,9 +46,9 @@ from envbuilder.errors import LockError
 from envbuilder.fsutil import atomic_write_text
 from envbuilder.indexsources import IndexSource, mirrored_sources
 from envbuilder.lockfile import load_verified_lock, parse_pylock, url_filename
+from envbuilder.model import EnvSpec, Index
 from envbuilder.progress import ProgressFn, no_progress
 from envbuilder.project import Project
-from envbuilder.spec import EnvSpec, Index
 
 Source = Literal["cache", "mirror", "download"]
 _CHUNK = 1 << 20

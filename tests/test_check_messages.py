@@ -540,14 +540,15 @@ def test_wsl_release_6_4_2_1_renders_its_amdgpu_install_package(
     """6.4.2.1 is a WSL release: check passes clean and the wsl2 plan installs its .deb."""
     from envbuilder import plan
     from envbuilder.compat import load_compat
-    from envbuilder.spec import load_spec
+    from envbuilder.render import build_plan
+    from envbuilder.specload import load_spec
 
     text = mutated(gpu(rocm="6.4.2.1", targets=["wsl2"]))
     code, lines = run_check(tmp_path, text, capsys)
     assert (code, lines) == (0, [])
     env = load_spec(tmp_path / "environments.toml").env("gpu")
-    built = plan.build_plan(env, "wsl2", rocm=load_compat().rocm("6.4.2.1"),
-                            lock=plan.LockPins(), variables={})
+    built = build_plan(env, "wsl2", rocm=load_compat().rocm("6.4.2.1"),
+                       lock=plan.LockPins(), variables={})
     stacks = [step for stage in built.stages for step in stage.steps
               if isinstance(step, plan.RocmWslStack)]
     assert [(s.stack, s.deb_url) for s in stacks] == [(

@@ -13,7 +13,7 @@ import pytest
 from envbuilder import doctor
 from envbuilder.cli import main
 from envbuilder.compat import load_compat
-from envbuilder.spec import load_spec
+from envbuilder.specload import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data" / "doctor"
@@ -22,7 +22,7 @@ SPEC = ROOT / "environments.toml"
 HAS_AMD = Path("/dev/kfd").exists()
 
 
-def by_check(report: doctor.DoctorReport) -> dict[str, doctor.Finding]:
+def by_check(report: doctor.DoctorReport) -> dict[str, doctor.HostFinding]:
     return {f.check: f for f in report.findings}
 
 
@@ -111,7 +111,7 @@ def data(name: str, encoding: str = "utf-8") -> bytes:
     return (DATA / name).read_text(encoding="utf-8").encode(encoding)
 
 
-def make_host(tmp_path: Path, kind: doctor.HostKind, run: Outputs, *,
+def make_host(tmp_path: Path, kind: doctor.HostOS, run: Outputs, *,
               files: Mapping[str, str] = {}, environ: Mapping[str, str] | None = None,
               uid: int = 1000, groups: tuple[str, ...] = ("users",)) -> doctor.Host:
     root = tmp_path / "root"

@@ -32,8 +32,8 @@ from envbuilder.lockfile import (
     write_env_lock,
 )
 from envbuilder.locking import pin_base, source_date_epoch
+from envbuilder.model import Index
 from envbuilder.project import Project
-from envbuilder.spec import Index
 from envbuilder.uvrun import (
     ResolveRequest,
     make_request,

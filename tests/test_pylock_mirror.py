@@ -33,7 +33,7 @@ from envbuilder.fsutil import sha256_bytes
 from envbuilder.indexsources import index_source
 from envbuilder.lockfile import read_env_lock, write_env_lock
 from envbuilder.project import Project
-from envbuilder.spec import load_spec
+from envbuilder.specload import load_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]
 

@@ -25,9 +25,12 @@ from envbuilder import cli, plan
 from envbuilder.compat import RocmRelease, load_compat
 from envbuilder.errors import EnvbuilderError, RenderError
 from envbuilder.lockfile import EnvLock, TargetLock, write_env_lock
+from envbuilder.model import EnvSpec, Spec
 from envbuilder.project import Project
-from envbuilder.render import MARKER, render_all, render_env
-from envbuilder.spec import EnvSpec, Spec, load_spec
+from envbuilder.render import MARKER, build_plan, render_all, render_env
+from envbuilder.specload import load_spec
+from envbuilder.targets import registry
+from envbuilder.targets.wsl2 import Wsl2Table
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "data" / "render"
@@ -54,8 +57,7 @@ def fake_lock(spec: Spec, env: EnvSpec) -> EnvLock:
     """A lock with fixed values, as `envbuilder lock` would write it (no network)."""
     targets = {}
     for target in env.targets:
-        base = {"docker": env.docker.base if env.docker else None,
-                "wsl2": env.wsl2.base if env.wsl2 else None}.get(target)
+        base = registry.get(target).base_image(env)
         targets[target] = TargetLock(
             platform="x86_64-pc-windows-msvc" if target == "windows" else "x86_64-manylinux_2_28",
             python=env.python,
@@ -78,7 +80,7 @@ def locked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Project, Spec]:
 
 
 def rendered(project: Project, spec: Spec, env: EnvSpec | str, target: str) -> dict[str, bytes]:
-    files = render_env(project, spec, env, target)  # type: ignore[arg-type]
+    files = render_env(project, spec, env, target)
     return {str(p.relative_to(project.root)): data for p, data in files.items()}
 
 
@@ -408,15 +410,17 @@ def test_release_without_wsl_runtime_or_wrong_ubuntu_is_refused(
     env = spec.env("rocm61")
     compat = load_compat()
     with pytest.raises(RenderError, match=r"22\.04"):
-        assert env.wsl2 is not None
-        noble = dataclasses.replace(env, wsl2=dataclasses.replace(env.wsl2, ubuntu="24.04"))
-        plan.build_plan(noble, "wsl2", rocm=compat.rocm("6.1.3"), lock=plan.LockPins(),
-                        variables={})
+        wsl2 = env.table(Wsl2Table)
+        assert wsl2 is not None
+        noble = dataclasses.replace(
+            env, tables={**env.tables, "wsl2": dataclasses.replace(wsl2, ubuntu="24.04")})
+        build_plan(noble, "wsl2", rocm=compat.rocm("6.1.3"), lock=plan.LockPins(),
+                   variables={})
     none = compat.rocm("6.3.3")
     assert none is not None and none.wsl_stack is None
     with pytest.raises(RenderError, match="no WSL runtime"):
-        plan.build_plan(dataclasses.replace(env, rocm="6.3.3"), "wsl2", rocm=none,
-                        lock=plan.LockPins(), variables={})
+        build_plan(dataclasses.replace(env, rocm="6.3.3"), "wsl2", rocm=none,
+                   lock=plan.LockPins(), variables={})
 
 
 # --- Windows -------------------------------------------------------------------------------------
@@ -571,7 +575,7 @@ def test_line_breaks_are_refused_for_every_target(locked: tuple[Project, Spec], 
     evil = dataclasses.replace(env, env={**env.env, "X": value})
     for target in ("docker", "wsl2", "windows"):
         with pytest.raises(EnvbuilderError, match="line break"):
-            render_env(project, spec, evil, target)  # type: ignore[arg-type]
+            render_env(project, spec, evil, target)
 
 
 @pytest.mark.parametrize(("field", "value"), [
@@ -581,8 +585,10 @@ def test_line_breaks_are_refused_for_every_target(locked: tuple[Project, Spec], 
 def test_bad_names_are_refused(unlocked: tuple[Project, Spec], field: str, value: str) -> None:
     project, spec = unlocked
     env = spec.env("cpu")
-    assert env.wsl2 is not None
-    evil = dataclasses.replace(env, wsl2=dataclasses.replace(env.wsl2, **{field: value}))
+    wsl2 = env.table(Wsl2Table)
+    assert wsl2 is not None
+    evil = dataclasses.replace(
+        env, tables={**env.tables, "wsl2": dataclasses.replace(wsl2, **{field: value})})
     with pytest.raises(RenderError):
         render_env(project, spec, evil, "wsl2")
 
@@ -650,11 +656,40 @@ def test_cli_refuses_an_env_without_the_target(capsys: pytest.CaptureFixture[str
     assert cli.main([*args, "--env", "nope"]) == 2
 
 
-def test_native_has_no_rendered_files(unlocked: tuple[Project, Spec]) -> None:
+def test_native_has_a_plan_and_no_rendered_files(unlocked: tuple[Project, Spec]) -> None:
+    """native gets a plan like the others (issue 14); its builder carries it out."""
     project, spec = unlocked
     assert render_env(project, spec, "cpu", "native") == {}
-    with pytest.raises(RenderError, match="no rendered files"):
-        plan.build_plan(spec.env("cpu"), "native", rocm=None, lock=plan.LockPins(), variables={})
+    pins = plan.LockPins(None, "pylock.cpu-native.toml", "ab" * 32)
+    p = build_plan(spec.env("cpu"), "native", rocm=None, lock=pins,
+                   variables={"PYTHONUNBUFFERED": "1"})
+    assert [s.kind for s in p.steps] == ["find-python", "create-venv", "sync-pylock",
+                                         "write-activation"]
+    assert p.first(plan.FindPython) == plan.FindPython("3.11")
+    assert p.first(plan.SyncPylock) == plan.SyncPylock("lockfiles/pylock.cpu-native.toml",
+                                                       "ab" * 32)
+    activation = p.first(plan.WriteActivation)
+    assert activation is not None and activation.variables == (("PYTHONUNBUFFERED", "1"),)
+    assert [name for name, _lines, _newline in activation.scripts] == ["activate",
+                                                                        "activate.ps1"]
+
+
+def test_the_windows_script_renders_each_step_and_refuses_an_unknown_one(
+        unlocked: tuple[Project, Spec]) -> None:
+    """setup.ps1 loops over the plan's steps (no values pulled out by render.py)."""
+    from envbuilder.render import environment
+
+    @dataclasses.dataclass(frozen=True)
+    class Bogus(plan.Step):
+        kind = "bogus"
+
+    _project, spec = unlocked
+    p = build_plan(spec.env("rocm64"), "windows", rocm=None, lock=plan.LockPins(),
+                   variables={})
+    bogus = dataclasses.replace(p, steps=(*p.steps, Bogus()))
+    with pytest.raises(RenderError, match="'bogus'"):
+        environment().get_template("windows/setup.ps1.j2").render(
+            plan=bogus, header=[], source_date_epoch=None, lock_sha_arg="A")
 
 
 def test_a_step_without_a_template_branch_is_an_error() -> None:

@@ -35,7 +35,7 @@ from replica.uvcompile import (
     with_index,
 )
 
-from envbuilder.spec import Index
+from envbuilder.model import Index
 from envbuilder.uvrun import make_request, postprocess, run_uv
 
 AMD_CANONICAL = "https://repo.amd.com/rocm/whl-multi-arch/"

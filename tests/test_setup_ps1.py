@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from test_render import make_project  # tests/ is on sys.path (rootless tests)
 
+from envbuilder.model import EnvSpec, Spec
 from envbuilder.project import Project
 from envbuilder.render import render_env
-from envbuilder.spec import EnvSpec, Spec
 
 DIRECTIVE = re.compile(r"^\s*\.(\w+)(\s+(\S.*))?\s*$")
 BLANK = re.compile(r"^\s*$")
@@ -128,7 +128,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> tuple[Project, Spec]:
 
 def setup_ps1(project: Project, spec: Spec, env: EnvSpec) -> str:
     files = render_env(project, spec, env, "windows")
-    return files[project.windows / env.name / "setup.ps1"].decode("utf-8-sig")
+    return files[project.root / "windows" / env.name / "setup.ps1"].decode("utf-8-sig")
 
 
 def windows_envs(spec: Spec) -> list[EnvSpec]:

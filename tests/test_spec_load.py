@@ -8,7 +8,12 @@ import pytest
 import tomlkit
 
 from envbuilder.errors import SpecError, UsageError
-from envbuilder.spec import Finding, Index, check_spec, load_spec
+from envbuilder.model import Finding, Index
+from envbuilder.specload import check_spec, load_spec
+from envbuilder.targets.docker import DockerTable
+from envbuilder.targets.native import NativeTable
+from envbuilder.targets.windows import WindowsTable
+from envbuilder.targets.wsl2 import Wsl2Table
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "environments.toml"
@@ -27,11 +32,12 @@ def test_cpu_env_contract() -> None:
                                                           ("docker", "wsl2", "native"))
     assert cpu.packages == ("torch==2.13.0+cpu",)
     assert cpu.index_pins == {"torch": "pytorch-cpu"}
-    assert cpu.docker is not None and cpu.docker.base == "debian:bookworm-slim"
-    assert cpu.docker.python == "python3" and cpu.docker.user == "envbuilder"
-    assert cpu.wsl2 is not None and cpu.wsl2.distro == "envbuilder-cpu"
-    assert cpu.wsl2.base == "debian:bookworm-slim" and cpu.wsl2.ubuntu is None
-    assert cpu.native is not None and cpu.native.python == "3.11"
+    docker, wsl2, native = cpu.table(DockerTable), cpu.table(Wsl2Table), cpu.table(NativeTable)
+    assert docker is not None and docker.base == "debian:bookworm-slim"
+    assert docker.python == "python3" and docker.user == "envbuilder"
+    assert wsl2 is not None and wsl2.distro == "envbuilder-cpu"
+    assert wsl2.base == "debian:bookworm-slim" and wsl2.ubuntu is None
+    assert native is not None and native.python == "3.11"
     assert cpu.rocm is None and cpu.gpu is None and cpu.gfx is None
     # [defaults] env vars are merged in
     assert cpu.env["PYTHONUNBUFFERED"] == "1"
@@ -51,9 +57,11 @@ def test_rocm64_contract() -> None:
     env = load_spec(SHIPPED).env("rocm64")
     assert (env.rocm, env.python, env.gfx) == ("6.4.1", "3.12", "gfx1100")
     assert env.targets == ("docker", "wsl2", "windows")
-    assert env.wsl2 is not None and (env.wsl2.ubuntu, env.wsl2.base) == ("24.04", "ubuntu:24.04")
-    assert env.docker is not None and env.docker.base == "rocm/dev-ubuntu-24.04:6.4.1"
-    assert env.windows is not None and env.windows.python == "3.12"
+    wsl2, docker = env.table(Wsl2Table), env.table(DockerTable)
+    windows = env.table(WindowsTable)
+    assert wsl2 is not None and (wsl2.ubuntu, wsl2.base) == ("24.04", "ubuntu:24.04")
+    assert docker is not None and docker.base == "rocm/dev-ubuntu-24.04:6.4.1"
+    assert windows is not None and windows.python == "3.12"
     # the windows target has its own packages and no index pins; the others keep the env's
     assert env.packages_for("windows")[0].startswith("torch @ https://repo.radeon.com/")
     assert env.index_pins_for("windows") == {}
@@ -67,7 +75,8 @@ def test_rocm61_is_the_corrected_seed_setup() -> None:
     assert (env.rocm, env.python, env.gfx) == ("6.1.3", "3.10", "gfx1100")
     assert "HSA_OVERRIDE_GFX_VERSION" not in env.env
     assert "RCCL_ALGO" not in env.rccl and env.rccl["NCCL_ALGO"] == "Ring"
-    assert env.wsl2 is not None and env.wsl2.ubuntu == "22.04"
+    wsl2 = env.table(Wsl2Table)
+    assert wsl2 is not None and wsl2.ubuntu == "22.04"
     assert "windows" not in env.targets
 
 
@@ -136,11 +145,13 @@ targets = ["docker", "native"]
     spec = load_spec(p)
     one, two = spec.env("one"), spec.env("two")
     assert one.env == {"A": "1", "B": "3"}
-    assert one.docker is not None and (one.docker.base, one.docker.user) == (
+    docker_one, docker_two = one.table(DockerTable), two.table(DockerTable)
+    assert docker_one is not None and (docker_one.base, docker_one.user) == (
         "debian:bookworm-slim", "bob")
-    assert two.docker is not None and two.docker.user == "alice"
-    assert two.targets == ("docker", "native") and two.native is not None
-    assert two.native.python == "3.11"
+    assert docker_two is not None and docker_two.user == "alice"
+    native = two.table(NativeTable)
+    assert two.targets == ("docker", "native") and native is not None
+    assert native.python == "3.11"
 
 
 def test_load_spec_raises_with_every_error(tmp_path: Path) -> None:
@@ -181,5 +192,6 @@ index_pins = { torch = "r64" }
 targets = ["docker"]
 """, encoding="utf-8")
     env = load_spec(p).env("g")
-    assert env.docker is not None and env.docker.base == "rocm/dev-ubuntu-24.04:6.4.1"
+    docker = env.table(DockerTable)
+    assert docker is not None and docker.base == "rocm/dev-ubuntu-24.04:6.4.1"
     assert env.gfx == "gfx1100"

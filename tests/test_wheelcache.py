@@ -20,8 +20,9 @@ from test_lock_support import FAKE_INDEX_URL, make_wheel, small_spec, write_spec
 from envbuilder.errors import LockError
 from envbuilder.fsutil import sha256_bytes, sha256_file
 from envbuilder.lockfile import LOCK_VERSION, EnvLock, TargetLock, write_env_lock
+from envbuilder.model import Index
 from envbuilder.project import Project
-from envbuilder.spec import Index, load_spec
+from envbuilder.specload import load_spec
 from envbuilder.wheelcache import (
     cache_path,
     downloaded_bytes,

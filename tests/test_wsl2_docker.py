@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from envbuilder import wslicon, wsltar
+from envbuilder.builders import wsl2
 from envbuilder.errors import ValidationError
-from envbuilder.targets import wsl2
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

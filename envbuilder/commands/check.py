@@ -8,7 +8,7 @@ import json
 
 from envbuilder.cli import add_common_arguments
 from envbuilder.errors import UsageError
-from envbuilder.spec import check_spec
+from envbuilder.specload import check_spec
 from envbuilder.ui import UI
 
 HELP = "check environments.toml: errors exit 1, warnings are printed"

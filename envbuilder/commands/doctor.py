@@ -34,7 +34,7 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     env = None
     root = Path.cwd()
     if args.env:
-        from envbuilder.spec import load_spec
+        from envbuilder.specload import load_spec
 
         env = load_spec(args.spec).env(args.env)
         root = Path(args.spec).resolve().parent

@@ -9,9 +9,11 @@ from typing import Any
 from envbuilder.cli import add_common_arguments
 from envbuilder.errors import EnvbuilderError, UsageError
 from envbuilder.lockfile import check_env
+from envbuilder.model import EnvSpec, Spec
 from envbuilder.progress import ProgressFn
 from envbuilder.project import Project
-from envbuilder.spec import TARGETS, EnvSpec, Spec, load_spec
+from envbuilder.specload import load_spec
+from envbuilder.targets import registry
 from envbuilder.ui import UI
 
 HELP = "resolve envs into lockfiles/ (PEP 751 pylocks + base image digests); --check verifies"
@@ -49,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_arguments(parser)
     parser.add_argument("--env", action="append", default=[], metavar="NAME",
                         help="env to lock (repeatable; default: all)")
-    parser.add_argument("--target", choices=TARGETS, action="append", default=[],
+    parser.add_argument("--target", choices=registry.names(), action="append", default=[],
                         help="limit --upgrade/--upgrade-package/--check to these targets")
     parser.add_argument("--check", action="store_true",
                         help="verify lockfiles/ against the spec; no network, writes nothing")

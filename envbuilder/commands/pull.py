@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from envbuilder.commands._targets import add_selection_arguments, progress_for, selected
-from envbuilder.errors import UsageError
-from envbuilder.targets import get_target
+from envbuilder.commands._targets import (
+    add_selection_arguments,
+    progress_for,
+    registry_builder,
+    selected,
+)
+from envbuilder.targets.base import PullOptions
 from envbuilder.ui import UI
 
 HELP = "pull the pushed images (docker, wsl2) the lock records, by digest (refuses a mismatch)"
@@ -33,14 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:
+    builder = registry_builder(args.target, "pull")
     project, envs = selected(args)
-    target = get_target(args.target)
-    pull = getattr(target, "pull", None)
-    if pull is None:
-        raise UsageError(f"target {args.target} has no registry; pull applies to docker "
-                         "and wsl2")
     for env in envs:
         with progress_for(ui, bytes_=True) as progress:
-            image_id = pull(project, env, progress)
+            image_id = builder.pull(project, env, PullOptions(), progress)
         ui.print(f"{env.name} {image_id}")
     return 0

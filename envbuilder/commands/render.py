@@ -8,8 +8,8 @@ from pathlib import Path
 from envbuilder.cli import add_common_arguments
 from envbuilder.errors import UsageError
 from envbuilder.project import Project
-from envbuilder.render import RENDERED_TARGETS, RenderResult, render_all
-from envbuilder.spec import load_spec
+from envbuilder.render import RenderResult, render_all, rendered_targets
+from envbuilder.specload import load_spec
 from envbuilder.ui import UI
 
 HELP = "render Dockerfiles, WSL rootfs files and Windows scripts; --check verifies them"
@@ -36,8 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_arguments(parser)
     parser.add_argument("--env", action="append", default=[], metavar="NAME",
                         help="env to render (repeatable; default: all)")
-    parser.add_argument("--target", action="append", default=[], choices=RENDERED_TARGETS,
-                        help="target to render (repeatable; default: docker, wsl2, windows)")
+    parser.add_argument("--target", action="append", default=[], choices=rendered_targets(),
+                        help="target to render (repeatable; default: "
+                             f"{', '.join(rendered_targets())})")
     parser.add_argument("--check", action="store_true",
                         help="compare with the files on disk; write nothing; exit 1 when stale")
 

@@ -1,4 +1,5 @@
-"""The venv targets: `native` (Linux) and `windows` (the "native Windows driver" option).
+"""The venv targets' builders: `native` (Linux) and `windows` (the "native Windows driver"
+option).
 
 Both make a plain venv that holds exactly the env's pylock, installed offline from the host wheel
 cache with hash checking (`uv pip sync --require-hashes`), with the env's variables written into
@@ -34,12 +35,15 @@ from typing import Any, ClassVar, Literal
 from packaging.utils import canonicalize_name
 
 from envbuilder import __version__, activate, interrupts, pyfinder
+from envbuilder.builders.proberun import probe_options
 from envbuilder.errors import BuildError, UsageError, ValidationError
 from envbuilder.fsutil import atomic_write_bytes, temp_dir
+from envbuilder.model import EnvSpec
+from envbuilder.plan import FindPython, LockPins, Plan, PlanInputs, WriteActivation
 from envbuilder.progress import ProgressFn
-from envbuilder.project import Project
-from envbuilder.spec import EnvSpec, TargetName
-from envbuilder.targets import Artifact, ValidateOptions, probe_options, register
+from envbuilder.project import Project, pylock_name, venv_folder
+from envbuilder.targets import registry
+from envbuilder.targets.base import Artifact, BuildOptions, ValidateOptions
 
 MARKER = "envbuilder-venv.json"
 MARKER_VERSION = 1
@@ -245,7 +249,7 @@ def _remove_entry(path: Path) -> None:
 def default_venv_path(project: Project, env: str, target: str) -> Path:
     """The venv's folder when `--path` is not given: <project>/.envbuilder/venvs/<env>-<target>
     (gitignored)."""
-    return project.root / ".envbuilder" / "venvs" / f"{env}-{target}"
+    return project.root / venv_folder(env, target)
 
 
 def uv_venv_command(uv: str, python: str, venv: PurePath, prompt: str) -> list[str]:
@@ -356,18 +360,28 @@ def _run(cmd: Sequence[str], what: str, env: Mapping[str, str] | None = None,
         raise BuildError(f"{what}: no answer within {timeout} s") from exc
 
 
-class VenvTarget:
+class VenvBuilder:
     """The shared lifecycle; subclasses set the host OS, layout and Python discovery."""
 
-    name: ClassVar[TargetName]
+    name: ClassVar[str]
     windows: ClassVar[bool]
     host_platform: ClassVar[str]  # sys.platform where this target can build
 
     # --- hooks -----------------------------------------------------------------------------
 
+    def plan(self, env: EnvSpec, lock_sha256: str | None = None) -> Plan:
+        """The target's plan for `env` (its descriptor's `plan`): what this builder carries out
+        (find Python, make the venv, install the pylock, write the activation)."""
+        descriptor = registry.get(self.name)
+        if descriptor.plan is None:
+            raise BuildError(f"target {self.name} has no plan (a bug in its descriptor)")
+        pins = LockPins(None, pylock_name(env.name, self.name), lock_sha256)
+        return descriptor.plan(env, PlanInputs(None, pins, descriptor.variables(env)))
+
     def python_request(self, env: EnvSpec) -> str:
-        """The "MAJOR.MINOR" Python this env needs on this target."""
-        return env.python_for(self.name)
+        """The "MAJOR.MINOR" Python this env needs on this target (its plan's find-python)."""
+        step = self.plan(env).first(FindPython)
+        return step.version if step is not None else env.python_for(self.name)
 
     def find_python(self, version: str) -> pyfinder.FoundPython:
         return pyfinder.find_python(version, windows=self.windows)
@@ -385,22 +399,28 @@ class VenvTarget:
         return Path(os.path.abspath(  # noqa: PTH100
             path or default_venv_path(project, env.name, self.name)))
 
-    def build(self, project: Project, env: EnvSpec, progress: ProgressFn,
-              path: Path | None = None, force: bool = False) -> Artifact:
-        """Make the venv at `path` hold exactly the env's lock for this target. Returns the venv
-        as an Artifact; details["changed"] is "no" when it already did (nothing was written),
-        details["changes"] lists what the sync added, removed or moved.
+    def variables(self, env: EnvSpec) -> dict[str, str]:
+        """The env's variables as this target's activation sets them (its plan's
+        write-activation step)."""
+        step = self.plan(env).first(WriteActivation)
+        return dict(step.variables) if step is not None else {}
+
+    def build(self, project: Project, env: EnvSpec, options: BuildOptions,
+              progress: ProgressFn) -> Artifact:
+        """Make the venv at `options.path` hold exactly the env's lock for this target. Returns
+        the venv as an Artifact; details["changed"] is "no" when it already did (nothing was
+        written), details["changes"] lists what the sync added, removed or moved.
 
         Refuses (BuildError, nothing changed) a path that holds anything but nothing, an empty
-        folder or a venv envbuilder made; `force` takes over a venv envbuilder did not make
-        when its folder holds nothing else (claim_folder). Raises LockError/BuildError before
+        folder or a venv envbuilder made; `options.force` takes over a venv envbuilder did not
+        make when its folder holds nothing else (claim_folder). Raises LockError/BuildError before
         touching the venv when the lock is not trustworthy."""
         self._check_host_and_env(env)
-        venv = self.venv_path(project, env, path)
-        folder = claim_folder(venv, force)
+        venv = self.venv_path(project, env, options.path)
+        folder = claim_folder(venv, options.force)
         layout = VenvLayout(venv, self.windows)
         lock_sha = self._verified_lock_sha(project, env)
-        variables = activate.activation_env(env, self.name)
+        variables = self.variables(env)
         if folder.kind == "ours" and self._is_current(layout, env, lock_sha, variables):
             progress(f"{env.name}/{self.name}: venv is current", 1, 1)
             return self._artifact(env, venv, lock_sha, None)
@@ -452,13 +472,13 @@ class VenvTarget:
         return python, packages, changes
 
     def validate(self, project: Project, env: EnvSpec, options: ValidateOptions,
-                 progress: ProgressFn, path: Path | None = None) -> Path:
+                 progress: ProgressFn) -> Path:
         """Run the probe with the venv's Python against the env's pylock; write and return
         reports/<env>.<target>.json. Raises ValidationError when the probe cannot run."""
         self._check_host_and_env(env, error=ValidationError)
-        venv = self.venv_path(project, env, path)
+        venv = self.venv_path(project, env, options.path)
         layout = VenvLayout(venv, self.windows)
-        self._refuse_incomplete(layout, env, path)
+        self._refuse_incomplete(layout, env, options.path)
         if not Path(layout.python).exists():
             raise ValidationError(
                 f"no venv at {venv} (no {layout.python}); build it first: envbuilder build "
@@ -601,7 +621,7 @@ class VenvTarget:
         """Run the probe in an empty folder: a project checkout as the working directory would
         put its own packages (e.g. envbuilder.egg-info) on `python -m`'s path."""
         run_env = _clean_env()
-        run_env.update(activate.activation_env(env, self.name))
+        run_env.update(self.variables(env))
         run_env["VIRTUAL_ENV"] = str(layout.root)
         run_env["PATH"] = os.pathsep.join([str(layout.scripts), run_env.get("PATH", "")])
         try:
@@ -655,8 +675,7 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in drop}
 
 
-@register
-class NativeVenvTarget(VenvTarget):
+class NativeVenvBuilder(VenvBuilder):
     """A venv on a Linux host (Python found by uv), e.g. for a machine with ROCm installed."""
 
     name = "native"
@@ -668,8 +687,7 @@ class NativeVenvTarget(VenvTarget):
                 f"runs only on Linux, not on {sys.platform}; on Windows use --target windows")
 
 
-@register
-class WindowsVenvTarget(VenvTarget):
+class WindowsVenvBuilder(VenvBuilder):
     """A venv on Windows (Python found by the py launcher) for AMD's native Windows wheels."""
 
     name = "windows"
