@@ -30,6 +30,7 @@ from envbuilder.lockfile import (
     verify_pylock,
 )
 from envbuilder.model import EnvSpec, Index
+from envbuilder.pipsdk import lock_inputs
 from envbuilder.progress import ProgressFn, no_progress
 from envbuilder.project import Project
 from envbuilder.targets import registry
@@ -237,9 +238,11 @@ def _resolve_targets(
     groups: dict[ResolveRequest, list[str]] = {}
     warnings: list[str] = []
     for target in targets:
+        # A pip-SDK release adds the env's device extras and the SDK's names (envbuilder.pipsdk).
+        packages, pins = lock_inputs(env, target)
         request, warns = make_request(
-            platform(target), target_python(env, target), env.packages_for(target),
-            env.index_pins_for(target), indexes, project.root,
+            platform(target), target_python(env, target), packages, pins, indexes,
+            project.root,
         )
         warnings += [w for w in warns if w not in warnings]
         groups.setdefault(request, []).append(target)

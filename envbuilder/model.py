@@ -92,7 +92,9 @@ class EnvSpec:
     rocm: str | None = None  # "6.4.1"; None unless accelerator == "rocm"
     cuda: str | None = None  # e.g. "12.8"; None unless accelerator == "cuda"
     gpu: str | None = None  # as written (marketing name or gfx target)
-    gfx: str | None = None  # resolved gfx target, e.g. "gfx1100"
+    gfx: str | None = None  # resolved gfx target of the (first) GPU, e.g. "gfx1100"
+    #: every GPU's gfx target, in spec order, no repeats (`gpu` may name several GPUs)
+    gfx_targets: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)  # extra environment variables
     rccl: Mapping[str, str] = field(default_factory=dict)  # NCCL_*/RCCL_* settings
     apt: tuple[str, ...] = ()  # extra apt packages (docker, wsl2)

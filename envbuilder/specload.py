@@ -99,7 +99,8 @@ def check_spec(path: str | Path) -> SpecCheck:
 #: Kinds: "str", "bool", "list[str]", "map[str]", or a nested schema (a table). Each target's
 #: table ([env.NAME.<target>]) has the schema its descriptor declares (`env_keys`).
 BASE_ENV_KEYS: Schema = {
-    "description": "str", "accelerator": "str", "rocm": "str", "cuda": "str", "gpu": "str",
+    "description": "str", "accelerator": "str", "rocm": "str", "cuda": "str",
+    "gpu": "str|list[str]",
     "python": "str", "packages": "list[str]", "index_pins": "map[str]", "targets": "list[str]",
     "env": "map[str]", "apt": "list[str]", "rccl": "map[str]",
 }
@@ -114,7 +115,8 @@ def env_keys() -> Schema:
 ACCELERATORS: tuple[Accelerator, ...] = ("rocm", "cuda", "cpu")
 
 _KIND_WORDS = {"str": "a string", "bool": "true or false", "list[str]": "a list of strings",
-               "map[str]": "a table of strings"}
+               "map[str]": "a table of strings",
+               "str|list[str]": "a string or a list of strings"}
 
 
 
@@ -134,6 +136,8 @@ def _kind_ok(value: Any, kind: str) -> bool:
         return isinstance(value, list) and all(isinstance(v, str) for v in value)
     if kind == "map[str]":
         return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+    if kind == "str|list[str]":  # one GPU, or several (`gpu`)
+        return _kind_ok(value, "str") or (_kind_ok(value, "list[str]") and bool(value))
     raise AssertionError(kind)
 
 
@@ -303,7 +307,7 @@ def _type_hint(value: Any, kind: str, written: str | None = None) -> str:
     if kind == "list[str]" and isinstance(value, str):
         return f'; write ["{value}"]' if _printable(value) else "; write a list of strings"
     examples = {"str": '"..."', "bool": "true or false", "list[str]": '["..."]',
-                "map[str]": '{ NAME = "value" }'}
+                "map[str]": '{ NAME = "value" }', "str|list[str]": '"RX 7900 XTX" or ["..."]'}
     return f"; write e.g. {examples[kind]}"
 
 
@@ -406,8 +410,14 @@ def _make_env(name: str, m: dict[str, Any], indexes: Mapping[str, Index],
     apt = tuple(m.get("apt", []))
     for package in apt:
         report(ctx, name, ("apt",), grammar.apt_problem(package))
-    gpu = m.get("gpu")
-    gfx = resolve_gfx(name, gpu, ctx) if gpu is not None else None
+    # One GPU ("RX 7900 XTX") or several (["RX 7900 XTX", "MI300X"]): the pip SDK locks the
+    # device code of each; the checks that need one GPU look at the first.
+    raw_gpu = m.get("gpu")
+    gpus = [raw_gpu] if isinstance(raw_gpu, str) else list(raw_gpu or [])
+    gfx_all = [resolve_gfx(name, g, ctx) for g in gpus]
+    gfx_targets = tuple(dict.fromkeys(g for g in gfx_all if g is not None))
+    gpu = gpus[0] if gpus else None
+    gfx = gfx_all[0] if gfx_all else None
     description = m.get("description", "")
     report(ctx, name, ("description",), grammar.text_problem(description))
     tp, tpins = _target_overrides(name, m, indexes, ctx)
@@ -424,7 +434,7 @@ def _make_env(name: str, m: dict[str, Any], indexes: Mapping[str, Index],
     return EnvSpec(
         name=name, description=description, accelerator=accelerator, python=python,
         packages=packages, index_pins=pins, targets=targets, rocm=rocm, cuda=cuda, gpu=gpu,
-        gfx=gfx, env=env_vars, rccl=rccl, apt=apt, tables=tables, target_packages=tp,
+        gfx=gfx, gfx_targets=gfx_targets, env=env_vars, rccl=rccl, apt=apt, tables=tables, target_packages=tp,
         target_index_pins=tpins, indexes=_used_indexes(indexes, pins, tpins))
 
 

@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
               "envbuilder.quoting", "envbuilder.imagedefs", "envbuilder.project", "envbuilder.ui",
               "envbuilder.doctor_parsers", "envbuilder.interrupts")),
     ("data", ("envbuilder.compat", "envbuilder.grammar", "envbuilder.activate")),
-    ("model", ("envbuilder.model", "envbuilder.plan")),
+    ("model", ("envbuilder.model", "envbuilder.plan", "envbuilder.pipsdk")),
     ("descriptors", ("envbuilder.targets",)),
     ("spec", ("envbuilder.specload", "envbuilder.compatrules")),
     ("pipeline", ("envbuilder.lockfile", "envbuilder.indexsources", "envbuilder.uvrun",
