@@ -18,7 +18,7 @@ CONTRACT (other modules code against these names; keep them stable):
     Compat.wsl_units -> WslUnits                 systemd units a WSL distro masks (wsl.toml)
     Compat.dxg / Compat.librocdxg                librocdxg facts (wsl.toml)
     Compat.librocdxg_for(release) -> Librocdxg | None  the prebuilt librocdxg a release pairs with
-    Compat.pip_sdk -> PipSdkNames                 the names a pip-SDK lock pins (rocm.toml [pip_sdk])
+    Compat.pip_sdk -> PipSdkNames                 names a pip-SDK lock pins (rocm.toml [pip_sdk])
 """
 
 from __future__ import annotations

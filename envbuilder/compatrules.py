@@ -188,8 +188,11 @@ def _check_rocm(env: EnvSpec, compat: Compat, ctx: FindingSink) -> None:
                         f"the WSL/package facts for ROCm {release.version} are "
                         f"unverified ({release.source}); check them before relying on them",
                         "warning")
-    _check_install_model(env, release, ctx)
+    _check_install_model(env, release, compat, ctx)
     if "wsl2" not in env.targets:
+        return
+    if release.install_model == "pip-sdk":
+        _check_pip_sdk_wsl(env, release, compat, ctx)
         return
     if release.install_model != "amdgpu-install":
         near = ", ".join(compat.nearest_wsl_releases(release.version)[:3])
@@ -214,19 +217,78 @@ def _check_rocm(env: EnvSpec, compat: Compat, ctx: FindingSink) -> None:
                         f"(ubuntu:{ubuntu}) unless it is an Ubuntu {ubuntu} image", "warning")
 
 
-def _check_install_model(env: EnvSpec, release: RocmRelease, ctx: FindingSink) -> None:
-    """Releases that do not install through amdgpu-install (7.14+: the pip SDK) are checked, but
-    envbuilder does not lock them as such yet: say so, with what the user must do by hand."""
+def _check_install_model(env: EnvSpec, release: RocmRelease, compat: Compat,
+                         ctx: FindingSink) -> None:
+    """pip-SDK releases (7.14+, 10.x) are locked by envbuilder (envbuilder.pipsdk): the env must
+    name its GPUs and take torch from the release's index. The native amdrocm model is not
+    implemented: say so."""
     model = release.install_model
     if model == "amdgpu-install":
         return
-    where = f" from {release.pip_index}" if release.pip_index else ""
+    if model == "pip-sdk":
+        _check_pip_sdk(env, release, compat, ctx)
+        return
     ctx.env_finding(env.name, ("rocm",), f"ROCm {release.version} installs through "
-                    f"{INSTALL_MODEL_LABELS[model]}{where}, not amdgpu-install; envbuilder "
-                    "does not lock that model yet: pin torch and the rocm wheels to AMD's index "
-                    "yourself (PyPI has placeholder packages with the same names; see "
-                    "docs/rocm.md)",
-                    "warning")
+                    f"{INSTALL_MODEL_LABELS[model]}, not amdgpu-install; envbuilder does not "
+                    "install that model yet (docs/rocm.md)", "warning")
+
+
+def _check_pip_sdk(env: EnvSpec, release: RocmRelease, compat: Compat,
+                   ctx: FindingSink) -> None:
+    """What `envbuilder lock` needs for a pip-SDK release: the GPUs (their device extras), and
+    torch pinned to the release's index (every ROCm-family name is pinned to the same one)."""
+    if not env.gfx_targets:
+        if env.gpu is None:  # an unknown GPU is reported on gpu already
+            ctx.env_finding(env.name, ("gpu",), f"ROCm {release.version} installs through the "
+                            "pip SDK, whose lock holds the device code of the env's GPUs only; "
+                            "set gpu = \"RX 7900 XTX\" (or a gfx target, or a list of them)")
+        return
+    rows = compat.index_rows(release.pip_index or "")
+    targets = {g for r in rows for g in r.gfx}
+    missing = [g for g in env.gfx_targets if targets and g not in targets]
+    if missing:
+        ctx.env_finding(env.name, ("gpu",), f"{', '.join(missing)}: no device-<gfx> extra on "
+                        f"ROCm {release.version}'s index ({release.pip_index}); it has "
+                        f"{', '.join(sorted(targets))}")
+    for target in env.targets:
+        pin = env.index_pins_for(target).get("torch")
+        if pin is None:
+            continue  # reported by the torch checks
+        path = (target, "index_pins") if target in env.target_index_pins else ("index_pins",)
+        index = env.indexes.get(pin)
+        url = index.url.rstrip("/") if index else ""
+        if url and url != (release.pip_index or "").rstrip("/"):
+            ctx.env_finding(env.name, path, f"torch comes from {index.url if index else pin}, "
+                            f"but envbuilder locks ROCm {release.version}'s pip SDK from its "
+                            f"index {release.pip_index} (torch with device-<gfx> extras, every "
+                            "rocm/torch/triton name pinned to it); pin torch to an index with "
+                            "that url (a mirror goes in `mirror`)")
+            break
+
+
+def _check_pip_sdk_wsl(env: EnvSpec, release: RocmRelease, compat: Compat,
+                       ctx: FindingSink) -> None:
+    """WSL on the pip SDK: the wheels plus the prebuilt librocdxg the data pairs with the
+    release, on an Ubuntu release librocdxg supports."""
+    lib = compat.librocdxg_for(release)
+    if release.wsl_stack != "rocdxg" or lib is None:
+        ctx.env_finding(env.name, ("rocm",), f"ROCm {release.version}: envbuilder's data pairs no "
+                        "prebuilt librocdxg (the WSL bridge to /dev/dxg) with this release; for "
+                        "the wsl2 target use ROCm 7.14.x")
+        return
+    wsl2 = env.table(Wsl2Table)
+    dxg = compat.dxg
+    if wsl2 is not None and wsl2.ubuntu and dxg is not None and wsl2.ubuntu not in dxg.ubuntu:
+        ctx.env_finding(env.name, ("wsl2", "ubuntu"), f"librocdxg supports Ubuntu "
+                        f"{', '.join(dxg.ubuntu)}, not {wsl2.ubuntu}")
+    if not lib.sha256:
+        ctx.env_finding(env.name, ("targets",), f"librocdxg {lib.version} ({lib.deb}) has no "
+                        "confirmed sha256 in envbuilder's data, so the wsl2 target stays not "
+                        "locked for it and its build stops there (envbuilder/data/wsl.toml)",
+                        "warning")
+    if lib.unverified:
+        ctx.env_finding(env.name, ("targets",), f"the librocdxg {lib.version} facts are "
+                        f"unverified ({lib.source})", "warning")
 
 
 def _check_wsl_ubuntu(env: EnvSpec, release: RocmRelease, ctx: FindingSink) -> None:

@@ -85,6 +85,9 @@ class TargetLock:
     # Why base_image has no digest (only then): see DIGEST_MISSING_REASONS. A base recorded by
     # tag without a reason lost its pin (an edit, or an older envbuilder): `lock --check` fails.
     base_digest_missing: str | None = None
+    # A system package the target installs besides its wheels, pinned: "<https url>#sha256=<hex>"
+    # (the wsl2 target's prebuilt librocdxg .deb on a pip-SDK release). None: the target has none.
+    system_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -103,8 +106,10 @@ class EnvLock:
 _TOP_KEYS = {"version": int, "env": str, "spec_hash": str, "envbuilder_version": str,
              "source_date_epoch": int, "targets": dict, "artifacts": dict}
 _TARGET_KEYS = {"platform": str, "python": str, "pylock": str, "pylock_sha256": str,
-                "base_image": str, "base_digest_missing": str}
-_OPTIONAL = {"artifacts", "base_image", "base_digest_missing"}
+                "base_image": str, "base_digest_missing": str, "system_file": str}
+_OPTIONAL = {"artifacts", "base_image", "base_digest_missing", "system_file"}
+#: A pinned system file: an https URL and the sha256 its bytes must have.
+SYSTEM_FILE_RE = re.compile(r"https://[^\s#]+#sha256=[0-9a-f]{64}")
 _RELOCK = "run `envbuilder lock` to write it again"
 
 #: `base_digest_missing` values: why a base image is recorded by tag. "no-base-digest": the user
@@ -165,6 +170,9 @@ def parse_env_lock(data: Mapping[str, Any], where: str) -> EnvLock:
         _check_table(table, _TARGET_KEYS, f"{where}: targets.{name}")
         _check_pylock_name(table["pylock"], data["env"], name, where)
         _check_base_reason(table, f"{where}: targets.{name}")
+        if "system_file" in table and not SYSTEM_FILE_RE.fullmatch(table["system_file"]):
+            raise LockError(f"{where}: targets.{name}.system_file must be "
+                            f"'https://...#sha256=<64 hex digits>'; {_RELOCK}")
         targets[name] = TargetLock(**table)
     artifacts: dict[str, dict[str, str]] = {}
     for name, table in data.get("artifacts", {}).items():
@@ -228,6 +236,7 @@ def json_schema() -> dict[str, Any]:
     target_props = props(_TARGET_KEYS)
     target_props["pylock"]["pattern"] = _pylock_pattern(targets)
     target_props["base_digest_missing"] = {"enum": list(DIGEST_MISSING_REASONS)}
+    target_props["system_file"]["pattern"] = "^" + SYSTEM_FILE_RE.pattern + "$"
     target = {"type": "object", "additionalProperties": False, "properties": target_props,
               "required": [k for k in _TARGET_KEYS if k not in _OPTIONAL]}
     top = props(_TOP_KEYS)
@@ -322,6 +331,8 @@ def dump_env_lock(lock: EnvLock) -> bytes:
             lines.append(f"base_image = {_s(t.base_image)}")
         if t.base_digest_missing is not None:
             lines.append(f"base_digest_missing = {_s(t.base_digest_missing)}")
+        if t.system_file is not None:
+            lines.append(f"system_file = {_s(t.system_file)}")
     for name in sorted(lock.artifacts, key=_target_order):
         values = lock.artifacts[name]
         if not values:

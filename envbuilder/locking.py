@@ -100,6 +100,13 @@ def registry_digest(ref: str) -> str:
         ) from None
 
 
+def system_file(env: EnvSpec, target: str) -> str | None:
+    """The system file a target installs besides its wheels, pinned ("<url>#sha256=<hex>"), from
+    the compatibility data (its descriptor says which); None when it has none or the data has no
+    sha256 for it (then the target stays "not locked" for it: render says so)."""
+    return registry.get(target).system_file(env)
+
+
 def base_ref(env: EnvSpec, target: str) -> str | None:
     """The base image a target builds on, as the spec writes it (None for venv targets)."""
     return registry.get(target).base_image(env)
@@ -194,7 +201,8 @@ def lock_env(
 
     known = pins(dry)  # exact when no registry had to be asked
     if not asked and not to_resolve and set(old) == set(env.targets) \
-            and all(_same_base(old[t], known[t]) for t in env.targets):
+            and all(_same_base(old[t], known[t]) for t in env.targets) \
+            and all(old[t].system_file == system_file(env, t) for t in env.targets):
         return LockResult(env.name, warnings=tuple(warn0))
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         # Registry look-ups (once per image: docker and wsl2 often share one) run while uv
@@ -279,7 +287,7 @@ def _write_env(
             data = (project.lockfiles / old[t].pylock).read_bytes()
         contents[t] = data
         targets[t] = TargetLock(platform(t), target_python(env, t), name, sha256_bytes(data),
-                                pins[t], unpinned_reason(pins[t]))
+                                pins[t], unpinned_reason(pins[t]), system_file(env, t))
     artifacts = {t: v for t, v in (previous.artifacts if previous else {}).items()
                  if t in targets and old.get(t) == targets[t]}
     lock = EnvLock(LOCK_VERSION, env.name, spec_hash, __version__,

@@ -133,6 +133,33 @@ class RocmWslStack(Step):
 
 
 @dataclass(frozen=True)
+class InstallDeb(Step):
+    """Download one .deb, check its sha256, install it with apt (its dependencies from the
+    distribution). `sha256` None: not locked (no confirmed hash): the build stops there, saying
+    so, instead of installing an unchecked file. `check_file`: a file the package must install."""
+
+    kind: ClassVar[str] = "install-deb"
+    what: str
+    url: str
+    sha256: str | None
+    check_file: str | None = None
+
+    @property
+    def filename(self) -> str:
+        return self.url.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class LinkRocmSdkRoot(Step):
+    """A pip-SDK venv has no /opt/rocm: ROCm's root is what `rocm-sdk path --root` says, asked
+    at build time and recorded as the link `link` (which ROCM_PATH names)."""
+
+    kind: ClassVar[str] = "rocm-sdk-root"
+    rocm_sdk: str  # the venv's rocm-sdk command
+    link: str
+
+
+@dataclass(frozen=True)
 class RemoveDistroPackages(Step):
     """Purge these packages if installed (Ubuntu 24.04's libhsa-runtime64-1/libhsakmt1)."""
 
@@ -345,6 +372,7 @@ class LockPins:
     base_image: str | None = None  # "image@sha256:<hex>"
     pylock: str | None = None  # pylock file name
     pylock_sha256: str | None = None
+    system_file: str | None = None  # "<url>#sha256=<hex>" (lockfile.TargetLock.system_file)
 
     @property
     def locked(self) -> bool:

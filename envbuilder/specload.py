@@ -434,7 +434,8 @@ def _make_env(name: str, m: dict[str, Any], indexes: Mapping[str, Index],
     return EnvSpec(
         name=name, description=description, accelerator=accelerator, python=python,
         packages=packages, index_pins=pins, targets=targets, rocm=rocm, cuda=cuda, gpu=gpu,
-        gfx=gfx, gfx_targets=gfx_targets, env=env_vars, rccl=rccl, apt=apt, tables=tables, target_packages=tp,
+        gfx=gfx, gfx_targets=gfx_targets, env=env_vars, rccl=rccl, apt=apt, tables=tables,
+        target_packages=tp,
         target_index_pins=tpins, indexes=_used_indexes(indexes, pins, tpins))
 
 

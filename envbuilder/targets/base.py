@@ -18,7 +18,9 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from envbuilder import activate
 from envbuilder.activate import checked_variables
+from envbuilder.imagedefs import VENV
 from envbuilder.model import EnvSpec, FindingSink, Severity, TargetTable
+from envbuilder.pipsdk import sdk_release
 from envbuilder.plan import Plan, PlanInputs, WriteActivation
 from envbuilder.progress import ProgressFn
 from envbuilder.project import Project
@@ -32,6 +34,9 @@ VariableQuoting = tuple[tuple[str, Callable[[str], str | None]], ...]
 Capability = Literal["build", "push", "pull", "path", "no_cache", "cluster", "needs_docker"]
 #: The ROCm location a Linux target's activation sets for a ROCm env.
 LINUX_ROCM_PATH = "/opt/rocm"
+#: In an image's venv on a pip-SDK release: a link to what `rocm-sdk path --root` says, made at
+#: build time (plan.LinkRocmSdkRoot); there is no /opt/rocm.
+PIP_SDK_ROCM_LINK = f"{VENV}/rocm"
 
 
 @dataclass(frozen=True)
@@ -148,14 +153,33 @@ def no_base_image(env: EnvSpec) -> str | None:
 
 
 def linux_variables(env: EnvSpec) -> dict[str, str]:
-    """The variables a Linux target's activation sets, in a fixed order: ROCM_PATH (ROCm envs
-    only), then the spec's `env`, then its RCCL/NCCL settings."""
+    """The variables a Linux venv's activation sets, in a fixed order: ROCM_PATH (ROCm envs
+    only; not for a pip-SDK release, whose root is inside the venv, where `rocm-sdk path --root`
+    finds it: a venv placed at build time has no fixed path to write), then the spec's `env`,
+    then its RCCL/NCCL settings."""
+    return _linux(env, None)
+
+
+def image_variables(env: EnvSpec) -> dict[str, str]:
+    """As linux_variables, for an image whose venv is /opt/venv: on a pip-SDK release ROCM_PATH
+    names the link the build makes to `rocm-sdk path --root` (PIP_SDK_ROCM_LINK)."""
+    return _linux(env, PIP_SDK_ROCM_LINK)
+
+
+def _linux(env: EnvSpec, sdk_root: str | None) -> dict[str, str]:
     out: dict[str, str] = {}
     if env.accelerator == "rocm" and env.rocm:
-        out["ROCM_PATH"] = LINUX_ROCM_PATH
+        root = sdk_root if sdk_release(env) is not None else LINUX_ROCM_PATH
+        if root is not None:
+            out["ROCM_PATH"] = root
     out.update(env.env)
     out.update(env.rccl)
     return checked_variables(out)
+
+
+def no_system_file(env: EnvSpec) -> str | None:
+    """For targets that install nothing besides their wheels."""
+    return None
 
 
 def activation_step(variables: Mapping[str, str], scripts: tuple[str, ...]) -> WriteActivation:
@@ -189,6 +213,8 @@ class TargetDescriptor:
     builder: str  # "module:Class" of its Builder, imported when a command needs it
     capabilities: Capabilities = Capabilities()
     base_image: Callable[[EnvSpec], str | None] = no_base_image  # the base image to pin
+    #: a system file the target installs, pinned in the lock ("<url>#sha256=<hex>")
+    system_file: Callable[[EnvSpec], str | None] = no_system_file
     variables: Callable[[EnvSpec], dict[str, str]] = linux_variables  # its activation's
     variable_quoting: VariableQuoting = ()  # where variables are written, and the quoting
     plan: Callable[[EnvSpec, PlanInputs], Plan] | None = None  # the target's typed plan

@@ -4,18 +4,20 @@ build: the locked venv, a uid-1000 user, the env's variables). Its builder is
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from envbuilder import grammar, quoting
 from envbuilder.compat import load_compat
 from envbuilder.errors import RenderError
 from envbuilder.imagedefs import UID, VENV
 from envbuilder.model import EnvSpec, TargetTable
+from envbuilder.pipsdk import sdk_release
 from envbuilder.plan import (
     GPU_GROUPS,
     AptInstall,
     CopyFromStage,
     CreateUser,
+    LinkRocmSdkRoot,
     Plan,
     PlanInputs,
     RunAsUser,
@@ -27,7 +29,14 @@ from envbuilder.plan import (
     python_packages,
 )
 from envbuilder.targets import registry
-from envbuilder.targets.base import Capabilities, Schema, TableContext, TargetDescriptor
+from envbuilder.targets.base import (
+    PIP_SDK_ROCM_LINK,
+    Capabilities,
+    Schema,
+    TableContext,
+    TargetDescriptor,
+    image_variables,
+)
 
 NAME = "docker"
 
@@ -44,11 +53,21 @@ class DockerTable(TargetTable):
 KEYS: Schema = {"base": "str", "user": "str", "python": "str"}
 
 
-def default_rocm_image(rocm: str) -> str | None:
-    """The ROCm dev image for a release (Ubuntu 24.04 when it exists, else 22.04)."""
-    release = load_compat().rocm(rocm)
+def default_rocm_image(rocm: str, python: str | None = None) -> str | None:
+    """The base image of a ROCm env. amdgpu-install releases: the release's ROCm dev image
+    (Ubuntu 24.04 when it exists, else 22.04). pip-SDK releases: a plain Ubuntu image, since
+    the locked wheels hold the whole ROCm user space (rocm-2026.md section 2): the release's
+    Ubuntu whose python3 is the env's Python (envbuilder/data/images.toml), else 24.04."""
+    compat = load_compat()
+    release = compat.rocm(rocm)
     if release is None:
         return None
+    if release.install_model == "pip-sdk":
+        for ubuntu in release.ubuntu:
+            known = compat.base_image(f"ubuntu:{ubuntu}")
+            if known is not None and known.python == python:
+                return f"ubuntu:{ubuntu}"
+        return "ubuntu:24.04"
     images = release.docker_images
     return images.get("24.04") or images.get("22.04")
 
@@ -57,7 +76,7 @@ def parse(ctx: TableContext) -> DockerTable | None:
     """The table with its defaults (a ROCm env's base defaults to its release's dev image)."""
     base = ctx.raw.get("base")
     if base is None and ctx.rocm is not None:
-        base = default_rocm_image(ctx.rocm)
+        base = default_rocm_image(ctx.rocm, ctx.python)
     user = ctx.raw.get("user", "envbuilder")
     ctx.report("user", grammar.user_problem(user))
     python = ctx.raw.get("python", "python3")
@@ -89,6 +108,9 @@ def plan(env: EnvSpec, inputs: PlanInputs) -> Plan:
         CreateUser(table.user, UID, GPU_GROUPS),
     ))
     build = build_stage("runtime", table.python, env.python)
+    if sdk_release(env) is not None:
+        build = replace(build, steps=(*build.steps,
+                                      LinkRocmSdkRoot(f"{VENV}/bin/rocm-sdk", PIP_SDK_ROCM_LINK)))
     final = Stage(None, "runtime", True, (
         CopyFromStage("build", VENV, VENV),
         SetEnv(tuple(inputs.variables.items()), path_prepend=f"{VENV}/bin"),
@@ -110,6 +132,7 @@ DESCRIPTOR = registry.register(TargetDescriptor(
     capabilities=Capabilities(push=True, pull=True, no_cache=True, cluster=True,
                               needs_docker=True),
     base_image=base_image,
+    variables=image_variables,
     variable_quoting=(("the Dockerfile's ENV line", quoting.dockerfile_refusal),),
     plan=plan,
     templates=(("Dockerfile", "docker/Dockerfile.j2"),),

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from envbuilder import activate, grammar, quoting
 from envbuilder.errors import RenderError
 from envbuilder.model import EnvSpec, TargetTable
+from envbuilder.pipsdk import sdk_release
 from envbuilder.plan import (
     CreateVenv,
     FindPython,
@@ -68,11 +69,14 @@ def default_hip_path(rocm: str) -> str:
 
 
 def variables(env: EnvSpec) -> dict[str, str]:
-    """The variables the venv's activation sets, in a fixed order: HIP_PATH (ROCm envs only),
+    """The variables the venv's activation sets, in a fixed order: HIP_PATH (ROCm envs only, not
+    on a pip-SDK release),
     then the spec's `env` without what does nothing on Windows; no RCCL settings (Windows' torch
     has no RCCL)."""
     out: dict[str, str] = {}
-    if env.accelerator == "rocm" and env.rocm:
+    # A pip-SDK release has no HIP SDK install: its root is inside the venv, where
+    # `rocm-sdk path --root` finds it (a venv placed at build time has no fixed path to write).
+    if env.accelerator == "rocm" and env.rocm and sdk_release(env) is None:
         table = env.table(WindowsTable)
         out["HIP_PATH"] = (table.hip_path if table and table.hip_path else None) \
             or default_hip_path(env.rocm)

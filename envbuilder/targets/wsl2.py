@@ -12,12 +12,16 @@ from envbuilder.compat import RocmRelease, load_compat
 from envbuilder.errors import RenderError
 from envbuilder.imagedefs import UID, VENV
 from envbuilder.model import EnvSpec, TargetTable
+from envbuilder.pipsdk import sdk_release
 from envbuilder.plan import (
     GPU_GROUPS,
     AptInstall,
     CopyFromStage,
     InstallConfFiles,
+    InstallDeb,
     LibhsaFix,
+    LinkRocmSdkRoot,
+    LockPins,
     MaskUnits,
     Plan,
     PlanInputs,
@@ -36,7 +40,14 @@ from envbuilder.plan import (
 )
 from envbuilder.quoting import env_name, sh_quote
 from envbuilder.targets import registry
-from envbuilder.targets.base import Capabilities, Schema, TableContext, TargetDescriptor
+from envbuilder.targets.base import (
+    PIP_SDK_ROCM_LINK,
+    Capabilities,
+    Schema,
+    TableContext,
+    TargetDescriptor,
+    image_variables,
+)
 
 NAME = "wsl2"
 #: Ubuntu release -> codename, for AMD's amdgpu-install package paths.
@@ -99,13 +110,51 @@ def base_image(env: EnvSpec) -> str | None:
     return table.base if table is not None else None
 
 
-def _wsl_stack(env: EnvSpec, rocm: RocmRelease | None, ubuntu: str | None) -> list[Step]:
+def system_file(env: EnvSpec) -> str | None:
+    """On a pip-SDK release: the prebuilt librocdxg .deb the data pairs with the release, as the
+    lock pins it ("<url>#sha256=<hex>"); None when the data has no sha256 for it (the target is
+    then "not locked" for it, and its build stops there)."""
+    release = sdk_release(env)
+    lib = load_compat().librocdxg_for(release) if release is not None else None
+    if lib is None or not lib.sha256:
+        return None
+    return f"{lib.url}#sha256={lib.sha256}"
+
+
+def _pip_sdk_stack(env: EnvSpec, rocm: RocmRelease, ubuntu: str | None,
+                   lock: LockPins) -> list[Step]:
+    """A pip-SDK release in WSL: the ROCm user space is the locked wheels; only librocdxg (the
+    /dev/dxg bridge, a prebuilt .deb pinned by sha256 in the lock) is installed from outside."""
+    compat = load_compat()
+    where = f"env {env.name!r} (ROCm {rocm.version}, the pip SDK)"
+    lib = compat.librocdxg_for(rocm)
+    if rocm.wsl_stack != "rocdxg" or lib is None:
+        raise RenderError(f"{where}: the compatibility data pairs no prebuilt librocdxg with this "
+                          "release; run `envbuilder check`")
+    dxg = compat.dxg
+    if dxg is not None and ubuntu not in dxg.ubuntu:
+        raise RenderError(f"{where}: librocdxg supports Ubuntu {', '.join(dxg.ubuntu)}, not "
+                          f"{ubuntu}")
+    url, _, sha = (lock.system_file or system_file(env) or lib.url).partition("#sha256=")
+    check = dxg.dids_conf_host if dxg is not None and lib.dids_conf else None
+    steps: list[Step] = [InstallDeb(f"librocdxg {lib.version} (ROCm's WSL bridge to /dev/dxg)",
+                                    url, sha or None, check)]
+    if ubuntu == "24.04":
+        steps.append(RemoveDistroPackages(
+            DISTRO_HSA_PACKAGES, "Ubuntu 24.04's own ROCr/thunk would shadow the SDK's"))
+    return steps
+
+
+def _wsl_stack(env: EnvSpec, rocm: RocmRelease | None, ubuntu: str | None,
+               lock: LockPins) -> list[Step]:
     """The ROCm WSL stack and the distro-package removal, or nothing for non-ROCm envs."""
     if env.accelerator != "rocm":
         return []
     where = f"env {env.name!r} (ROCm {env.rocm})"
     if rocm is None or rocm.wsl_stack is None:
         raise RenderError(f"{where}: this ROCm release has no WSL runtime; run `envbuilder check`")
+    if rocm.install_model == "pip-sdk":
+        return _pip_sdk_stack(env, rocm, ubuntu, lock)
     if ubuntu not in UBUNTU_CODENAMES:
         raise RenderError(f"{where}: wsl2.ubuntu must be one of {sorted(UBUNTU_CODENAMES)}")
     if ubuntu not in rocm.ubuntu:
@@ -140,15 +189,18 @@ def plan(env: EnvSpec, inputs: PlanInputs) -> Plan:
     if wsl is None:
         raise RenderError(f"env {env.name!r} has no [env.{env.name}.wsl2] table")
     rocm, lock, variables = inputs.rocm, inputs.lock, inputs.variables
-    rocdxg = rocm is not None and rocm.wsl_stack == "rocdxg"
-    if rocdxg:
+    pip_sdk = env.accelerator == "rocm" and rocm is not None and rocm.install_model == "pip-sdk"
+    rocdxg = env.accelerator == "rocm" and rocm is not None and rocm.wsl_stack == "rocdxg"
+    dxg = load_compat().dxg
+    if rocdxg and rocm is not None and (dxg is None or dxg.needs_detection_env(rocm.version)):
+        # On by default from ROCm 7.13 (wsl.toml [dxg]); before, the runtime needs it.
         variables = {**variables, "HSA_ENABLE_DXG_DETECTION": "1"}
     base, pinned = from_image(wsl.base, lock)
     system = ["ca-certificates"]
     if wsl.systemd:
         system += ["systemd", "systemd-sysv"]
     rootfs: list[Step] = [AptInstall(python_packages((*env.apt, *system)))]
-    rootfs += _wsl_stack(env, rocm, wsl.ubuntu)
+    rootfs += _wsl_stack(env, rocm, wsl.ubuntu, lock)
     if wsl.systemd:
         # Which units: compatibility data (envbuilder/data/wsl.toml, with its sources).
         rootfs.append(MaskUnits(load_compat().wsl_units.masked))
@@ -163,6 +215,9 @@ def plan(env: EnvSpec, inputs: PlanInputs) -> Plan:
     if env.accelerator == "rocm" and rocm is not None and rocm.libhsa_fix is not None:
         torch_lib = f"{VENV}/lib/python{env.python}/site-packages/torch/lib"
         build = replace(build, steps=(*build.steps, LibhsaFix(rocm.libhsa_fix, torch_lib)))
+    if pip_sdk:
+        build = replace(build, steps=(*build.steps,
+                                      LinkRocmSdkRoot(f"{VENV}/bin/rocm-sdk", PIP_SDK_ROCM_LINK)))
     final = Stage(None, "rootfs", True, (
         CopyFromStage("build", VENV, VENV),
         InstallConfFiles((
@@ -176,8 +231,10 @@ def plan(env: EnvSpec, inputs: PlanInputs) -> Plan:
         f"This is the envbuilder distro {wsl.distro!r}: {env.description}",
         f"Python {env.python} venv with the locked packages: {VENV} (on PATH in login shells).",
     )
-    config = WslConfig(wsl.distro, wsl.user, UID, wsl.systemd, OOBE_PATH, VENV, rocdxg, welcome,
-                       ICON_PATH)
+    # The oobe script builds librocdxg from source on the amdgpu-install rocdxg path only; on the
+    # pip SDK the prebuilt .deb is in the image already.
+    config = WslConfig(wsl.distro, wsl.user, UID, wsl.systemd, OOBE_PATH, VENV,
+                       rocdxg and not pip_sdk, welcome, ICON_PATH)
     stages = (Stage("rootfs", base, pinned, tuple(rootfs)), build, final)
     return Plan(env.name, NAME, env.description, lock.locked, stages, wsl=config)
 
@@ -194,6 +251,8 @@ DESCRIPTOR = registry.register(TargetDescriptor(
     capabilities=Capabilities(push=True, pull=True, no_cache=True, needs_docker=True,
                               host=("linux", "windows")),
     base_image=base_image,
+    system_file=system_file,
+    variables=image_variables,
     variable_quoting=(("/etc/profile.d/envbuilder.sh on a Dockerfile RUN line",
                        quoting.dockerfile_sh_refusal),),
     plan=plan,
