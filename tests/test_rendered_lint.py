@@ -97,7 +97,7 @@ def test_every_rendered_dockerfile_passes_hadolint(hadolint: str,
                                                    rocdxg_files: dict[str, bytes]) -> None:
     files = {str(p.relative_to(REPO)): p.read_text() for p in committed_and_golden("Dockerfile")}
     files["rocdxg/Dockerfile"] = rocdxg_files["Dockerfile"].decode()
-    assert len(files) == 6 + 12 + 1  # committed (3 docker, 3 wsl), golden (x2), rocdxg
+    assert len(files) == 5 + 18 + 1  # committed (3 docker, 2 wsl), golden (9, x2), rocdxg
     found = {rel: run_hadolint(hadolint, text) for rel, text in files.items()}
     assert {rel: f for rel, f in found.items() if f} == {}
 
@@ -145,7 +145,7 @@ def test_every_oobe_script_passes_shellcheck(shellcheck: str,
                                              rocdxg_files: dict[str, bytes]) -> None:
     scripts = {str(p.relative_to(REPO)): p.read_text() for p in committed_and_golden("oobe.sh")}
     scripts["rocdxg/oobe.sh"] = rocdxg_files["oobe.sh"].decode()
-    assert len(scripts) == 3 + 6 + 1
+    assert len(scripts) == 2 + 8 + 1  # committed (cpu, rocm714), golden (4, x2), rocdxg
     found = {rel: run_shellcheck(shellcheck, text) for rel, text in scripts.items()}
     assert {rel: out for rel, out in found.items() if out} == {}
 
