@@ -32,7 +32,7 @@ def test_unknown_env_is_a_usage_error() -> None:
 
 
 def test_env_without_the_target_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert _run("validate", "--target", "native", "--env", "rocm64") == 2
+    assert _run("validate", "--target", "native", "--env", "rocm714") == 2
     assert "has no target 'native'" in capsys.readouterr().err
 
 

@@ -294,7 +294,7 @@ def test_render_and_build_refuse_another_envs_lock(
     files, so render and build must not take it."""
     project = shipped_copy(tmp_path / "proj")
     spec_text = project.spec_path.read_text(encoding="utf-8")
-    cpu = spec_text[spec_text.index("[env.cpu]"):spec_text.index("# --- rocm64")]
+    cpu = spec_text[spec_text.index("[env.cpu]"):spec_text.index("# --- rocm714")]
     copy = cpu.replace("[env.cpu", "[env.cpu2").replace('"envbuilder-cpu"', '"envbuilder-cpu2"')
     project.spec_path.write_text(spec_text + "\n" + copy, encoding="utf-8")
     shutil.copy(project.env_lock("cpu"), project.env_lock("cpu2"))

@@ -60,7 +60,7 @@ specs = st.fixed_dictionaries(
                                    st.dictionaries(st.sampled_from(["url", "mirror", "urll"]),
                                                    values, max_size=3), max_size=3),
         "defaults": env_tables,
-        "env": st.dictionaries(st.sampled_from(["cpu", "rocm64", "Bad Name", "a" * 70,
+        "env": st.dictionaries(st.sampled_from(["cpu", "rocm714", "Bad Name", "a" * 70,
                                                 "seed-6.1", "con"]),
                                env_tables, max_size=3),
         "extra": values,
@@ -160,7 +160,7 @@ def test_mutated_shipped_spec_never_raises(path: tuple[str, ...], value: Any) ->
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.sampled_from(["cpu", "rocm64", "rocm61"]), st.sampled_from(["python", "description"]),
+@given(st.sampled_from(["cpu", "rocm714", "mi300x"]), st.sampled_from(["python", "description"]),
        st.sampled_from(["3.13", "3.11", "x", "another description"]))
 def test_env_hash_changes_only_with_the_env(env: str, key: str, value: str) -> None:
     doc = tomlkit.parse((ROOT / "environments.toml").read_text(encoding="utf-8"))
@@ -172,7 +172,7 @@ def test_env_hash_changes_only_with_the_env(env: str, key: str, value: str) -> N
             return
         changed = base.merged[env].get(key) != value
         assert (result.spec.env_hash(env) != base.env_hash(env)) == changed
-        for other in ("cpu", "rocm64", "rocm61"):
+        for other in ("cpu", "rocm714", "mi300x"):
             if other != env:
                 assert result.spec.env_hash(other) == base.env_hash(other)
 
