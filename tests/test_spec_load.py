@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from legacyspec import write_spec_with_legacy
 import tomlkit
+from legacyspec import write_spec_with_legacy
 
 from envbuilder.errors import SpecError, UsageError
 from envbuilder.model import Finding, Index
