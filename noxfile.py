@@ -85,7 +85,7 @@ def build_native(session: nox.Session) -> None:
 
 @nox.session(name="build-windows", python=PYTHON)
 def build_windows(session: nox.Session) -> None:
-    """On Windows: build an env's venv (py launcher, AMD wheels) and validate it (`-- rocm64`)."""
+    """On Windows: build an env's venv (py launcher, AMD wheels) and validate it (`-- rocm714`)."""
     import sys
 
     if sys.platform != "win32":
@@ -94,7 +94,7 @@ def build_windows(session: nox.Session) -> None:
             "the `py` launcher's Python and installs the env's Windows wheels. Run it on the "
             "Windows machine; here use `nox -s build-native -- ENV` (a Linux venv), "
             "build-docker or build-wsl2.")
-    _venv_build_and_validate(session, "windows", "rocm64")
+    _venv_build_and_validate(session, "windows", "rocm714")
 
 
 # --- docker target (issue 5; docs/docker.md) ---
