@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envbuilder.commands._targets import (
     VENV_TARGETS,
@@ -16,6 +16,9 @@ from envbuilder.commands._targets import (
 from envbuilder.errors import UsageError
 from envbuilder.targets import get_target
 from envbuilder.ui import UI
+
+if TYPE_CHECKING:
+    from envbuilder.targets import Artifact
 
 HELP = "build the locked, rendered envs for a target (docker image, .wsl, venv)"
 DESCRIPTION = """\
@@ -76,10 +79,23 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     options = _target_options(args)
     project, envs = selected(args)
     target = get_target(args.target)
+    built: list[Artifact] = []
     for env in envs:
         with progress_for(ui) as progress:
             artifact = target.build(project, env, progress, **options)
         state = "up to date" if artifact.details.get("changed") == "no" else "built"
         ui.print(f"{env.name} {artifact.target} {artifact.reference} "
                  f"{artifact.digest or '-'} ({state})")
+        built.append(artifact)
+    if args.json:
+        ui.json(_json_result(args.target, built))
     return 0
+
+
+def _json_result(target: str, built: list[Artifact]) -> dict[str, Any]:
+    """The --json object (docs/cli.md): one entry per env, in the order they were built."""
+    return {"command": "build", "ok": True, "target": target,
+            "artifacts": [{"env": a.env, "target": a.target, "reference": a.reference,
+                           "digest": a.digest,
+                           "state": "up to date" if a.details.get("changed") == "no" else "built"}
+                          for a in built]}

@@ -39,8 +39,19 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     if pull is None:
         raise UsageError(f"target {args.target} has no registry; pull applies to docker "
                          "and wsl2")
+    pulled: list[dict[str, str]] = []
     for env in envs:
         with progress_for(ui, bytes_=True) as progress:
             image_id = pull(project, env, progress)
         ui.print(f"{env.name} {image_id}")
+        pulled.append(_pulled_json(env.name, args.target, image_id))
+    if args.json:
+        ui.json({"command": "pull", "ok": True, "target": args.target, "pulled": pulled})
     return 0
+
+
+def _pulled_json(env: str, target: str, printed: str) -> dict[str, str]:
+    """One env's entry in the --json object (docs/cli.md), from what pull prints: docker, the
+    image id (reference and digest alike); wsl2, "<path> sha256:<hex>"."""
+    reference, _, digest = printed.rpartition(" ")
+    return {"env": env, "target": target, "reference": reference or digest, "digest": digest}
