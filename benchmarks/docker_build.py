@@ -34,9 +34,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from envbuilder import docker_engine, lockfile, wheelcache  # noqa: E402
+from envbuilder.builders.docker import DockerBuilder  # noqa: E402
 from envbuilder.project import Project  # noqa: E402
 from envbuilder.specload import load_spec  # noqa: E402
-from envbuilder.builders.docker import DockerBuilder  # noqa: E402
 from envbuilder.targets.base import BuildOptions  # noqa: E402
 
 
