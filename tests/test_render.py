@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any, cast
 
 import dockerfile
 import pytest
@@ -589,8 +590,9 @@ def test_bad_names_are_refused(unlocked: tuple[Project, Spec], field: str, value
     env = spec.env("cpu")
     wsl2 = env.table(Wsl2Table)
     assert wsl2 is not None
+    changes = cast(dict[str, Any], {field: value})
     evil = dataclasses.replace(
-        env, tables={**env.tables, "wsl2": dataclasses.replace(wsl2, **{field: value})})
+        env, tables={**env.tables, "wsl2": dataclasses.replace(wsl2, **changes)})
     with pytest.raises(RenderError):
         render_env(project, spec, evil, "wsl2")
 
@@ -630,15 +632,15 @@ def test_random_specs_render_or_fail_cleanly(tmp_path_factory: pytest.TempPathFa
 
     project, _ = make_project(tmp_path_factory.mktemp("random"), locked=False)
     doc = tomlkit.parse(project.spec_path.read_text())
-    cpu = doc["env"]["cpu"]  # type: ignore[index]
+    cpu = doc["env"]["cpu"]
     for key, value in edits:
         if key == "apt":
-            cpu["apt"] = [value]  # type: ignore[index]
+            cpu["apt"] = [value]
         elif "." in key:
             table, name = key.split(".")
-            cpu.setdefault(table, tomlkit.table())[name] = value  # type: ignore[union-attr]
+            cpu.setdefault(table, tomlkit.table())[name] = value
         else:
-            cpu[key] = value  # type: ignore[index]
+            cpu[key] = value
     project.spec_path.write_text(tomlkit.dumps(doc))
     code = cli.main(["-q", "render", "--spec", str(project.spec_path), "--env", "cpu"])
     written = [p for d in ("dockerfiles", "wsl", "windows") for p in (project.root / d).rglob("*")]

@@ -11,8 +11,8 @@ import pytest
 from test_wsltar import BAKED_USER, PASSWD, WSL_CONF, M, build, rootfs  # tests/ is on sys.path
 
 from envbuilder import wslexe
+from envbuilder.builders import wsl2
 from envbuilder.errors import ValidationError
-from envbuilder.targets import wsl2
 
 
 def with_files(files: dict[str, bytes]) -> list[M]:

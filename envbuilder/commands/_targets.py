@@ -13,9 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
-from rich.progress import Progress, TaskID
-
-from envbuilder.cli import add_common_arguments
+from envbuilder.cli import add_common_arguments, add_json_argument
 from envbuilder.errors import UsageError
 from envbuilder.model import EnvSpec
 from envbuilder.progress import ProgressFn
@@ -27,7 +25,7 @@ from envbuilder.ui import UI
 
 
 def add_selection_arguments(parser: argparse.ArgumentParser, default_target: str | None) -> None:
-    """--spec, --env NAME (repeatable), --target T (required unless a default is given)."""
+    """--spec, --env NAME (repeatable), --target T (required unless a default is given), --json."""
     add_common_arguments(parser)
     parser.add_argument("--env", action="append", default=[], metavar="NAME",
                         help="env to work on (repeatable; default: every env having the target)")
@@ -35,6 +33,7 @@ def add_selection_arguments(parser: argparse.ArgumentParser, default_target: str
                         required=default_target is None,
                         help="deployment target" + (f" (default: {default_target})"
                                                     if default_target else ""))
+    add_json_argument(parser, "the results")
 
 
 def require(target: str, capability: Capability, message: str) -> TargetDescriptor:
@@ -101,36 +100,9 @@ def selected(args: argparse.Namespace) -> tuple[Project, list[EnvSpec]]:
     return project, envs
 
 
-#: Events named after a file being fetched (envbuilder.wheelcache reports wheel names).
-_FILES = (".whl", ".tar.gz", ".zip")
-
-
-class ProgressView:
-    """A ProgressFn drawing on a rich Progress: one bar for steps, one per downloaded layer or
-    file ("pull ..." events or file names, with a total), plain lines for events without one."""
-
-    def __init__(self, progress: Progress, ui: UI) -> None:
-        self.progress = progress
-        self.ui = ui
-        self.main: TaskID | None = None
-        self.transfers: dict[str, TaskID] = {}
-
-    def __call__(self, what: str, done: int, total: int | None) -> None:
-        if total is None:
-            self.ui.info(what)
-        elif what.startswith(("pull ", "download ", "fetch ")) or what.endswith(_FILES):
-            task = self.transfers.get(what)
-            if task is None:
-                task = self.transfers[what] = self.progress.add_task(what, total=total)
-            self.progress.update(task, completed=done, total=total)
-        else:
-            if self.main is None:
-                self.main = self.progress.add_task(what, total=total)
-            self.progress.update(self.main, description=what, completed=done, total=total)
-
-
 @contextmanager
 def progress_for(ui: UI, bytes_: bool = False) -> Iterator[ProgressFn]:
-    """A ProgressFn for library calls, drawn on stderr while the block runs."""
-    with ui.progress(bytes_=bytes_) as prog:
-        yield ProgressView(prog, ui)
+    """A ProgressFn for library calls while the block runs: bars on a terminal, one line per
+    step otherwise (envbuilder.ui.UI.progress)."""
+    with ui.progress(bytes_=bytes_) as progress:
+        yield progress

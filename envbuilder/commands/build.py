@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from envbuilder.commands._targets import (
     PATH_REFUSAL,
@@ -16,6 +17,9 @@ from envbuilder.commands._targets import (
 from envbuilder.targets import registry
 from envbuilder.targets.base import BuildOptions
 from envbuilder.ui import UI
+
+if TYPE_CHECKING:
+    from envbuilder.targets.base import Artifact
 
 HELP = "build the locked, rendered envs for a target (docker image, .wsl, venv)"
 DESCRIPTION = """\
@@ -70,10 +74,23 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     options = build_options(args)
     project, envs = selected(args)
     builder = registry.get(args.target).load_builder()
+    built: list[Artifact] = []
     for env in envs:
         with progress_for(ui) as progress:
             artifact = builder.build(project, env, options, progress)
         state = "up to date" if artifact.details.get("changed") == "no" else "built"
         ui.print(f"{env.name} {artifact.target} {artifact.reference} "
                  f"{artifact.digest or '-'} ({state})")
+        built.append(artifact)
+    if args.json:
+        ui.json(_json_result(args.target, built))
     return 0
+
+
+def _json_result(target: str, built: list[Artifact]) -> dict[str, Any]:
+    """The --json object (docs/cli.md): one entry per env, in the order they were built."""
+    return {"command": "build", "ok": True, "target": target,
+            "artifacts": [{"env": a.env, "target": a.target, "reference": a.reference,
+                           "digest": a.digest,
+                           "state": "up to date" if a.details.get("changed") == "no" else "built"}
+                          for a in built]}

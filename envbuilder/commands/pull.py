@@ -39,8 +39,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, ui: UI) -> int:
     builder = registry_builder(args.target, "pull")
     project, envs = selected(args)
+    pulled: list[dict[str, str]] = []
     for env in envs:
         with progress_for(ui, bytes_=True) as progress:
             image_id = builder.pull(project, env, PullOptions(), progress)
         ui.print(f"{env.name} {image_id}")
+        pulled.append(_pulled_json(env.name, args.target, image_id))
+    if args.json:
+        ui.json({"command": "pull", "ok": True, "target": args.target, "pulled": pulled})
     return 0
+
+
+def _pulled_json(env: str, target: str, printed: str) -> dict[str, str]:
+    """One env's entry in the --json object (docs/cli.md), from what pull prints: docker, the
+    image id (reference and digest alike); wsl2, "<path> sha256:<hex>"."""
+    reference, _, digest = printed.rpartition(" ")
+    return {"env": env, "target": target, "reference": reference or digest, "digest": digest}

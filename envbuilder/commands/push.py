@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from envbuilder.commands._targets import (
     add_selection_arguments,
@@ -42,8 +43,19 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     builder = registry_builder(args.target, "push")
     options = PushOptions(registry=args.registry)
     project, envs = selected(args)
+    pushed: list[dict[str, str]] = []
     for env in envs:
         with progress_for(ui, bytes_=True) as progress:
             digest_ref = builder.push(project, env, options, progress)
         ui.print(f"{env.name} {digest_ref}")
+        pushed.append({"env": env.name, "target": args.target, "reference": digest_ref,
+                       "digest": digest_ref.rpartition("@")[2]})
+    if args.json:
+        ui.json(_json_result(args.target, args.registry, pushed))
     return 0
+
+
+def _json_result(target: str, registry: str, pushed: list[dict[str, str]]) -> dict[str, Any]:
+    """The --json object (docs/cli.md): per env, the pushed image by digest."""
+    return {"command": "push", "ok": True, "target": target, "registry": registry,
+            "pushed": pushed}

@@ -81,10 +81,16 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     project, envs = selected(args)
     builder = registry.get(args.target).load_builder()
     failed = 0
+    reports: list[dict[str, str]] = []
     for env in envs:
         with progress_for(ui) as progress:
             report = builder.validate(project, env, options, progress)
         status = report_status(report)
         failed += status != "pass"
         ui.print(f"{env.name} {args.target} {status} {report}")
+        reports.append({"env": env.name, "target": args.target, "status": status,
+                        "report": str(report)})
+    if args.json:
+        ui.json({"command": "validate", "ok": not failed, "target": args.target,
+                 "reports": reports})
     return 1 if failed else 0
