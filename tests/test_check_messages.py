@@ -8,6 +8,7 @@ prefix (file: key: severity:) and the message's words.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import tomllib
 from collections.abc import Callable
@@ -18,6 +19,7 @@ import pytest
 import tomlkit
 
 from envbuilder.cli import main
+from envbuilder.compat import INSTALL_MODEL_LABELS
 from envbuilder.pipsdk import lock_inputs
 from envbuilder.specload import load_spec
 
@@ -501,8 +503,6 @@ def test_finding_is_one_line_even_for_control_characters(
 
 
 def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    import json
-
     code, _ = run_check(tmp_path, mutated(gpu(rccl={"RCCL_ALGO": "ring"})), capsys)
     spec = tmp_path / "environments.toml"
     assert main(["check", "--spec", str(spec), "--json"]) == code == 1
@@ -548,10 +548,21 @@ def test_check_resolves_the_install_model(tmp_path: Path, capsys: pytest.Capture
     text = mutated(chain(index("idx", index_url),
                          gpu(rocm=rocm, targets=targets, packages=[torch],
                              index_pins={"torch": "idx"})))
-    code, lines = run_check(tmp_path, text, capsys)
+    spec = tmp_path / "environments.toml"
+    spec.write_text(text, encoding="utf-8")
+    code = main(["check", "--spec", str(spec)])
+    out, err = capsys.readouterr()
+    lines = [line for line in out.splitlines() if line]
     assert code == 0, lines
     assert not _env_lines(lines, ": error: ")
-    assert not _env_lines(lines, "installs through"), lines  # nothing left to do by hand
+    assert not _env_lines(lines, "installs through"), lines  # stdout holds findings only
+    # stderr names the model the release resolves to, in the words of compat's labels
+    label = INSTALL_MODEL_LABELS[model]
+    assert f"gpu: ROCm {rocm} installs through {label}" in err.splitlines(), err
+    assert main(["check", "--spec", str(spec), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["install_models"] == [
+        {"env": "gpu", "rocm": rocm, "install_model": model, "label": label}]
     env = load_spec(tmp_path / "environments.toml").env("gpu")
     packages, pins = lock_inputs(env, targets[0])
     if model == "pip-sdk":
