@@ -133,6 +133,19 @@ class RocmWslStack(Step):
 
 
 @dataclass(frozen=True)
+class AmdgpuInstall(Step):
+    """ROCm of an amdgpu-install release on a plain Ubuntu image: the release's amdgpu-install
+    .deb (its URL from the compatibility data), then `amdgpu-install -y --usecase=rocm
+    --no-dkms` (the kernel driver is the host's). The same commands as RocmWslStack's."""
+
+    kind: ClassVar[str] = "amdgpu-install"
+    rocm: str
+    ubuntu: str
+    deb_url: str
+    usecase: str = "rocm"
+
+
+@dataclass(frozen=True)
 class InstallDeb(Step):
     """Download one .deb, check its sha256, install it with apt (its dependencies from the
     distribution). `sha256` None: not locked (no confirmed hash): the build stops there, saying
