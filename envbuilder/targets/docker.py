@@ -133,7 +133,8 @@ def plan(env: EnvSpec, inputs: PlanInputs) -> Plan:
         *amdgpu_install_steps(env, inputs, table.base),
         CreateUser(table.user, UID, GPU_GROUPS),
     ))
-    build = build_stage("runtime", table.python, env.python)
+    build = build_stage("runtime", table.python, env.python,
+                        sdists=sdk_release(env) is not None)
     if sdk_release(env) is not None:
         build = replace(build, steps=(*build.steps,
                                       LinkRocmSdkRoot(f"{VENV}/bin/rocm-sdk", PIP_SDK_ROCM_LINK)))

@@ -210,7 +210,7 @@ def plan(env: EnvSpec, inputs: PlanInputs) -> Plan:
         WriteBinaryFile(ICON_PATH, wslicon.icon_base64_lines(),
                         "The Start-menu icon ([shortcut] icon), drawn by envbuilder.wslicon."),
     ]
-    build = build_stage("rootfs", "python3", env.python)
+    build = build_stage("rootfs", "python3", env.python, sdists=pip_sdk)
     if env.accelerator == "rocm" and rocm is not None and rocm.libhsa_fix is not None:
         torch_lib = f"{VENV}/lib/python{env.python}/site-packages/torch/lib"
         build = replace(build, steps=(*build.steps, LibhsaFix(rocm.libhsa_fix, torch_lib)))
