@@ -37,9 +37,10 @@ from envbuilder.compat import (
 from envbuilder.errors import EnvbuilderError
 from envbuilder.model import EnvSpec, FindingSink, Index
 from envbuilder.targets import registry
+from envbuilder.targets.base import UBUNTU_CODENAMES, plain_ubuntu_release
 from envbuilder.targets.docker import DockerTable
 from envbuilder.targets.windows import WindowsTable
-from envbuilder.targets.wsl2 import UBUNTU_CODENAMES, Wsl2Table
+from envbuilder.targets.wsl2 import Wsl2Table
 
 HSA_VAR = "HSA_OVERRIDE_GFX_VERSION"
 
@@ -162,6 +163,15 @@ def _check_images(env: EnvSpec, compat: Compat, ctx: FindingSink) -> None:
         if m and env.rocm and not _same_release(m.group(1), env.rocm):
             ctx.env_finding(env.name, path, f"{ref} is ROCm {m.group(1)}, but the env's rocm is "
                             f"{env.rocm}; use the image of that release", "warning")
+    release = compat.rocm(env.rocm) if env.accelerator == "rocm" and env.rocm else None
+    ubuntu = plain_ubuntu_release(docker.base) if docker is not None else None
+    if release is not None and release.install_model == "amdgpu-install" and ubuntu is not None:
+        # The docker plan installs the release with its amdgpu-install .deb (targets/docker.py).
+        codename = UBUNTU_CODENAMES.get(ubuntu)
+        if codename is None or release.amdgpu_install_url(codename) is None:
+            ctx.env_finding(env.name, ("docker", "base"), f"ROCm {release.version} on a plain "
+                            f"Ubuntu {ubuntu} image: the compatibility data has no "
+                            f"amdgpu-install package for it; use ubuntu:22.04 or ubuntu:24.04")
 
 
 def _same_release(a: str, b: str) -> bool:

@@ -42,6 +42,7 @@ from envbuilder.uvrun import (
     pylock_header,
     run_uv,
 )
+from envbuilder.wheelcache import check_sdist_builds
 
 
 def platform(target: str) -> str:
@@ -268,6 +269,11 @@ def _resolve_targets(
         body = postprocess(raw, request, "")
         for target in members:
             out[target] = pylock_header(env.name, target).encode("utf-8") + body
+            # A locked sdist (the pip SDK's `rocm`) is built at install time, offline: its
+            # build backend must be among the wheels of the same pylock.
+            check_sdist_builds(project, tomllib.loads(body.decode("utf-8")),
+                               f"env {env.name!r}, target {target}", platform(target),
+                               target_python(env, target), indexes=indexes)
     progress(f"resolved {env.name}", len(groups), len(groups))
     return out, warnings
 

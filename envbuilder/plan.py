@@ -15,13 +15,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, ClassVar, Literal, TypeVar
 
 from envbuilder.compat import RocmRelease
 from envbuilder.fsutil import sha256_bytes
 from envbuilder.imagedefs import CONTEXT_DIR, ENV_LABEL, LOCK_LABEL, LOCK_SHA_ARG, VENV
 from envbuilder.model import EnvSpec
+
+#: Field metadata: a field added to a step later is left out of the canonical JSON while it
+#: holds its default, so the plans (and the input-sha256 of the files) of envs it does not
+#: concern stay as they were.
+OMIT_DEFAULT = "envbuilder.omit_default"
 
 #: Groups that own the GPU device nodes (/dev/kfd is root:render, /dev/dri root:video;
 #: ROCm/ROCm-docker#90, #116). `render` is created when the base image lacks it.
@@ -111,6 +116,10 @@ class InstallLocked(Step):
     venv: str
     requirements: str
     cleanup: str
+    # The wheelhouse, for a lock with an sdist (the pip SDK's `rocm`): pip's isolated build
+    # environment then installs the sdist's build backend from it (`--find-links`, still
+    # `--no-index`). None: wheels only, the command as before.
+    find_links: str | None = field(default=None, metadata={OMIT_DEFAULT: True})
 
 
 @dataclass(frozen=True)
@@ -130,6 +139,19 @@ class RocmWslStack(Step):
     deb_url: str
     usecase: str
     extra_packages: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class AmdgpuInstall(Step):
+    """ROCm of an amdgpu-install release on a plain Ubuntu image: the release's amdgpu-install
+    .deb (its URL from the compatibility data), then `amdgpu-install -y --usecase=rocm
+    --no-dkms` (the kernel driver is the host's). The same commands as RocmWslStack's."""
+
+    kind: ClassVar[str] = "amdgpu-install"
+    rocm: str
+    ubuntu: str
+    deb_url: str
+    usecase: str = "rocm"
 
 
 @dataclass(frozen=True)
@@ -353,7 +375,8 @@ class Plan:
 
 def _canonical(value: Any) -> Any:
     if is_dataclass(value) and not isinstance(value, type):
-        out = {f.name: _canonical(getattr(value, f.name)) for f in fields(value)}
+        out = {f.name: _canonical(getattr(value, f.name)) for f in fields(value)
+               if not (f.metadata.get(OMIT_DEFAULT) and getattr(value, f.name) == f.default)}
         out["__kind__"] = getattr(value, "kind", type(value).__name__)
         return out
     if isinstance(value, Mapping):
@@ -405,16 +428,18 @@ def python_packages(extra: tuple[str, ...]) -> tuple[str, ...]:
     return ("python3", *sorted(set(extra) - {"python3"}))
 
 
-def build_stage(base_stage: str, python: str, version: str) -> Stage:
+def build_stage(base_stage: str, python: str, version: str, *, sdists: bool = False) -> Stage:
     """The "build" stage: the venv made by the base's `python`, checked to be `version`, holding
-    the locked wheels of the build context."""
+    the locked wheels of the build context. `sdists`: the lock holds an sdist (a pip-SDK
+    release's `rocm`), built offline with its backend from the context's wheels."""
     venv_python = f"{VENV}/bin/python"
     steps: list[Step] = [
         AptInstall(("python3", "python3-venv")),
         CopyContext(f"{CONTEXT_DIR}/"),
         CreateVenv(python, VENV),
         CheckPython(venv_python, version),
-        InstallLocked(VENV, f"{CONTEXT_DIR}/requirements.txt", CONTEXT_DIR),
+        InstallLocked(VENV, f"{CONTEXT_DIR}/requirements.txt", CONTEXT_DIR,
+                      f"{CONTEXT_DIR}/wheels" if sdists else None),
     ]
     return Stage("build", base_stage, True, tuple(steps))
 

@@ -15,8 +15,13 @@ written before `index` was). A file from any source is accepted only when its sh
 lock. The caller passes the env's named indexes (`EnvSpec.indexes`): the wheel cache never reads
 the spec file itself.
 
+A package with no wheel for the target installs its sdist (the pip SDK's `rocm`), built offline
+at install time; `check_sdist_builds` (run by `envbuilder lock`) refuses a pylock whose sdist's
+build backend is not among its own wheels.
+
 CONTRACT:
     fetch_locked(project, env, target, progress, *, indexes) -> list[CachedArtifact]
+    check_sdist_builds(project, pylock_doc, where, platform, python, *, indexes) -> None
     write_wheelhouse(project, env, target, dest_dir, in_image_prefix="/tmp/envbuilder/wheels",
                      progress=no_progress, *, indexes) -> Path     the requirements.txt it wrote
     CachedArtifact(name, version, filename, sha256, path, source, downloaded_bytes)
@@ -29,9 +34,12 @@ import html.parser
 import os
 import shutil
 import ssl
+import tarfile
 import tempfile
+import tomllib
 import urllib.error
 import urllib.request
+import zipfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +47,7 @@ from typing import Any, Literal
 from urllib.parse import quote, unquote, urljoin
 
 from packaging.markers import InvalidMarker, Marker
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
@@ -147,10 +156,24 @@ def _best_wheel(package: Mapping[str, Any], rank: Mapping[Tag, int]) -> Mapping[
     return best[1] if best else None
 
 
+def _sdist(package: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The package's sdist, for a package with no wheel for the target (AMD publishes `rocm`,
+    the pip SDK's meta-package, as an sdist only): the install builds it offline from the
+    wheelhouse, which `envbuilder lock` checked holds its build backend (check_sdist_builds)."""
+    sdist = package.get("sdist")
+    if not sdist or "url" not in sdist:
+        return None
+    return {**sdist, "name": sdist.get("name") or url_filename(str(sdist["url"]))}
+
+
+def is_sdist(filename: str) -> bool:
+    return filename.endswith((".tar.gz", ".zip"))
+
+
 def locked_files(pylock: Path, platform: str, python: str) -> list[LockedFile]:
-    """The wheels a target installs from `pylock` (one per package that applies), sorted by name.
-    Raises LockError for a malformed pylock (parse_pylock) and for a package that has no wheel
-    for the target (builds install wheels only)."""
+    """The files a target installs from `pylock` (one per package that applies), sorted by name:
+    its best wheel, else its sdist (built at install time). Raises LockError for a malformed
+    pylock (parse_pylock) and for a package with neither for the target."""
     return _select_files(parse_pylock(pylock.read_bytes(), str(pylock)), pylock.name, platform,
                          python)
 
@@ -166,10 +189,11 @@ def _select_files(doc: Mapping[str, Any], where: str, platform: str,
     for pkg in doc.get("packages", []):
         if not _applies(pkg, environment):
             continue
-        wheel = _best_wheel(pkg, rank)
+        wheel = _best_wheel(pkg, rank) or _sdist(pkg)
         if wheel is None:
             raise LockError(f"{where}: {pkg['name']} {pkg.get('version')} has no wheel for "
-                            f"{platform} / Python {python}; envbuilder installs wheels only")
+                            f"{platform} / Python {python} and no sdist; a build installs "
+                            "wheels, and builds a locked sdist offline (docs/rocm.md)")
         sha = wheel.get("hashes", {}).get("sha256")
         if not sha or "url" not in wheel:
             raise LockError(f"{where}: {wheel['name']} lacks a url or a sha256 hash; "
@@ -178,6 +202,93 @@ def _select_files(doc: Mapping[str, Any], where: str, platform: str,
                               wheel["name"], wheel["url"], sha, wheel.get("size"),
                               pkg.get("index")))
     return sorted(out, key=lambda f: (f.name, f.filename))
+
+
+# --- locked sdists: their build backend must be in the same pylock ----------------------------
+
+#: What a build frontend assumes for an sdist without [build-system] (PEP 518).
+DEFAULT_BUILD_REQUIRES = ("setuptools>=40.8.0",)
+_PYPROJECT_LIMIT = 1 << 20
+
+
+def sdist_build_requires(path: Path) -> list[str]:
+    """`[build-system] requires` of an sdist (.tar.gz or .zip), read from its top-level
+    pyproject.toml without unpacking anything else; PEP 518's default when it has none.
+    LockError when the file cannot be read as an sdist."""
+    try:
+        if path.name.endswith(".zip"):
+            with zipfile.ZipFile(path) as zf:
+                names = [n for n in zf.namelist() if n.count("/") == 1
+                         and n.endswith("/pyproject.toml")]
+                data = zf.read(names[0])[:_PYPROJECT_LIMIT] if names else None
+        else:
+            with tarfile.open(path, "r:gz") as tar:
+                member = next((m for m in tar if m.isfile() and m.name.count("/") == 1
+                               and m.name.endswith("/pyproject.toml")), None)
+                fh = tar.extractfile(member) if member is not None else None
+                data = fh.read(_PYPROJECT_LIMIT) if fh is not None else None
+        doc = tomllib.loads(data.decode("utf-8")) if data is not None else {}
+    except (OSError, tarfile.TarError, zipfile.BadZipFile, UnicodeDecodeError,
+            tomllib.TOMLDecodeError) as exc:
+        raise LockError(f"{path.name}: cannot read its pyproject.toml: {exc}") from None
+    system = doc.get("build-system")
+    if not isinstance(system, dict) or "requires" not in system:
+        return list(DEFAULT_BUILD_REQUIRES)
+    requires = system["requires"]
+    if not isinstance(requires, list) or not all(isinstance(r, str) for r in requires):
+        raise LockError(f"{path.name}: [build-system] requires is not a list of strings")
+    return list(requires)
+
+
+def unmet_build_requires(doc: Mapping[str, Any], platform: str, python: str,
+                         requires: Sequence[str]) -> list[str]:
+    """The build requirements no wheel of the pylock `doc` satisfies for the target (name,
+    version, marker; extras are not followed). Only the backend's direct requirements are
+    checked: setuptools, the real `rocm` sdist's backend, has no dependencies."""
+    rank: dict[Tag, int] = {}
+    for i, tag in enumerate(target_tags(platform, python)):
+        rank.setdefault(tag, i)
+    environment = marker_environment(platform, python)
+    unmet: list[str] = []
+    for text in requires:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement as exc:
+            raise LockError(f"build requirement {text!r} is not a requirement: {exc}") from None
+        if req.marker is not None and not req.marker.evaluate(environment):
+            continue
+        name = canonicalize_name(req.name)
+        if not any(canonicalize_name(str(pkg.get("name", ""))) == name
+                   and _applies(pkg, environment) and _best_wheel(pkg, rank) is not None
+                   and req.specifier.contains(str(pkg.get("version", "")), prereleases=True)
+                   for pkg in doc.get("packages", [])):
+            unmet.append(text)
+    return unmet
+
+
+def check_sdist_builds(project: Project, doc: Mapping[str, Any], where: str, platform: str,
+                       python: str, *, indexes: Mapping[str, Index]) -> None:
+    """Refuse a pylock whose locked sdist could not be built offline: an install builds it in an
+    isolated environment from the wheelhouse alone (`pip install --no-index --find-links`,
+    `uv pip sync --offline --find-links`), so its build backend's requirements must be wheels of
+    the same pylock. Each sdist is fetched into the cache (hash-checked, as a build would) to
+    read its [build-system]. LockError naming the package and what is missing."""
+    sdists = [f for f in _select_files(doc, where, platform, python) if is_sdist(f.filename)]
+    if not sdists:
+        return
+    mirrors = mirrored_sources(indexes, project.root)
+    problems: list[str] = []
+    for f in sdists:
+        path = _fetch_one(project, f, mirrors, no_progress).path
+        unmet = unmet_build_requires(doc, platform, python, sdist_build_requires(path))
+        if unmet:
+            problems.append(
+                f"{f.name} {f.version} is locked as an sdist ({f.filename}), which the install "
+                f"builds offline from the locked wheels; its build backend needs "
+                f"{', '.join(unmet)}, which no wheel in this pylock satisfies: add "
+                f"{' and '.join(repr(u) for u in unmet)} to the env's packages and lock again")
+    if problems:
+        raise LockError(f"{where}: " + "\n".join(problems))
 
 
 # --- fetching ----------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ prefix (file: key: severity:) and the message's words.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import tomllib
 from collections.abc import Callable
@@ -18,6 +19,7 @@ import pytest
 import tomlkit
 
 from envbuilder.cli import main
+from envbuilder.compat import INSTALL_MODEL_LABELS
 from envbuilder.pipsdk import lock_inputs
 from envbuilder.specload import load_spec
 
@@ -501,8 +503,6 @@ def test_finding_is_one_line_even_for_control_characters(
 
 
 def test_json_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    import json
-
     code, _ = run_check(tmp_path, mutated(gpu(rccl={"RCCL_ALGO": "ring"})), capsys)
     spec = tmp_path / "environments.toml"
     assert main(["check", "--spec", str(spec), "--json"]) == code == 1
@@ -548,10 +548,21 @@ def test_check_resolves_the_install_model(tmp_path: Path, capsys: pytest.Capture
     text = mutated(chain(index("idx", index_url),
                          gpu(rocm=rocm, targets=targets, packages=[torch],
                              index_pins={"torch": "idx"})))
-    code, lines = run_check(tmp_path, text, capsys)
+    spec = tmp_path / "environments.toml"
+    spec.write_text(text, encoding="utf-8")
+    code = main(["check", "--spec", str(spec)])
+    out, err = capsys.readouterr()
+    lines = [line for line in out.splitlines() if line]
     assert code == 0, lines
     assert not _env_lines(lines, ": error: ")
-    assert not _env_lines(lines, "installs through"), lines  # nothing left to do by hand
+    assert not _env_lines(lines, "installs through"), lines  # stdout holds findings only
+    # stderr names the model the release resolves to, in the words of compat's labels
+    label = INSTALL_MODEL_LABELS[model]
+    assert f"gpu: ROCm {rocm} installs through {label}" in err.splitlines(), err
+    assert main(["check", "--spec", str(spec), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["install_models"] == [
+        {"env": "gpu", "rocm": rocm, "install_model": model, "label": label}]
     env = load_spec(tmp_path / "environments.toml").env("gpu")
     packages, pins = lock_inputs(env, targets[0])
     if model == "pip-sdk":
@@ -637,3 +648,48 @@ def test_windows_from_7_14_covers_rdna2_and_python_3_13(
     assert code == 0, lines
     assert not _env_lines(lines, "not covered") and not _env_lines(lines, "need Python")
     assert not _env_lines(lines, "pinned to a Linux wheel index")
+
+
+def no_wsl2(d: dict[str, Any]) -> None:
+    d["env"]["gpu"].pop("wsl2", None)
+
+
+@pytest.mark.parametrize(("ubuntu", "codename", "python"), [
+    ("22.04", "jammy", "3.10"), ("24.04", "noble", "3.12")])
+def test_legacy_release_on_plain_ubuntu_installs_amdgpu_install(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], ubuntu: str, codename: str,
+        python: str) -> None:
+    """Issue 15: `rocm = "7.0.2"` on a plain Ubuntu base renders the release's amdgpu-install
+    .deb with its full-version file name (the data's URL), installed in the runtime stage (so
+    the final image has /opt/rocm); a rocm/dev image as base gets no such step (its ROCm is
+    there already), and an Ubuntu the package does not exist for is a check error."""
+    text = mutated(chain(index("pytorch-rocm70", "https://download.pytorch.org/whl/rocm7.0"),
+                         gpu(rocm="7.0.2", python=python, targets=["docker"],
+                             packages=["torch==2.10.0+rocm7.0"],
+                             index_pins={"torch": "pytorch-rocm70"}),
+                         gpu_table("docker", base=f"ubuntu:{ubuntu}"), no_wsl2))
+    code, lines = run_check(tmp_path, text, capsys)
+    assert (code, lines) == (0, [])
+    spec = tmp_path / "environments.toml"
+    assert main(["render", "--spec", str(spec), "--env", "gpu", "--target", "docker"]) == 0
+    dockerfile = (tmp_path / "dockerfiles" / "gpu" / "Dockerfile").read_text(encoding="utf-8")
+    url = (f"https://repo.radeon.com/amdgpu-install/7.0.2/ubuntu/{codename}/"
+           "amdgpu-install_7.0.2.70002-1_all.deb")
+    assert f"        {url} \\\n" in dockerfile
+    runtime = dockerfile.split("FROM runtime AS build", 1)[0]
+    assert f"FROM ubuntu:{ubuntu} AS runtime" in runtime
+    assert "amdgpu-install -y --usecase=rocm --no-dkms" in runtime
+    assert runtime.index(url) < runtime.index("useradd")
+    assert 'ROCM_PATH="/opt/rocm"' in dockerfile
+    # the release's own dev image holds ROCm: no amdgpu-install step there
+    dev = text.replace(f'base = "ubuntu:{ubuntu}"', f'base = "rocm/dev-ubuntu-{ubuntu}:7.0.2"')
+    spec.write_text(dev, encoding="utf-8")
+    assert main(["render", "--spec", str(spec), "--env", "gpu", "--target", "docker"]) == 0
+    capsys.readouterr()
+    assert "amdgpu-install" not in (tmp_path / "dockerfiles" / "gpu" / "Dockerfile").read_text()
+    # an Ubuntu release AMD packages 7.0.2 for neither in jammy nor noble paths
+    spec.write_text(text.replace(f'base = "ubuntu:{ubuntu}"', 'base = "ubuntu:20.04"'),
+                    encoding="utf-8")
+    assert main(["check", "--spec", str(spec)]) == 1
+    assert ("env.gpu.docker.base: error: ROCm 7.0.2 on a plain Ubuntu 20.04 image: the "
+            "compatibility data has no amdgpu-install package for it") in capsys.readouterr().out

@@ -268,15 +268,21 @@ def uv_venv_environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "UV_VENV_CLEAR"}
 
 
-def uv_sync_command(uv: str, venv_python: PurePath, requirements: PurePath) -> list[str]:
+def uv_sync_command(uv: str, venv_python: PurePath, requirements: PurePath,
+                    find_links: PurePath | None = None) -> list[str]:
     """Make the venv hold exactly `requirements` (local files with hashes): offline, no index,
     every artifact's sha256 checked.
+
+    `find_links`: the wheelhouse, so that uv's isolated build of a locked sdist (the pip SDK's
+    `rocm`) finds its build backend among the locked wheels (`envbuilder lock` checked it is
+    there); with wheels only it changes nothing.
 
     `--no-cache`: the wheels sit in a fresh wheelhouse folder each build, so uv's cache would
     key every build's torch anew and keep one more unpacked copy (~0.7 GB) each time (seen
     here: 30 copies, 21 GB). envbuilder's own wheel cache already keeps the downloads."""
+    links = ["--find-links", str(find_links)] if find_links is not None else []
     return [uv, "pip", "sync", "--python", str(venv_python), "--offline", "--no-index",
-            "--require-hashes", "--no-cache", str(requirements)]
+            *links, "--require-hashes", "--no-cache", str(requirements)]
 
 
 def probe_command(
@@ -599,7 +605,8 @@ class VenvBuilder:
         return found.version
 
     def _sync(self, layout: VenvLayout, requirements: Path) -> None:
-        proc = _run(uv_sync_command(pyfinder.uv_bin(), layout.python, requirements),
+        proc = _run(uv_sync_command(pyfinder.uv_bin(), layout.python, requirements,
+                                    requirements.parent / "wheels"),
                     "installing the lock")
         if proc.returncode != 0:
             raise BuildError(f"installing the locked packages into {layout.root} failed:\n"

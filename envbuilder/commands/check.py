@@ -7,7 +7,9 @@ import dataclasses
 from typing import Any
 
 from envbuilder.cli import add_common_arguments, add_json_argument
+from envbuilder.compat import INSTALL_MODEL_LABELS, load_compat
 from envbuilder.errors import UsageError
+from envbuilder.model import Spec
 from envbuilder.specload import check_spec
 from envbuilder.ui import UI
 
@@ -21,7 +23,9 @@ names that must be Docker/WSL names, and anything that could become code in a ge
 One line per finding, on stdout:
     FILE: KEY: error|warning: what is wrong; what would be right
 (--json: {"command": "check", "ok": bool, "envs": [...], "findings": [{"severity", "file",
-"key", "message"}]}).
+"key", "message"}], "install_models": [{"env", "rocm", "install_model", "label"}]}).
+Then, on stderr, one line per ROCm env naming the install model its release resolves to
+("rocm714: ROCm 7.14.1 installs through the pip SDK (...)"; docs/rocm.md).
 Exit 0 when there are no errors (warnings allowed), 1 when there is any error. Writes nothing.
 """
 
@@ -51,12 +55,16 @@ def run(args: argparse.Namespace, ui: UI) -> int:
                     or f.key.split(".")[1] in args.env]
     errors = sum(f.severity == "error" for f in findings)
     warnings = len(findings) - errors
+    models = install_models(result.spec, args.env) if result.spec else []
     if args.json:
         ui.json(_json_result(list(result.spec.envs) if result.spec else [],
-                             [dataclasses.asdict(f) for f in findings], ok=not errors))
+                             [dataclasses.asdict(f) for f in findings], ok=not errors,
+                             models=models))
     else:
         for finding in findings:
             ui.print(str(finding))
+    for m in models:
+        ui.info(f"{m['env']}: ROCm {m['rocm']} installs through {m['label']}")
     if errors:
         ui.info(f"{args.spec}: {errors} error(s), {warnings} warning(s)")
         return 1
@@ -65,6 +73,24 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     return 0
 
 
-def _json_result(envs: list[str], findings: list[dict[str, Any]], ok: bool) -> dict[str, Any]:
+def install_models(spec: Spec, only: list[str]) -> list[dict[str, str]]:
+    """Each ROCm env's release and the install model envbuilder uses for it (the release's first
+    `install` in envbuilder/data/rocm.toml); a release the data does not know is a finding
+    already and is left out here. `only`: the --env filter (empty: every env)."""
+    out: list[dict[str, str]] = []
+    for name, env in spec.envs.items():
+        if (only and name not in only) or env.accelerator != "rocm" or not env.rocm:
+            continue
+        release = load_compat().rocm(env.rocm)
+        if release is None:
+            continue
+        out.append({"env": name, "rocm": release.version, "install_model": release.install_model,
+                    "label": INSTALL_MODEL_LABELS[release.install_model]})
+    return out
+
+
+def _json_result(envs: list[str], findings: list[dict[str, Any]], ok: bool,
+                 models: list[dict[str, str]]) -> dict[str, Any]:
     """The --json object (docs/cli.md)."""
-    return {"command": "check", "ok": ok, "envs": envs, "findings": findings}
+    return {"command": "check", "ok": ok, "envs": envs, "findings": findings,
+            "install_models": models}

@@ -34,6 +34,24 @@ VariableQuoting = tuple[tuple[str, Callable[[str], str | None]], ...]
 Capability = Literal["build", "push", "pull", "path", "no_cache", "cluster", "needs_docker"]
 #: The ROCm location a Linux target's activation sets for a ROCm env.
 LINUX_ROCM_PATH = "/opt/rocm"
+#: Ubuntu release -> codename, for AMD's amdgpu-install package paths
+#: (`amdgpu-install/<ver>/ubuntu/{codename}/`): the releases those paths exist for.
+UBUNTU_CODENAMES = {"22.04": "jammy", "24.04": "noble"}
+#: How Docker Hub's official Ubuntu image may be written (a plain Ubuntu base).
+UBUNTU_REPOSITORIES = ("ubuntu", "library/ubuntu", "docker.io/ubuntu", "docker.io/library/ubuntu")
+
+
+def plain_ubuntu_release(ref: str) -> str | None:
+    """"24.04" for `ubuntu:24.04` (or `ubuntu:noble`, a registry prefix, a digest), None for
+    any other image (a rocm/* image, another distribution, no tag)."""
+    name = ref.split("@", 1)[0]
+    repo, sep, tag = name.rpartition(":")
+    if not sep or "/" in tag or repo not in UBUNTU_REPOSITORIES:
+        return None
+    by_codename = {c: v for v, c in UBUNTU_CODENAMES.items()}
+    return by_codename.get(tag, tag)
+
+
 #: In an image's venv on a pip-SDK release: a link to what `rocm-sdk path --root` says, made at
 #: build time (plan.LinkRocmSdkRoot); there is no /opt/rocm.
 PIP_SDK_ROCM_LINK = f"{VENV}/rocm"

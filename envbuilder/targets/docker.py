@@ -14,6 +14,7 @@ from envbuilder.model import EnvSpec, TargetTable
 from envbuilder.pipsdk import sdk_release
 from envbuilder.plan import (
     GPU_GROUPS,
+    AmdgpuInstall,
     AptInstall,
     CopyFromStage,
     CreateUser,
@@ -23,6 +24,7 @@ from envbuilder.plan import (
     RunAsUser,
     SetEnv,
     Stage,
+    Step,
     build_stage,
     from_image,
     labels,
@@ -31,11 +33,13 @@ from envbuilder.plan import (
 from envbuilder.targets import registry
 from envbuilder.targets.base import (
     PIP_SDK_ROCM_LINK,
+    UBUNTU_CODENAMES,
     Capabilities,
     Schema,
     TableContext,
     TargetDescriptor,
     image_variables,
+    plain_ubuntu_release,
 )
 
 NAME = "docker"
@@ -95,6 +99,27 @@ def base_image(env: EnvSpec) -> str | None:
     return table.base if table is not None else None
 
 
+def amdgpu_install_steps(env: EnvSpec, inputs: PlanInputs, base: str) -> tuple[Step, ...]:
+    """ROCm for an amdgpu-install release on a plain Ubuntu base (`ubuntu:22.04`, `ubuntu:24.04`):
+    the release's amdgpu-install .deb from the compatibility data, as the wsl2 target installs
+    it (issue 15). Nothing for other envs and bases: a rocm/* base image holds ROCm already, a
+    pip-SDK release's ROCm comes with the locked wheels, and another base is the spec's choice."""
+    rocm = inputs.rocm
+    if env.accelerator != "rocm" or rocm is None or rocm.install_model != "amdgpu-install":
+        return ()
+    ubuntu = plain_ubuntu_release(base)
+    if ubuntu is None:
+        return ()
+    where = f"env {env.name!r} (ROCm {rocm.version}, docker.base {base})"
+    url = rocm.amdgpu_install_url(UBUNTU_CODENAMES[ubuntu]) if ubuntu in UBUNTU_CODENAMES \
+        else None
+    if url is None:
+        raise RenderError(f"{where}: the compatibility data has no amdgpu-install package for "
+                          f"Ubuntu {ubuntu}; use base = \"ubuntu:22.04\" or \"ubuntu:24.04\", "
+                          "or the release's rocm/dev-ubuntu image; run `envbuilder check`")
+    return (AmdgpuInstall(rocm.version, ubuntu, url),)
+
+
 def plan(env: EnvSpec, inputs: PlanInputs) -> Plan:
     """runtime (the base, python3, the user) -> build (the venv, offline from the context) ->
     final (the venv copied in, the env's variables, labels, the user)."""
@@ -105,9 +130,11 @@ def plan(env: EnvSpec, inputs: PlanInputs) -> Plan:
     base, pinned = from_image(table.base, lock)
     runtime = Stage("runtime", base, pinned, (
         AptInstall(python_packages(env.apt)),
+        *amdgpu_install_steps(env, inputs, table.base),
         CreateUser(table.user, UID, GPU_GROUPS),
     ))
-    build = build_stage("runtime", table.python, env.python)
+    build = build_stage("runtime", table.python, env.python,
+                        sdists=sdk_release(env) is not None)
     if sdk_release(env) is not None:
         build = replace(build, steps=(*build.steps,
                                       LinkRocmSdkRoot(f"{VENV}/bin/rocm-sdk", PIP_SDK_ROCM_LINK)))

@@ -42,6 +42,7 @@ from envbuilder.quoting import env_name, sh_quote
 from envbuilder.targets import registry
 from envbuilder.targets.base import (
     PIP_SDK_ROCM_LINK,
+    UBUNTU_CODENAMES,
     Capabilities,
     Schema,
     TableContext,
@@ -50,8 +51,6 @@ from envbuilder.targets.base import (
 )
 
 NAME = "wsl2"
-#: Ubuntu release -> codename, for AMD's amdgpu-install package paths.
-UBUNTU_CODENAMES = {"22.04": "jammy", "24.04": "noble"}
 #: Ubuntu 24.04's own ROCr/thunk packages shadow /opt/rocm inside WSL: removed
 #: (rocm-reference.md, "WSL2").
 DISTRO_HSA_PACKAGES = ("libhsa-runtime64-1", "libhsakmt1")
@@ -211,7 +210,7 @@ def plan(env: EnvSpec, inputs: PlanInputs) -> Plan:
         WriteBinaryFile(ICON_PATH, wslicon.icon_base64_lines(),
                         "The Start-menu icon ([shortcut] icon), drawn by envbuilder.wslicon."),
     ]
-    build = build_stage("rootfs", "python3", env.python)
+    build = build_stage("rootfs", "python3", env.python, sdists=pip_sdk)
     if env.accelerator == "rocm" and rocm is not None and rocm.libhsa_fix is not None:
         torch_lib = f"{VENV}/lib/python{env.python}/site-packages/torch/lib"
         build = replace(build, steps=(*build.steps, LibhsaFix(rocm.libhsa_fix, torch_lib)))

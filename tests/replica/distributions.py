@@ -22,6 +22,8 @@ ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 #: Stands for the GPU target that the machine building the `rocm` sdist picks (a valid name part,
 #: so requirements that carry it still parse).
 BUILD_HOST_TARGET = "BUILDHOSTTARGET"
+#: The `rocm` sdist's build requirement, as the real one declares it (SOURCES.md S1).
+BUILD_REQUIRES = "setuptools>=70.2.0"
 #: The marker every stand-in's module carries, so an installed stand-in is recognisable.
 STANDIN_MARKER = "ENVBUILDER_TEST_STANDIN = True"
 
@@ -99,10 +101,12 @@ def write_wheel(folder: Path, name: str, version: str, tag: str, requires: Seque
 
 
 # The in-tree PEP 517 backend of the `rocm` stand-in sdist. It needs nothing but the standard
-# library, so uv can build it with no index at all (the real sdist needs setuptools>=70.2.0 from
-# an index; see SOURCES.md). Like the real setup.py it decides the generic `device` extra on the
-# machine that builds it: ROCM_SDK_TARGET_FAMILY, else DEFAULT_TARGET_FAMILY (the stand-in never
-# runs offload-arch, which the real one would, to probe the GPUs of the build host).
+# library; the sdist still declares the real one's build requirement (BUILD_REQUIRES), so a
+# build installs setuptools>=70.2.0 into its isolated environment first, from an index or,
+# offline, from the wheelhouse (the stand-in setuptools wheel of the replica's PyPI). Like the
+# real setup.py it decides the generic `device` extra on the machine that builds it:
+# ROCM_SDK_TARGET_FAMILY, else DEFAULT_TARGET_FAMILY (the stand-in never runs offload-arch,
+# which the real one would, to probe the GPUs of the build host).
 _BACKEND = '''\
 """PEP 517 backend of an envbuilder test stand-in (standard library only)."""
 import base64, hashlib, io, os, zipfile
@@ -172,7 +176,10 @@ def sdist_bytes(name: str, version: str, requires: Sequence[str],
     ]) + "\n"
     files = {
         "PKG-INFO": pkg_info,
-        "pyproject.toml": "[build-system]\nrequires = []\n"
+        # The real sdist's build requirement (TheRock's rocm/pyproject.toml, SOURCES.md S1), so
+        # an installer must find setuptools>=70.2.0 to build it, as for the real one; the
+        # backend itself stays in-tree and needs nothing of it.
+        "pyproject.toml": f"[build-system]\nrequires = [{BUILD_REQUIRES!r}]\n"
                           'build-backend = "standin_backend"\nbackend-path = ["."]\n',
         "standin_backend.py": _BACKEND,
         "STEM": stem + "\n",
