@@ -274,6 +274,16 @@ def render_all(
             wanted.update(render_env(project, spec, env, target))
     result = RenderResult(check=check)
     leftovers = _leftovers(project, selected, chosen, not envs, wanted)
+    # --- issue 16: slurm/<env>/validate.sbatch, rendered with the docker files ---
+    from envbuilder.slurm import script as slurm_script  # imports this module
+
+    if slurm_script.renders_with(chosen):
+        slurm_files: dict[Path, bytes] = {}
+        for env in selected:
+            slurm_files.update(slurm_script.render_script(project, spec, env))
+        wanted.update(slurm_files)
+        leftovers += slurm_script.leftovers(project, selected, not envs, slurm_files)
+    # --- end issue 16 ---
     for path, data in sorted(wanted.items()):
         current = path.read_bytes() if path.is_file() else None
         if current == data:
@@ -301,7 +311,7 @@ def _write_out(project: Project, written: Mapping[Path, bytes], removed: Sequenc
     commit_files(project.root, changes, file_mode)
     with deferred(), contextlib.suppress(OSError):  # an empty folder left over does no harm
         for path in removed:
-            _remove_empty_parents(path.parent, output_dir(project, _target_of(project, path)))
+            _remove_empty_parents(path.parent, _output_root(project, path))
 
 
 def _is_generated(path: Path) -> bool:
@@ -312,10 +322,15 @@ def _is_generated(path: Path) -> bool:
     return MARKER.encode() in head
 
 
-def _target_of(project: Project, path: Path) -> str:
-    for target in RENDERED_TARGETS:
-        if output_dir(project, target) in path.parents:
-            return target
+def _output_root(project: Project, path: Path) -> Path:
+    """The output folder `path` is in: a target's, or slurm/ (issue 16)."""
+    from envbuilder.slurm.script import slurm_root
+
+    for root in [output_dir(project, target) for target in RENDERED_TARGETS]:
+        if root in path.parents:
+            return root
+    if slurm_root(project) in path.parents:
+        return slurm_root(project)
     raise RenderError(f"{path} is not under an output folder")
 
 
