@@ -13,6 +13,7 @@ from envbuilder.commands._targets import (
     selected,
 )
 from envbuilder.errors import UsageError, ValidationError
+from envbuilder.slurm import cli as slurm_cli
 from envbuilder.targets import ValidateOptions, get_target
 from envbuilder.ui import UI
 
@@ -35,6 +36,11 @@ pylock, and write reports/<env>.<target>.json:
 
 Prints one line per report on stdout: <env> <target> pass|fail <report path>.
 Exit 0 when every probe passed, 1 when any failed.
+
+With --slurm (docker and native targets, one env): on every node of a Slurm job instead, one
+line per node (<env> <target> <node> pass|fail|no report <report>), one for the collectives
+across nodes (<env> <target> all-nodes ...) and the fleet table; see the options below and
+docs/cluster.md.
 """
 
 
@@ -54,6 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="give up on a probe after this long")
     parser.add_argument("--path", type=Path, metavar="DIR",
                         help="venv targets (native, windows): the venv to validate")
+    slurm_cli.add_arguments(parser)  # issue 16
 
 
 def _options(args: argparse.Namespace) -> ValidateOptions:
@@ -74,6 +81,8 @@ def report_status(report: Path) -> str:
 
 def run(args: argparse.Namespace, ui: UI) -> int:
     options = _options(args)
+    if slurm_cli.requested(args):  # issue 16: on a Slurm cluster (envbuilder.slurm)
+        return slurm_cli.run(args, ui, options)
     extra = path_option(args, one_env=False)
     project, envs = selected(args)
     target = get_target(args.target)
