@@ -66,7 +66,8 @@ def requested(args: argparse.Namespace) -> bool:
     return False
 
 
-def _table(result: fleet.Fleet) -> Table:
+def fleet_table(result: fleet.Fleet) -> Table:
+    """The fleet report as a rich table: one row per node, failed ones in red."""
     table = Table(title=Text(fleet.summary_line(result)))
     for name in fleet.TABLE_HEADER:
         table.add_column(Text(name))
@@ -99,7 +100,7 @@ def run(args: argparse.Namespace, ui: UI, options: ValidateOptions) -> int:
     cross = result.job_dir / "collectives" / "all.json"
     ui.print(f"{env.name} {args.target} all-nodes {result.cross.status} "
              f"{cross if cross.is_file() else '-'}")
-    ui.table(_table(result))
+    ui.table(fleet_table(result))
     for path in outcome.files.values():
         ui.info(f"fleet report: {path}")
     if result.ok:
