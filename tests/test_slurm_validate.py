@@ -137,12 +137,13 @@ def containers_of(docker_client: Any, job_id: str) -> list[str]:
 
 
 def job_dir_from(stdout: str) -> Path:
-    """The job folder named by the CLI's node lines (<env> <target> <node> <status> <path>)."""
+    """The job folder named by the CLI's job line (<env> <target> job-<id> <state> <folder>)."""
     for line in stdout.splitlines():
         parts = line.split()
-        if len(parts) == 5 and parts[4].endswith(".json"):
-            return Path(parts[4]).parents[1]
-    raise AssertionError(f"no node report path in:\n{stdout}")
+        if len(parts) == 5 and parts[2].startswith("job-"):
+            assert Path(parts[4]).name == parts[2]
+            return Path(parts[4])
+    raise AssertionError(f"no job line in:\n{stdout}")
 
 
 def load(path: Path) -> dict[str, Any]:

@@ -37,10 +37,11 @@ pylock, and write reports/<env>.<target>.json:
 Prints one line per report on stdout: <env> <target> pass|fail <report path>.
 Exit 0 when every probe passed, 1 when any failed.
 
-With --slurm (docker and native targets, one env): on every node of a Slurm job instead, one
-line per node (<env> <target> <node> pass|fail|no report <report>), one for the collectives
-across nodes (<env> <target> all-nodes ...) and the fleet table; see the options below and
-docs/cluster.md.
+With --slurm (docker and native targets, one env): on every node of a Slurm job instead. One
+line for the job (<env> <target> job-<id> <Slurm state> <job folder>), one per node (<env>
+<target> <node> pass|fail|no-report <report>|-), one for the collectives across nodes (<env>
+<target> all-nodes pass|fail|not-run <rank 0 report>|-), then the fleet table; see the options
+below and docs/cluster.md.
 """
 
 

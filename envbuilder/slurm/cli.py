@@ -66,6 +66,11 @@ def requested(args: argparse.Namespace) -> bool:
     return False
 
 
+def _word(status: str) -> str:
+    """A fleet status as one word for the result lines ("no report" -> "no-report")."""
+    return status.replace(" ", "-")
+
+
 def fleet_table(result: fleet.Fleet) -> Table:
     """The fleet report as a rich table: one row per node, failed ones in red."""
     table = Table(title=Text(fleet.summary_line(result)))
@@ -95,10 +100,15 @@ def run(args: argparse.Namespace, ui: UI, options: ValidateOptions) -> int:
         outcome = validate_on_slurm(project, spec, env, args.target, options, request, progress,
                                     venv=args.path)
     result = outcome.fleet
+    # Five words a line, as plain validate's (<env> <target> <what> <status> <path>): the job
+    # first, so that a script finds the job folder even when no node wrote a report.
+    ui.print(f"{env.name} {args.target} job-{outcome.job.job_id} {outcome.job.state} "
+             f"{outcome.job_dir}")
     for node in result.nodes:
-        ui.print(f"{env.name} {args.target} {node.node} {node.status} {node.report or '-'}")
+        ui.print(f"{env.name} {args.target} {node.node} {_word(node.status)} "
+                 f"{node.report or '-'}")
     cross = result.job_dir / "collectives" / "all.json"
-    ui.print(f"{env.name} {args.target} all-nodes {result.cross.status} "
+    ui.print(f"{env.name} {args.target} all-nodes {_word(result.cross.status)} "
              f"{cross if cross.is_file() else '-'}")
     ui.table(fleet_table(result))
     for path in outcome.files.values():
