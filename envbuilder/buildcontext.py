@@ -18,11 +18,12 @@ import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from envbuilder.errors import BuildError, LockError
 from envbuilder.fsutil import temp_dir, write_error
+from envbuilder.model import Index
 from envbuilder.progress import ProgressFn, no_progress
 from envbuilder.project import Project
 
@@ -54,9 +55,11 @@ def assemble_context(
     dockerfile_dir: Path,
     progress: ProgressFn = no_progress,
     *,
+    indexes: Mapping[str, Index],
     ca_bundle: Path | None = None,
 ) -> Path:
     """Lay out a fresh temp dir as the build context of `env` for `target`; return its path.
+    `indexes`: the env's named indexes (EnvSpec.indexes), whose mirrors the wheel cache tries.
 
     The folder lies in the project's cache folder; the caller removes it (shutil.rmtree).
     Prefer `assembled()`, which removes it however the block ends.
@@ -67,7 +70,7 @@ def assemble_context(
     dockerfile, pylock = _inputs(project, env, target, dockerfile_dir)
     context = Path(tempfile.mkdtemp(prefix=f"context-{env}-{target}-", dir=project.cache))
     try:
-        _fill(project, env, target, dockerfile, pylock, context, progress, ca_bundle)
+        _fill(project, env, target, dockerfile, pylock, context, progress, ca_bundle, indexes)
     except BaseException:
         shutil.rmtree(context, ignore_errors=True)
         raise
@@ -82,13 +85,14 @@ def assembled(
     dockerfile_dir: Path,
     progress: ProgressFn = no_progress,
     *,
+    indexes: Mapping[str, Index],
     ca_bundle: Path | None = None,
 ) -> Iterator[Path]:
     """`assemble_context` for a with-block: the context folder is removed when the block ends
     in any way, and an interrupt at any moment cannot leave it behind (fsutil.temp_dir)."""
     dockerfile, pylock = _inputs(project, env, target, dockerfile_dir)
     with temp_dir(f"context-{env}-{target}-", project.cache) as context:
-        _fill(project, env, target, dockerfile, pylock, context, progress, ca_bundle)
+        _fill(project, env, target, dockerfile, pylock, context, progress, ca_bundle, indexes)
         yield context
 
 
@@ -111,7 +115,7 @@ def _inputs(project: Project, env: str, target: str, dockerfile_dir: Path) -> tu
 
 def _fill(
     project: Project, env: str, target: str, dockerfile: Path, pylock: Path, context: Path,
-    progress: ProgressFn, ca_bundle: Path | None,
+    progress: ProgressFn, ca_bundle: Path | None, indexes: Mapping[str, Index],
 ) -> None:
     from envbuilder import wheelcache  # the lock helper's module; imported where it is needed
 
@@ -123,7 +127,7 @@ def _fill(
         extra = dockerfile.parent / name
         if extra.is_file():
             shutil.copyfile(extra, inner / name)
-    wheelcache.write_wheelhouse(project, env, target, inner, progress=progress)
+    wheelcache.write_wheelhouse(project, env, target, inner, progress=progress, indexes=indexes)
     if ca_bundle is not None:
         shutil.copyfile(ca_bundle, inner / "ca.crt")
 

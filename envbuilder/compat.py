@@ -17,6 +17,8 @@ CONTRACT (other modules code against these names; keep them stable):
     Compat.device_flags(host_kind) -> DeviceFlags      host_kind in HOST_KINDS
     Compat.wsl_units -> WslUnits                 systemd units a WSL distro masks (wsl.toml)
     Compat.dxg / Compat.librocdxg                librocdxg facts (wsl.toml)
+    Compat.librocdxg_for(release) -> Librocdxg | None  the prebuilt librocdxg a release pairs with
+    Compat.pip_sdk -> PipSdkNames                 names a pip-SDK lock pins (rocm.toml [pip_sdk])
 """
 
 from __future__ import annotations
@@ -258,6 +260,21 @@ class Librocdxg:
 
 
 @dataclass(frozen=True)
+class PipSdkNames:
+    """What a pip-SDK lock lists and pins to the SDK's index (rocm.toml [pip_sdk]): `names`
+    once, `device_names` once per GPU (`{gfx}` replaced by its target)."""
+
+    names: tuple[str, ...]
+    device_names: tuple[str, ...]
+    source: str
+
+    def for_devices(self, devices: tuple[str, ...]) -> tuple[str, ...]:
+        """Every name for these gfx targets, in a fixed order."""
+        return (*self.names, *(n.replace("{gfx}", d) for d in devices
+                               for n in self.device_names))
+
+
+@dataclass(frozen=True)
 class Compat:
     """All compatibility data, loaded once (`load_compat()`)."""
 
@@ -272,6 +289,14 @@ class Compat:
     wsl_units: WslUnits = WslUnits((), (), "")
     dxg: DxgFacts | None = None
     librocdxg: tuple[Librocdxg, ...] = ()
+    pip_sdk: PipSdkNames = PipSdkNames((), (), "")
+
+    def librocdxg_for(self, release: RocmRelease) -> Librocdxg | None:
+        """The prebuilt librocdxg the data pairs with `release` (its major.minor line), the
+        newest when several do; None when none is paired."""
+        line = ".".join(release.version.split(".")[:2])
+        paired = [lib for lib in self.librocdxg if lib.rocm == line]
+        return max(paired, key=lambda lib: Version(lib.version)) if paired else None
 
     def gpu(self, name_or_gfx: str) -> Gpu | None:
         """The GPU by marketing name (any spelling/case) or by gfx target (first row of it)."""
@@ -627,7 +652,11 @@ def _torch_data() -> tuple[dict[str, GfxSet], list[TorchIndexEntry], list[Window
 def load_compat() -> Compat:
     """All shipped compatibility data, typed and checked; cached. Raises CompatDataError."""
     gpus = _rows("gpus.toml", _read("gpus.toml"), "gpu", _gpu)
-    releases = _rows("rocm.toml", _read("rocm.toml"), "release", _release)
+    rocm_data = _read("rocm.toml")
+    unknown = set(rocm_data) - {"release", "pip_sdk"}
+    if unknown:
+        raise CompatDataError(f"envbuilder/data/rocm.toml: unknown table [{sorted(unknown)[0]}]")
+    releases = _rows("rocm.toml", rocm_data, "release", _release)
     sets, matrix, windows = _torch_data()
     wsl = _read("wsl.toml")
     return Compat(gpus=tuple(gpus), releases=tuple(releases), torch_matrix=tuple(matrix),
@@ -636,7 +665,18 @@ def load_compat() -> Compat:
                   base_images=tuple(_rows("images.toml", _read("images.toml"), "image",
                                           _base_image)),
                   wsl_units=_wsl_units(wsl), dxg=_dxg(wsl.get("dxg")),
-                  librocdxg=tuple(_rows("wsl.toml", wsl, "librocdxg", _librocdxg)))
+                  librocdxg=tuple(_rows("wsl.toml", wsl, "librocdxg", _librocdxg)),
+                  pip_sdk=_pip_sdk(rocm_data.get("pip_sdk")))
+
+
+def _pip_sdk(table: Any) -> PipSdkNames:
+    r = _Reader("rocm.toml", "pip_sdk", table)
+    names = PipSdkNames(names=r.strs("names"), device_names=r.strs("device_names"),
+                        source=r.get("source", str))
+    r.done()
+    if "torch" not in names.names or not all("{gfx}" in n for n in names.device_names):
+        raise r._fail("device_names", "expected torch in names and {gfx} in every device name")
+    return names
 
 
 _UNIT = re.compile(r"[\w@.:-]+\.(service|timer|mount|socket|target|path)")

@@ -18,6 +18,8 @@ import pytest
 import tomlkit
 
 from envbuilder.cli import main
+from envbuilder.pipsdk import lock_inputs
+from envbuilder.specload import load_spec
 
 DATA = Path(__file__).parent / "data" / "spec"
 BASE: dict[str, Any] = tomllib.loads((DATA / "base.toml").read_text(encoding="utf-8"))
@@ -68,6 +70,22 @@ def gpu_table(table: str, **values: Any) -> Mutation:
 def index(name: str, url: str) -> Mutation:
     def m(d: dict[str, Any]) -> None:
         d["indexes"][name] = {"url": url}
+    return m
+
+
+#: The pip SDK's index per release line (envbuilder/data/rocm.toml pip_index) and a torch on it.
+AMD_SDK = {"7.14.1": ("https://repo.amd.com/rocm/whl-multi-arch/", "torch==2.12.0+rocm7.14.1"),
+           "10.1.0": ("https://stable.repo.amd.com/rocm/whl-next/", "torch==2.14.0+rocm10.1.0")}
+
+
+def amd_sdk(rocm: str, **values: Any) -> Mutation:
+    """The env on pip-SDK release `rocm`, torch from its index (pinned to index "amd")."""
+    url, torch = AMD_SDK[rocm]
+
+    def m(d: dict[str, Any]) -> None:
+        d["indexes"]["amd"] = {"url": url}
+        d["env"]["gpu"].update({"rocm": rocm, "packages": [torch],
+                                "index_pins": {"torch": "amd"}, **values})
     return m
 
 
@@ -225,9 +243,20 @@ CASES: list[tuple[str, Mutation, str, str, list[str]]] = [
     ("defaults-origin", lambda d: d["defaults"].update(python="3.12.0"), "env.gpu.python",
      "error", ["is not a Python major.minor version", "(set in [defaults])"]),
     # --- compatibility data of rocm-2026.md (install models, WSL, HSA per index, RCCL) ------
-    ("wsl-pip-sdk", gpu(rocm="7.14.1"), "env.gpu.rocm", "error",
-     ["ROCm 7.14.1 installs through the pip SDK",
-      "envbuilder's wsl2 distro installs ROCm with amdgpu-install", "7.2.4"]),
+    ("wsl-pip-sdk-no-librocdxg", amd_sdk("10.1.0", targets=["docker", "wsl2"]), "env.gpu.rocm",
+     "error", ["ROCm 10.1.0: envbuilder's data pairs no prebuilt librocdxg",
+               "use ROCm 7.14.x"]),
+    ("pip-sdk-wrong-index", gpu(rocm="7.14.1", targets=["docker"]), "env.gpu.index_pins",
+     "error", ["but envbuilder locks ROCm 7.14.1's pip SDK from its index "
+               "https://repo.amd.com/rocm/whl-multi-arch/"]),
+    # AMD's multi-arch torch ships gfx1031 (and an override breaks TheRock >= 7.13 runtimes)
+    ("hsa-pip-sdk", chain(amd_sdk("7.14.1", targets=["docker"]),
+                          gpu(gpu="RX 6700 XT", env={"HSA_OVERRIDE_GFX_VERSION": "10.3.0"})),
+     "env.gpu.env.HSA_OVERRIDE_GFX_VERSION", "error",
+     ["the torch wheel is compiled for gfx1031", "remove HSA_OVERRIDE_GFX_VERSION"]),
+    ("pip-sdk-no-gpu", chain(amd_sdk("7.14.1", targets=["docker"]),
+                             lambda d: d["env"]["gpu"].pop("gpu")), "env.gpu.gpu", "error",
+     ["the pip SDK, whose lock holds the device code of the env's GPUs only"]),
     ("gpu-wsl-since", chain(index("r72", "https://download.pytorch.org/whl/rocm7.2"),
                             gpu(rocm="7.2.4", gpu="Radeon 860M",
                                 packages=["torch==2.13.0+rocm7.2"], index_pins={"torch": "r72"})),
@@ -321,12 +350,6 @@ WARNINGS: list[tuple[str, Mutation, str, list[str]]] = [
     ("unverified-release", gpu(rocm="7.2.1", packages=["torch==2.13.0+rocm7.2"],
                                index_pins={"torch": "r72"}),
      "env.gpu.rocm", ["unverified"]),
-    ("pip-sdk-7.14.1", gpu(rocm="7.14.1", targets=["docker"]), "env.gpu.rocm",
-     ["ROCm 7.14.1 installs through the pip SDK",
-      "from https://repo.amd.com/rocm/whl-multi-arch/, not amdgpu-install",
-      "envbuilder does not lock that model yet"]),
-    ("pip-sdk-10.1.0", gpu(rocm="10.1.0", targets=["docker"]), "env.gpu.rocm",
-     ["ROCm 10.1.0 installs through the pip SDK"]),
     ("hsa-needed-rocm62", chain(index("r62", "https://download.pytorch.org/whl/rocm6.2"),
                                 gpu(gpu="RX 7800 XT", rocm="6.2.3", targets=["docker"],
                                     packages=["torch==2.5.1+rocm6.2"],
@@ -336,15 +359,11 @@ WARNINGS: list[tuple[str, Mutation, str, list[str]]] = [
     ("hsa-no-override-known", gpu(gpu="MI355X", targets=["docker"]), "env.gpu.env",
      ["MI355X (gfx950) is not among the torch wheel's gfx targets and no override is known to "
       "work", "pin torch to an index whose wheels have it (rocm7.0, rocm7.1, rocm7.2"]),
-    ("hsa-pip-sdk", gpu(rocm="7.14.1", targets=["docker"], gpu="RX 6700 XT",
-                        env={"HSA_OVERRIDE_GFX_VERSION": "10.3.0"}),
-     "env.gpu.env.HSA_OVERRIDE_GFX_VERSION",
-     ["reported to break TheRock >= 7.13 runtimes", "remove HSA_OVERRIDE_GFX_VERSION"]),
     ("pytorch-knob-env", gpu(env={"NCCL_BLOCKING_WAIT": "1"}), "env.gpu.env.NCCL_BLOCKING_WAIT",
      ["NCCL_BLOCKING_WAIT is PyTorch's deprecated name for TORCH_NCCL_BLOCKING_WAIT",
       'use TORCH_NCCL_BLOCKING_WAIT = "1"']),
     ("unverified-torch-row", chain(index("r714", "https://download.pytorch.org/whl/rocm7.14"),
-                                   gpu(rocm="7.14.1", targets=["docker"],
+                                   gpu(rocm="7.2.4", targets=["docker"],
                                        packages=["torch==2.14.0+rocm7.14"],
                                        index_pins={"torch": "r714"})),
      "env.gpu.packages", ["the rocm7.14 index's torch", "is unverified"]),
@@ -507,10 +526,10 @@ def _env_lines(lines: list[str], words: str) -> list[str]:
 
 
 @pytest.mark.parametrize(("rocm", "targets", "torch", "index_url", "model"), [
-    ("10.1.0", ["docker"], "torch==2.9.1+rocm6.4", "https://download.pytorch.org/whl/rocm6.4",
-     "pip-sdk"),
-    ("7.14.1", ["docker"], "torch==2.14.0+rocm7.14", "https://download.pytorch.org/whl/rocm7.14",
-     "pip-sdk"),
+    ("10.1.0", ["docker", "native"], "torch==2.14.0+rocm10.1.0",
+     "https://stable.repo.amd.com/rocm/whl-next/", "pip-sdk"),
+    ("7.14.1", ["docker", "wsl2", "windows"], "torch==2.12.0+rocm7.14.1",
+     "https://repo.amd.com/rocm/whl-multi-arch/", "pip-sdk"),
     ("7.2.4", ["docker", "wsl2"], "torch==2.13.0+rocm7.2",
      "https://download.pytorch.org/whl/rocm7.2", "amdgpu-install"),
     ("6.4.2.1", ["wsl2"], "torch==2.9.1+rocm6.4", "https://download.pytorch.org/whl/rocm6.4",
@@ -519,8 +538,9 @@ def _env_lines(lines: list[str], words: str) -> list[str]:
 def test_check_resolves_the_install_model(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                           rocm: str, targets: list[str], torch: str,
                                           index_url: str, model: str) -> None:
-    """`check` takes each release to its install model: the pip-SDK ones are named as such
-    (envbuilder does not lock them yet), the amdgpu-install ones pass without that finding."""
+    """`check` takes each release to its install model and passes each clean: a pip-SDK env
+    (torch from the release's index) is locked as the pip SDK (its device extras and pinned
+    names, envbuilder.pipsdk), an amdgpu-install env as it is written."""
     from envbuilder.compat import load_compat
 
     release = load_compat().rocm(rocm)
@@ -530,9 +550,16 @@ def test_check_resolves_the_install_model(tmp_path: Path, capsys: pytest.Capture
                              index_pins={"torch": "idx"})))
     code, lines = run_check(tmp_path, text, capsys)
     assert code == 0, lines
-    named = _env_lines(lines, f"ROCm {rocm} installs through the pip SDK")
-    assert bool(named) is (model == "pip-sdk"), lines
     assert not _env_lines(lines, ": error: ")
+    assert not _env_lines(lines, "installs through"), lines  # nothing left to do by hand
+    env = load_spec(tmp_path / "environments.toml").env("gpu")
+    packages, pins = lock_inputs(env, targets[0])
+    if model == "pip-sdk":
+        assert packages[0] == torch.replace("torch==", "torch[device-gfx1100]==")
+        assert f"rocm[libraries,device-gfx1100]=={rocm}" in packages
+        assert set(pins.values()) == {"idx"} and "rocm-sdk-device-gfx1100" in pins
+    else:
+        assert (packages, pins) == ((torch,), {"torch": "idx"})
 
 
 def test_wsl_release_6_4_2_1_renders_its_amdgpu_install_package(
@@ -540,14 +567,15 @@ def test_wsl_release_6_4_2_1_renders_its_amdgpu_install_package(
     """6.4.2.1 is a WSL release: check passes clean and the wsl2 plan installs its .deb."""
     from envbuilder import plan
     from envbuilder.compat import load_compat
-    from envbuilder.spec import load_spec
+    from envbuilder.render import build_plan
+    from envbuilder.specload import load_spec
 
     text = mutated(gpu(rocm="6.4.2.1", targets=["wsl2"]))
     code, lines = run_check(tmp_path, text, capsys)
     assert (code, lines) == (0, [])
     env = load_spec(tmp_path / "environments.toml").env("gpu")
-    built = plan.build_plan(env, "wsl2", rocm=load_compat().rocm("6.4.2.1"),
-                            lock=plan.LockPins(), variables={})
+    built = build_plan(env, "wsl2", rocm=load_compat().rocm("6.4.2.1"),
+                       lock=plan.LockPins(), variables={})
     stacks = [step for stage in built.stages for step in stage.steps
               if isinstance(step, plan.RocmWslStack)]
     assert [(s.stack, s.deb_url) for s in stacks] == [(

@@ -104,8 +104,8 @@ def test_a_bandwidth_and_its_time_get_the_same_verdict(tmp_path: Path) -> None:
     # bandwidth or the time of the same runs must agree (an absolute-difference rule would not).
     base_bw, other_bw = [0.0861, 0.1095, 0.1802], [0.19, 0.255, 0.31]
     for bw_a, bw_b in ((base_bw, other_bw), ([0.1, 0.11, 0.12], [0.125, 0.13, 0.2])):
-        t = dict(name="time", dtype="fp32", size="256K", higher=False)
-        b = dict(name="busbw", dtype="fp32", size="256K", higher=True)
+        t: dict[str, Any] = dict(name="time", dtype="fp32", size="256K", higher=False)
+        b: dict[str, Any] = dict(name="busbw", dtype="fp32", size="256K", higher=True)
         comp = compare_two(tmp_path,
                            report([metric(bw_a, **b), metric([1 / x for x in bw_a], **t)]),
                            report([metric(bw_b, **b), metric([1 / x for x in bw_b], **t)]))

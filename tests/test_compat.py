@@ -233,7 +233,12 @@ def test_amd_multi_arch_index() -> None:
     rows = C.index_rows("https://repo.amd.com/rocm/whl-multi-arch")
     assert {r.local for r in rows} == {"rocm7.14.0", "rocm7.14.1"}
     assert any(r.serves(SpecifierSet("==2.12.0+rocm7.14.1")) for r in rows)
-    assert all(r.python.contains("3.11") and r.unverified for r in rows)
+    assert all(r.python.contains("3.11") for r in rows)
+    # 7.14.1's torch 2.12.0 is confirmed by public installs from the index; 7.14.0's list is not
+    assert {r.local: r.unverified for r in rows} == {"rocm7.14.0": True, "rocm7.14.1": False}
+    whl_next = C.index_rows("https://stable.repo.amd.com/rocm/whl-next/")
+    assert {r.local for r in whl_next} == {"rocm10.0.0", "rocm10.1.0"}
+    assert any(r.serves(SpecifierSet("==2.14.0+rocm10.1.0")) for r in whl_next)
     # the nightly index is another one: its rows are not the stable index's
     assert C.index_rows("https://rocm.nightlies.amd.com/whl-multi-arch/") == []
 

@@ -36,10 +36,10 @@ import pytest
 from conftest import service_missing
 
 from envbuilder import docker_engine, lockfile
+from envbuilder.builders.docker import image_tag
 from envbuilder.cli import main
 from envbuilder.errors import EngineError
 from envbuilder.project import Project
-from envbuilder.targets.docker import image_tag
 
 pytestmark = [pytest.mark.docker]
 

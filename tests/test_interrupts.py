@@ -39,8 +39,8 @@ from pathlib import Path
 import pytest
 from test_lock_support import FAKE_INDEX_URL, make_wheel
 
+from envbuilder.builders.venv import MARKER as VENV_MARKER
 from envbuilder.fsutil import JOURNAL
-from envbuilder.targets.venv import MARKER as VENV_MARKER
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="reads /proc for signal masks and surviving children")

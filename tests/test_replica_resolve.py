@@ -35,8 +35,8 @@ from replica.uvcompile import (
     with_index,
 )
 
-from envbuilder.resolve import make_request, postprocess, run_uv
-from envbuilder.spec import Index
+from envbuilder.model import Index
+from envbuilder.uvrun import make_request, postprocess, run_uv
 
 AMD_CANONICAL = "https://repo.amd.com/rocm/whl-multi-arch/"
 # Names that must only ever come from AMD's or PyTorch's ROCm indexes.
@@ -376,7 +376,7 @@ def test_upgrade_package_torch_moves_torch_and_keeps_the_rest(
 
 def test_envbuilder_run_uv_locks_recipe_a_with_canonical_urls(
         replica: ReplicaServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """envbuilder.resolve as it is: packages + index_pins of recipe A, AMD's index mirrored by
+    """envbuilder.uvrun as it is: packages + index_pins of recipe A, AMD's index mirrored by
     the replica. The lock names AMD's canonical URLs and holds only the env's device."""
     recipe = amd_recipe(["gfx1100"], LINUX, replica.url("amd"))
     monkeypatch.setenv("UV_DEFAULT_INDEX", replica.url("pypi"))
@@ -395,3 +395,43 @@ def test_envbuilder_run_uv_locks_recipe_a_with_canonical_urls(
         f"{AMD_CANONICAL}amd_torch_device_gfx1100-2.12.0%2Brocm7.14.0-cp312-cp312-"
         "manylinux_2_28_x86_64.whl",
         f"{AMD_CANONICAL}rocm_sdk_device_gfx1100-7.14.0-py3-none-linux_x86_64.whl"]
+
+
+def test_envbuilder_relock_keeps_torch_until_it_is_upgraded(
+        catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hazard of test_upgrade_package_torch_moves_torch_and_keeps_the_rest, through
+    envbuilder.uvrun: round 1 is locked (AMD's index mirrored by the replica), round 2 is
+    published, and the committed pylock is handed back to uv. A relock keeps torch 2.11 (uvrun
+    names the mirror as each pinned entry's `index`); `--upgrade-package torch` moves torch and
+    its device package only. The committed pylocks name AMD's canonical index. Each uv run has
+    its own cache, so none reads round 1's pages from a cache."""
+    caches = itertools.count()
+
+    def resolve(previous: bytes | None = None, upgrade: tuple[str, ...] = ()) -> bytes:
+        monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / f"cache{next(caches)}"))
+        return postprocess(run_uv(request, previous, upgrade_packages=upgrade), request, "")
+
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    with serve(catalog, tmp_path / "replica", round_=1) as server:
+        monkeypatch.setenv("UV_DEFAULT_INDEX", server.url("pypi"))
+        recipe = amd_recipe(["gfx1100"], LINUX, server.url("amd"))
+        indexes = {"amd": Index("amd", AMD_CANONICAL, mirror=server.url("amd"))}
+        request, _ = make_request(LINUX, "3.12", recipe.packages, dict(recipe.pins), indexes,
+                                  tmp_path, environ={})
+
+        def versions(pylock: bytes) -> dict[str, str]:
+            doc = tomllib.loads(pylock.decode())
+            assert {p["index"] for p in doc["packages"] if p["name"] in recipe.pins} == {
+                AMD_CANONICAL}
+            return {p["name"]: p["version"] for p in doc["packages"]}
+
+        first = resolve()
+        before = versions(first)
+        assert before["torch"] == "2.11.0+rocm7.14.0"
+        server.publish(2)
+        assert versions(resolve())["torch"] == "2.12.0+rocm7.14.0"  # control: round 2 served
+        assert versions(resolve(first)) == before
+        moved = versions(resolve(first, ("torch",)))
+        assert moved["torch"] == "2.12.0+rocm7.14.0"
+        assert {n for n, v in moved.items() if before.get(n) != v} == {
+            "torch", "amd-torch-device-gfx1100"}

@@ -34,23 +34,20 @@ from packaging.pylock import is_valid_pylock_path
 from packaging.requirements import InvalidRequirement, Requirement
 
 from envbuilder import activate, docker_engine
-from envbuilder.checks import default_rocm_image
 from envbuilder.cli import main
 from envbuilder.errors import EnvbuilderError
+from envbuilder.grammar import ENV_NAME_RE
+from envbuilder.model import EnvSpec, Spec, TargetTable
 from envbuilder.project import Project, pylock_name
-from envbuilder.render import RENDERED_TARGETS, render_all, render_env
-from envbuilder.spec import (
-    ENV_NAME_RE,
-    TARGETS,
-    DockerTarget,
-    EnvSpec,
-    NativeTarget,
-    Spec,
-    TargetName,
-    WindowsTarget,
-    Wsl2Target,
-    check_spec,
-)
+from envbuilder.render import render_all, render_env, rendered_targets
+from envbuilder.specload import check_spec
+from envbuilder.targets import registry
+from envbuilder.targets.docker import DockerTable, default_rocm_image
+from envbuilder.targets.native import NativeTable
+from envbuilder.targets.windows import WindowsTable
+from envbuilder.targets.wsl2 import Wsl2Table
+
+TARGETS = ("docker", "wsl2", "windows", "native")  # the built-in targets this model writes
 
 SPEC_FILE = "environments.toml"
 #: Microsoft, "Naming Files, Paths, and Namespaces": names no file or folder may have.
@@ -69,7 +66,7 @@ class Model:
     accelerator: str
     rocm: str | None
     python: str
-    targets: tuple[TargetName, ...]
+    targets: tuple[str, ...]
     description: str
     packages: tuple[str, ...]
     env: tuple[tuple[str, str], ...]
@@ -105,19 +102,22 @@ class Model:
         """The EnvSpec these values make, built without any check (what render would get)."""
         base = self.docker_base or (default_rocm_image(self.rocm) if self.rocm else None)
         wsl_base = self.wsl_base or (f"ubuntu:{self.ubuntu}" if self.ubuntu else None)
+        tables: dict[str, TargetTable] = {}
+        if base and "docker" in self.targets:
+            tables["docker"] = DockerTable(base, self.docker_user, self.docker_python)
+        if wsl_base and "wsl2" in self.targets:
+            tables["wsl2"] = Wsl2Table(self.distro or f"envbuilder-{self.name}", wsl_base,
+                                       self.ubuntu, self.wsl_user)
+        if "windows" in self.targets:
+            tables["windows"] = WindowsTable(self.python, self.hip_path)
+        if "native" in self.targets:
+            tables["native"] = NativeTable(self.python)
         return EnvSpec(
             name=self.name, description=self.description,
             accelerator=self.accelerator,  # type: ignore[arg-type]  # generated: "cpu"/"rocm"
             python=self.python, packages=self.packages, index_pins={}, targets=self.targets,
             rocm=self.rocm, gpu="RX 7900 XTX" if self.rocm else None, env=dict(self.env),
-            rccl=dict(self.rccl), apt=self.apt,
-            docker=DockerTarget(base, self.docker_user, self.docker_python)
-            if base and "docker" in self.targets else None,
-            wsl2=Wsl2Target(self.distro or f"envbuilder-{self.name}", wsl_base, self.ubuntu,
-                            self.wsl_user) if wsl_base and "wsl2" in self.targets else None,
-            windows=WindowsTarget(self.python, self.hip_path)
-            if "windows" in self.targets else None,
-            native=NativeTarget(self.python) if "native" in self.targets else None,
+            rccl=dict(self.rccl), apt=self.apt, tables=tables,
         )
 
 
@@ -216,11 +216,11 @@ def _render_failure(env: EnvSpec, project: Project) -> str | None:
     """Why rendering `env` (or writing its venv's activate scripts) fails, or None."""
     spec = Spec(path=project.spec_path, envs={env.name: env}, indexes={})
     try:
-        for target in RENDERED_TARGETS:
+        for target in rendered_targets():
             render_env(project, spec, env, target)
         for target in ("native", "windows"):
             if target in env.targets:
-                variables = activate.activation_env(env, target)
+                variables = registry.get(target).variables(env)
                 activate.script_blocks([Path(n) for n in ("activate", "activate.ps1",
                                                           "activate.bat", "deactivate.bat")],
                                        variables, windows=target == "windows")
@@ -231,7 +231,7 @@ def _render_failure(env: EnvSpec, project: Project) -> str | None:
 
 def _name_failure(name: str) -> str | None:
     """Why the names derived from env `name` are refused later, or None."""
-    bad = [t for t in TARGETS if not is_valid_pylock_path(Path(pylock_name(name, t)))]
+    bad = [t for t in registry.names() if not is_valid_pylock_path(Path(pylock_name(name, t)))]
     if bad:
         return f"pip/uv refuse {pylock_name(name, bad[0])}"
     try:
@@ -245,7 +245,7 @@ def _name_failure(name: str) -> str | None:
 
 
 def _lock_failure(packages: tuple[str, ...]) -> str | None:
-    """Why `lock` refuses a package: a local file or a VCS checkout (resolve.py records index
+    """Why `lock` refuses a package: a local file or a VCS checkout (uvrun.py records index
     artifacts and public URLs only)."""
     for spec in packages:
         try:
@@ -357,7 +357,7 @@ def test_dotted_env_name_is_an_error_naming_the_env(tmp_path: Path, capsys: Any)
     assert lines[0].startswith(f"{tmp_path / SPEC_FILE}: env.seed-6.1: error: env name has a dot")
     assert lines[0].endswith("use 'seed-6-1'")
     # the suggested name is one pip accepts for every target, and check passes with it
-    assert all(is_valid_pylock_path(Path(pylock_name("seed-6-1", t))) for t in TARGETS)
+    assert all(is_valid_pylock_path(Path(pylock_name("seed-6-1", t))) for t in registry.names())
     code, lines = _run_check(tmp_path, CPU.format(name="seed-6-1", targets='["docker"]',
                                                   value="1"), capsys)
     assert code == 0, lines

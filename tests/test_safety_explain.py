@@ -98,7 +98,8 @@ def test_non_utf8_stdin_is_decoded_with_replacement() -> None:
     assert proc.returncode == 0, proc.stderr
     assert b"Traceback" not in proc.stderr and b"No HIP GPUs" in proc.stdout
     proc = run_explain("--json", "-", stdin=b"\xff\xfe only junk \x80", env=env)
-    assert proc.returncode == 1 and json.loads(proc.stdout) == {"known": False, "matches": []}
+    assert proc.returncode == 1 and json.loads(proc.stdout) == {
+        "command": "explain", "ok": False, "known": False, "matches": []}
 
 
 @pytest.mark.timeout(60)

@@ -22,8 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.spec import load_spec
-from envbuilder.targets.venv import (
+from envbuilder.builders.venv import (
     MARKER,
     incomplete_marker_bytes,
     inspect_folder,
@@ -33,6 +32,7 @@ from envbuilder.targets.venv import (
     uv_venv_command,
     uv_venv_environment,
 )
+from envbuilder.specload import load_spec
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 from conftest import SlurmCluster, service_missing
 
@@ -37,7 +38,7 @@ from envbuilder.project import Project
 from envbuilder.render import MARKER
 from envbuilder.slurm import script as slurm_script
 from envbuilder.slurm.run import write_script
-from envbuilder.spec import load_spec
+from envbuilder.specload import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = "cpu"
@@ -202,15 +203,16 @@ def test_script_pins_the_pushed_digest(project: Project) -> None:
     assert b"NOT PUSHED" not in after
     lock = lockfile.load_env_lock(project, ENV)
     assert lock is not None
-    for target in ("docker", "native"):
+    assert b"IMAGE_TARGET=docker\n" in after and b"VENV_TARGET=native\n" in after
+    for target, kind in (("docker", "IMAGE"), ("native", "VENV")):
         sha = lock.targets[target].pylock_sha256
-        assert f"{target.upper()}_PYLOCK_SHA256={sha}\n".encode() in after
+        assert f"{kind}_PYLOCK_SHA256={sha}\n".encode() in after
 
 
 def test_gpu_flags_come_from_the_compat_data() -> None:
-    """rocm64 (unlocked here: the flags do not depend on the lock) gets docker.toml's
+    """rocm714 (unlocked here: the flags do not depend on the lock) gets docker.toml's
     native-rocm flags and Apptainer's --rocm; cpu gets none."""
-    rocm = (ROOT / "slurm" / "rocm64" / "validate.sbatch").read_text()
+    rocm = (ROOT / "slurm" / "rocm714" / "validate.sbatch").read_text()
     flags = load_compat().device_flags("native-rocm")
     for device in flags.devices:
         assert f"--device={device}" in rocm
@@ -278,7 +280,8 @@ def test_script_refuses_inputs_that_are_not_the_lock(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("args", "message"), [
     (("--nodes", "2"), "--nodes applies to a cluster run; add --slurm"),
-    (("--slurm", "--target", "wsl2"), "validates the docker or native target"),
+    (("--slurm", "--target", "wsl2"),
+     "target wsl2 runs on no cluster; --slurm applies to docker and native"),
     (("--slurm", "--target", "native", "--runtime", "pyxis"), "the native target runs its venv"),
     (("--slurm", "--time", "soon"), "--time 'soon'"),
     (("--slurm", "--nodes", "0"), "--nodes must be at least 1"),
@@ -407,6 +410,32 @@ def test_a_failing_node_is_named(slurm_env: SlurmCluster, pushed_image: str,
 
 
 @pytest.mark.slow
+def test_json_names_the_failing_node(slurm_env: SlurmCluster, pushed_image: str,
+                                     cluster_project: Project) -> None:
+    """validate --slurm --json: one object on stdout, valid against cli.schema.json, with the
+    job, each node and the failure (run as a user runs it: a subprocess)."""
+    env = {**os.environ, "SLURM_CONF": str(slurm_env.conf),
+           "ENVBUILDER_PROBE_FAULT": "matmul-wrong", "ENVBUILDER_PROBE_FAULT_NODES": "n1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "envbuilder", "-q", "validate", "--env", ENV, "--target",
+         "docker", "--slurm", "--only", "matmul", "--json", "--spec",
+         str(cluster_project.spec_path)],
+        env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    obj = json.loads(proc.stdout)
+    schema = json.loads((ROOT / "envbuilder" / "schemas" / "cli.schema.json").read_text())
+    jsonschema.validate(obj, schema, cls=jsonschema.Draft202012Validator)
+    slurm = obj["slurm"]
+    assert (obj["ok"], slurm["state"]) == (False, "FAILED")  # the script exits 1: a node failed
+    assert {n["node"]: n["status"] for n in slurm["nodes"]} == {"n1": "fail", "n2": "pass"}
+    assert slurm["all_nodes"] == {"status": "not run", "report": None}  # --only matmul
+    assert [f.split(":")[0] for f in slurm["failures"]] == ["n1"]
+    assert sorted(r["status"] for r in obj["reports"]) == ["fail", "pass"]
+    assert Path(slurm["job_dir"]).name == f"job-{slurm['job_id']}"
+    assert json.loads(Path(slurm["fleet"]["json"]).read_text())["failed_nodes"] == ["n1"]
+
+
+@pytest.mark.slow
 def test_envbuilder_timeout_cancels_the_job(slurm_env: SlurmCluster, pushed_image: str,
                                             cluster_project: Project, docker_client: Any,
                                             monkeypatch: pytest.MonkeyPatch,
@@ -444,7 +473,7 @@ def test_a_hanging_job_is_killed_at_its_time_limit(slurm_env: SlurmCluster, push
     assert time.monotonic() - start < TIME_LIMIT_S + 60
     job_dir = job_dir_from(out.out)
     job_id = job_dir.name.removeprefix("job-")
-    assert job_state(slurm_env, job_id) == "TIMEOUT"
+    assert job_state(slurm_env, job_id) == "TIMEOUT", out.out + out.err
     assert not queued(slurm_env, job_id)
     assert containers_of(docker_client, job_id) == []
     fleet_json = load(job_dir / "fleet.json")

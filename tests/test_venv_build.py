@@ -8,6 +8,7 @@ machine's mirror folder through the host wheel cache, hash-checked.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import os
@@ -22,13 +23,15 @@ from typing import Any
 import pytest
 import tomlkit
 
+from envbuilder.builders.venv import MARKER, NativeVenvBuilder, VenvLayout
 from envbuilder.errors import EnvbuilderError, LockError
 from envbuilder.fsutil import sha256_file
+from envbuilder.model import EnvSpec
 from envbuilder.progress import no_progress
 from envbuilder.project import Project
-from envbuilder.spec import EnvSpec, load_spec
-from envbuilder.targets import Artifact, ValidateOptions, get_target
-from envbuilder.targets.venv import MARKER, NativeVenvTarget, VenvLayout
+from envbuilder.specload import load_spec
+from envbuilder.targets import registry
+from envbuilder.targets.base import Artifact, BuildOptions, ValidateOptions
 
 # slow: torch is installed and the probe runs several times; network: with an empty wheel cache
 # torch's small dependencies come from the default index (torch itself from the mirror folder).
@@ -40,9 +43,9 @@ ENV = "cpu"
 SHORT = ValidateOptions(level="quick", only=("device", "conformance"))
 
 
-def _native() -> NativeVenvTarget:
-    target = get_target("native")
-    assert isinstance(target, NativeVenvTarget)
+def _native() -> NativeVenvBuilder:
+    target = registry.get("native").load_builder()
+    assert isinstance(target, NativeVenvBuilder)
     return target
 
 
@@ -76,7 +79,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     # uv's own cache goes to a folder of this session, so a test can see what a build leaves
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("UV_CACHE_DIR", str(tmp_path_factory.mktemp("uv-cache")))
-        first = _native().build(project, env, no_progress, path=venv)
+        first = _native().build(project, env, BuildOptions(path=venv), no_progress)
         yield Built(project, env, venv, first)
 
 
@@ -88,7 +91,8 @@ def test_build_leaves_no_unpacked_wheels_in_uvs_cache(built: Built) -> None:
 
 
 def _validate(b: Built, options: ValidateOptions = SHORT) -> dict[str, object]:
-    report = _native().validate(b.project, b.env, options, no_progress, path=b.venv)
+    report = _native().validate(b.project, b.env, dataclasses.replace(options, path=b.venv),
+                                no_progress)
     data: dict[str, object] = json.loads(report.read_text())
     return data
 
@@ -108,7 +112,7 @@ def _python(b: Built) -> Path:
 
 
 def _rebuild(b: Built) -> Artifact:
-    return _native().build(b.project, b.env, no_progress, path=b.venv)
+    return _native().build(b.project, b.env, BuildOptions(path=b.venv), no_progress)
 
 
 # --- 1. built from the lock, probe passes ------------------------------------------------------
@@ -274,7 +278,8 @@ def test_validate_without_a_venv_says_to_build(built: Built, tmp_path: Path) -> 
     from envbuilder.errors import ValidationError
 
     with pytest.raises(ValidationError, match="envbuilder build --target native --env cpu"):
-        _native().validate(built.project, built.env, SHORT, no_progress, path=tmp_path / "none")
+        _native().validate(built.project, built.env,
+                           dataclasses.replace(SHORT, path=tmp_path / "none"), no_progress)
 
 
 def test_path_that_is_not_a_venv_is_not_deleted(built: Built, tmp_path: Path) -> None:
@@ -282,6 +287,6 @@ def test_path_that_is_not_a_venv_is_not_deleted(built: Built, tmp_path: Path) ->
     precious.mkdir()
     (precious / "thesis.tex").write_text("keep me")
     with pytest.raises(EnvbuilderError, match="not a venv"):
-        _native().build(built.project, built.env, no_progress, path=precious)
+        _native().build(built.project, built.env, BuildOptions(path=precious), no_progress)
     assert (precious / "thesis.tex").read_text() == "keep me"
     assert [p.name for p in precious.iterdir()] == ["thesis.tex"]

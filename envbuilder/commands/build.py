@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envbuilder.commands._targets import (
-    VENV_TARGETS,
+    PATH_REFUSAL,
     add_selection_arguments,
     path_option,
     progress_for,
+    require,
     selected,
 )
-from envbuilder.errors import UsageError
-from envbuilder.targets import get_target
+from envbuilder.targets import registry
+from envbuilder.targets.base import BuildOptions
 from envbuilder.ui import UI
+
+if TYPE_CHECKING:
+    from envbuilder.targets.base import Artifact
 
 HELP = "build the locked, rendered envs for a target (docker image, .wsl, venv)"
 DESCRIPTION = """\
@@ -39,9 +43,6 @@ Building again with nothing changed builds nothing. Prints one line per artifact
     <env> <target> <reference> <digest> (built|up to date)
 """
 
-#: Targets that build an image with the engine, whose build() takes `no_cache`.
-NO_CACHE_TARGETS = ("docker", "wsl2")
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_selection_arguments(parser, default_target=None)
@@ -56,30 +57,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(no layer cache, no up-to-date check)")
 
 
-def _target_options(args: argparse.Namespace) -> dict[str, Any]:
-    """Target-specific keyword arguments; refuses options the target does not take."""
-    options = path_option(args, one_env=True)
+def build_options(args: argparse.Namespace) -> BuildOptions:
+    """The typed options of a build; UsageError (before any work) for an option the target lacks
+    the capability for."""
+    require(args.target, "build", "target {target} cannot be built; targets that can: {have}")
+    path = path_option(args, one_env=True)
     if args.no_cache:
-        if args.target not in NO_CACHE_TARGETS:
-            raise UsageError(f"--no-cache applies to the image targets "
-                             f"({', '.join(NO_CACHE_TARGETS)}), not {args.target}")
-        options["no_cache"] = True
+        require(args.target, "no_cache",
+                "--no-cache applies to the image targets ({have}), not {target}")
     if args.force:
-        if args.target not in VENV_TARGETS:
-            raise UsageError(f"--force applies to the venv targets ({', '.join(VENV_TARGETS)}), "
-                             f"not {args.target}")
-        options["force"] = True
-    return options
+        require(args.target, "path", PATH_REFUSAL.replace("{option}", "--force"))
+    return BuildOptions(path=path, force=args.force, no_cache=args.no_cache)
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:
-    options = _target_options(args)
+    options = build_options(args)
     project, envs = selected(args)
-    target = get_target(args.target)
+    builder = registry.get(args.target).load_builder()
+    built: list[Artifact] = []
     for env in envs:
         with progress_for(ui) as progress:
-            artifact = target.build(project, env, progress, **options)
+            artifact = builder.build(project, env, options, progress)
         state = "up to date" if artifact.details.get("changed") == "no" else "built"
         ui.print(f"{env.name} {artifact.target} {artifact.reference} "
                  f"{artifact.digest or '-'} ({state})")
+        built.append(artifact)
+    if args.json:
+        ui.json(_json_result(args.target, built))
     return 0
+
+
+def _json_result(target: str, built: list[Artifact]) -> dict[str, Any]:
+    """The --json object (docs/cli.md): one entry per env, in the order they were built."""
+    return {"command": "build", "ok": True, "target": target,
+            "artifacts": [{"env": a.env, "target": a.target, "reference": a.reference,
+                           "digest": a.digest,
+                           "state": "up to date" if a.details.get("changed") == "no" else "built"}
+                          for a in built]}

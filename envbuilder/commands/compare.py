@@ -31,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baseline", type=Path, metavar="REPORT",
                         help="the report others are compared with (default: the first)")
     parser.add_argument("--markdown", type=Path, metavar="PATH", help="also write markdown here")
-    parser.add_argument("--json", type=Path, metavar="PATH", help="also write JSON here")
+    parser.add_argument("--json", type=Path, metavar="PATH",
+                        help="also write JSON here; - prints it on stdout instead of the table")
     parser.add_argument("--html", type=Path, metavar="DIR",
                         help="also write DIR/index.html with PNG charts (opens offline; needs "
                         "matplotlib: pip install 'envbuilder[html]')")
@@ -62,14 +63,15 @@ def _same_file(a: Path, b: Path) -> bool:
 
 def _refuse_overwriting_inputs(args: argparse.Namespace, inputs: list[Path]) -> None:
     """An output that is one of the input reports would replace it: refuse before reading."""
-    for option, out in (("--json", args.json), ("--markdown", args.markdown)):
+    for option, out in (("--json", _json_file(args)), ("--markdown", args.markdown)):
         if out is None:
             continue
         for report in inputs:
             if _same_file(out, report):
                 raise UsageError(f"{option} {out} is the input report {report}; writing it "
                                  "would overwrite that report: name another file")
-    if args.json is not None and args.markdown is not None and _same_file(args.json,
+    json_file = _json_file(args)
+    if json_file is not None and args.markdown is not None and _same_file(json_file,
                                                                           args.markdown):
         raise UsageError(f"--json and --markdown both name {args.json}; name two files")
     if args.html is None:
@@ -93,9 +95,18 @@ def run(args: argparse.Namespace, ui: UI) -> int:
         compare_html.require_matplotlib()
     reports = [compare.load_report(p) for p in paths]
     comp = compare.compare_reports(reports, baseline, args.noise_floor)
-    _print(comp, ui)
+    if not ui.json_mode:
+        _print(comp, ui)
     _write_outputs(comp, args, ui)
+    if ui.json_mode:  # --json -: after the files, so a write error gives the error object
+        ui.json_text(compare.dumps_json(comp))
     return 0
+
+
+def _json_file(args: argparse.Namespace) -> Path | None:
+    """The file --json names; None without --json and for --json - (stdout)."""
+    path: Path | None = args.json
+    return None if path is None or str(path) == "-" else path
 
 
 def _write_outputs(comp: compare.Comparison, args: argparse.Namespace, ui: UI) -> None:
@@ -105,8 +116,9 @@ def _write_outputs(comp: compare.Comparison, args: argparse.Namespace, ui: UI) -
     files: dict[Path, bytes] = {}
     if args.markdown:
         files[args.markdown] = compare.to_markdown(comp).encode("utf-8")
-    if args.json:
-        files[args.json] = compare.dumps_json(comp).encode("utf-8")
+    json_file = _json_file(args)
+    if json_file is not None:
+        files[json_file] = compare.dumps_json(comp).encode("utf-8")
     page = None
     if args.html:
         with temp_dir("envbuilder-compare-") as tmp:
@@ -115,7 +127,7 @@ def _write_outputs(comp: compare.Comparison, args: argparse.Namespace, ui: UI) -
             files.update({args.html / f.name: f.read_bytes() for f in sorted(tmp.iterdir())
                           if f.is_file() and not f.name.startswith(".")})
     write_together(files)
-    for path in (args.markdown, args.json, page):
+    for path in (args.markdown, json_file, page):
         if path is not None:
             ui.info(f"wrote {path}")
 

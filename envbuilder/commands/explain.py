@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from envbuilder import explain
+from envbuilder.cli import add_json_argument
 from envbuilder.errors import UsageError
 from envbuilder.ui import UI
 
@@ -25,14 +25,19 @@ Examples:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("message", nargs="?", help="the message, or - for standard input")
-    parser.add_argument("--json", action="store_true", help="print JSON")
+    add_json_argument(parser, "the matches (with --list: the known messages)")
     parser.add_argument("--list", action="store_true", help="list the known messages")
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:
     if args.list:
-        for e in explain.load_errors():
-            ui.print(f"{e.id}: {e.title}")
+        known = explain.load_errors()
+        if args.json:
+            ui.json({"command": "explain", "ok": True,
+                     "messages": [{"id": e.id, "title": e.title} for e in known]})
+        else:
+            for e in known:
+                ui.print(f"{e.id}: {e.title}")
         return 0
     if args.message is None:
         raise UsageError("give a MESSAGE to explain (or - to read it from standard input)")
@@ -44,8 +49,8 @@ def run(args: argparse.Namespace, ui: UI) -> int:
                          "pipe it in with -")
     found = explain.match_all(text)
     if args.json:
-        ui.print(json.dumps({"known": bool(found), "matches": [e.as_dict() for e in found]},
-                            indent=2))
+        ui.json({"command": "explain", "ok": bool(found), "known": bool(found),
+                 "matches": [e.as_dict() for e in found]})
         return 0 if found else 1
     if not found:
         ui.print("Not a known message. `envbuilder explain --list` shows the known ones; "

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from envbuilder import compare, fleet
-from envbuilder.slurm.cli import fleet_table
+from envbuilder.commands._slurm import fleet_table
 from envbuilder.ui import UI
 
 HELP = "the fleet report of a cluster validation: one row per node, outliers, collectives"

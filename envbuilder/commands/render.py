@@ -1,15 +1,18 @@
-"""`envbuilder render`: write (or check) dockerfiles/, wsl/ and windows/ from the spec and locks."""
+"""`envbuilder render`: write (or check) dockerfiles/, wsl/, windows/ and slurm/ from the spec and
+locks."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
-from envbuilder.cli import add_common_arguments
+from envbuilder.cli import add_common_arguments, add_json_argument
 from envbuilder.errors import UsageError
 from envbuilder.project import Project
-from envbuilder.render import RENDERED_TARGETS, RenderResult, render_all
-from envbuilder.spec import load_spec
+from envbuilder.render import RenderResult, render_all, rendered_targets
+from envbuilder.slurm.script import SCRIPTS
+from envbuilder.specload import load_spec
 from envbuilder.ui import UI
 
 HELP = "render Dockerfiles, WSL rootfs files and Windows scripts; --check verifies them"
@@ -20,6 +23,8 @@ Render each env's definitions for its targets, beside the spec:
   wsl/<env>/Dockerfile, wsl.conf,              the WSL distro's root filesystem, its WSL settings
       wsl-distribution.conf, oobe.sh           and first-launch script
   windows/<env>/setup.ps1, README.md           a venv on native Windows without envbuilder
+  slurm/<env>/validate.sbatch                  validation on every node of a Slurm job (with
+                                               the docker files; docs/cluster.md)
 
 Files are deterministic (a header with an input hash, no timestamp): rendering twice gives the
 same bytes. Base images are pinned by digest once the env is locked (`envbuilder lock`). An env
@@ -36,10 +41,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_arguments(parser)
     parser.add_argument("--env", action="append", default=[], metavar="NAME",
                         help="env to render (repeatable; default: all)")
-    parser.add_argument("--target", action="append", default=[], choices=RENDERED_TARGETS,
-                        help="target to render (repeatable; default: docker, wsl2, windows)")
+    parser.add_argument("--target", action="append", default=[], choices=rendered_targets(),
+                        help="target to render (repeatable; default: "
+                             f"{', '.join(rendered_targets())})")
     parser.add_argument("--check", action="store_true",
                         help="compare with the files on disk; write nothing; exit 1 when stale")
+    add_json_argument(parser, "the files written, removed or (--check) out of date")
 
 
 def _rel(project: Project, path: Path) -> str:
@@ -80,5 +87,20 @@ def run(args: argparse.Namespace, ui: UI) -> int:
                     f"env {env.name!r} has none of the targets {', '.join(args.target)} (its "
                     f"targets: {', '.join(env.targets)}); see env.{env.name}.targets in "
                     f"{project.spec_path.name}")
-    result = render_all(project, spec, args.env or None, args.target or None, check=args.check)
-    return _report(project, result, ui)
+    result = render_all(project, spec, args.env or None, args.target or None, check=args.check,
+                        extras=(SCRIPTS,))
+    code = _report(project, result, ui)
+    if args.json:
+        ui.json(_json_result(project, result))
+    return code
+
+
+#: RenderResult's lists, by the name they have in the --json object.
+_JSON_LISTS = ("written", "unchanged", "removed", "kept", "stale", "missing", "leftover")
+
+
+def _json_result(project: Project, result: RenderResult) -> dict[str, Any]:
+    """The --json object (docs/cli.md): each list of files, relative to the spec's folder."""
+    ok = result.ok if result.check else True
+    return {"command": "render", "check": result.check, "ok": ok,
+            **{name: [_rel(project, p) for p in getattr(result, name)] for name in _JSON_LISTS}}

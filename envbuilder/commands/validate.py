@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from envbuilder.commands import _slurm
 from envbuilder.commands._targets import (
     add_selection_arguments,
     path_option,
@@ -13,8 +14,8 @@ from envbuilder.commands._targets import (
     selected,
 )
 from envbuilder.errors import UsageError, ValidationError
-from envbuilder.slurm import cli as slurm_cli
-from envbuilder.targets import ValidateOptions, get_target
+from envbuilder.targets import registry
+from envbuilder.targets.base import ValidateOptions
 from envbuilder.ui import UI
 
 HELP = "run the validation probe inside built envs; writes reports/<env>.<target>.json"
@@ -37,11 +38,11 @@ pylock, and write reports/<env>.<target>.json:
 Prints one line per report on stdout: <env> <target> pass|fail <report path>.
 Exit 0 when every probe passed, 1 when any failed.
 
-With --slurm (docker and native targets, one env): on every node of a Slurm job instead. One
-line for the job (<env> <target> job-<id> <Slurm state> <job folder>), one per node (<env>
-<target> <node> pass|fail|no-report <report>|-), one for the collectives across nodes (<env>
-<target> all-nodes pass|fail|not-run <rank 0 report>|-), then the fleet table; see the options
-below and docs/cluster.md.
+With --slurm (a target that runs on a cluster: docker, native; one env): on every node of a
+Slurm job instead. One line for the job (<env> <target> job-<id> <Slurm state> <job folder>),
+one per node (<env> <target> <node> pass|fail|no-report <report>|-), one for the collectives
+across nodes (<env> <target> all-nodes pass|fail|not-run <rank 0 report>|-), then the fleet
+table; see the options below and docs/cluster.md.
 """
 
 
@@ -61,14 +62,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="give up on a probe after this long")
     parser.add_argument("--path", type=Path, metavar="DIR",
                         help="venv targets (native, windows): the venv to validate")
-    slurm_cli.add_arguments(parser)  # issue 16
+    _slurm.add_arguments(parser)  # issue 16
 
 
-def _options(args: argparse.Namespace) -> ValidateOptions:
+def validate_options(args: argparse.Namespace) -> ValidateOptions:
+    """The typed options of a validation; UsageError (before any work) for a bad value or an
+    option the target lacks the capability for."""
     if args.repeat < 1:
         raise UsageError(f"--repeat must be at least 1, not {args.repeat}")
     return ValidateOptions(level=args.level, expect=args.expect, repeat=args.repeat,
-                           only=tuple(args.only), skip=tuple(args.skip), timeout_s=args.timeout)
+                           only=tuple(args.only), skip=tuple(args.skip), timeout_s=args.timeout,
+                           path=path_option(args, one_env=False))
 
 
 def report_status(report: Path) -> str:
@@ -81,17 +85,22 @@ def report_status(report: Path) -> str:
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:
-    options = _options(args)
-    if slurm_cli.requested(args):  # issue 16: on a Slurm cluster (envbuilder.slurm)
-        return slurm_cli.run(args, ui, options)
-    extra = path_option(args, one_env=False)
+    options = validate_options(args)
+    if _slurm.requested(args):  # issue 16: on a Slurm cluster (envbuilder.slurm)
+        return _slurm.run(args, ui, options)
     project, envs = selected(args)
-    target = get_target(args.target)
+    builder = registry.get(args.target).load_builder()
     failed = 0
+    reports: list[dict[str, str]] = []
     for env in envs:
         with progress_for(ui) as progress:
-            report = target.validate(project, env, options, progress, **extra)
+            report = builder.validate(project, env, options, progress)
         status = report_status(report)
         failed += status != "pass"
         ui.print(f"{env.name} {args.target} {status} {report}")
+        reports.append({"env": env.name, "target": args.target, "status": status,
+                        "report": str(report)})
+    if args.json:
+        ui.json({"command": "validate", "ok": not failed, "target": args.target,
+                 "reports": reports})
     return 1 if failed else 0

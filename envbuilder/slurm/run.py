@@ -1,15 +1,17 @@
 """`envbuilder validate --slurm`: validate an env on every node of a Slurm job, and between them.
 
-    validate_on_slurm(project, spec, env, target, options, request, progress, venv=None)
+    validate_on_slurm(project, spec, env, target, options, request, progress)
         -> SlurmOutcome
 
-Steps: verify the lock; render slurm/<env>/validate.sbatch (written when it changed); pick the
-image (the pushed one the lock records, else, for docker, the local image built from this lock)
-or the venv; stage probe.pyz and pylock.toml in the run folder (it must be on a file system every
-node sees: by default reports/slurm/<env>.<target>/ of the checkout); `sbatch`; follow the job
-with squeue (then scontrol/sacct) and report its state and the nodes done; cancel it with
-`scancel` on Ctrl-C or when `request.timeout_s` passes; read the job folder into a fleet report
-(envbuilder.fleet) and write fleet.json, fleet.md and fleet.html beside the node reports.
+The target must have the registry's `cluster` capability (envbuilder.slurm.script.cluster_kind:
+an image target, or a venv target). Steps: verify the lock; render slurm/<env>/validate.sbatch
+(written when it changed); pick the image (the pushed one the lock records, else, for the docker
+runtime, the local engine's image built from this lock) or the venv; stage probe.pyz and
+pylock.toml in the run folder (it must be on a file system every node sees: by default
+reports/slurm/<env>.<target>/ of the checkout); `sbatch`; follow the job with squeue (then
+scontrol/sacct) and report its state and the nodes done; cancel it with `scancel` on Ctrl-C or
+when `request.timeout_s` passes; read the job folder into a fleet report (envbuilder.fleet) and
+write fleet.json, fleet.md and fleet.html beside the node reports.
 """
 
 from __future__ import annotations
@@ -22,18 +24,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from envbuilder import fleet, lockfile
+from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes
 from envbuilder.errors import RenderError, UsageError, ValidationError
 from envbuilder.fsutil import atomic_write_bytes
+from envbuilder.model import EnvSpec, Spec
 from envbuilder.progress import ProgressFn
 from envbuilder.project import Project
 from envbuilder.render import MARKER
 from envbuilder.slurm import job as slurm_job
-from envbuilder.slurm.script import IMAGE_RUNTIMES, pushed_image, render_script
-from envbuilder.spec import EnvSpec, Spec
-from envbuilder.targets import ValidateOptions, probe_options, probe_zipapp_bytes
+from envbuilder.slurm.script import IMAGE_RUNTIMES, cluster_kind, pushed_image, render_script
+from envbuilder.targets import registry
+from envbuilder.targets.base import ValidateOptions
 
-#: Targets validated on a cluster, and the runtime each uses unless told otherwise.
-DEFAULT_RUNTIME = {"docker": "docker", "native": "venv"}
+#: The runtime of each kind of cluster target unless told otherwise.
+DEFAULT_RUNTIME = {"image": "docker", "venv": "venv"}
 #: A probe option the script splits on whitespace must be one word of these characters.
 _WORD = re.compile(r"[A-Za-z0-9._=:,/+@%-]+\Z")
 #: sbatch --time: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS (sbatch(1)).
@@ -72,14 +76,17 @@ class SlurmOutcome:
 
 def check_request(target: str, request: SlurmRequest) -> str:
     """The runtime to use; UsageError for a combination that cannot run."""
-    if target not in DEFAULT_RUNTIME:
-        raise UsageError(f"--slurm validates the docker or native target, not {target}")
-    runtime = request.runtime or DEFAULT_RUNTIME[target]
-    if target == "docker" and runtime not in IMAGE_RUNTIMES:
-        raise UsageError(f"--runtime {runtime} does not run an image; for the docker target "
+    kind = cluster_kind(target)
+    if kind is None:
+        have = [t for t in registry.with_capability("cluster") if cluster_kind(t) is not None]
+        raise UsageError(f"target {target} runs on no cluster; --slurm applies to "
+                         f"{' and '.join(have) or 'no target'}")
+    runtime = request.runtime or DEFAULT_RUNTIME[kind]
+    if kind == "image" and runtime not in IMAGE_RUNTIMES:
+        raise UsageError(f"--runtime {runtime} does not run an image; for the {target} target "
                          f"choose {', '.join(IMAGE_RUNTIMES)}")
-    if target == "native" and runtime != "venv":
-        raise UsageError(f"--runtime {runtime} runs an image; the native target runs its venv "
+    if kind == "venv" and runtime != "venv":
+        raise UsageError(f"--runtime {runtime} runs an image; the {target} target runs its venv "
                          "(leave --runtime out)")
     if request.nodes < 1:
         raise UsageError(f"--nodes must be at least 1, not {request.nodes}")
@@ -117,7 +124,7 @@ def write_script(project: Project, spec: Spec, env: EnvSpec, progress: ProgressF
     envbuilder did not generate is refused (RenderError), never overwritten."""
     files = render_script(project, spec, env)
     if not files:
-        raise UsageError(f"env {env.name!r} has no target a cluster runs (docker, native)")
+        raise UsageError(f"env {env.name!r} has no target a cluster runs")
     (path, data), = files.items()
     current = path.read_bytes() if path.is_file() else None
     if current == data:
@@ -133,8 +140,8 @@ def write_script(project: Project, spec: Spec, env: EnvSpec, progress: ProgressF
 def _local_image(env: str, pylock_sha256: str) -> str:
     """The id of the local image built from this lock (envbuilder/<env>:<short hash>)."""
     from envbuilder import docker_engine
+    from envbuilder.builders.docker import image_tag
     from envbuilder.imagedefs import LOCK_LABEL
-    from envbuilder.targets.docker import image_tag
 
     tag = image_tag(env, pylock_sha256)
     image = docker_engine.existing_image(docker_engine.connect(), tag)
@@ -147,11 +154,12 @@ def _local_image(env: str, pylock_sha256: str) -> str:
     return str(image.id)
 
 
-def choose_image(lock: lockfile.EnvLock, env: str, runtime: str, pylock_sha256: str) -> str:
+def choose_image(lock: lockfile.EnvLock, env: str, target: str, runtime: str,
+                 pylock_sha256: str) -> str:
     """The image every node runs: the pushed one (by digest) when the lock records it; else,
     for docker only, this engine's image built from the lock (by id: nodes sharing this engine,
     or with the image preloaded, run exactly it)."""
-    pushed = pushed_image(lock)
+    pushed = pushed_image(lock, target)
     if pushed:
         return pushed
     if runtime != "docker":
@@ -161,13 +169,18 @@ def choose_image(lock: lockfile.EnvLock, env: str, runtime: str, pylock_sha256: 
     return _local_image(env, pylock_sha256)
 
 
-def _venv(project: Project, env: EnvSpec, path: Path | None) -> Path:
-    from envbuilder.targets import get_target
+def _venv(project: Project, env: EnvSpec, target: str, path: Path | None) -> Path:
+    """The venv the nodes run: --path, else the target's default folder."""
+    from envbuilder.builders.venv import VenvBuilder, default_venv_path
 
-    venv = Path(get_target("native").venv_path(project, env, path))  # type: ignore[attr-defined]
+    builder = registry.get(target).load_builder()
+    venv = (builder.venv_path(project, env, path) if isinstance(builder, VenvBuilder)
+            else Path(os.path.abspath(path or default_venv_path(  # noqa: PTH100 (links kept)
+                project, env.name, target))))
     if not (venv / "bin" / "python").exists():
         raise ValidationError(f"no venv at {venv}; build it on a file system every node sees "
-                              f"(`envbuilder build --target native --env {env.name} --path DIR`)")
+                              f"(`envbuilder build --target {target} --env {env.name} --path "
+                              "DIR`)")
     return venv
 
 
@@ -232,8 +245,8 @@ def follow(job_id: str, job_dir: Path, nodes: int, environ: Mapping[str, str],
 
 
 def validate_on_slurm(project: Project, spec: Spec, env: EnvSpec, target: str,
-                      options: ValidateOptions, request: SlurmRequest, progress: ProgressFn,
-                      venv: Path | None = None) -> SlurmOutcome:
+                      options: ValidateOptions, request: SlurmRequest,
+                      progress: ProgressFn) -> SlurmOutcome:
     """Validate `env`'s `target` on a Slurm job of `request.nodes` nodes; see the module."""
     runtime = check_request(target, request)
     if target not in env.targets:
@@ -245,11 +258,11 @@ def validate_on_slurm(project: Project, spec: Spec, env: EnvSpec, target: str,
     settings = {"ENVBUILDER_RUNTIME": runtime, "ENVBUILDER_PROBE_ARGS": " ".join(common),
                 "ENVBUILDER_NODE_CHECKS": " ".join(select),
                 "ENVBUILDER_CROSS_NODE": "1" if cross else "0"}
-    if target == "docker":
-        settings["ENVBUILDER_IMAGE"] = choose_image(verified.lock, env.name, runtime,
+    if runtime in IMAGE_RUNTIMES:
+        settings["ENVBUILDER_IMAGE"] = choose_image(verified.lock, env.name, target, runtime,
                                                     verified.pylock.entry.pylock_sha256)
     else:
-        settings["ENVBUILDER_VENV"] = str(_venv(project, env, venv))
+        settings["ENVBUILDER_VENV"] = str(_venv(project, env, target, options.path))
     if request.gpus_per_node:
         settings["ENVBUILDER_RANKS_PER_NODE"] = str(request.gpus_per_node)
     run_dir = Path(os.path.abspath(request.run_dir or  # noqa: PTH100 (links kept as written)

@@ -1,6 +1,6 @@
 """Run the real uv against the replica the way envbuilder does.
 
-envbuilder.resolve.run_uv (at the time of writing) writes a throw-away pyproject.toml whose
+envbuilder.uvrun.run_uv (at the time of writing) writes a throw-away pyproject.toml whose
 dependencies are the env's packages, with one `explicit = true` [[tool.uv.index]] per pinned
 index and a [tool.uv.sources] entry per pinned package, and runs
 
@@ -116,7 +116,7 @@ def _toml_str(value: str) -> str:
 
 
 def pyproject_text(request: CompileRequest) -> str:
-    """The throw-away pyproject.toml, laid out as envbuilder.resolve.pyproject_for lays it out."""
+    """The throw-away pyproject.toml, laid out as envbuilder.uvrun.pyproject_for lays it out."""
     lines = [
         "[project]", 'name = "envbuilder-lock"', 'version = "0"',
         f"requires-python = {_toml_str('>=' + request.python)}", "dependencies = [",
