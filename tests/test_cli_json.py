@@ -29,7 +29,7 @@ from envbuilder.cli import COMMANDS
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMAS = ROOT / "envbuilder" / "schemas"
 CLI_SCHEMA = json.loads((SCHEMAS / "cli.schema.json").read_text(encoding="utf-8"))
-RENDERED = ("dockerfiles", "wsl", "windows")
+RENDERED = ("dockerfiles", "wsl", "windows", "slurm")
 
 SMALL_SPEC = """
 [indexes.fake]
@@ -116,7 +116,7 @@ def test_every_command_takes_json(name: str) -> None:
 def test_check_json(shipped: Path) -> None:
     ok = run_json(shipped, "check", "--json")
     assert ok.code == 0 and ok.obj["ok"] is True
-    assert ok.obj["envs"] == ["cpu", "rocm64", "rocm61"]
+    assert ok.obj["envs"] == ["cpu", "rocm714", "mi300x"]
     spec = shipped / "environments.toml"
     spec.write_text(spec.read_text().replace('python = "3.11"', 'python = 3.11', 1))
     bad = run_json(shipped, "check", "--json")
@@ -139,7 +139,7 @@ def test_lock_check_json(shipped: Path) -> None:
     assert current.code == 0 and current.obj["check"] is True and current.obj["ok"] is True
     by_env = {e["env"]: e for e in current.obj["envs"]}
     assert by_env["cpu"] == {"env": "cpu", "ok": True, "stale": [], "notes": []}
-    assert by_env["rocm64"]["notes"]  # never locked: a note, not a failure
+    assert by_env["rocm714"]["notes"]  # never locked: a note, not a failure
     (shipped / "lockfiles" / "pylock.cpu-docker.toml").write_text("edited = true\n")
     stale = run_json(shipped, "lock", "--check", "--json")
     assert stale.code == 1 and stale.obj["ok"] is False

@@ -272,3 +272,11 @@ def test_fleet_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
         "fleet.html", "fleet.json", "fleet.md"]
     assert main(["fleet", str(tmp_path / "nope")]) == 1
     assert "no such job folder" in capsys.readouterr().err
+    # --json: the same document, stdout holding nothing else; an error is the error object
+    assert main(["fleet", str(job), "--json", "--out", str(tmp_path / "o2")]) == 1
+    out = capsys.readouterr()
+    assert json.loads(out.out)["failed_nodes"] == ["n2"] and "error: n2: matmul: x" in out.err
+    assert main(["fleet", str(tmp_path / "nope"), "--json"]) == 1
+    error = json.loads(capsys.readouterr().out)
+    assert (error["command"], error["ok"]) == ("fleet", False)
+    assert "no such job folder" in error["error"]["message"]

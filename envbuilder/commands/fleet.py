@@ -29,6 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the job's folder, e.g. reports/slurm/cpu.docker/job-12")
     parser.add_argument("--format", choices=("table", "markdown", "json"), default="table",
                         help="what to print (default: table)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the fleet report as one JSON object on stdout (as --format "
+                             "json; messages go to stderr)")
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="also write fleet.json, fleet.md and fleet.html into DIR")
     parser.add_argument("--noise-floor", type=float, default=compare.DEFAULT_NOISE_FLOOR_PCT,
@@ -38,7 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, ui: UI) -> int:
     result = fleet.read_job_dir(args.job_dir, noise_floor_pct=args.noise_floor)
-    if args.format == "json":
+    if args.json:
+        ui.json_text(fleet.dumps_json(result))
+    elif args.format == "json":
         ui.out.print(fleet.dumps_json(result), end="", markup=False, highlight=False)
     elif args.format == "markdown":
         ui.out.print(fleet.to_markdown(result), end="", markup=False, highlight=False)
