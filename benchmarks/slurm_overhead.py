@@ -19,8 +19,10 @@ first, ...) so that a drift of the machine's load hits both sides alike:
 Every run is the CLI as a user starts it (`python -m envbuilder -q ...`), wall time; for the
 Slurm runs also Slurm's RunTime of the job (whole seconds, from fleet.json), so the time outside
 the job (submit, pending, polling, fleet report) shows. The load average is read before each
-run. Prints a markdown table per comparison (paste it into docs/benchmarks.md). Jobs go to a
-temp run folder; every job is cancelled if the script is interrupted (validate does it).
+run. Prints a markdown table per comparison (paste it into docs/benchmarks.md). Everything runs
+in a temp copy of the spec's folder (environments.toml, lockfiles/, dockerfiles/, slurm/), so
+the build's [artifacts] record and the reports stay out of the checkout; every job is cancelled
+if the script is interrupted (validate does it).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -77,6 +80,16 @@ def job_seconds(stdout: str) -> float | None:
             run_time = fleet["job"].get("run_time") or ""
             return seconds(run_time) if run_time else None
     return None
+
+
+def copy_project(spec: Path, dest: Path) -> Path:
+    """The spec and its committed inputs beside it copied to `dest`; the copied spec's path."""
+    dest.mkdir(parents=True)
+    shutil.copy(spec, dest / spec.name)
+    for folder in ("lockfiles", "dockerfiles", "slurm"):
+        if (spec.parent / folder).is_dir():
+            shutil.copytree(spec.parent / folder, dest / folder)
+    return dest / spec.name
 
 
 def one(side: str, spec: Path, env: str, extra: list[str], run_dir: Path) -> Run:
@@ -129,13 +142,16 @@ def main() -> int:
         parser.error("--pairs must be at least 1")
     if not os.environ.get("SLURM_CONF"):
         parser.error("SLURM_CONF is not set: start the services (eval \"$(.ci/services.sh)\")")
-    built = envbuilder(args.spec, "build", "--target", "docker", "--env", args.env)
-    if built.returncode != 0:
-        sys.exit(f"envbuilder build failed:\n{built.stdout}{built.stderr}")
+    if not args.spec.is_file():
+        parser.error(f"{args.spec}: no such spec")
     names = list(ROWS) if args.rows == "both" else [args.rows]
     print(f"machine: {platform.node()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}; env {args.env}; {args.pairs} pair(s)\n")
     with tempfile.TemporaryDirectory(prefix="slurm-overhead-") as tmp:
+        spec = copy_project(args.spec, Path(tmp) / "project")
+        built = envbuilder(spec, "build", "--target", "docker", "--env", args.env)
+        if built.returncode != 0:
+            sys.exit(f"envbuilder build failed:\n{built.stdout}{built.stderr}")
         for name in names:
             local_extra, slurm_extra = ROWS[name]
             runs: list[Run] = []
@@ -143,7 +159,7 @@ def main() -> int:
                 order = ("local", "slurm") if pair % 2 == 0 else ("slurm", "local")
                 for side in order:
                     extra = local_extra if side == "local" else slurm_extra
-                    runs.append(one(side, args.spec, args.env, extra, Path(tmp)))
+                    runs.append(one(side, spec, args.env, extra, Path(tmp) / "runs"))
                     print(f"  {name} pair {pair + 1} {side}: {runs[-1].wall_s:.1f} s",
                           file=sys.stderr, flush=True)
             print(table(name, runs), flush=True)
