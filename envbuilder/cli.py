@@ -50,6 +50,7 @@ COMMANDS: dict[str, str] = {
             "mismatch)",
     "validate": "run the validation probe inside built envs; writes reports/<env>.<target>.json",
     "compare": "compare validation reports: ratios, loss %, spread over repeats, noise verdicts",
+    "fleet": "the fleet report of a cluster validation: one row per node, outliers, collectives",
     "probe": "run the validation suite (the probe) in this environment",
     "doctor": "check this host (OS, RAM, disk, Docker, GPU devices, drivers, WSL, Python) for "
               "an env",

@@ -2,7 +2,10 @@
 from its plan (the target descriptor's `plan`, `templates` and `output_dir`).
 
     render_env(project, spec, env, target) -> dict[Path, bytes]     pure: nothing is written
-    render_all(project, spec, envs, targets, check) -> RenderResult  writes (or only compares)
+    render_all(project, spec, envs, targets, check, extras) -> RenderResult
+                                                                     writes (or only compares)
+    ExtraFiles                  files rendered per env beside the targets' (`extras`), e.g.
+                                slurm/<env>/validate.sbatch (envbuilder.slurm.script)
 
 Outputs (committed): `dockerfiles/<env>/Dockerfile`, `wsl/<env>/{Dockerfile, wsl.conf,
 wsl-distribution.conf, oobe.sh}`, `windows/<env>/{setup.ps1, README.md}`. Each file starts with a
@@ -20,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import jinja2
 
@@ -251,9 +254,15 @@ def _leftovers(
     wanted: Mapping[Path, bytes],
 ) -> list[Path]:
     """Files in the selected output folders that rendering would not produce."""
+    return _leftovers_in([output_dir(project, target) for target in targets], envs, all_envs,
+                         wanted)
+
+
+def _leftovers_in(roots: Iterable[Path], envs: Sequence[EnvSpec], all_envs: bool,
+                  wanted: Mapping[Path, bytes]) -> list[Path]:
+    """Files under `roots` (all of each, or the selected envs' folders) not in `wanted`."""
     found: set[Path] = set()
-    for target in targets:
-        root = output_dir(project, target)
+    for root in roots:
         if all_envs:
             found |= _existing(root)
         else:
@@ -262,16 +271,36 @@ def _leftovers(
     return sorted(p for p in found if p not in wanted and not p.name.startswith("."))
 
 
+class ExtraFiles(Protocol):
+    """Files rendered per env that belong to no one target's output folder (passed to
+    render_all by the caller, so that this module imports nothing above it): written, checked
+    and cleaned up like the targets' files, in the same one-step commit."""
+
+    def root(self, project: Project) -> Path:
+        """Their committed folder, beside the spec (<root>/<env>/...)."""
+        ...
+
+    def renders_with(self, targets: Sequence[str]) -> bool:
+        """Whether they are rendered when `targets` are."""
+        ...
+
+    def render(self, project: Project, spec: Spec, env: EnvSpec) -> dict[Path, bytes]:
+        """{path: bytes} for `env` ({} when it has none); writes nothing."""
+        ...
+
+
 def render_all(
     project: Project,
     spec: Spec,
     envs: Sequence[str] | None = None,
     targets: Sequence[str] | None = None,
     check: bool = False,
+    extras: Sequence[ExtraFiles] = (),
 ) -> RenderResult:
     """Render the selected envs (default all) for the selected targets (default all rendered
-    ones). Everything is rendered in memory first, so an error writes nothing. check=True only
-    compares; otherwise changed files are written atomically and generated leftovers removed."""
+    ones), and the `extras` that go with those targets. Everything is rendered in memory first,
+    so an error writes nothing. check=True only compares; otherwise changed files are written
+    atomically and generated leftovers removed."""
     selected = spec.select(list(envs) if envs else None)
     rendered = rendered_targets()
     chosen = [t for t in (targets or rendered) if t in rendered]
@@ -281,6 +310,15 @@ def render_all(
             wanted.update(render_env(project, spec, env, target))
     result = RenderResult(check=check)
     leftovers = _leftovers(project, selected, chosen, not envs, wanted)
+    roots = [output_dir(project, target) for target in rendered]
+    for extra in extras:
+        roots.append(extra.root(project))
+        if extra.renders_with(chosen):
+            files: dict[Path, bytes] = {}
+            for env in selected:
+                files.update(extra.render(project, spec, env))
+            wanted.update(files)
+            leftovers += _leftovers_in([extra.root(project)], selected, not envs, files)
     for path, data in sorted(wanted.items()):
         current = path.read_bytes() if path.is_file() else None
         if current == data:
@@ -297,18 +335,19 @@ def render_all(
         else:
             result.kept.append(path)
     if not check:
-        _write_out(project, {p: wanted[p] for p in result.written}, result.removed)
+        _write_out(project, {p: wanted[p] for p in result.written}, result.removed, roots)
     return result
 
 
-def _write_out(project: Project, written: Mapping[Path, bytes], removed: Sequence[Path]) -> None:
+def _write_out(project: Project, written: Mapping[Path, bytes], removed: Sequence[Path],
+               roots: Sequence[Path]) -> None:
     """Write and remove as one step (an interrupt or a write error leaves the old files or the
     new ones, never a mix), then drop output folders the removals emptied."""
     changes: dict[Path, bytes | None] = {**written, **dict.fromkeys(removed)}
     commit_files(project.root, changes, file_mode)
     with deferred(), contextlib.suppress(OSError):  # an empty folder left over does no harm
         for path in removed:
-            _remove_empty_parents(path.parent, output_dir(project, _target_of(project, path)))
+            _remove_empty_parents(path.parent, _output_root(roots, path))
 
 
 def _is_generated(path: Path) -> bool:
@@ -319,10 +358,11 @@ def _is_generated(path: Path) -> bool:
     return MARKER.encode() in head
 
 
-def _target_of(project: Project, path: Path) -> str:
-    for target in rendered_targets():
-        if output_dir(project, target) in path.parents:
-            return target
+def _output_root(roots: Sequence[Path], path: Path) -> Path:
+    """The output folder (of `roots`) that `path` is in."""
+    for root in roots:
+        if root in path.parents:
+            return root
     raise RenderError(f"{path} is not under an output folder")
 
 

@@ -29,7 +29,7 @@ from envbuilder.cli import COMMANDS
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMAS = ROOT / "envbuilder" / "schemas"
 CLI_SCHEMA = json.loads((SCHEMAS / "cli.schema.json").read_text(encoding="utf-8"))
-RENDERED = ("dockerfiles", "wsl", "windows")
+RENDERED = ("dockerfiles", "wsl", "windows", "slurm")
 
 SMALL_SPEC = """
 [indexes.fake]

@@ -146,6 +146,9 @@ def test_capabilities_the_fourth_target_lacks_are_usage_errors(
     assert code == 2 and "target note has no registry; push applies to docker and wsl2" in out
     code, out = cli(capsys, "build", "--target", "note", "--no-cache", "--spec", spec)
     assert code == 2 and "--no-cache applies to the image targets (docker, wsl2), not note" in out
+    code, out = cli(capsys, "validate", "--target", "note", "--slurm", "--spec", spec)
+    assert code == 2
+    assert "target note runs on no cluster; --slurm applies to docker and native" in out
 
 
 def test_without_the_plugin_the_target_is_unknown(

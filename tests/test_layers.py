@@ -37,9 +37,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                   "envbuilder.render", "envbuilder.buildcontext", "envbuilder.imagebuild",
                   "envbuilder.docker_engine", "envbuilder.wsltar", "envbuilder.wslexe",
                   "envbuilder.pyfinder", "envbuilder.compare", "envbuilder.compare_html",
+                  "envbuilder.fleet", "envbuilder.slurm",
                   "envbuilder.explain",
                   "envbuilder.doctor", "envbuilder.reprotar", "envbuilder.ociimage")),
-    ("builders", ("envbuilder.builders",)),
+    ("builders", ("envbuilder.builders", "envbuilder.slurm.run")),
     ("edge", ("envbuilder.commands", "envbuilder.cli", "envbuilder.__main__")),
 )
 PROBE = "envbuilder.probe"

@@ -1,4 +1,5 @@
-"""`envbuilder render`: write (or check) dockerfiles/, wsl/ and windows/ from the spec and locks."""
+"""`envbuilder render`: write (or check) dockerfiles/, wsl/, windows/ and slurm/ from the spec and
+locks."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from envbuilder.cli import add_common_arguments, add_json_argument
 from envbuilder.errors import UsageError
 from envbuilder.project import Project
 from envbuilder.render import RenderResult, render_all, rendered_targets
+from envbuilder.slurm.script import SCRIPTS
 from envbuilder.specload import load_spec
 from envbuilder.ui import UI
 
@@ -21,6 +23,8 @@ Render each env's definitions for its targets, beside the spec:
   wsl/<env>/Dockerfile, wsl.conf,              the WSL distro's root filesystem, its WSL settings
       wsl-distribution.conf, oobe.sh           and first-launch script
   windows/<env>/setup.ps1, README.md           a venv on native Windows without envbuilder
+  slurm/<env>/validate.sbatch                  validation on every node of a Slurm job (with
+                                               the docker files; docs/cluster.md)
 
 Files are deterministic (a header with an input hash, no timestamp): rendering twice gives the
 same bytes. Base images are pinned by digest once the env is locked (`envbuilder lock`). An env
@@ -83,7 +87,8 @@ def run(args: argparse.Namespace, ui: UI) -> int:
                     f"env {env.name!r} has none of the targets {', '.join(args.target)} (its "
                     f"targets: {', '.join(env.targets)}); see env.{env.name}.targets in "
                     f"{project.spec_path.name}")
-    result = render_all(project, spec, args.env or None, args.target or None, check=args.check)
+    result = render_all(project, spec, args.env or None, args.target or None, check=args.check,
+                        extras=(SCRIPTS,))
     code = _report(project, result, ui)
     if args.json:
         ui.json(_json_result(project, result))

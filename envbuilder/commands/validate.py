@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from envbuilder.commands import _slurm
 from envbuilder.commands._targets import (
     add_selection_arguments,
     path_option,
@@ -36,6 +37,12 @@ pylock, and write reports/<env>.<target>.json:
 
 Prints one line per report on stdout: <env> <target> pass|fail <report path>.
 Exit 0 when every probe passed, 1 when any failed.
+
+With --slurm (a target that runs on a cluster: docker, native; one env): on every node of a
+Slurm job instead. One line for the job (<env> <target> job-<id> <Slurm state> <job folder>),
+one per node (<env> <target> <node> pass|fail|no-report <report>|-), one for the collectives
+across nodes (<env> <target> all-nodes pass|fail|not-run <rank 0 report>|-), then the fleet
+table; see the options below and docs/cluster.md.
 """
 
 
@@ -55,6 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="give up on a probe after this long")
     parser.add_argument("--path", type=Path, metavar="DIR",
                         help="venv targets (native, windows): the venv to validate")
+    _slurm.add_arguments(parser)  # issue 16
 
 
 def validate_options(args: argparse.Namespace) -> ValidateOptions:
@@ -78,6 +86,8 @@ def report_status(report: Path) -> str:
 
 def run(args: argparse.Namespace, ui: UI) -> int:
     options = validate_options(args)
+    if _slurm.requested(args):  # issue 16: on a Slurm cluster (envbuilder.slurm)
+        return _slurm.run(args, ui, options)
     project, envs = selected(args)
     builder = registry.get(args.target).load_builder()
     failed = 0

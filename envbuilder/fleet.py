@@ -1,0 +1,543 @@
+"""The fleet report: one row per node of a cluster validation, and the collectives across nodes.
+
+    read_job_dir(job_dir, job=None, noise_floor_pct=2.0) -> Fleet
+    table_rows(fleet), TABLE_HEADER, cross_rows(fleet), CROSS_HEADER   the tables
+    to_json(fleet) / dumps_json(fleet) / to_markdown(fleet) / write_html(fleet, path)
+    write_reports(fleet, folder) -> {"json": path, "markdown": path, "html": path}
+
+The job folder is what slurm/<env>/validate.sbatch writes (docs/cluster.md): `hosts` ("NODE
+ADDRESS" lines), `phase`, nodes/NODE.json|.exit|.log, collectives/all.json, all.rankN.json and
+NODE.exit|.log.
+
+Outliers use the noise rule of envbuilder.compare, with the node as the "other" report and the
+pooled samples of every other node as the baseline: a node is an outlier for a metric when its
+range over the repeats does not overlap the others' range and its median differs from theirs by
+more than the floor. Judged for every matmul metric and every single-node busbw size, when 3 or
+more nodes have the metric. With 2 nodes the rule can say that they differ, not which one is
+off (a note); with 1 sample per node (--repeat 1) the noise is unknown and no node is flagged.
+
+Rows: failed nodes first (failed checks, or no report: why), then outliers, then the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from envbuilder import compare
+from envbuilder.compare import Metric, MetricKey, Report
+from envbuilder.errors import CompareError
+from envbuilder.fsutil import atomic_write_text
+
+TOOL = "envbuilder-fleet"
+FORMAT_VERSION = 1
+#: The metrics whose spread over the nodes is judged (check, metric name); None: every name.
+JUDGED: tuple[tuple[str, str | None], ...] = (("matmul", None), ("collectives", "busbw"))
+#: The matmul dtype the table shows first (what training runs), when a report has it.
+MATMUL_DTYPES = ("bf16", "fp16", "fp32")
+TAIL_LINES = 4
+_RANK_FILE = re.compile(r"all\.rank(\d+)\.json\Z")
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """What Slurm said about the job (absent when a folder is read without asking Slurm)."""
+
+    job_id: str
+    state: str = ""
+    reason: str = ""
+    run_time: str = ""
+    nodes: tuple[str, ...] = ()
+    note: str | None = None  # e.g. "cancelled by envbuilder after 30 s"
+
+
+@dataclass(frozen=True)
+class Outlier:
+    """A node's metric outside the others' spread (compare's noise rule)."""
+
+    metric: str  # "matmul: tflops bf16 4096"
+    verdict: str  # "faster" | "slower"
+    value: float
+    others_median: float
+    unit: str
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    node: str
+    status: str  # "pass" | "fail" | "no report"
+    report: Path | None
+    problems: tuple[str, ...] = ()
+    metrics: Mapping[MetricKey, Metric] = field(default_factory=dict)
+    outliers: tuple[Outlier, ...] = ()
+
+    @property
+    def failed(self) -> bool:
+        return self.status != "pass"
+
+
+@dataclass(frozen=True)
+class RankRow:
+    rank: int
+    node: str
+    status: str  # a probe status, or "no report"
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class SizeRow:
+    """busbw at one message size: across all nodes (rank 0) and on one node (median over the
+    nodes' own collectives checks); ratio = all / one."""
+
+    size: str
+    all_nodes: float | None
+    one_node: float | None
+    unit: str
+
+    @property
+    def ratio(self) -> float | None:
+        if self.all_nodes is None or not self.one_node:
+            return None
+        return self.all_nodes / self.one_node
+
+
+@dataclass(frozen=True)
+class CrossNode:
+    status: str  # "pass" | "fail" | "not run"
+    world_size: int | None = None
+    nodes: tuple[str, ...] = ()
+    ranks: tuple[RankRow, ...] = ()
+    sizes: tuple[SizeRow, ...] = ()
+    problems: tuple[str, ...] = ()
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "fail"
+
+
+@dataclass(frozen=True)
+class Fleet:
+    job_dir: Path
+    job: JobInfo
+    env: str | None
+    target: str | None
+    nodes: tuple[NodeRow, ...]
+    cross: CrossNode
+    notes: tuple[str, ...]
+    noise_floor_pct: float
+    noise_rule: str
+
+    @property
+    def failed_nodes(self) -> tuple[str, ...]:
+        return tuple(n.node for n in self.nodes if n.failed)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.nodes) and not self.failed_nodes and not self.cross.failed
+
+    def failures(self) -> list[str]:
+        """One line per failed node, and one for the collectives across nodes."""
+        lines = [f"{n.node}: {'; '.join(n.problems) or n.status}" for n in self.nodes if n.failed]
+        if self.cross.failed:
+            lines.append(f"collectives across {','.join(self.cross.nodes) or 'the nodes'}: "
+                         f"{'; '.join(self.cross.problems) or 'failed'}")
+        if not self.nodes:
+            lines.append(f"no node ran (job {self.job.job_id} {self.job.state or 'unknown'}"
+                         f"{': ' + self.job.reason if self.job.reason else ''})")
+        return lines
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def _tail(path: Path, lines: int = TAIL_LINES) -> str:
+    text = _read_text(path) or ""
+    kept = [line.strip() for line in text.splitlines() if line.strip()]
+    return " | ".join(kept[-lines:])
+
+
+def _job_nodes(job_dir: Path, job: JobInfo) -> list[str]:
+    """The job's nodes: the script's `hosts` file, else what Slurm said, else the reports."""
+    hosts = _read_text(job_dir / "hosts")
+    if hosts:
+        return [line.split()[0] for line in hosts.splitlines() if line.strip()]
+    if job.nodes:
+        return list(job.nodes)
+    return sorted(p.stem for p in (job_dir / "nodes").glob("*.json"))
+
+
+def _why_no_report(job_dir: Path, folder: str, node: str, job: JobInfo) -> str:
+    code = (_read_text(job_dir / folder / f"{node}.exit") or "").strip()
+    tail = _tail(job_dir / folder / f"{node}.log")
+    if not code:
+        state = job.state or "unknown"
+        what = f"did not finish (job {state}{': ' + job.reason if job.reason else ''})"
+    elif code == "3":
+        what = "the image is not usable on this node"
+    else:
+        what = f"exited with {code} without a report"
+    return f"no report: {what}" + (f"; output: {tail}" if tail else "")
+
+
+def _node_row(job_dir: Path, node: str, job: JobInfo) -> tuple[NodeRow, Report | None]:
+    path = job_dir / "nodes" / f"{node}.json"
+    if not path.is_file():
+        why = _why_no_report(job_dir, "nodes", node, job)
+        return NodeRow(node, "no report", None, (why,)), None
+    try:
+        report = compare.load_report(path)
+    except CompareError as exc:
+        return NodeRow(node, "no report", path, (f"unreadable report: {exc}",)), None
+    problems = tuple(f"{check}: {reason}" if reason else f"{check} failed"
+                     for check, reason in report.failed_checks)
+    status = "pass" if report.status == "pass" else "fail"
+    if status == "fail" and not problems:
+        problems = (f"the probe says {report.status}",)
+    return NodeRow(node, status, path, problems, dict(report.metrics)), report
+
+
+def _judged(key: MetricKey) -> bool:
+    return any(key[0] == check and (name is None or key[1] == name) for check, name in JUDGED)
+
+
+def _label(key: MetricKey) -> str:
+    check, name, dtype, size = key
+    return f"{check}: " + " ".join(p for p in (name, dtype, size) if p)
+
+
+def _pooled(others: Sequence[Metric]) -> Metric:
+    """The other nodes as one baseline: every sample of theirs, the median of their values."""
+    samples = tuple(s for m in others
+                    for s in (m.samples or ((m.value,) if m.value is not None else ())))
+    return replace(others[0], value=_median([m.value for m in others]), samples=samples,
+                   check_status="pass", problem=None)
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    """The median of the values that are there; None when none is."""
+    ordered = sorted(v for v in values if v is not None)
+    if not ordered:
+        return None
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else ordered[mid - 1] / 2 + ordered[mid] / 2
+
+
+def _judge(rows: Sequence[NodeRow], floor_pct: float) -> tuple[dict[str, list[Outlier]],
+                                                                 list[str]]:
+    """Outliers per node, and notes (two nodes that differ; noise unknown)."""
+    outliers: dict[str, list[Outlier]] = {}
+    notes: list[str] = []
+    unknown: list[str] = []
+    keys = dict.fromkeys(k for r in rows for k in r.metrics if _judged(k))
+    for key in keys:
+        have = {r.node: r.metrics[key] for r in rows
+                if key in r.metrics and r.metrics[key].value is not None}
+        if len(have) < 2:
+            continue
+        cells = {node: compare._compare_cell(  # compare's noise rule, node vs the others
+                     _pooled([m for n, m in have.items() if n != node]), metric, node, floor_pct)
+                 for node, metric in have.items()}
+        beyond = {n: c for n, c in cells.items() if c.verdict in ("faster", "slower")}
+        if all(c.verdict == "noise unknown" for c in cells.values()):
+            unknown.append(_label(key))
+        elif len(have) == 2 and beyond:
+            a, b = sorted(have)
+            notes.append(f"{a} and {b} differ in {_label(key)} ({compare.fmt_num(have[a].value)}"
+                         f" vs {compare.fmt_num(have[b].value)} {have[a].unit}), beyond noise; "
+                         "with two nodes neither is called the outlier")
+        elif len(have) >= 3:
+            for node, cell in beyond.items():
+                base = _pooled([m for n, m in have.items() if n != node])
+                outliers.setdefault(node, []).append(Outlier(
+                    _label(key), cell.verdict, float(have[node].value or 0.0),
+                    float(base.value or 0.0), have[node].unit))
+    if unknown:
+        notes.append(f"outliers not judged for {len(unknown)} metric(s): noise unknown with one "
+                     "sample per node; validate with --repeat 3 to judge them")
+    return outliers, notes
+
+
+def _rank_reports(folder: Path) -> dict[int, Path]:
+    found = {0: folder / "all.json"} if (folder / "all.json").is_file() else {}
+    for path in folder.glob("all.rank*.json"):
+        if match := _RANK_FILE.match(path.name):
+            found[int(match.group(1))] = path
+    return dict(sorted(found.items()))
+
+
+def _collectives_entry(report: Report, path: Path) -> tuple[str, str | None, dict[str, Any]]:
+    """(status, reason, details) of the collectives check in a rank's report."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        entry = next(c for c in data["checks"] if c.get("name") == "collectives")
+        return str(entry["status"]), entry.get("reason"), dict(entry.get("details") or {})
+    except (OSError, ValueError, KeyError, TypeError, StopIteration):
+        return report.status, None, {}
+
+
+def _cross(job_dir: Path, nodes: Sequence[str], rows: Sequence[NodeRow],
+           job: JobInfo) -> CrossNode:
+    folder = job_dir / "collectives"
+    phase = (_read_text(job_dir / "phase") or "").strip()
+    reports = _rank_reports(folder)
+    ran = [n for n in nodes if (folder / f"{n}.exit").exists() or (folder / f"{n}.log").exists()]
+    if not reports and not ran:
+        if phase in ("probe", "collectives") or not phase:
+            return CrossNode("fail" if phase == "collectives" else "not run", nodes=tuple(nodes),
+                             problems=(f"the job ended before the collectives across nodes ran "
+                                       f"(job {job.state or 'unknown'})",))
+        return CrossNode("not run", nodes=tuple(nodes), problems=("not requested",))
+    ranks: list[RankRow] = []
+    problems: list[str] = []
+    world: int | None = None
+    rank0: Report | None = None
+    for rank, path in reports.items():
+        try:
+            report = compare.load_report(path)
+        except CompareError as exc:
+            ranks.append(RankRow(rank, "?", "no report", str(exc)))
+            continue
+        status, reason, details = _collectives_entry(report, path)
+        world = world or (int(details["world_size"]) if "world_size" in details else None)
+        ranks.append(RankRow(rank, report.labels.get("node", "?"), status, reason))
+        if rank == 0:
+            rank0 = report
+    if world is not None:
+        for rank in range(world):
+            if rank not in reports:
+                ranks.append(RankRow(rank, "?", "no report", None))
+        ranks.sort(key=lambda r: r.rank)
+    for node in nodes:
+        code = (_read_text(folder / f"{node}.exit") or "").strip()
+        if code not in ("", "0"):
+            problems.append(f"{node}: torchrun exited with {code}; output: "
+                            f"{_tail(folder / f'{node}.log')}")
+        elif not code and node in ran:
+            problems.append(f"{node}: did not finish (job {job.state or 'unknown'})")
+    bad = [r for r in ranks if r.status != "pass"]
+    if bad:
+        first = next((r for r in bad if r.reason), bad[0])
+        problems.insert(0, f"{len(bad)} of {len(ranks)} rank(s) did not pass; rank {first.rank} "
+                           f"on {first.node}: {first.reason or first.status}")
+    if not reports:
+        problems.insert(0, "no rank wrote a report")
+    sizes = _sizes(rank0, rows)
+    status = "fail" if problems else "pass"
+    return CrossNode(status, world, tuple(nodes), tuple(ranks), sizes, tuple(problems))
+
+
+def _busbw(metrics: Mapping[MetricKey, Metric]) -> dict[str, Metric]:
+    return {k[3]: m for k, m in metrics.items()
+            if k[0] == "collectives" and k[1] == "busbw" and k[3] and m.value is not None}
+
+
+def _sizes(rank0: Report | None, rows: Sequence[NodeRow]) -> tuple[SizeRow, ...]:
+    across = _busbw(rank0.metrics) if rank0 else {}
+    per_node = [_busbw(r.metrics) for r in rows if r.status == "pass"]
+    out = []
+    for size in sorted(set(across) | {s for m in per_node for s in m}, key=_size_key):
+        one = _median([m[size].value for m in per_node if size in m])
+        unit = (across.get(size) or next(m[size] for m in per_node if size in m)).unit
+        out.append(SizeRow(size, across[size].value if size in across else None, one, unit))
+    return tuple(out)
+
+
+def _size_key(size: str) -> tuple[int, str]:
+    return (int(size), size) if size.isdigit() else (1 << 62, size)
+
+
+def _env_target(reports: Sequence[Report]) -> tuple[str | None, str | None]:
+    for report in reports:
+        if "env" in report.labels:
+            return report.labels.get("env"), report.labels.get("target")
+    return None, None
+
+
+def read_job_dir(job_dir: Path, job: JobInfo | None = None,
+                 noise_floor_pct: float = compare.DEFAULT_NOISE_FLOOR_PCT) -> Fleet:
+    """The fleet report of one job folder. A node without a report is a failed row saying why
+    (its exit code and output, or the job's state); reports that are not probe reports too."""
+    if not job_dir.is_dir():
+        raise CompareError(f"{job_dir}: no such job folder (validate.sbatch writes "
+                           "RUN_DIR/job-<id>/)")
+    info = job or JobInfo(job_dir.name.removeprefix("job-"))
+    nodes = _job_nodes(job_dir, info)
+    read = [_node_row(job_dir, node, info) for node in nodes]
+    rows = [row for row, _ in read]
+    reports = [report for _, report in read if report is not None]
+    outliers, notes = _judge([r for r in rows if r.status != "no report"], noise_floor_pct)
+    rows = [replace(r, outliers=tuple(outliers.get(r.node, ()))) for r in rows]
+    rows.sort(key=lambda r: (0 if r.failed else 1 if r.outliers else 2, r.node))
+    if len(reports) >= 2:
+        notes += [f"nodes: {line}" for line in compare.fingerprint_lines(
+            compare.Comparison(tuple(reports), (), tuple(compare.fingerprint_diffs(reports)),
+                               (), noise_floor_pct))]
+    env, target = _env_target(reports)
+    if info.note:
+        notes.insert(0, info.note)
+    return Fleet(job_dir, info, env, target, tuple(rows), _cross(job_dir, nodes, rows, info),
+                 tuple(notes), noise_floor_pct, compare.noise_rule_text(noise_floor_pct))
+
+
+# --------------------------------------------------------------------------- output
+
+TABLE_HEADER = ["node", "status", "matmul", "busbw (1 node)", "outlier", "problems"]
+CROSS_HEADER = ["size", "busbw all nodes", "busbw 1 node", "all / 1 node"]
+
+
+def headline_matmul(metrics: Mapping[MetricKey, Metric]) -> Metric | None:
+    """The matmul metric the table shows: the training dtype first, the largest size."""
+    found = [m for k, m in metrics.items() if k[0] == "matmul" and m.value is not None]
+    if not found:
+        return None
+
+    def rank(m: Metric) -> tuple[int, tuple[int, str]]:
+        order = MATMUL_DTYPES.index(m.dtype) if m.dtype in MATMUL_DTYPES else len(MATMUL_DTYPES)
+        return (order, (-_size_key(m.size or "0")[0], m.size or ""))
+
+    return min(found, key=rank)
+
+
+def headline_busbw(metrics: Mapping[MetricKey, Metric]) -> Metric | None:
+    """The single-node busbw at the largest size."""
+    found = _busbw(metrics)
+    return found[max(found, key=_size_key)] if found else None
+
+
+def _metric_text(m: Metric | None) -> str:
+    if m is None or m.value is None:
+        return "-"
+    what = " ".join(p for p in (m.dtype, m.size) if p)
+    return f"{compare.fmt_num(m.value)} {m.unit}" + (f" ({what})" if what else "")
+
+
+def _outlier_text(o: Outlier) -> str:
+    return (f"{o.metric} {o.verdict} ({compare.fmt_num(o.value)} vs "
+            f"{compare.fmt_num(o.others_median)} {o.unit})")
+
+
+def table_rows(fleet: Fleet) -> list[list[str]]:
+    return [[r.node, r.status, _metric_text(headline_matmul(r.metrics)),
+             _metric_text(headline_busbw(r.metrics)),
+             "; ".join(_outlier_text(o) for o in r.outliers) or "-",
+             "; ".join(r.problems) or "-"] for r in fleet.nodes]
+
+
+def cross_rows(fleet: Fleet) -> list[list[str]]:
+    return [[row.size, f"{compare.fmt_num(row.all_nodes)} {row.unit}",
+             f"{compare.fmt_num(row.one_node)} {row.unit}", compare.fmt_num(row.ratio, 3)]
+            for row in fleet.cross.sizes]
+
+
+def summary_line(fleet: Fleet) -> str:
+    failed = fleet.failed_nodes
+    text = (f"{len(fleet.nodes)} node(s), {len(failed)} failed"
+            + (f" ({', '.join(failed)})" if failed else ""))
+    return text + f"; collectives across nodes: {fleet.cross.status}"
+
+
+def to_json(fleet: Fleet) -> dict[str, Any]:
+    def metric(m: Metric) -> dict[str, Any]:
+        return {"check": m.check, "name": m.name, "dtype": m.dtype, "size": m.size,
+                "value": m.value, "unit": m.unit, "samples": list(m.samples)}
+
+    return {
+        "tool": TOOL, "format_version": FORMAT_VERSION,
+        "status": "pass" if fleet.ok else "fail",
+        "env": fleet.env, "target": fleet.target, "job_dir": str(fleet.job_dir),
+        "job": {"id": fleet.job.job_id, "state": fleet.job.state, "reason": fleet.job.reason,
+                "run_time": fleet.job.run_time, "note": fleet.job.note},
+        "failed_nodes": list(fleet.failed_nodes),
+        "noise_rule": fleet.noise_rule, "noise_floor_pct": fleet.noise_floor_pct,
+        "nodes": [{"node": r.node, "status": r.status,
+                   "report": str(r.report) if r.report else None, "problems": list(r.problems),
+                   "outliers": [{"metric": o.metric, "verdict": o.verdict, "value": o.value,
+                                 "others_median": o.others_median, "unit": o.unit}
+                                for o in r.outliers],
+                   "metrics": [metric(m) for k, m in r.metrics.items() if _judged(k)]}
+                  for r in fleet.nodes],
+        "collectives_across_nodes": {
+            "status": fleet.cross.status, "world_size": fleet.cross.world_size,
+            "nodes": list(fleet.cross.nodes), "problems": list(fleet.cross.problems),
+            "ranks": [{"rank": r.rank, "node": r.node, "status": r.status, "reason": r.reason}
+                      for r in fleet.cross.ranks],
+            "busbw": [{"size": s.size, "all_nodes": s.all_nodes, "one_node": s.one_node,
+                       "ratio": s.ratio, "unit": s.unit} for s in fleet.cross.sizes],
+        },
+        "notes": list(fleet.notes),
+    }
+
+
+def dumps_json(fleet: Fleet) -> str:
+    return json.dumps(to_json(fleet), indent=2, allow_nan=False) + "\n"
+
+
+def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    def cell(text: str) -> str:
+        return compare.printable(text).replace("|", "\\|")
+
+    return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            + ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows])
+
+
+def _title(fleet: Fleet) -> str:
+    what = "/".join(x for x in (fleet.env, fleet.target) if x) or "fleet"
+    return f"envbuilder fleet: {what}, Slurm job {fleet.job.job_id}"
+
+
+def to_markdown(fleet: Fleet) -> str:
+    job = fleet.job
+    lines = [f"# {_title(fleet)}", "",
+             f"Result: **{'pass' if fleet.ok else 'FAIL'}**: {summary_line(fleet)}.", "",
+             f"Job {job.job_id}: {job.state or 'state unknown'}"
+             + (f" ({job.reason})" if job.reason and job.reason != "None" else "")
+             + (f", ran {job.run_time}" if job.run_time else "") + f"; folder `{fleet.job_dir}`.",
+             "", "## Nodes", "", f"Noise rule: {fleet.noise_rule}", ""]
+    lines += _md_table(TABLE_HEADER, table_rows(fleet))
+    cross = fleet.cross
+    lines += ["", "## Collectives across nodes", "",
+              f"Status: **{cross.status}**"
+              + (f", world size {cross.world_size}" if cross.world_size else "")
+              + (f", nodes {', '.join(cross.nodes)}" if cross.nodes else "") + "."]
+    lines += [f"- {p}" for p in cross.problems]
+    if cross.sizes:
+        lines += ["", *_md_table(CROSS_HEADER, cross_rows(fleet))]
+    if fleet.notes:
+        lines += ["", "## Notes", ""] + [f"- {compare.printable(n)}" for n in fleet.notes]
+    return "\n".join(lines) + "\n"
+
+
+def write_html(fleet: Fleet, dest: Path) -> Path:
+    """One self-contained page (no scripts, no network)."""
+    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+    env = Environment(loader=PackageLoader("envbuilder", "templates/fleet"),
+                      autoescape=select_autoescape(["html", "j2"]), undefined=StrictUndefined,
+                      keep_trailing_newline=True)
+    page = env.get_template("index.html.j2").render(
+        title=_title(fleet), fleet=fleet, ok=fleet.ok, summary=summary_line(fleet),
+        header=TABLE_HEADER, rows=table_rows(fleet), failed=[r.failed for r in fleet.nodes],
+        cross_header=CROSS_HEADER, cross_rows=cross_rows(fleet))
+    atomic_write_text(dest, page)
+    return dest
+
+
+def write_reports(fleet: Fleet, folder: Path) -> dict[str, Path]:
+    """fleet.json, fleet.md and fleet.html in `folder` (each written atomically)."""
+    paths = {"json": folder / "fleet.json", "markdown": folder / "fleet.md",
+             "html": folder / "fleet.html"}
+    atomic_write_text(paths["json"], dumps_json(fleet))
+    atomic_write_text(paths["markdown"], to_markdown(fleet))
+    write_html(fleet, paths["html"])
+    return paths
