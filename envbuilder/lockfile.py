@@ -18,8 +18,12 @@ pinned by digest, and the artifacts later commands built from them. Example:
     base_image = "debian:bookworm-slim@sha256:<hex>"
     # base_digest_missing = "no-base-digest"   only beside a base_image recorded by tag
 
+    [targets.docker.apt.runtime]        apt versions per Dockerfile stage (envbuilder.aptlock)
+    python3 = "3.11.2-1+b1"
+
     [artifacts.docker]
-    image_id = "sha256:<hex>"
+    image_id = "sha256:<hex>"            with layers and repro_format: the image the lock
+                                         predicts (envbuilder.repro)
 
 CONTRACT (other modules code against these names):
 
@@ -57,6 +61,7 @@ from urllib.parse import unquote, urlsplit
 from packaging.markers import InvalidMarker, Marker
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
+from envbuilder import aptlock
 from envbuilder.errors import LockError
 from envbuilder.fsutil import sha256_bytes, write_if_changed
 from envbuilder.project import Project, pylock_name
@@ -83,6 +88,8 @@ class TargetLock:
     # Why base_image has no digest (only then): see DIGEST_MISSING_REASONS. A base recorded by
     # tag without a reason lost its pin (an edit, or an older envbuilder): `lock --check` fails.
     base_digest_missing: str | None = None
+    # apt versions per Dockerfile stage: stage -> package -> version (envbuilder.aptlock).
+    apt: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -101,8 +108,8 @@ class EnvLock:
 _TOP_KEYS = {"version": int, "env": str, "spec_hash": str, "envbuilder_version": str,
              "source_date_epoch": int, "targets": dict, "artifacts": dict}
 _TARGET_KEYS = {"platform": str, "python": str, "pylock": str, "pylock_sha256": str,
-                "base_image": str, "base_digest_missing": str}
-_OPTIONAL = {"artifacts", "base_image", "base_digest_missing"}
+                "base_image": str, "base_digest_missing": str, "apt": dict}
+_OPTIONAL = {"artifacts", "base_image", "base_digest_missing", "apt"}
 _RELOCK = "run `envbuilder lock` to write it again"
 
 #: `base_digest_missing` values: why a base image is recorded by tag. "no-base-digest": the user
@@ -163,6 +170,9 @@ def parse_env_lock(data: Mapping[str, Any], where: str) -> EnvLock:
         _check_table(table, _TARGET_KEYS, f"{where}: targets.{name}")
         _check_pylock_name(table["pylock"], data["env"], name, where)
         _check_base_reason(table, f"{where}: targets.{name}")
+        if "apt" in table:
+            table = {**table, "apt": aptlock.parse_apt_table(table["apt"],
+                                                             f"{where}: targets.{name}")}
         targets[name] = TargetLock(**table)
     artifacts: dict[str, dict[str, str]] = {}
     for name, table in data.get("artifacts", {}).items():
@@ -223,6 +233,7 @@ def json_schema() -> dict[str, Any]:
     target_props = props(_TARGET_KEYS)
     target_props["pylock"]["pattern"] = _PYLOCK_PATTERN
     target_props["base_digest_missing"] = {"enum": list(DIGEST_MISSING_REASONS)}
+    target_props["apt"] = aptlock.json_schema()
     target = {"type": "object", "additionalProperties": False, "properties": target_props,
               "required": [k for k in _TARGET_KEYS if k not in _OPTIONAL]}
     top = props(_TOP_KEYS)
@@ -317,6 +328,9 @@ def dump_env_lock(lock: EnvLock) -> bytes:
             lines.append(f"base_image = {_s(t.base_image)}")
         if t.base_digest_missing is not None:
             lines.append(f"base_digest_missing = {_s(t.base_digest_missing)}")
+        for stage in sorted(t.apt):
+            lines += ["", f"[targets.{name}.apt.{stage}]"]
+            lines += [f"{_key(k)} = {_s(v)}" for k, v in sorted(t.apt[stage].items())]
     for name in sorted(lock.artifacts, key=_target_order):
         values = lock.artifacts[name]
         if not values:

@@ -55,10 +55,13 @@ class Step:
 
 @dataclass(frozen=True)
 class AptInstall(Step):
-    """`apt-get update && install --no-install-recommends PACKAGES && rm -rf lists`, one RUN."""
+    """`apt-get update && install --no-install-recommends PACKAGES && rm -rf lists`, one RUN.
+    `versions` (from the lock, envbuilder.aptlock): every package the step installs, pinned
+    (name, version); the template then writes `name=version` for each instead of `packages`."""
 
     kind: ClassVar[str] = "apt-install"
     packages: tuple[str, ...]
+    versions: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -316,6 +319,7 @@ class LockPins:
     base_image: str | None = None  # "image@sha256:<hex>"
     pylock: str | None = None  # pylock file name
     pylock_sha256: str | None = None
+    apt: Mapping[str, Mapping[str, str]] | None = None  # stage -> package -> version (aptlock)
 
     @property
     def locked(self) -> bool:
@@ -336,12 +340,29 @@ def build_plan(
     `variables` the env's environment variables for that target, in order (see
     envbuilder.activate.activation_env). Raises RenderError when the facts needed are missing."""
     if target == "docker":
-        return _docker_plan(env, lock, variables)
+        return _pin_apt(_docker_plan(env, lock, variables), lock.apt)
     if target == "wsl2":
-        return _wsl_plan(env, rocm, lock, variables)
+        return _pin_apt(_wsl_plan(env, rocm, lock, variables), lock.apt)
     if target == "windows":
         return _windows_plan(env, lock, variables)
     raise RenderError(f"target {target!r} has no rendered files (native venvs are built directly)")
+
+
+def _pin_apt(p: Plan, apt: Mapping[str, Mapping[str, str]] | None) -> Plan:
+    """Each named stage's apt-install steps with the lock's versions for that stage (a stage
+    the lock does not pin stays unpinned; `envbuilder lock --check` reports it)."""
+    if not apt:
+        return p
+    def pinned(st: Stage) -> Stage:
+        versions = apt.get(st.name) if st.name is not None else None
+        if versions is None:
+            return st
+        pins = tuple(sorted(versions.items()))
+        return replace(st, steps=tuple(replace(step, versions=pins)
+                                       if isinstance(step, AptInstall) else step
+                                       for step in st.steps))
+
+    return replace(p, stages=tuple(pinned(st) for st in p.stages))
 
 
 def _base(image_tag: str, lock: LockPins) -> tuple[str, bool]:

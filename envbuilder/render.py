@@ -115,7 +115,7 @@ def _lock_inputs(project: Project, env: str, target: str, spec_hash: str | None)
     if lock is None or target not in lock.targets:
         return _LockInputs(plan.LockPins(), None)
     t = lock.targets[target]
-    return _LockInputs(plan.LockPins(t.base_image, t.pylock, t.pylock_sha256),
+    return _LockInputs(plan.LockPins(t.base_image, t.pylock, t.pylock_sha256, t.apt or None),
                        lock.source_date_epoch)
 
 

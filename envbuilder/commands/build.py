@@ -30,9 +30,16 @@ and its rendered files, and record the artifact in lockfiles/<env>.lock.toml:
 
 Building again with nothing changed builds nothing. Prints one line per artifact on stdout:
     <env> <target> <reference> <digest> (built|up to date)
+
+Reproducible images (docker, wsl2): the engine runs the steps, envbuilder writes the final image
+(sorted layers, fixed times, no logs or caches), so its digest (the image id) depends only on
+the lock and the base image's digest; the lock records it ([artifacts.<target>] image_id,
+layers). A build whose digest differs from the recorded one says so. --verify rebuilds without
+any cache and fails unless the digest is the recorded one, naming the first differing layer and
+file (docs/reproducibility.md).
 """
 
-#: Targets that build an image with the engine, whose build() takes `no_cache`.
+#: Targets that build an image with the engine, whose build() takes `no_cache` and `verify`.
 NO_CACHE_TARGETS = ("docker", "wsl2")
 
 
@@ -43,16 +50,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-cache", action="store_true",
                         help="image targets (docker, wsl2): build every step again "
                              "(no layer cache, no up-to-date check)")
+    parser.add_argument("--verify", action="store_true",
+                        help="image targets (docker, wsl2): rebuild from the lock without any "
+                             "cache and fail unless the image digest is the one the lock "
+                             "records, naming the first differing layer and file")
 
 
 def _target_options(args: argparse.Namespace) -> dict[str, Any]:
     """Target-specific keyword arguments; refuses options the target does not take."""
     options = path_option(args, one_env=True)
-    if args.no_cache:
-        if args.target not in NO_CACHE_TARGETS:
-            raise UsageError(f"--no-cache applies to the image targets "
-                             f"({', '.join(NO_CACHE_TARGETS)}), not {args.target}")
-        options["no_cache"] = True
+    for flag, key in (("--no-cache", "no_cache"), ("--verify", "verify")):
+        if getattr(args, key):
+            if args.target not in NO_CACHE_TARGETS:
+                raise UsageError(f"{flag} applies to the image targets "
+                                 f"({', '.join(NO_CACHE_TARGETS)}), not {args.target}")
+            options[key] = True
     return options
 
 
@@ -64,6 +76,12 @@ def run(args: argparse.Namespace, ui: UI) -> int:
         with progress_for(ui) as progress:
             artifact = target.build(project, env, progress, **options)
         state = "up to date" if artifact.details.get("changed") == "no" else "built"
+        if options.get("verify"):
+            state += ", verified: the digest the lock records"
+        note = artifact.details.get("prediction", "")
+        if note.startswith("differs"):
+            ui.warn(f"{env.name}/{artifact.target}: the image {note}; the lock now records "
+                    "this one (`envbuilder build --verify` checks a recorded digest)")
         ui.print(f"{env.name} {artifact.target} {artifact.reference} "
                  f"{artifact.digest or '-'} ({state})")
     return 0

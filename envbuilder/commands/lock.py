@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+from dataclasses import replace
 from typing import Any
 
 from envbuilder.cli import add_common_arguments
@@ -28,13 +29,21 @@ re-resolves the named packages only, --upgrade everything (and re-reads base ima
 A base image's digest is kept while its tag stays the same in the spec; --refresh-base re-reads
 it from the registry (the tag now names another image) without re-resolving any package.
 
+The apt packages the rendered Dockerfiles install on a base image are locked too: their exact
+versions per build stage ([targets.<t>.apt.<stage>]), resolved in a container of the pinned base
+(`apt-get install --simulate`; needs the Docker engine and the base's package archive), kept
+while the base stays the same; --refresh-apt resolves them again on the same base (do that when
+a build says the archive no longer serves a locked version), as do --refresh-base and --upgrade.
+docs/reproducibility.md.
+
 --no-base-digest (no Docker engine) records a new base image by tag, with the reason
 (base_digest_missing), and never drops a known digest, --upgrade included.
 
 --check reads only local files: it exits 1 naming each env/target whose lock is stale (the spec
 changed, a pylock was edited by hand, is missing or malformed, a lock names a file outside
-lockfiles/, a base image lost its digest pin). An env that was never locked is reported as a note
-and does not fail the check; so is a base recorded by tag with --no-base-digest.
+lockfiles/, a base image lost its digest pin, apt packages a stage installs are not pinned). An
+env that was never locked is reported as a note and does not fail the check; so is a base
+recorded by tag with --no-base-digest.
 
 A lock naming files outside lockfiles/ (or another env's lock) is never replaced: restore it
 from version control, or delete it and lock again.
@@ -61,7 +70,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="re-resolve everything and re-read base image digests")
     parser.add_argument("--refresh-base", action="store_true",
                         help="re-read the base images' digests from their registries (the tag "
-                             "now names another image); the pylocks are not re-resolved")
+                             "now names another image) and resolve the apt versions on them "
+                             "again; the pylocks are not re-resolved")
+    parser.add_argument("--refresh-apt", action="store_true",
+                        help="resolve the apt versions on the locked base images again (the "
+                             "archive no longer serves a locked one); nothing else changes")
     parser.add_argument("--no-base-digest", action="store_true",
                         help="no Docker engine: keep known digests (also with --upgrade), "
                              "record new base images by tag (render then uses the tag; "
@@ -69,12 +82,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:
-    if args.check and (args.upgrade or args.upgrade_package or args.refresh_base):
-        raise UsageError(
-            "--check cannot be combined with --upgrade, --upgrade-package or --refresh-base")
-    if args.refresh_base and args.no_base_digest:
-        raise UsageError("--refresh-base reads digests; it cannot be combined with "
-                         "--no-base-digest")
+    if args.check and (args.upgrade or args.upgrade_package or args.refresh_base
+                       or args.refresh_apt):
+        raise UsageError("--check cannot be combined with --upgrade, --upgrade-package, "
+                         "--refresh-base or --refresh-apt")
+    if (args.refresh_base or args.refresh_apt) and args.no_base_digest:
+        flag = "--refresh-base reads digests" if args.refresh_base else \
+            "--refresh-apt runs a container of the base"
+        raise UsageError(f"{flag}; it cannot be combined with --no-base-digest")
     project = Project.from_spec(args.spec)
     spec = load_spec(project.spec_path)
     envs = spec.select(args.env)
@@ -88,6 +103,9 @@ def _check(project: Project, spec: Spec, envs: list[EnvSpec], wanted: list[str],
     for env in envs:
         outcome = check_env(project, env.name, spec.env_hash(env.name), env.targets,
                             only=wanted or None)
+        apt_stale, apt_notes = _check_apt(project, env, wanted)
+        outcome = replace(outcome, stale=(*outcome.stale, *apt_stale),
+                          notes=(*outcome.notes, *apt_notes))
         for note in outcome.notes:
             ui.info(f"note: {note}")
         for line in outcome.stale:
@@ -98,6 +116,18 @@ def _check(project: Project, spec: Spec, envs: list[EnvSpec], wanted: list[str],
     if failed:
         ui.print(f"{failed} env(s) need `envbuilder lock`")
     return 1 if failed else 0
+
+
+def _check_apt(project: Project, env: EnvSpec, wanted: list[str]) -> tuple[list[str], list[str]]:
+    """The apt pins' findings (envbuilder.aptlock) for a lock that is otherwise readable."""
+    from envbuilder.aptlock import check_lock
+    from envbuilder.lockfile import load_env_lock
+
+    try:
+        lock = load_env_lock(project, env.name)
+    except EnvbuilderError:
+        return [], []  # check_env reports what is wrong with the file
+    return check_lock(env, lock, wanted or None) if lock is not None else ([], [])
 
 
 def _lazy_progress(ui: UI, stack: contextlib.ExitStack) -> ProgressFn:
@@ -121,7 +151,7 @@ def _lock(project: Project, spec: Spec, envs: list[EnvSpec], args: argparse.Name
     options = LockOptions(
         targets=tuple(args.target) or None, upgrade=args.upgrade,
         upgrade_packages=tuple(args.upgrade_package), base_digest=not args.no_base_digest,
-        refresh_base=args.refresh_base,
+        refresh_base=args.refresh_base, refresh_apt=args.refresh_apt,
     )
     failures = 0
     for env in envs:

@@ -6,6 +6,7 @@ import argparse
 
 from envbuilder.commands._targets import add_selection_arguments, progress_for, selected
 from envbuilder.errors import UsageError
+from envbuilder.repro import image_report
 from envbuilder.targets import get_target
 from envbuilder.ui import UI
 
@@ -23,8 +24,9 @@ lockfiles/<env>.lock.toml, so that `envbuilder validate` runs on it without a bu
             have it: a mismatch is an error (the file stays, for inspection).
             Prints <env> <path> sha256:<hex>.
 
-The venv targets (native, windows) have no registry. Credentials come from the Docker config, as
-for `docker pull`.
+Then says (stderr) whether the image at hand is the one the lock predicts (its digest,
+recorded by the build: docs/reproducibility.md). The venv targets (native, windows) have no
+registry. Credentials come from the Docker config, as for `docker pull`.
 """
 
 
@@ -43,4 +45,6 @@ def run(args: argparse.Namespace, ui: UI) -> int:
         with progress_for(ui, bytes_=True) as progress:
             image_id = pull(project, env, progress)
         ui.print(f"{env.name} {image_id}")
+        for ok, line in image_report(target, project, env):
+            (ui.info if ok else ui.warn)(line)
     return 0

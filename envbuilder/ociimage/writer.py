@@ -23,7 +23,7 @@ import json
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -83,16 +83,18 @@ class WrittenImage:
 
 
 @dataclass
-class _Saved:
+class SavedImage:
     """What `docker save` gave: the config document and the non-base layer tars by index."""
 
     config: dict[str, Any]
     layers: dict[int, Path]  # index in rootfs.diff_ids -> spooled layer tar
 
 
-def _save(client: Any, image: str, base_ids: set[str], workdir: Path,
-          progress: ProgressFn) -> _Saved:
-    """Stream `docker save image`; spool the layer tars whose diff_id is not a base one."""
+def save_image(client: Any, image: str, keep: Callable[[str], bool], workdir: Path,
+               progress: ProgressFn = no_progress) -> SavedImage:
+    """Stream `docker save image`: return its config and, spooled into `workdir`, the layer
+    tars whose diff_id `keep` accepts (by their index in the image's layers)."""
+    workdir.mkdir(parents=True, exist_ok=True)
     try:
         chunks = client.images.get(image).save(chunk_size=CHUNK)
         total = int(client.images.get(image).attrs.get("Size") or 0) or None
@@ -110,7 +112,7 @@ def _save(client: Any, image: str, base_ids: set[str], workdir: Path,
                 links[name] = _resolve_link(name, member.linkname)
             elif member.isfile() and name.endswith("/layer.tar"):
                 digest, path = _spool_layer(tar, member, workdir, len(files))
-                if digest in base_ids or digest in first:
+                if not keep(digest) or digest in first:
                     path.unlink()
                     files[name] = first.get(digest)
                 else:
@@ -125,7 +127,7 @@ def _save(client: Any, image: str, base_ids: set[str], workdir: Path,
     diff_ids = list((config.get("rootfs") or {}).get("diff_ids") or [])
     layers: dict[int, Path] = {}
     for index, (name, diff_id) in enumerate(zip(manifest[0]["Layers"], diff_ids, strict=True)):
-        if diff_id in base_ids:
+        if not keep(diff_id):
             continue
         spooled = files.get(links.get(name, name))
         if spooled is None or not spooled.exists():
@@ -135,7 +137,7 @@ def _save(client: Any, image: str, base_ids: set[str], workdir: Path,
             shutil.copyfile(spooled, copy)
             spooled = copy
         layers[index] = spooled
-    return _Saved(config, layers)
+    return SavedImage(config, layers)
 
 
 def _resolve_link(name: str, linkname: str) -> str:
@@ -190,7 +192,8 @@ def write_image(client: Any, engine_image: str, *, base: str | None, source_date
     workdir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="image-", dir=workdir))
     try:
-        saved = _save(client, engine_image, set(base_ids), tmp, progress)
+        below = set(base_ids)
+        saved = save_image(client, engine_image, lambda d: d not in below, tmp, progress)
         written = _normalise(saved, tmp, source_date_epoch, progress)
         doc = deterministic_config(
             saved.config, base_diff_ids=base_ids, base_history=base_history,
@@ -215,7 +218,7 @@ def _pad(history: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
     return (history + [{}] * n)[:n]
 
 
-def _normalise(saved: _Saved, tmp: Path, source_date_epoch: int,
+def _normalise(saved: SavedImage, tmp: Path, source_date_epoch: int,
                progress: ProgressFn) -> list[tuple[int, WrittenLayer]]:
     """Read every non-base layer, then write each normalised (pyc headers need to know which
     sources the normalised layers write)."""
