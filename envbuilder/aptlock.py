@@ -284,10 +284,13 @@ def engine_resolver(base: str, requests: Requests) -> dict[str, dict[str, dict[s
     try:
         client = connect()
     except EnvbuilderError as exc:
-        raise LockError(f"locking apt versions needs the Docker engine: {exc}\nor run "
-                        "`envbuilder lock --no-base-digest` to keep the known pins for now"
-                        ) from None
+        raise NoEngineError(f"no Docker engine to resolve them in: {exc}") from None
     return resolve_apt(client, base, requests, os.environ)
+
+
+class NoEngineError(LockError):
+    """The apt versions cannot be resolved here: no Docker engine answers. `envbuilder lock`
+    writes the lock without them and warns; `lock --check` fails until they are locked."""
 
 
 # ----------------------------------------------------------------------------- build failures

@@ -328,9 +328,12 @@ def dump_env_lock(lock: EnvLock) -> bytes:
             lines.append(f"base_image = {_s(t.base_image)}")
         if t.base_digest_missing is not None:
             lines.append(f"base_digest_missing = {_s(t.base_digest_missing)}")
-        for stage in sorted(t.apt):
+    # apt pins (long lists) after every target's short table, before the artifacts.
+    for name in sorted(lock.targets, key=_target_order):
+        apt = lock.targets[name].apt
+        for stage in sorted(apt):
             lines += ["", f"[targets.{name}.apt.{stage}]"]
-            lines += [f"{_key(k)} = {_s(v)}" for k, v in sorted(t.apt[stage].items())]
+            lines += [f"{_key(k)} = {_s(v)}" for k, v in sorted(apt[stage].items())]
     for name in sorted(lock.artifacts, key=_target_order):
         values = lock.artifacts[name]
         if not values:

@@ -558,27 +558,32 @@ class _AptLocking:
         again = options.upgrade or options.refresh_base or options.refresh_apt
         self.refresh = {t for t in wanted if again}
 
-    def _keep(self, target: str, base: str | None) -> bool:
+    def _usable(self, target: str, base: str | None) -> bool:
+        """Whether the previous lock's pins of `target` still fit: same base, full coverage."""
         previous = self.old.get(target)
         return (previous is not None and previous.base_image == base
-                and target not in self.refresh
                 and aptlock.coverage_problem(self.stages[target], previous.apt) is None)
+
+    def _keep(self, target: str, base: str | None) -> bool:
+        return self._usable(target, base) and target not in self.refresh
 
     def stale(self, bases: Mapping[str, str | None]) -> bool:
         """True when some target's apt pins must be resolved (or dropped) again."""
         return any(self.stages[t] and not self._keep(t, bases[t]) for t in self.stages)
 
     def lock(self, bases: Mapping[str, str | None]) -> dict[str, dict[str, dict[str, str]]]:
-        """target -> stage -> package -> version, for every target of the env."""
+        """target -> stage -> package -> version, for every target of the env. Known pins are
+        never dropped for want of an engine (as base digests are not)."""
         out: dict[str, dict[str, dict[str, str]]] = {t: {} for t in self.stages}
         groups: dict[str, dict[str, list[aptlock.AptStage]]] = {}
         for target, stages in self.stages.items():
             base = bases[target]
             if not stages:
                 continue
-            if self._keep(target, base):
-                out[target] = {k: dict(v) for k, v in self.old[target].apt.items()}
-            elif base and "@sha256:" in base and self.base_digest:
+            can_resolve = bool(base and "@sha256:" in base and self.base_digest)
+            if self._keep(target, base) or (self._usable(target, base) and not can_resolve):
+                out[target] = self._previous(target)
+            elif base and can_resolve:
                 groups.setdefault(base, {})[target] = stages
             else:
                 self.warnings.append(
@@ -586,8 +591,19 @@ class _AptLocking:
                     "digest here, or --no-base-digest: no engine); lock again with a Docker "
                     "engine (`envbuilder lock --refresh-base`)")
         for base, requests in groups.items():  # one container per base image
-            out.update(self.resolver(base, requests))
+            try:
+                out.update(self.resolver(base, requests))
+            except aptlock.NoEngineError as exc:  # as a base by digest, locked without engine
+                for target in requests:
+                    out[target] = self._previous(target) if self._usable(target, base) else {}
+                self.warnings.append(
+                    f"{', '.join(sorted(requests))}: the apt versions were not resolved ({exc});"
+                    " known pins are kept, and `envbuilder lock --check` fails while a stage "
+                    "has none, until `envbuilder lock` runs with a Docker engine")
         return out
+
+    def _previous(self, target: str) -> dict[str, dict[str, str]]:
+        return {k: dict(v) for k, v in self.old[target].apt.items()}
 
 
 def _same_base(entry: TargetLock, pinned: str | None) -> bool:
