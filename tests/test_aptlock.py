@@ -24,9 +24,9 @@ BASE = "debian:bookworm-slim"
 #: `apt-get install --simulate` as bookworm prints it (trimmed), inside resolve_script's marks.
 SIMULATED = """\
 ### envbuilder installed
-libc6 2.36-9+deb12u9 ii 
-python3-old 1.0 rc 
-ca-certificates 20230311 ii 
+libc6 2.36-9+deb12u9 ii
+python3-old 1.0 rc
+ca-certificates 20230311 ii
 ### envbuilder stage docker/runtime
 Reading package lists...
 The following NEW packages will be installed:
