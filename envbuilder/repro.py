@@ -20,6 +20,7 @@ build of a changed lock reuses the unchanged steps; the tag users see names the 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -53,7 +54,8 @@ def engine_tag(tag: str) -> str:
     repository, _, name = tag.rpartition(":")
     if not repository or "/" in name:
         repository, name = tag, "latest"
-    return f"{ENGINE_PREFIX}{repository.replace('/', '-')}:{name}"
+    flat = re.sub(r"[^a-z0-9._-]+", "-", repository.lower()).strip("-._")
+    return f"{ENGINE_PREFIX}{flat}:{name}"
 
 
 def normalize_context_modes(context: Path) -> None:

@@ -179,6 +179,11 @@ def test_lock_records_apt_versions_and_check_requires_them(
         capsys.readouterr().out
     assert main(["-q", "lock", "--spec", spec]) == 0
     assert lock_path.read_text() == text
+    # --refresh-apt resolves them again on the same base (the archive did not move meanwhile).
+    assert main(["-q", "lock", "--spec", spec, "--refresh-apt"]) == 0
+    assert lock_path.read_text() == text
+    assert main(["-q", "lock", "--spec", spec, "--check", "--refresh-apt"]) == 2
+    assert main(["-q", "lock", "--spec", spec, "--refresh-apt", "--no-base-digest"]) == 2
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from envbuilder import repro
 from envbuilder.errors import BuildError
 from envbuilder.ociimage import blobs
 from envbuilder.ociimage.config import deterministic_config
@@ -314,3 +315,38 @@ def test_registry_manifest_names_config_and_layers(tmp_path: Path) -> None:
     assert doc["config"] == {"mediaType": blobs.CONFIG_TYPE, "size": 2,
                              "digest": blobs.digest_bytes(b"{}")}
     assert doc["layers"][0]["digest"] == blobs.digest_bytes(b"layer")
+
+
+def test_build_context_modes_do_not_follow_the_umask(tmp_path: Path) -> None:
+    """A COPY keeps the context file's mode: the context is made 0644/0755 before the build,
+    except the wheels (hard links into the wheel cache, only read by pip)."""
+    context = tmp_path / "ctx"
+    (context / "envbuilder" / "wheels").mkdir(parents=True)
+    (context / "Dockerfile").write_text("FROM x\n")
+    (context / "envbuilder" / "wsl.conf").write_text("[boot]\n")
+    (context / "envbuilder" / "wheels" / "a.whl").write_bytes(b"wheel")
+    for path in (context / "Dockerfile", context / "envbuilder" / "wsl.conf",
+                 context / "envbuilder" / "wheels" / "a.whl"):
+        path.chmod(0o600)
+    (context / "envbuilder").chmod(0o700)
+    repro.normalize_context_modes(context)
+    assert (context / "Dockerfile").stat().st_mode & 0o777 == 0o644
+    assert (context / "envbuilder" / "wsl.conf").stat().st_mode & 0o777 == 0o644
+    assert (context / "envbuilder").stat().st_mode & 0o777 == 0o755
+    assert (context / "envbuilder" / "wheels" / "a.whl").stat().st_mode & 0o777 == 0o600
+
+
+def test_engine_tag_and_predictions_in_the_lock() -> None:
+    assert repro.engine_tag("envbuilder/cpu:19b9ed8ad845") == \
+        "envbuilder-engine/envbuilder-cpu:19b9ed8ad845"
+    assert repro.engine_tag("127.0.0.1:5000/x/cpu") == \
+        "envbuilder-engine/127.0.0.1-5000-x-cpu:latest"
+    image = repro.Prediction("sha256:" + "a" * 64, ("sha256:" + "b" * 64, "sha256:" + "c" * 64))
+    assert repro.Prediction.from_artifacts(image.artifacts()) == image
+    # A lock written before images were reproducible records an id, not a prediction.
+    assert repro.Prediction.from_artifacts({"image_id": image.image_id}) is None
+    with pytest.raises(BuildError, match="records no image digest for cpu/docker"):
+        repro.require_prediction({}, "docker", "cpu", "lockfiles/cpu.lock.toml")
+    old = {**image.artifacts(), "repro_format": "0"}
+    with pytest.raises(BuildError, match="repro format 0"):
+        repro.require_prediction({"docker": old}, "docker", "cpu", "lockfiles/cpu.lock.toml")

@@ -3,9 +3,12 @@
 Two builds of the docker image from the committed lock without any cache give one digest, and it
 is the digest the committed lock records ([artifacts.docker] image_id): on CI's clean machine
 this is the check that the lock predicts the image anywhere. A changed lock gives another digest.
+The same for the wsl2 target: a cold `build --verify` gives the rootfs image and the `.wsl` the
+committed lock records.
 
-Works on a copy of the checkout's spec, lockfiles/ and dockerfiles/cpu (the copy's lock gets the
-build's records) and the user's wheel cache. Two cold builds: a few minutes on CI's 2 cores.
+Works on a copy of the checkout's spec, lockfiles/, dockerfiles/cpu and wsl/cpu (the copy's lock
+gets the build's records) and the user's wheel cache. Three cold builds: several minutes on CI's
+2 cores.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ def cpu_copy(tmp_path_factory: pytest.TempPathFactory) -> Project:
     shutil.copy(ROOT / "environments.toml", root / "environments.toml")
     shutil.copytree(ROOT / "lockfiles", root / "lockfiles")
     shutil.copytree(ROOT / "dockerfiles" / ENV, root / "dockerfiles" / ENV)
+    shutil.copytree(ROOT / "wsl" / ENV, root / "wsl" / ENV)
     return Project.from_spec(root / "environments.toml")
 
 
@@ -81,3 +85,14 @@ def test_two_cold_builds_give_the_digest_the_committed_lock_records(
         assert changed.diff_ids != predicted.layers
     finally:
         docker_client.images.remove(changed.image_id, force=True)
+
+
+def test_wsl2_cold_build_verifies_against_the_committed_lock(cpu_copy: Project) -> None:
+    committed = lockfile.read_env_lock(ROOT / "lockfiles" / f"{ENV}.lock.toml")
+    predicted = repro.recorded(committed.artifacts, "wsl2")
+    assert predicted is not None, "lockfiles/cpu.lock.toml records no wsl2 rootfs digest"
+    assert main(["-q", "build", "--target", "wsl2", "--env", ENV, "--verify",
+                 "--spec", str(cpu_copy.spec_path)]) == 0
+    after = lockfile.read_env_lock(cpu_copy.env_lock(ENV)).artifacts["wsl2"]
+    assert after["image_id"] == predicted.image_id
+    assert after["sha256"] == committed.artifacts["wsl2"]["sha256"]
