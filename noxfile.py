@@ -1,7 +1,9 @@
 """nox sessions: thin wrappers over the `envbuilder` CLI, plus tests and lint.
 
     nox -s tests     the test suite (real Docker engine and registries, which CI starts)
-    nox -s lint                  ruff + mypy
+    nox -s lint                  ruff check, ruff format --check, mypy --strict over the package,
+                                 the tests and the benchmarks (`-- --fix`; `-- PATH ...` checks
+                                 only those paths)
     nox -s render                re-render dockerfiles/, wsl/, windows/ (`-- --check` to only check)
 
 Extra arguments after `--` are passed through (session.posargs).
@@ -33,12 +35,23 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *session.posargs)
 
 
+LINT_PATHS = ("envbuilder", "tests", "benchmarks", "noxfile.py", ".ci")
+
+
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """ruff and mypy (strict) over the package and tests."""
-    _install(session, "lint")
-    session.run("ruff", "check", "envbuilder", "tests", "noxfile.py")
-    session.run("mypy")
+    """ruff check, ruff format --check and mypy --strict (package, tests, benchmarks)."""
+    import pathlib
+
+    _install(session, "lint", "test")  # mypy reads the tests' imports (pytest, hypothesis, ...)
+    # Arguments naming an existing file or folder are paths, for both tools; the rest are
+    # ruff options, in their order (`--select E501` keeps its value).
+    paths = [a for a in session.posargs if not a.startswith("-") and pathlib.Path(a).exists()]
+    options = [a for a in session.posargs if a not in paths]
+    session.run("ruff", "check", *options, *(paths or LINT_PATHS))
+    if "--fix" not in options:  # a fixing run leaves formatting to `ruff format`
+        session.run("ruff", "format", "--check", *(paths or LINT_PATHS))
+    session.run("mypy", *paths)  # no paths: the files of [tool.mypy] (pyproject.toml)
 
 
 # --- sessions added by feature owners below (keep one docstring line each) ---
@@ -76,7 +89,7 @@ def build_native(session: nox.Session) -> None:
 
 @nox.session(name="build-windows", python=PYTHON)
 def build_windows(session: nox.Session) -> None:
-    """On Windows: build an env's venv (py launcher, AMD wheels) and validate it (`-- rocm64`)."""
+    """On Windows: build an env's venv (py launcher, AMD wheels) and validate it (`-- rocm714`)."""
     import sys
 
     if sys.platform != "win32":
@@ -85,7 +98,7 @@ def build_windows(session: nox.Session) -> None:
             "the `py` launcher's Python and installs the env's Windows wheels. Run it on the "
             "Windows machine; here use `nox -s build-native -- ENV` (a Linux venv), "
             "build-docker or build-wsl2.")
-    _venv_build_and_validate(session, "windows", "rocm64")
+    _venv_build_and_validate(session, "windows", "rocm714")
 
 
 # --- docker target (issue 5; docs/docker.md) ---
@@ -130,7 +143,7 @@ def compare(session: nox.Session) -> None:
     extra = [a for a in extra if a != "--no-build"]
     if not any(a == "--repeat" or a.startswith("--repeat=") for a in extra):
         extra += ["--repeat", "3"]  # the spread over repeats is what the noise verdict needs
-    _install(session)
+    _install(session, "html")  # the compare below writes the --html page
     for target in targets:
         if build:
             session.run("envbuilder", "build", "--target", target, "--env", env)

@@ -34,9 +34,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from envbuilder import docker_engine, lockfile, wheelcache  # noqa: E402
+from envbuilder.builders.docker import DockerBuilder  # noqa: E402
 from envbuilder.project import Project  # noqa: E402
-from envbuilder.spec import load_spec  # noqa: E402
-from envbuilder.targets.docker import DockerTarget  # noqa: E402
+from envbuilder.specload import load_spec  # noqa: E402
+from envbuilder.targets.base import BuildOptions  # noqa: E402
 
 
 def _copy_project(dest: Path, env: str) -> Project:
@@ -73,20 +74,20 @@ def _layers(client: Any, image: str) -> list[dict[str, Any]]:
 def measure(env_name: str) -> dict[str, Any]:
     """Run the four measurements and return their numbers."""
     client = docker_engine.connect()
-    target = DockerTarget()
+    target = DockerBuilder()
     with tempfile.TemporaryDirectory(prefix="envbuilder-bench-") as tmp:
         project = _copy_project(Path(tmp), env_name)
         env = load_spec(project.spec_path).env(env_name)
 
         start = time.perf_counter()
-        fetched = wheelcache.fetch_locked(project, env_name, "docker")
+        fetched = wheelcache.fetch_locked(project, env_name, "docker", indexes=env.indexes)
         fetch_s = time.perf_counter() - start
         start = time.perf_counter()
-        artifact = target.build(project, env, _quiet, no_cache=True)
+        artifact = target.build(project, env, BuildOptions(no_cache=True), _quiet)
         build_s = time.perf_counter() - start
 
         start = time.perf_counter()
-        again = target.build(project, env, _quiet)
+        again = target.build(project, env, BuildOptions(), _quiet)
         noop_s = time.perf_counter() - start
         assert again.details["changed"] == "no", "the no-op rebuild built something"
 
@@ -102,7 +103,7 @@ def measure(env_name: str) -> dict[str, Any]:
 
         shared: dict[str, int] = {}
         for other in sorted(t for t in lock.targets if t != "docker"):
-            arts = wheelcache.fetch_locked(project, env_name, other)
+            arts = wheelcache.fetch_locked(project, env_name, other, indexes=env.indexes)
             shared[other] = wheelcache.downloaded_bytes(arts)
         result = {
             "env": env_name,

@@ -1,6 +1,7 @@
 """Benchmarks of `envbuilder lock` and the wheel cache, measured side by side in one run.
 
     .venv/bin/python benchmarks/lock_bench.py [--spec environments.toml] [--env cpu] [--runs 5]
+    .venv/bin/python benchmarks/lock_bench.py --startup [--runs 15]   # section 4 only
 
 1. A lock with nothing changed (`envbuilder lock --env cpu` on a current lock), run with network
    and Docker made unreachable (proxy env vars aimed at a closed 127.0.0.1 port, DOCKER_HOST at a
@@ -11,7 +12,16 @@
 3. The wheel cache: fetching the env's docker artifacts into an empty cache, then the same for
    the wsl2 target (the same torch): bytes brought in each time.
 
-Prints a markdown table (paste it into docs/benchmarks.md).
+4. --startup: CLI start-up. `envbuilder lock --env ENV` with nothing to do (the console script,
+   a copy of the spec and its lockfiles) against the `uv pip compile` command envbuilder runs for
+   that env (resolve.run_uv: the same generated pyproject and flags, the committed pylock as the
+   output file, which uv reads as preferences), as whole processes, alternating A B A B after one
+   warm-up of each; wall and CPU (user + sys of the child) seconds, and the ratio pair by pair.
+   Also `envbuilder --help`, and `lock --upgrade-package torch` (uv runs, same pins, nothing
+   written) against its uv command (the same plus --upgrade-package torch). Set PYTHONPATH to
+   another checkout to time its code.
+
+Prints markdown tables (paste them into docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -27,19 +38,19 @@ import tempfile
 import time
 from pathlib import Path
 
+from envbuilder.locking import lock_env, target_python
+from envbuilder.locking import platform as lock_platform
 from envbuilder.project import Project
-from envbuilder.resolve import (
-    PLATFORMS,
-    lock_env,
-    make_request,
-    pyproject_for,
-    target_python,
-    uv_bin,
-)
-from envbuilder.spec import load_spec
+from envbuilder.pyfinder import uv_bin
+from envbuilder.specload import load_spec
+from envbuilder.uvrun import make_request, pyproject_for
 from envbuilder.wheelcache import downloaded_bytes, fetch_locked
 
 ENVBUILDER = [sys.executable, "-m", "envbuilder"]
+#: The console script users run (its entry point, envbuilder.__main__:entry), beside the
+#: interpreter; `python -m envbuilder` where there is none.
+_SCRIPT = Path(sys.executable).with_name("envbuilder")
+CONSOLE = [str(_SCRIPT)] if _SCRIPT.is_file() else ENVBUILDER
 #: Subprocesses may cache bytecode (this workplace sets PYTHONDONTWRITEBYTECODE=1, which makes
 #: every `envbuilder` start compile its modules again; a user's machine does not).
 BASE_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
@@ -70,13 +81,14 @@ def _offline_env() -> dict[str, str]:
     return env
 
 
-def _raw_uv(spec: Path, env_name: str, work: Path) -> list[str]:
-    """The uv command envbuilder runs for the env (one per distinct request), ready in `work`."""
+def _raw_uv(spec: Path, env_name: str, work: Path, previous: Path | None = None) -> list[str]:
+    """The uv command envbuilder runs for the env (one per distinct request), ready in `work`;
+    `previous` (a committed pylock) becomes the output file, as resolve.run_uv hands it over."""
     loaded = load_spec(spec)
     env = loaded.env(env_name)
     seen = []
     for target in env.targets:
-        request, _ = make_request(PLATFORMS[target], target_python(env, target),
+        request, _ = make_request(lock_platform(target), target_python(env, target),
                                   env.packages_for(target), env.index_pins_for(target),
                                   loaded.indexes, spec.parent)
         if request not in seen:
@@ -84,10 +96,89 @@ def _raw_uv(spec: Path, env_name: str, work: Path) -> list[str]:
     if len(seen) != 1:
         raise SystemExit("this benchmark compares envs whose targets share one uv request")
     (work / "pyproject.toml").write_text(pyproject_for(seen[0]), encoding="utf-8")
+    if previous is not None:
+        shutil.copy(previous, work / "pylock.toml")
     return [uv_bin(), "pip", "compile", "pyproject.toml", "--format", "pylock.toml",
             "--output-file", "pylock.toml", "--python-version", seen[0].python,
             "--python-platform", seen[0].platform, "--generate-hashes", "--no-header",
             "--no-config", "--quiet", "--python", sys.executable]
+
+
+def _run_measured(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
+    """(wall s, CPU s) of one run of `cmd` as a whole process; SystemExit when it fails."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stdout}{proc.stderr}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def _paired(a: list[str], a_cwd: Path, b: list[str], b_cwd: Path, runs: int,
+            env: dict[str, str]) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """A and B in turn (one warm-up each, then `runs` pairs): their (wall, CPU) lists."""
+    _run_measured(a, a_cwd, env)
+    _run_measured(b, b_cwd, env)
+    xs: list[tuple[float, float]] = []
+    ys: list[tuple[float, float]] = []
+    for _ in range(runs):
+        xs.append(_run_measured(a, a_cwd, env))
+        ys.append(_run_measured(b, b_cwd, env))
+    return xs, ys
+
+
+def _row(name: str, values: list[float]) -> str:
+    med = statistics.median
+    return f"| {name} | {med(values):.3f} | {min(values):.3f} | {max(values):.3f} |"
+
+
+def startup(spec: Path, env_name: str, runs: int) -> None:
+    """Section 4 of the module docstring: prints its tables."""
+    with tempfile.TemporaryDirectory(prefix="lock-bench-startup-") as tmp:
+        root = Path(tmp)
+        project = _copy_project(spec, root / "project").parent
+        shutil.copytree(spec.parent / "lockfiles", project / "lockfiles")
+        loaded = load_spec(spec)
+        first = loaded.env(env_name).targets[0]
+        uv_dir = root / "uv"
+        uv_dir.mkdir()
+        uv_cmd = _raw_uv(spec, env_name, uv_dir,
+                         previous=project / "lockfiles" / f"pylock.{env_name}-{first}.toml")
+        noop = [*CONSOLE, "lock", "--env", env_name]
+        relock = [*noop, "--upgrade-package", "torch"]
+        env = dict(BASE_ENV)
+        lock_runs, uv_runs = _paired(noop, project, uv_cmd, uv_dir, runs, env)
+        relock_runs, uv2_runs = _paired(relock, project,
+                                        [*uv_cmd, "--upgrade-package", "torch"], uv_dir, runs, env)
+        helps = [_run_measured([*CONSOLE, "--help"], project, env) for _ in range(runs)]
+    print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
+          f"load {os.getloadavg()[0]:.1f}, Python {platform.python_version()}, runs={runs} "
+          f"(pairs, after one warm-up each), env={env_name}, "
+          f"PYTHONPATH={os.environ.get('PYTHONPATH', '')!r}")
+    print(f"uv command: {' '.join(uv_cmd)}")
+    print()
+    print("| what | median s | min s | max s |")
+    print("| --- | --- | --- | --- |")
+    walls = {"`envbuilder lock` nothing to do, wall": lock_runs,
+             "`uv pip compile` (envbuilder's command), wall": uv_runs,
+             "`envbuilder lock --upgrade-package torch` (uv runs), wall": relock_runs,
+             "`uv pip compile ... --upgrade-package torch` (its command), wall": uv2_runs,
+             "`envbuilder --help`, wall": helps}
+    for name, pairs in walls.items():
+        print(_row(name, [w for w, _ in pairs]))
+    for name, pairs in (("`envbuilder lock` nothing to do, CPU", lock_runs),
+                        ("`uv pip compile`, CPU", uv_runs)):
+        print(_row(name, [c for _, c in pairs]))
+    print()
+    ratio = [a[0] / b[0] for a, b in zip(lock_runs, uv_runs, strict=True)]
+    ratio2 = [a[0] / b[0] for a, b in zip(relock_runs, uv2_runs, strict=True)]
+    print("| ratio, pair by pair (wall) | median | min | max |")
+    print("| --- | --- | --- | --- |")
+    print(_row("no-op lock / uv pip compile", ratio))
+    print(_row("lock --upgrade-package torch / uv pip compile", ratio2))
 
 
 def main() -> int:
@@ -96,8 +187,13 @@ def main() -> int:
     parser.add_argument("--spec", default="environments.toml", type=Path)
     parser.add_argument("--env", default="cpu")
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--startup", action="store_true",
+                        help="only section 4: CLI start-up against uv pip compile")
     args = parser.parse_args()
     spec = args.spec.resolve()
+    if args.startup:
+        startup(spec, args.env, args.runs)
+        return 0
     with tempfile.TemporaryDirectory(prefix="lock-bench-") as tmp:
         root = Path(tmp)
         locked = _copy_project(spec, root / "locked")
@@ -124,10 +220,11 @@ def main() -> int:
         cache = root / "cache"
         project = Project.from_spec(locked, cache=cache)
         start = time.perf_counter()
-        first = fetch_locked(project, args.env, "docker")
+        indexes = loaded.env(args.env).indexes
+        first = fetch_locked(project, args.env, "docker", indexes=indexes)
         t_first = time.perf_counter() - start
         start = time.perf_counter()
-        second = fetch_locked(project, args.env, "wsl2")
+        second = fetch_locked(project, args.env, "wsl2", indexes=indexes)
         t_second = time.perf_counter() - start
     med = statistics.median
     print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
@@ -138,7 +235,7 @@ def main() -> int:
     for name, xs in (("`lock` nothing changed (no network, no Docker)", nochange),
                      ("`lock --check` (all envs)", check),
                      ("`lock` full (fresh folder: uv + base digests)", full),
-                     ("`resolve.lock_env()` full, in-process (no CLI start-up)", inproc),
+                     ("`locking.lock_env()` full, in-process (no CLI start-up)", inproc),
                      ("raw `uv pip compile`, same inputs", raw)):
         print(f"| {name} | {med(xs):.3f} | {min(xs):.3f} | {max(xs):.3f} |")
     print()

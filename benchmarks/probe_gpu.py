@@ -12,6 +12,10 @@ Steps, each with its own timeout, results under $OUT (summary.json + logs + repo
   5. the collectives check under `torchrun --nproc_per_node=<GPUs>`;
   6. the fault hooks on the GPU path (matmul-wrong, amp-nan, allreduce-wrong must fail).
 NVLink multicast stays off (NCCL_NVLS_ENABLE=0 and friends are set for every child).
+
+--zipapp PYZ runs that probe instead of building one (e.g. one built from another commit, for
+a before/after in one lease); --timing-only runs steps 1-3 and the quick level only (with
+--quick-runs N, N times); the summary holds every run's per-check durations.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +35,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
             "NVSHMEM_DISABLE_NVLS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def _text(data: str | bytes | None) -> str:
+    return data.decode("utf-8", "replace") if isinstance(data, bytes) else data or ""
 
 
 def sh(cmd: list[str], log: Path, timeout: float, env: dict[str, str] | None = None
@@ -41,7 +50,7 @@ def sh(cmd: list[str], log: Path, timeout: float, env: dict[str, str] | None = N
                               env={**os.environ, **SAFE_ENV, **(env or {})}, check=False)
         code, text = proc.returncode, proc.stdout + proc.stderr
     except subprocess.TimeoutExpired as exc:
-        code, text = 124, f"TIMEOUT after {timeout}s\n{exc.stdout or ''}{exc.stderr or ''}"
+        code, text = 124, f"TIMEOUT after {timeout}s\n{_text(exc.stdout)}{_text(exc.stderr)}"
     except FileNotFoundError as exc:
         code, text = 127, str(exc)
     wall = time.monotonic() - t0
@@ -59,11 +68,21 @@ def metric(report: dict[str, Any], check: str, name: str, dtype: str | None,
     return None
 
 
+def check_times(path: Path) -> dict[str, Any]:
+    """The report's per-check durations and statuses, and its total."""
+    if not path.is_file():
+        return {}
+    report = json.loads(path.read_text())
+    return {"duration_s": report["duration_s"], "status": report["status"],
+            "probe": report["probe_version"],
+            "checks": {c["name"]: [c["status"], c["duration_s"]] for c in report["checks"]}}
+
+
 def references() -> dict[str, float]:
     """Independent timings: do_bench and torch.utils.benchmark (medians)."""
     import torch
     import torch.utils.benchmark as tb
-    import triton.testing
+    import triton.testing  # type: ignore[import-not-found]  # only where the GPU is
 
     out: dict[str, float] = {}
     n = 8192
@@ -91,11 +110,15 @@ def main() -> int:
     parser.add_argument("--repeat", default="1")
     parser.add_argument("--repeat-run", default="3",
                         help="also run matmul+membw with --repeat N, for the spread")
+    parser.add_argument("--zipapp", type=Path, help="run this probe instead of building one")
+    parser.add_argument("--timing-only", action="store_true",
+                        help="only the standard and quick levels' times (no references)")
+    parser.add_argument("--quick-runs", type=int, default=1, help="quick level runs")
     args = parser.parse_args()
     out = Path(os.environ.get("OUT") or "bench-out")
     out.mkdir(parents=True, exist_ok=True)
-    logs = Path("/tmp/envbuilder-probe/logs")
-    logs.mkdir(parents=True, exist_ok=True)
+    Path("/tmp/envbuilder-probe").mkdir(parents=True, exist_ok=True)
+    logs = Path(tempfile.mkdtemp(prefix="logs-", dir="/tmp/envbuilder-probe"))
     os.environ.update(SAFE_ENV)
     summary: dict[str, Any] = {}
     py = sys.executable
@@ -110,9 +133,12 @@ def main() -> int:
     summary["topology"] = topo.strip()
     print(json.dumps(summary["facts"]), flush=True)
 
-    from envbuilder.probe import build_zipapp
+    if args.zipapp:
+        pyz = args.zipapp.resolve()
+    else:
+        from envbuilder.probe import build_zipapp
 
-    pyz = build_zipapp(Path("/tmp/envbuilder-probe/probe.pyz"))
+        pyz = build_zipapp(Path("/tmp/envbuilder-probe/probe.pyz"))
     summary["zipapp_sha256"] = hashlib.sha256(pyz.read_bytes()).hexdigest()
     lock = Path("/tmp/envbuilder-probe/self.pylock.toml")
     subprocess.run([py, str(ROOT / "tests/data/probe/make_pylock.py"), str(lock)], check=True)
@@ -121,9 +147,24 @@ def main() -> int:
            "--repeat", args.repeat, "--label", "machine=benchmark", "--json",
            str(out / "standard.json")]
     code, wall, text = sh(cmd, logs / "standard.log", 400)
-    summary["standard"] = {"cmd": " ".join(cmd), "exit": code, "wall_s": round(wall, 1)}
+    summary["standard"] = {"cmd": " ".join(cmd), "exit": code, "wall_s": round(wall, 1),
+                           **check_times(out / "standard.json")}
     print(text[-6000:], flush=True)
     report = json.loads((out / "standard.json").read_text()) if code in (0, 1) else None
+    summary["quick_runs"] = []
+    for i in range(args.quick_runs if args.timing_only else 0):
+        quick = [py, str(pyz), "--level", "quick", "--expect", args.expect, "--lock", str(lock),
+                 "--json", str(out / f"quick{i}.json")]
+        code, wall, text = sh(quick, logs / f"quick{i}.log", 300)
+        summary["quick_runs"].append({"cmd": " ".join(quick), "exit": code,
+                                      "wall_s": round(wall, 1),
+                                      **check_times(out / f"quick{i}.json")})
+    if args.timing_only:
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+        (out / "logs.txt").write_text("\n\n".join(f"===== {p.name}\n{p.read_text()}"
+                                                  for p in sorted(logs.iterdir())))
+        print(json.dumps({k: v for k, v in summary.items() if k != "topology"}, indent=1))
+        return 0
 
     refs = references()
     summary["references"] = refs
@@ -164,10 +205,13 @@ def main() -> int:
     code, wall, text = sh(rep, logs / "repeat.log", 300)
     summary["repeat_run"] = {"cmd": " ".join(rep), "exit": code, "wall_s": round(wall, 1)}
 
-    quick = [py, str(pyz), "--level", "quick", "--expect", args.expect, "--lock", str(lock),
-             "--json", "/tmp/envbuilder-probe/quick.json"]
-    code, wall, text = sh(quick, logs / "quick.log", 300)
-    summary["quick_run"] = {"cmd": " ".join(quick), "exit": code, "wall_s": round(wall, 1)}
+    for i in range(args.quick_runs):
+        quick = [py, str(pyz), "--level", "quick", "--expect", args.expect, "--lock", str(lock),
+                 "--json", str(out / f"quick{i}.json")]
+        code, wall, text = sh(quick, logs / f"quick{i}.log", 300)
+        summary["quick_runs"].append({"cmd": " ".join(quick), "exit": code,
+                                      "wall_s": round(wall, 1),
+                                      **check_times(out / f"quick{i}.json")})
 
     fault = [py, str(pyz), "--level", "quick", "--expect", args.expect, "--only", "matmul",
              "--only", "amp", "--only", "collectives", "--json", str(out / "faults.json")]

@@ -34,11 +34,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from envbuilder import docker_engine, lockfile, repro  # noqa: E402
+from envbuilder.builders.docker import image_tag  # noqa: E402
 from envbuilder.imagebuild import build_rendered_image  # noqa: E402
 from envbuilder.imagedefs import ENV_LABEL, LOCK_LABEL, LOCK_SHA_ARG  # noqa: E402
 from envbuilder.ociimage.writer import write_image  # noqa: E402
 from envbuilder.project import Project  # noqa: E402
-from envbuilder.targets.docker import image_tag  # noqa: E402
+from envbuilder.specload import load_spec  # noqa: E402
+from envbuilder.targets.docker import DESCRIPTOR  # noqa: E402
 
 
 def _copy_project(dest: Path, env: str) -> Project:
@@ -60,9 +62,10 @@ def _du(client: Any, image: str, *paths: str) -> int:
 def _engine_build(client: Any, project: Project, env: str, tag: str, pylock_sha: str,
                   deterministic: repro.Deterministic | None) -> str:
     image_id, _ = build_rendered_image(
-        client, project, env, "docker", project.dockerfiles / env, tag=tag,
+        client, project, env, "docker", DESCRIPTOR.rendered_folder(project, env), tag=tag,
         labels={LOCK_LABEL: pylock_sha, ENV_LABEL: env},
-        build_args={LOCK_SHA_ARG: pylock_sha}, progress=_quiet, ca_bundle=None, nocache=True,
+        build_args={LOCK_SHA_ARG: pylock_sha}, progress=_quiet, ca_bundle=None,
+        indexes=load_spec(project.spec_path).env(env).indexes, nocache=True,
         deterministic=deterministic)
     return image_id
 

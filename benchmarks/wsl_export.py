@@ -10,7 +10,7 @@ each way:
              pipeline: two processes, so export and compression overlap on two cores)
   sdk+gzip   the docker SDK's export stream -> Python's gzip at LEVEL, nothing else (what the
              normalizer's plumbing costs without the normalizing)
-  envbuilder envbuilder.targets.wsl2.export_image: SDK stream -> wsltar (spool, sort, rewrite)
+  envbuilder envbuilder.builders.wsl2.export_image: SDK stream -> wsltar (spool, sort, rewrite)
              -> deterministic gzip at LEVEL, sha256 while writing
 
 Throughput = uncompressed rootfs bytes (what docker export streams) / wall seconds. Ratios are
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder import docker_engine, wsltar
-from envbuilder.targets import wsl2
+from envbuilder.builders import wsl2
 
 SDE = 1_790_000_000
 

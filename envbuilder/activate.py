@@ -1,9 +1,10 @@
-"""The env's environment variables, written into a venv's activate scripts (bash, PowerShell, cmd).
+"""An env's environment variables, written into a venv's activate scripts (bash, PowerShell, cmd).
 
 Each script gets one block between marker lines, replaced on every build (so a rebuild with the
 same values rewrites nothing). Activation saves the variables' previous values once and sets the
 env's; `deactivate` restores them. Everything here is a pure function of text except
-`write_activation`, so the Windows scripts are tested on Linux.
+`write_activation`, so the Windows scripts are tested on Linux. Which variables a target sets is
+the target's own knowledge (its descriptor's `variables`, `envbuilder.targets`).
 """
 
 from __future__ import annotations
@@ -15,43 +16,18 @@ from pathlib import Path, PurePath
 from envbuilder import quoting
 from envbuilder.errors import BuildError, EnvbuilderError
 from envbuilder.fsutil import atomic_write_bytes
-from envbuilder.spec import EnvSpec
 
 BEGIN = ">>> envbuilder environment (written by `envbuilder build`; edit environments.toml) >>>"
 END = "<<< envbuilder environment <<<"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-#: Does nothing on Windows (rocm-reference.md, "Native Windows"); never written there.
-WINDOWS_IGNORED = frozenset({"HSA_OVERRIDE_GFX_VERSION"})
-LINUX_ROCM_PATH = "/opt/rocm"
 
 
-def default_hip_path(rocm: str) -> str:
-    r"""Where the HIP SDK installs on Windows: C:\Program Files\AMD\ROCm\<major.minor>\."""
-    major_minor = ".".join(rocm.split(".")[:2])
-    return f"C:\\Program Files\\AMD\\ROCm\\{major_minor}\\"
-
-
-def activation_env(env: EnvSpec, target: str) -> dict[str, str]:
-    """The variables the venv's activation sets, in a fixed order: the ROCm location first
-    (HIP_PATH on Windows, ROCM_PATH on Linux, only for ROCm envs), then the spec's `env`, then
-    its RCCL/NCCL settings (not on Windows: its torch has no RCCL)."""
-    out: dict[str, str] = {}
-    windows = target == "windows"
-    if env.accelerator == "rocm" and env.rocm:
-        if windows:
-            hip = env.windows.hip_path if env.windows and env.windows.hip_path else None
-            out["HIP_PATH"] = hip or default_hip_path(env.rocm)
-        else:
-            out["ROCM_PATH"] = LINUX_ROCM_PATH
-    out.update(env.env)
-    if windows:
-        for name in WINDOWS_IGNORED:
-            out.pop(name, None)
-    else:
-        out.update(env.rccl)
-    for name, value in out.items():
+def checked_variables(variables: Mapping[str, str]) -> dict[str, str]:
+    """`variables` (in order) when every name and value can be written into an activate script;
+    BuildError naming the first that cannot."""
+    for name, value in variables.items():
         _check(name, value)
-    return out
+    return dict(variables)
 
 
 def _check(name: str, value: str) -> None:

@@ -27,7 +27,7 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from envbuilder.errors import BuildError, EnvbuilderError, LockError
 
@@ -117,19 +117,19 @@ def apt_stages(stages: Sequence[Any]) -> list[AptStage]:
 
 
 def plan_apt_stages(env: Any, target: str) -> list[AptStage]:
-    """The apt stages of `env`'s plan for `target` (none for targets without rendered
-    Dockerfiles). The pins of the lock do not change which stages install what."""
+    """The apt stages of `env`'s plan for `target` (its descriptor's `plan`; none for targets
+    without one). The pins of the lock do not change which stages install what."""
     from envbuilder import plan
     from envbuilder.compat import load_compat
     from envbuilder.errors import RenderError
-    from envbuilder.spec import TargetName
+    from envbuilder.targets import registry
 
-    if target not in ("docker", "wsl2") or target not in env.targets:
+    descriptor = registry.get(target)
+    if descriptor.plan is None or target not in env.targets:
         return []
     rocm = load_compat().rocm(env.rocm) if env.accelerator == "rocm" and env.rocm else None
     try:
-        built = plan.build_plan(env, cast(TargetName, target), rocm=rocm,
-                                lock=plan.LockPins(), variables={})
+        built = descriptor.plan(env, plan.PlanInputs(rocm, plan.LockPins(), {}))
     except RenderError:
         return []  # `envbuilder check` / `render` report what is wrong with the spec
     return apt_stages(built.stages)

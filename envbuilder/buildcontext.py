@@ -13,13 +13,17 @@ it; the final stage copies only the venv, so nothing here reaches the final imag
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from envbuilder.errors import BuildError, LockError
+from envbuilder.fsutil import temp_dir, write_error
+from envbuilder.model import Index
 from envbuilder.progress import ProgressFn, no_progress
 from envbuilder.project import Project
 
@@ -51,35 +55,67 @@ def assemble_context(
     dockerfile_dir: Path,
     progress: ProgressFn = no_progress,
     *,
+    indexes: Mapping[str, Index],
     ca_bundle: Path | None = None,
 ) -> Path:
     """Lay out a fresh temp dir as the build context of `env` for `target`; return its path.
+    `indexes`: the env's named indexes (EnvSpec.indexes), whose mirrors the wheel cache tries.
 
     The folder lies in the project's cache folder; the caller removes it (shutil.rmtree).
+    Prefer `assembled()`, which removes it however the block ends.
     Wheels come from the host wheel cache (downloaded once by sha256, verified) and are
     hard-linked.
     Raises BuildError/LockError saying which command produces a missing input.
     """
-    dockerfile = dockerfile_dir / "Dockerfile"
-    if not dockerfile.is_file():
-        raise BuildError(f"{dockerfile} does not exist; run `envbuilder render --env {env}` first")
-    pylock = project.pylock(env, target)
-    if not pylock.is_file():
-        raise LockError(f"{pylock} does not exist; run `envbuilder lock --env {env}` first")
-    # Beside the wheel cache, so that the wheels are hard-linked rather than copied.
-    project.cache.mkdir(parents=True, exist_ok=True)
+    dockerfile, pylock = _inputs(project, env, target, dockerfile_dir)
     context = Path(tempfile.mkdtemp(prefix=f"context-{env}-{target}-", dir=project.cache))
     try:
-        _fill(project, env, target, dockerfile, pylock, context, progress, ca_bundle)
+        _fill(project, env, target, dockerfile, pylock, context, progress, ca_bundle, indexes)
     except BaseException:
         shutil.rmtree(context, ignore_errors=True)
         raise
     return context
 
 
+@contextlib.contextmanager
+def assembled(
+    project: Project,
+    env: str,
+    target: str,
+    dockerfile_dir: Path,
+    progress: ProgressFn = no_progress,
+    *,
+    indexes: Mapping[str, Index],
+    ca_bundle: Path | None = None,
+) -> Iterator[Path]:
+    """`assemble_context` for a with-block: the context folder is removed when the block ends
+    in any way, and an interrupt at any moment cannot leave it behind (fsutil.temp_dir)."""
+    dockerfile, pylock = _inputs(project, env, target, dockerfile_dir)
+    with temp_dir(f"context-{env}-{target}-", project.cache) as context:
+        _fill(project, env, target, dockerfile, pylock, context, progress, ca_bundle, indexes)
+        yield context
+
+
+def _inputs(project: Project, env: str, target: str, dockerfile_dir: Path) -> tuple[Path, Path]:
+    """The rendered Dockerfile and the pylock (BuildError/LockError naming the command that
+    makes a missing one); the cache folder is made, since the context lies beside the wheel
+    cache so that the wheels are hard-linked rather than copied."""
+    dockerfile = dockerfile_dir / "Dockerfile"
+    if not dockerfile.is_file():
+        raise BuildError(f"{dockerfile} does not exist; run `envbuilder render --env {env}` first")
+    pylock = project.pylock(env, target)
+    if not pylock.is_file():
+        raise LockError(f"{pylock} does not exist; run `envbuilder lock --env {env}` first")
+    try:
+        project.cache.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise write_error(project.cache, exc, "create") from None
+    return dockerfile, pylock
+
+
 def _fill(
     project: Project, env: str, target: str, dockerfile: Path, pylock: Path, context: Path,
-    progress: ProgressFn, ca_bundle: Path | None,
+    progress: ProgressFn, ca_bundle: Path | None, indexes: Mapping[str, Index],
 ) -> None:
     from envbuilder import wheelcache  # the lock helper's module; imported where it is needed
 
@@ -91,7 +127,7 @@ def _fill(
         extra = dockerfile.parent / name
         if extra.is_file():
             shutil.copyfile(extra, inner / name)
-    wheelcache.write_wheelhouse(project, env, target, inner, progress=progress)
+    wheelcache.write_wheelhouse(project, env, target, inner, progress=progress, indexes=indexes)
     if ca_bundle is not None:
         shutil.copyfile(ca_bundle, inner / "ca.crt")
 

@@ -7,32 +7,76 @@ Each subcommand lives in `envbuilder/commands/<name>.py` and exposes:
     def add_arguments(parser: argparse.ArgumentParser) -> None
     def run(args: argparse.Namespace, ui: envbuilder.ui.UI) -> int
 
-Commands are discovered from that package, so adding one touches no other file. Exit codes:
-0 ok, 1 findings or a failed operation, 2 usage, 130 interrupted.
+and is listed in COMMANDS below with the same HELP (tests/test_cli.py holds the two together).
+Only the command that runs is imported: the others' modules pull in docker, jinja2, rich and
+more, which would double the start-up of a quick command such as `envbuilder lock` with nothing
+to do. `envbuilder --help` imports none of them.
+
+Options every command takes, before or after its name: -q/--quiet (no progress or status
+lines). Commands that print results take --json (compare and probe: --json -): one JSON object
+on stdout (see docs/cli.md).
+
+Exit codes: 0 ok, 1 findings or a failed operation, 2 usage, 130 interrupted (SIGINT, Ctrl-C),
+143 terminated (SIGTERM). An interrupt prints one line and no traceback; temp files and folders
+are removed and child processes ended on the way out (envbuilder.interrupts). The console
+script's entry point is envbuilder.__main__.entry, which handles signals from its first moment.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import pkgutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 from types import ModuleType
+from typing import Any
 
-from envbuilder import __version__, commands
+from envbuilder import __version__, interrupts
 from envbuilder.errors import EnvbuilderError
 from envbuilder.ui import UI
 
-#: Order in `--help`: the data flow first, then the helpers. Unlisted commands sort after these.
-ORDER = ["check", "lock", "render", "build", "push", "pull", "validate", "compare", "probe",
-         "doctor", "explain"]
+#: Every command with its one-line help, in `--help` order (the data flow first, then the
+#: helpers). Each module's HELP must equal its line here.
+COMMANDS: dict[str, str] = {
+    "check": "check environments.toml: errors exit 1, warnings are printed",
+    "lock": "resolve envs into lockfiles/ (PEP 751 pylocks + base image digests); --check "
+            "verifies",
+    "render": "render Dockerfiles, WSL rootfs files and Windows scripts; --check verifies them",
+    "build": "build the locked, rendered envs for a target (docker image, .wsl, venv)",
+    "push": "push built images (docker, wsl2) to a registry; records the repository digest in "
+            "the lock",
+    "pull": "pull the pushed images (docker, wsl2) the lock records, by digest (refuses a "
+            "mismatch)",
+    "validate": "run the validation probe inside built envs; writes reports/<env>.<target>.json",
+    "compare": "compare validation reports: ratios, loss %, spread over repeats, noise verdicts",
+    "probe": "run the validation suite (the probe) in this environment",
+    "doctor": "check this host (OS, RAM, disk, Docker, GPU devices, drivers, WSL, Python) for "
+              "an env",
+    "explain": "explain a known ROCm/PyTorch error message: cause, fix, sources",
+}
+
+#: The order of `envbuilder --help` (kept for callers of the earlier API).
+ORDER = list(COMMANDS)
+
+QUIET_HELP = "no progress or status lines on stderr (also after the command's name)"
+
+
+def command_module(name: str) -> ModuleType:
+    """The module of command `name` (imported now)."""
+    return importlib.import_module(f"envbuilder.commands.{name}")
 
 
 def _command_modules() -> list[tuple[str, ModuleType]]:
+    """Every command module in envbuilder/commands/ (imports them all: for tests and docs),
+    those in COMMANDS first, in its order."""
+    import pkgutil
+
+    from envbuilder import commands
+
     names = [m.name for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_")]
     names.sort(key=lambda n: (ORDER.index(n) if n in ORDER else len(ORDER), n))
-    return [(n, importlib.import_module(f"envbuilder.commands.{n}")) for n in names]
+    return [(n, command_module(n)) for n in names]
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,8 +87,16 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full parser, with one subparser per discovered command."""
+def add_json_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """--json: print `what` as one JSON object on stdout (docs/cli.md gives every shape)."""
+    parser.add_argument("--json", action="store_true",
+                        help=f"print {what} as one JSON object on stdout (shape: docs/cli.md)")
+
+
+def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The parser: every command listed with its HELP; the arguments and description of the
+    commands in `load` (default: all, which imports every command module)."""
+    loaded = set(COMMANDS if load is None else load)
     parser = argparse.ArgumentParser(
         prog="envbuilder",
         description=(
@@ -52,37 +104,96 @@ def build_parser() -> argparse.ArgumentParser:
             "(environments.toml) -> checked -> locked -> rendered for WSL2, Docker and native "
             "venvs -> built -> validated by the same probe -> compared."
         ),
-        epilog="Exit codes: 0 ok, 1 findings or failure, 2 usage error, 130 interrupted.",
+        epilog="Exit codes: 0 ok, 1 findings or failure, 2 usage error, 130 interrupted "
+               "(Ctrl-C), 143 terminated (SIGTERM). --json: one JSON object on stdout.",
     )
     parser.add_argument("--version", action="version", version=f"envbuilder {__version__}")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    parser.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, module in _command_modules():
-        p = sub.add_parser(
-            # argparse %-formats help strings; a literal "%" in a HELP must not crash --help.
-            name, help=module.HELP.replace("%", "%%"),
-            description=getattr(module, "DESCRIPTION", module.HELP),
-            formatter_class=argparse.RawDescriptionHelpFormatter,
-        )
-        module.add_arguments(p)
-        p.set_defaults(_module=module)
+    for name, help_line in COMMANDS.items():
+        # argparse %-formats help strings; a literal "%" in a HELP must not crash --help.
+        p = sub.add_parser(name, help=help_line.replace("%", "%%"),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        # SUPPRESS: without -q here, the value given before the command name stays.
+        p.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
+                       help=QUIET_HELP)
+        if name in loaded:
+            _load_command(p, name)
     return parser
 
 
+def _load_command(parser: argparse.ArgumentParser, name: str) -> None:
+    module = command_module(name)
+    parser.description = getattr(module, "DESCRIPTION", module.HELP)
+    module.add_arguments(parser)
+    parser.set_defaults(_module=module)
+
+
+def requested_command(argv: Sequence[str]) -> str | None:
+    """The command `argv` names: its first word that is not an option (the options before the
+    command, -q, -h and --version, take no value)."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def wants_json(args: argparse.Namespace | None) -> bool:
+    """Whether the command line asked for JSON on stdout: --json, or --json - where --json
+    takes a file (compare, probe)."""
+    value: Any = getattr(args, "json", None)
+    return value is True or (isinstance(value, str | Path) and str(value) == "-")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the console script. Returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    ui = UI(quiet=args.quiet)
+    """Run one command. Returns the exit code. SIGINT and SIGTERM are handled while it runs
+    (the previous handlers are restored afterwards)."""
+    restore = interrupts.install()
+    args: argparse.Namespace | None = None
+    ui: UI | None = None
     try:
+        words = list(sys.argv[1:] if argv is None else argv)
+        command = requested_command(words)
+        args = build_parser([command] if command in COMMANDS else []).parse_args(words)
+        ui = UI(quiet=args.quiet, json=wants_json(args))
+        _finish_interrupted_writes(args, ui)
         return int(args._module.run(args, ui))
     except EnvbuilderError as exc:
+        ui = ui or UI()
         ui.error(str(exc))
+        _json_error(ui, args, type(exc).__name__, str(exc), exc.exit_code)
         return exc.exit_code
-    except KeyboardInterrupt:
-        ui.error("interrupted")
-        return 130
+    except KeyboardInterrupt as exc:
+        sys.stderr.write(interrupts.message(exc) + "\n")
+        code = interrupts.exit_code(exc)
+        if ui is not None:
+            _json_error(ui, args, "Interrupted", interrupts.message(exc), code)
+        return code
+    finally:
+        restore()
 
 
-if __name__ == "__main__":
+def _json_error(ui: UI, args: argparse.Namespace | None, kind: str, message: str,
+                code: int) -> None:
+    """With --json, an error also gives the one JSON object on stdout, unless the command
+    already wrote its result."""
+    if not wants_json(args) or ui.json_written:
+        return
+    ui.json({"command": getattr(args, "command", None), "ok": False,
+             "error": {"kind": kind, "message": message, "exit_code": code}})
+
+
+def _finish_interrupted_writes(args: argparse.Namespace, ui: UI) -> None:
+    """A commit of several files (lockfiles/, rendered files) that a crash or SIGKILL cut short
+    is finished (or, before its commit point, undone) before anything reads those files."""
+    spec = getattr(args, "spec", None)
+    if not isinstance(spec, str):
+        return
+    from envbuilder.fsutil import recover
+    from envbuilder.project import Project
+
+    project = Project.from_spec(spec)
+    for root in (project.root, project.lockfiles):
+        if note := recover(root):
+            ui.warn(note)
+
+
+if __name__ == "__main__":  # `python -m envbuilder` is the entry point; main() handles signals too
     sys.exit(main())

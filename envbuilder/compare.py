@@ -21,18 +21,24 @@ Values are relative to the baseline: `ratio` = other / baseline (raw values); `r
 performance relative to the baseline (> 1 is better: the ratio, or its inverse when lower is
 better); `loss_pct` = (1 - relative) x 100 (negative means a gain).
 
-Library code only: `load_report`, `compare_reports`, `to_json`, `to_markdown`, `write_html`
-return values or write files; printing is the command's job.
+Library code only: `load_report`, `compare_reports`, `to_json`, `to_markdown` return values;
+printing and writing are the command's job. The HTML page and its charts are in
+`envbuilder.compare_html`, which imports this module (never the other way round) and needs
+matplotlib, the optional extra `envbuilder[html]`.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import os
+import re
+import stat
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from statistics import median
 from typing import Any, Literal
 
 from envbuilder.errors import CompareError
@@ -159,114 +165,283 @@ class Comparison:
 
 # --------------------------------------------------------------------------- reading
 
+#: A probe report is kilobytes (50,000 metrics are ~8 MB); a bigger file is not one, and
+#: reading it whole would only cost memory.
+MAX_REPORT_BYTES = 64 * 1024 * 1024
+#: A report nests 6 deep (report > checks > check > metrics > metric > samples) plus a check's
+#: free-form `details`. Python's JSON reader recurses per level, so depth is checked first.
+MAX_JSON_DEPTH = 64
+#: Labels, check and metric names, units, dtypes and sizes become table cells and chart labels.
+MAX_NAME_CHARS = 200
 
-def _finite(x: object) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, int | float):
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL_BUT_NEWLINE_TAB = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_JSON_ESCAPE = re.compile(r"\\.", re.DOTALL)
+_JSON_STRING = re.compile(r'"[^"]*"')  # linear: run after escapes are gone
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_DEPTH_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def _preview(value: object, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _kind(value: object) -> str:
+    """The JSON type of a decoded value, in words."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "an object" if isinstance(value, dict) else type(value).__name__
+
+
+def _wrong_type(where: str, key: str, wanted: str, value: object) -> CompareError:
+    return CompareError(f"{where}: {key!r} must be {wanted}, not {_kind(value)} "
+                        f"({_preview(value)})")
+
+
+def _name(value: object, where: str, key: str) -> str:
+    """A string shown as one table cell or chart label: one line, at most MAX_NAME_CHARS."""
+    if not isinstance(value, str):
+        raise _wrong_type(where, key, "a string", value)
+    if len(value) > MAX_NAME_CHARS:
+        raise CompareError(f"{where}: {key!r} is {len(value)} characters long; at most "
+                           f"{MAX_NAME_CHARS}")
+    if bad := _CONTROL.search(value):
+        raise CompareError(f"{where}: {key!r} contains the control character {bad.group()!r}; "
+                           "it must be one line of plain text")
+    return value
+
+
+def _optional_name(value: object, where: str, key: str) -> str | None:
+    return None if value is None else _name(value, where, key)
+
+
+def printable(text: str) -> str:
+    """Free text from a report (a failure reason, a fingerprint value) made safe for a terminal:
+    control characters other than newline and tab become '?'."""
+    return _CONTROL_BUT_NEWLINE_TAB.sub("?", text)
+
+
+def _number(value: object, where: str, key: str) -> float | None:
+    """A JSON number as a float (None for null; NaN and inf are kept and reported later)."""
+    if value is None:
         return None
-    v = float(x)
-    return v if math.isfinite(v) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _wrong_type(where, key, "a number", value)
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond float range: as infinite as 1e999
+        return math.inf if value > 0 else -math.inf
 
 
-def _metric_from(check: Mapping[str, Any], raw: Mapping[str, Any], where: str) -> Metric:
-    name = raw.get("name")
-    if not isinstance(name, str) or not name:
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def _metric_from(check: str, status: str, raw: object, where: str) -> Metric:
+    if not isinstance(raw, dict):
+        raise CompareError(f"{where}: a metric is not an object but {_kind(raw)}")
+    if raw.get("name") in (None, ""):
         raise CompareError(f"{where}: a metric has no name; expected {{'name': ..., 'value': ...}}")
-    raw_value = raw.get("value")
-    raw_samples = raw.get("samples") or []
+    name = _name(raw["name"], where, "name")
+    where = f"{where}: metric {name!r}"
+    raw_samples = raw.get("samples")
+    if raw_samples is None:
+        raw_samples = []
     if not isinstance(raw_samples, list):
-        raise CompareError(f"{where}: metric {name!r}: 'samples' must be a list of numbers")
-    samples = tuple(v for v in (_finite(s) for s in raw_samples) if v is not None)
-    value = _finite(raw_value)
+        raise _wrong_type(where, "samples", "a list of numbers", raw_samples)
+    numbers = [_number(s, where, f"samples[{i}]") for i, s in enumerate(raw_samples)]
+    samples = tuple(v for v in map(_finite, numbers) if v is not None)
+    value = _finite(_number(raw.get("value"), where, "value"))
     problem = None
     if value is None:
-        problem = ("value is missing" if raw_value is None
-                   else f"value is not a finite number ({raw_value!r})")
+        problem = ("value is missing" if raw.get("value") is None
+                   else f"value is not a finite number ({_preview(raw['value'])})")
     elif len(samples) < len(raw_samples):
         bad = len(raw_samples) - len(samples)
         problem = f"{bad} of {len(raw_samples)} samples are NaN/inf, ignored"
-    dtype, size = raw.get("dtype"), raw.get("size")
+    higher = raw.get("higher_is_better", True)
+    if not isinstance(higher, bool):
+        raise _wrong_type(where, "higher_is_better", "true or false", higher)
     return Metric(
-        check=str(check.get("name")),
-        name=name,
-        dtype=None if dtype is None else str(dtype),
-        size=None if size is None else str(size),
-        value=value,
-        unit=str(raw.get("unit") or ""),
-        samples=samples,
-        higher_is_better=bool(raw.get("higher_is_better", True)),
-        check_status=str(check.get("status", "pass")),
-        problem=problem,
+        check=check, name=name,
+        dtype=_optional_name(raw.get("dtype"), where, "dtype"),
+        size=_optional_name(raw.get("size"), where, "size"),
+        value=value, unit=_optional_name(raw.get("unit"), where, "unit") or "",
+        samples=samples, higher_is_better=higher, check_status=status, problem=problem,
     )
 
 
-def parse_report(data: object, path: Path) -> Report:
-    """Check a decoded report and turn it into a `Report`. Raises CompareError saying what is
-    wrong with which file."""
-    where = str(path)
-    if not isinstance(data, dict):
-        raise CompareError(f"{where}: not a probe report (expected a JSON object)")
+def _object(data: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
+    """An optional object member (absent or null: empty)."""
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _wrong_type(where, key, "an object", value)
+    return value
+
+
+def _labels(data: Mapping[str, Any], where: str) -> dict[str, str]:
+    raw = _object(data, "labels", where)
+    return {k: _name(v, where, f"labels.{k}") for k, v in raw.items()}
+
+
+def _check_version(data: Mapping[str, Any], where: str) -> int:
     version = data.get("schema_version")
     if version is None:
         raise CompareError(f"{where}: not a probe report (no schema_version); pass the JSON "
                            "files `envbuilder validate` or `envbuilder probe --json` wrote")
-    if version not in SUPPORTED_SCHEMA_VERSIONS:
+    # `type(...) is int`: JSON true would otherwise pass as 1.
+    if type(version) is not int or version not in SUPPORTED_SCHEMA_VERSIONS:
         raise CompareError(
-            f"{where}: schema_version {version!r} is not supported (this envbuilder reads "
+            f"{where}: schema_version {_preview(version)} is not supported (this envbuilder reads "
             f"{', '.join(map(str, SUPPORTED_SCHEMA_VERSIONS))}); re-run `envbuilder validate` with "
             "this envbuilder, or compare with the envbuilder that wrote it"
         )
     if data.get("tool") not in (PROBE_TOOL, None):
-        raise CompareError(f"{where}: written by {data.get('tool')!r}, not by {PROBE_TOOL}")
-    checks = data.get("checks")
-    if not isinstance(checks, list):
-        raise CompareError(f"{where}: 'checks' is missing or not a list; is this a probe report?")
+        raise CompareError(f"{where}: written by {_preview(data.get('tool'))}, not by "
+                           f"{PROBE_TOOL}")
+    return version
+
+
+def _read_checks(
+    checks: list[Any], where: str
+) -> tuple[dict[MetricKey, Metric], list[tuple[str, str | None]], list[str]]:
     metrics: dict[MetricKey, Metric] = {}
     failed: list[tuple[str, str | None]] = []
     notes: list[str] = []
-    for check in checks:
-        if not isinstance(check, dict) or not isinstance(check.get("name"), str):
-            raise CompareError(f"{where}: a check has no name")
-        if check.get("status") in ("fail", "error"):
-            reason = check.get("reason")
-            failed.append((check["name"], reason if isinstance(reason, str) else None))
-        for raw in check.get("metrics") or []:
-            if not isinstance(raw, dict):
-                raise CompareError(f"{where}: check {check['name']!r}: a metric is not an object")
-            m = _metric_from(check, raw, f"{where}: check {check['name']!r}")
+    for i, check in enumerate(checks):
+        if not isinstance(check, dict) or check.get("name") is None:
+            raise CompareError(f"{where}: checks[{i}]: a check has no name")
+        name = _name(check["name"], f"{where}: checks[{i}]", "name")
+        cwhere = f"{where}: check {name!r}"
+        status = _optional_name(check.get("status"), cwhere, "status") or "pass"
+        reason = check.get("reason")
+        if reason is not None and not isinstance(reason, str):
+            raise _wrong_type(cwhere, "reason", "a string or null", reason)
+        if status in ("fail", "error"):
+            failed.append((name, None if reason is None else printable(reason)))
+        raw_metrics = check.get("metrics")
+        if raw_metrics is None:
+            raw_metrics = []
+        if not isinstance(raw_metrics, list):
+            raise _wrong_type(cwhere, "metrics", "a list", raw_metrics)
+        for raw in raw_metrics:
+            m = _metric_from(name, status, raw, cwhere)
             if m.key in metrics:
                 notes.append(f"{where}: metric {' '.join(p for p in m.key if p)} appears twice; "
                              "the first is used")
                 continue
             metrics[m.key] = m
-    labels = {str(k): str(v) for k, v in (data.get("labels") or {}).items()}
+    return metrics, failed, notes
+
+
+def parse_report(data: object, path: Path) -> Report:
+    """Check a decoded report and turn it into a `Report`. Raises CompareError saying what is
+    wrong with which file and key."""
+    where = str(path)
+    if not isinstance(data, dict):
+        raise CompareError(f"{where}: not a probe report (expected a JSON object)")
+    version = _check_version(data, where)
+    checks = data.get("checks")
+    if not isinstance(checks, list):
+        raise CompareError(f"{where}: 'checks' is missing or not a list; is this a probe report?")
+    metrics, failed, notes = _read_checks(checks, where)
+    labels = _labels(data, where)
     label = "/".join(labels[k] for k in ("env", "target") if k in labels) or path.stem
-    fp_raw, opt_raw = data.get("fingerprint"), data.get("options")
-    fingerprint: dict[str, Any] = fp_raw if isinstance(fp_raw, dict) else {}
-    options: dict[str, Any] = opt_raw if isinstance(opt_raw, dict) else {}
     return Report(
-        path=path, label=label, schema_version=int(version), status=str(data.get("status", "")),
-        fingerprint=fingerprint, labels=labels, options=options, metrics=metrics,
+        path=path, label=label, schema_version=version,
+        status=_optional_name(data.get("status"), where, "status") or "",
+        fingerprint=_object(data, "fingerprint", where), labels=labels,
+        options=_object(data, "options", where), metrics=metrics,
         failed_checks=tuple(failed), notes=tuple(notes),
     )
 
 
-def load_report(path: Path) -> Report:
-    """Read one report file. Raises CompareError (never a traceback) when it cannot be used."""
+def json_nesting_depth(text: str) -> int:
+    """How deep arrays and objects nest in JSON `text`, without parsing it (so without
+    recursion): escapes and strings are removed, then the brackets counted. Linear in the text."""
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", _JSON_ESCAPE.sub("", text)))
+    if not brackets:
+        return 0
+    return max(0, max(itertools.accumulate(map(_DEPTH_STEP.__getitem__, brackets))))
+
+
+_FILE_KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _check_regular_file(path: Path, info: os.stat_result) -> None:
+    """Refuse, at once, anything that is not a regular file of report size: reading a FIFO
+    waits for a writer, a device may never end."""
+    if stat.S_ISDIR(info.st_mode):
+        raise CompareError(f"{path}: is a folder; pass report files, e.g. "
+                           "reports/<env>.<target>.json")
+    if not stat.S_ISREG(info.st_mode):
+        kind = next((word for test, word in _FILE_KINDS if test(info.st_mode)), "special")
+        raise CompareError(f"{path}: is {kind}, not a regular file; compare reads report "
+                           "files (reports/<env>.<target>.json)")
+    if info.st_size > MAX_REPORT_BYTES:
+        raise CompareError(f"{path}: is {info.st_size:,} bytes; a probe report is at most "
+                           f"{MAX_REPORT_BYTES >> 20} MiB")
+
+
+def _read_report_bytes(path: Path) -> bytes:
+    # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer before the
+    # fstat below could refuse it. Regular files ignore the flag.
     try:
-        text = path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
         raise CompareError(f"{path}: no such report; `envbuilder validate` writes them to "
                            "reports/<env>.<target>.json") from None
     except IsADirectoryError:
         raise CompareError(f"{path}: is a folder; pass report files, e.g. "
                            "reports/<env>.<target>.json") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CompareError(f"{path}: cannot read: {exc}") from None
+    except OSError as exc:
+        raise CompareError(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:
-        data = json.loads(text)  # Python's json accepts NaN/Infinity, which we then report
+        _check_regular_file(path, os.fstat(fd))
+        with open(fd, "rb", closefd=False) as fh:
+            data = fh.read(MAX_REPORT_BYTES + 1)
+    except OSError as exc:
+        raise CompareError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_REPORT_BYTES:  # it grew after the fstat
+        raise CompareError(f"{path}: is over {MAX_REPORT_BYTES >> 20} MiB; a probe report is "
+                           "smaller")
+    return data
+
+
+def load_report(path: Path) -> Report:
+    """Read one report file. Raises CompareError (never a traceback) when it cannot be used:
+    not a regular file, too big, not UTF-8, not JSON, nested too deep, or not a probe report."""
+    data = _read_report_bytes(path)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CompareError(f"{path}: not UTF-8 text (byte {exc.start}); a probe report is UTF-8 "
+                           "JSON") from None
+    if (depth := json_nesting_depth(text)) > MAX_JSON_DEPTH:
+        raise CompareError(f"{path}: JSON nested {depth} levels deep; a probe report nests a "
+                           f"few levels (at most {MAX_JSON_DEPTH} are read)")
+    try:
+        decoded = json.loads(text)  # Python's json accepts NaN/Infinity, which we then report
     except json.JSONDecodeError as exc:
         raise CompareError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    return parse_report(data, path)
+    except ValueError as exc:  # an integer of more than 4300 digits
+        reason = str(exc).split(";")[0]
+        raise CompareError(f"{path}: cannot be read as JSON: {reason}") from None
+    return parse_report(decoded, path)
 
 
 # --------------------------------------------------------------------------- fingerprints
@@ -285,6 +460,9 @@ _FP_FIELDS: tuple[tuple[str, bool, str], ...] = (
     ("python", True, "different Python versions"),
     ("nccl", True, "different NCCL/RCCL versions (collectives)"),
     ("cpu_count", True, "different CPU counts visible"),
+    ("torch_threads", True, "different torch thread counts (CPU figures scale with them)"),
+    ("cpus_allowed", True, "different numbers of CPUs allowed (affinity: taskset, cpuset)"),
+    ("cpu_quota", True, "different CPU quotas (cgroup cpu.max / CFS quota, e.g. docker --cpus)"),
     ("level", True, "different probe levels (sizes and iterations differ)"),
     ("repeat", False, "different numbers of repeats (the noise bounds differ)"),
     ("wsl", False, "WSL vs not: usually what is being measured"),
@@ -292,9 +470,20 @@ _FP_FIELDS: tuple[tuple[str, bool, str], ...] = (
     ("kernel", False, "kernel differs"),
 )
 _FP_WHY = {name: why for name, _unfair, why in _FP_FIELDS}
+#: Fields that reports of older probes lack (probe 1.1 added them): compared only when every
+#: report has the key, so an old report is not unfair for what it did not record.
+_FP_NEWER = ("torch_threads", "cpus_allowed", "cpu_quota")
 
 
 def _fp_value(report: Report, name: str) -> str:
+    """A fingerprint field as one line of text (the fields are free-form: a report from another
+    probe may hold anything there)."""
+    text = _fp_raw_value(report, name)
+    text = " ".join(printable(text).split())
+    return text if len(text) <= MAX_NAME_CHARS else text[: MAX_NAME_CHARS - 3] + "..."
+
+
+def _fp_raw_value(report: Report, name: str) -> str:
     fp = report.fingerprint
     raw = fp.get("devices")
     devices: list[Any] = raw if isinstance(raw, list) else []
@@ -338,6 +527,8 @@ def fingerprint_diffs(reports: Sequence[Report]) -> list[FingerprintDiff]:
             continue
         if name == "packages_sha256" and not _all_have_packages(reports):
             continue  # a report from before the field: the lock_sha256 rule decides
+        if name in _FP_NEWER and not all(name in r.fingerprint for r in reports):
+            continue  # a report from before the field: unknown, not different
         if name == "lock_sha256":
             diffs.append(_lock_diff(reports, values))
         else:
@@ -348,11 +539,21 @@ def fingerprint_diffs(reports: Sequence[Report]) -> list[FingerprintDiff]:
 # --------------------------------------------------------------------------- comparing
 
 
+def _median(values: Sequence[float]) -> float:
+    """The median without overflow: statistics.median adds the middle two, and 1e308 + 1e308
+    is inf."""
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[mid]
+    return ordered[mid - 1] / 2 + ordered[mid] / 2
+
+
 def _spread(m: Metric) -> Spread | None:
     if m.value is None:
         return None
     samples = m.samples or (m.value,)
-    return Spread(min(samples), median(samples), max(samples), len(m.samples) or 1)
+    return Spread(min(samples), _median(samples), max(samples), len(m.samples) or 1)
 
 
 def _relative(ratio: float, higher_is_better: bool) -> float | None:
@@ -370,15 +571,19 @@ def _compare_cell(base: Metric, other: Metric, label: str, floor_pct: float) -> 
     if base.value == 0:
         return Cell(label, other.value, spread, note="baseline value is 0; no ratio")
     ratio = other.value / base.value
+    if not _representable(ratio) or (ratio == 0 and other.value != 0):
+        return Cell(label, other.value, spread, note=_out_of_range(other.value, base.value))
     relative = _relative(ratio, base.higher_is_better)
     if relative is None:
         return Cell(label, other.value, spread, ratio=ratio,
                     note="value is 0 where lower is better; no ratio")
+    if not _representable(relative) or not _representable((1.0 - relative) * 100.0):
+        return Cell(label, other.value, spread, note=_out_of_range(other.value, base.value))
     bs, os_ = _spread(base), spread
     assert bs is not None and os_ is not None
     low, high = _range_ratio(bs, os_, base.higher_is_better)
     diff = other.value - base.value
-    noise = abs(base.value) * floor_pct / 100.0
+    noise = abs(base.value) * (floor_pct / 100.0)  # in this order: 1e308 * 2 is inf
     separated = os_.min > bs.max or os_.max < bs.min
     better = diff > 0 if base.higher_is_better else diff < 0
     direction: Literal["faster", "slower", "same"] = (
@@ -400,15 +605,30 @@ def _compare_cell(base: Metric, other: Metric, label: str, floor_pct: float) -> 
     )
 
 
+def _representable(x: float) -> bool:
+    """Finite and not a subnormal that lost its digits: safe to divide by and to print."""
+    return math.isfinite(x) and (x == 0 or abs(x) >= sys.float_info.min)
+
+
+def _out_of_range(value: float, base: float) -> str:
+    return (f"{value:.4g} / {base:.4g} is beyond floating-point range "
+            f"({sys.float_info.min:.3g} .. {sys.float_info.max:.3g}); no ratio")
+
+
 def _range_ratio(
     base: Spread, other: Spread, higher_is_better: bool
 ) -> tuple[float, float] | tuple[None, None]:
-    """Worst and best `relative` over the sample ranges (for error bars)."""
+    """Worst and best `relative` over the sample ranges (for error bars); none when a bound is
+    0, negative, or beyond floating-point range."""
     if min(base.min, base.max, other.min, other.max) <= 0:
         return None, None
     if higher_is_better:
-        return other.min / base.max, other.max / base.min
-    return base.min / other.max, base.max / other.min
+        low, high = other.min / base.max, other.max / base.min
+    else:
+        low, high = base.min / other.max, base.max / other.min
+    if not (_representable(low) and _representable(high)) or low == 0:
+        return None, None
+    return low, high
 
 
 def _baseline_cell(m: Metric | None, label: str) -> Cell:
@@ -445,9 +665,11 @@ def compare_reports(
     ordered = [reports[baseline]] + [r for i, r in enumerate(reports) if i != baseline]
     ordered = _unique_labels(ordered)
     base = ordered[0]
-    keys = list(base.metrics)
+    # A dict keeps first-seen order with O(1) membership (a list made this quadratic: 4 min
+    # for 50,000 metrics).
+    keys = dict.fromkeys(base.metrics)
     for r in ordered[1:]:
-        keys += [k for k in r.metrics if k not in keys]
+        keys.update(dict.fromkeys(r.metrics))
     rows: list[Row] = []
     notes: list[str] = []
     for r in ordered:
@@ -646,116 +868,15 @@ def to_json(comp: Comparison) -> dict[str, Any]:
 
 
 def dumps_json(comp: Comparison) -> str:
-    """`to_json` serialised; allow_nan=False proves no NaN slipped through."""
-    return json.dumps(to_json(comp), indent=2, allow_nan=False) + "\n"
+    """`to_json` serialised, one metric per line; allow_nan=False proves no NaN slipped through.
 
-
-# --------------------------------------------------------------------------- HTML + charts
-
-
-def _slug(text: str) -> str:
-    return "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-") or "metrics"
-
-
-def chart_groups(comp: Comparison) -> dict[str, list[Row]]:
-    """Rows that have at least one ratio, grouped by check (one chart per group)."""
-    groups: dict[str, list[Row]] = {}
-    for row in comp.rows:
-        if any(c.relative is not None for c in row.cells[1:]):
-            groups.setdefault(row.check, []).append(row)
-    return groups
-
-
-def draw_chart(comp: Comparison, check: str, rows: Sequence[Row], dest: Path) -> None:
-    """One PNG: a dot per (metric, report) at the performance relative to the baseline (> 1 is
-    better), a whisker over the worst..best case of the two sample ranges, a grey band for the
-    noise floor and a line at 1."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display; must come before pyplot
-    import matplotlib.pyplot as plt
-
-    others = [r.label for r in comp.reports[1:]]
-    n_rows, n_rep = len(rows), max(len(others), 1)
-    step = 0.7 / n_rep
-    fig_h = max(2.4, 1.3 + n_rows * (0.35 + 0.3 * n_rep))
-    fig, ax = plt.subplots(figsize=(9, fig_h), dpi=100)
-    floor = comp.noise_floor_pct / 100.0
-    ax.axvspan(1 - floor, 1 + floor, color="0.88", zorder=0,
-               label=f"noise floor ±{comp.noise_floor_pct:g}%")
-    ax.axvline(1.0, color="0.3", linewidth=1, zorder=1)
-    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
-    lo_x, hi_x = 1 - 2 * floor, 1 + 2 * floor
-    labels_at: list[tuple[float, float, str]] = []
-    for j, label in enumerate(others):
-        ys, xs, lo, hi = [], [], [], []
-        for i, row in enumerate(rows):
-            c = row.cells[j + 1]
-            if c.relative is None:
-                continue
-            y = (n_rows - 1 - i) + ((n_rep - 1) / 2 - j) * step
-            low = c.relative if c.relative_low is None else c.relative_low
-            high = c.relative if c.relative_high is None else c.relative_high
-            ys.append(y)
-            xs.append(c.relative)
-            lo.append(max(c.relative - low, 0.0))
-            hi.append(max(high - c.relative, 0.0))
-            lo_x, hi_x = min(lo_x, low), max(hi_x, high)
-            labels_at.append((high, y, f"{-(c.loss_pct or 0.0):+.1f}%  {cell_verdict(c)}"))
-        ax.errorbar(xs, ys, xerr=[lo, hi], fmt="o", color=colors[j % len(colors)], label=label,
-                    capsize=4, markersize=7, elinewidth=1.5, zorder=3)
-    # Ratios are multiplicative: when they span more than 3x, a log axis keeps 0.5 and 2 the
-    # same distance from 1.
-    log = lo_x > 0 and hi_x / lo_x > 3
-    span = hi_x - lo_x
-    for x, y, text in labels_at:
-        ax.text(x * 1.06 if log else x + span * 0.02, y, text, va="center", fontsize=8, zorder=4)
-    if log:
-        ax.set_xscale("log")
-        ax.set_xlim(lo_x / 1.3, hi_x * 4)
-    else:
-        ax.set_xlim(lo_x - span * 0.08, hi_x + span * 0.6)
-    ax.set_ylim(-0.6, n_rows - 0.4)
-    ax.set_yticks(range(n_rows))
-    ax.set_yticklabels([f"{r.label} [{r.unit}]" if r.unit else r.label for r in reversed(rows)])
-    for k in range(1, n_rows):
-        ax.axhline(k - 0.5, color="0.9", linewidth=0.8, zorder=0)
-    ax.set_xlabel(f"performance relative to {comp.baseline.label}  (> 1 is better; whiskers: "
-                  f"worst..best over the repeats{'; log scale' if log else ''})")
-    ax.set_title(f"{check}: compared with {comp.baseline.label}")
-    # The legend sits in a strip of fixed height under the axes, whatever the figure's height.
-    fig.tight_layout(rect=(0, 0.32 / fig_h, 1, 1))
-    fig.legend(loc="lower center", ncol=min(len(others) + 1, 3), fontsize=8, frameon=False)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    # No timestamp or software tag in the PNG, so the same comparison gives the same bytes.
-    fig.savefig(dest, format="png", metadata={"Software": None}, bbox_inches="tight")
-    plt.close(fig)
-
-
-def write_html(comp: Comparison, out_dir: Path) -> Path:
-    """Write `out_dir/index.html` and one `chart-<check>.png` per metric group (relative paths,
-    no network: the page opens offline). Returns the page's path."""
-    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
-
-    from envbuilder.fsutil import atomic_write_text
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    charts = []
-    for check, rows in chart_groups(comp).items():
-        name = f"chart-{_slug(check)}.png"
-        tmp = out_dir / f".{name}.tmp"
-        draw_chart(comp, check, rows, tmp)
-        tmp.replace(out_dir / name)
-        charts.append({"check": check, "file": name})
-    env = Environment(
-        loader=PackageLoader("envbuilder", "templates/compare"),
-        autoescape=select_autoescape(["html", "j2"]), undefined=StrictUndefined,
-        keep_trailing_newline=True,
-    )
-    page = env.get_template("index.html.j2").render(
-        comp=comp, charts=charts, header=TABLE_HEADER, rows=table_rows(comp),
-        fingerprint=fingerprint_lines(comp), verdict_column=VERDICT_COLUMN,
-    )
-    path = out_dir / "index.html"
-    atomic_write_text(path, page)
-    return path
+    The metrics are encoded compactly by the C encoder: `indent` makes json use its pure-Python
+    encoder, 5 s for 50,000 metrics."""
+    data = to_json(comp)
+    metrics = data.pop("metrics")
+    compact = json.JSONEncoder(allow_nan=False)
+    head = json.dumps(data, indent=2, allow_nan=False)
+    if not metrics:
+        return head[:-2] + ',\n  "metrics": []\n}\n'
+    body = ",\n    ".join(map(compact.encode, metrics))
+    return head[:-2] + ',\n  "metrics": [\n    ' + body + "\n  ]\n}\n"

@@ -17,6 +17,10 @@ from importlib import resources
 
 from envbuilder.errors import CompatDataError
 
+#: The most text `envbuilder explain` reads (standard input or the argument). Matching is linear
+#: (~0.2 s per MB here); the cap bounds memory and time on an endless pipe.
+MAX_INPUT_BYTES = 8 * 1024 * 1024
+
 
 @dataclass(frozen=True)
 class Explanation:
@@ -40,9 +44,54 @@ class Explanation:
                 "sources": list(self.sources)}
 
 
+_UNBOUNDED = re.compile(r"[*+]|\{\d*,\}")
+_GROUP_REPEAT = re.compile(r"[*+{]")
+
+
+def backtracking_risk(pattern: str) -> str | None:
+    """What could make `pattern` slower than linear on a long line, or None.
+
+    A search tries the pattern at every position of the text; the work at each is bounded by a
+    constant only when no part repeats without limit (`*`, `+`, `{n,}`: `.*` after a common
+    prefix rescans the rest of the line from every occurrence, so 1 MB took minutes) and no
+    group repeats (bounds nested in a repeated group multiply). Escapes and [classes] are
+    skipped; an optional group `(...)?` is allowed."""
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "[":
+            i = _class_end(pattern, i)
+            continue
+        if m := _UNBOUNDED.match(pattern, i):
+            return f"unbounded repeat {m.group()!r} at {i}: bound it, e.g. .{{0,80}}"
+        if ch == ")" and _GROUP_REPEAT.match(pattern, i + 1):
+            return f"repeated group at {i}: write the repeats out"
+        i += 1
+    return None
+
+
+def _class_end(pattern: str, start: int) -> int:
+    """The index after the [class] that opens at `start` (a ']' first in it is literal)."""
+    i = start + 1
+    if pattern.startswith("^", i):
+        i += 1
+    if pattern.startswith("]", i):
+        i += 1
+    while i < len(pattern) and pattern[i] != "]":
+        i += 2 if pattern[i] == "\\" else 1
+    return i + 1
+
+
 def _compile(entry_id: str, values: object, key: str) -> tuple[re.Pattern[str], ...]:
     if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
         raise CompatDataError(f"errors.toml: [[error]] {entry_id}: {key} must be a list of strings")
+    for v in values:
+        if risk := backtracking_risk(v):
+            raise CompatDataError(f"errors.toml: [[error]] {entry_id}: {key} regex {v!r} must "
+                                  f"take linear time on long lines: {risk}")
     try:
         return tuple(re.compile(v, re.IGNORECASE) for v in values)
     except re.error as exc:

@@ -9,7 +9,6 @@ docs/reproducibility.md)."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 from envbuilder import aptlock, buildcontext, docker_engine, repro
 from envbuilder.errors import BuildError
 from envbuilder.imagedefs import CONTEXT_LABEL, needs_host_network
+from envbuilder.model import Index
 from envbuilder.ociimage.writer import REPRO_FORMAT, REPRO_LABEL
 from envbuilder.progress import ProgressFn
 from envbuilder.project import Project
@@ -25,16 +25,17 @@ from envbuilder.project import Project
 def build_rendered_image(
     client: Any, project: Project, env: str, target: str, rendered: Path, *, tag: str,
     labels: Mapping[str, str], build_args: Mapping[str, str], progress: ProgressFn,
-    ca_bundle: Path | None, nocache: bool = False,
+    ca_bundle: Path | None, indexes: Mapping[str, Index], nocache: bool = False,
     deterministic: repro.Deterministic | None = None,
 ) -> tuple[str, bool]:
     """Build `rendered` as `tag` (or find it up to date: the tag's image carries this context's
-    digest). `labels` are added to the context label. Returns (image id, whether a build ran).
-    The assembled context is removed in every case."""
+    digest). `labels` are added to the context label; `indexes` are the env's named indexes
+    (EnvSpec.indexes: their mirrors are where the wheel cache looks first). Returns (image id,
+    whether a build ran). The assembled context is removed in every case, an interrupt
+    included."""
     progress(f"{env}/{target}: assembling the build context", 0, None)
-    context = buildcontext.assemble_context(project, env, target, rendered, progress,
-                                            ca_bundle=ca_bundle)
-    try:
+    with buildcontext.assembled(project, env, target, rendered, progress,
+                                indexes=indexes, ca_bundle=ca_bundle) as context:
         if deterministic is not None:
             repro.normalize_context_modes(context)
         digest = buildcontext.context_digest(context)
@@ -57,5 +58,3 @@ def build_rendered_image(
             image_id = repro.write_deterministic(client, image_id, tag, deterministic,
                                                  project.cache, progress)
         return image_id, True
-    finally:
-        shutil.rmtree(context, ignore_errors=True)

@@ -64,8 +64,10 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from envbuilder import aptlock
 from envbuilder.errors import LockError
 from envbuilder.fsutil import sha256_bytes, write_if_changed
+from envbuilder.grammar import ENV_NAME_RE
 from envbuilder.project import Project, pylock_name
-from envbuilder.spec import ENV_NAME_RE, TARGETS, load_spec
+from envbuilder.specload import load_spec
+from envbuilder.targets import registry
 
 #: The lock format this envbuilder reads and writes.
 LOCK_VERSION = 1
@@ -88,6 +90,9 @@ class TargetLock:
     # Why base_image has no digest (only then): see DIGEST_MISSING_REASONS. A base recorded by
     # tag without a reason lost its pin (an edit, or an older envbuilder): `lock --check` fails.
     base_digest_missing: str | None = None
+    # A system package the target installs besides its wheels, pinned: "<https url>#sha256=<hex>"
+    # (the wsl2 target's prebuilt librocdxg .deb on a pip-SDK release). None: the target has none.
+    system_file: str | None = None
     # apt versions per Dockerfile stage: stage -> package -> version (envbuilder.aptlock).
     apt: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
@@ -108,8 +113,10 @@ class EnvLock:
 _TOP_KEYS = {"version": int, "env": str, "spec_hash": str, "envbuilder_version": str,
              "source_date_epoch": int, "targets": dict, "artifacts": dict}
 _TARGET_KEYS = {"platform": str, "python": str, "pylock": str, "pylock_sha256": str,
-                "base_image": str, "base_digest_missing": str, "apt": dict}
-_OPTIONAL = {"artifacts", "base_image", "base_digest_missing", "apt"}
+                "base_image": str, "base_digest_missing": str, "system_file": str, "apt": dict}
+_OPTIONAL = {"artifacts", "base_image", "base_digest_missing", "system_file", "apt"}
+#: A pinned system file: an https URL and the sha256 its bytes must have.
+SYSTEM_FILE_RE = re.compile(r"https://[^\s#]+#sha256=[0-9a-f]{64}")
 _RELOCK = "run `envbuilder lock` to write it again"
 
 #: `base_digest_missing` values: why a base image is recorded by tag. "no-base-digest": the user
@@ -162,14 +169,17 @@ def parse_env_lock(data: Mapping[str, Any], where: str) -> EnvLock:
                                  f"{_untrusted_fix(None)}")
     targets: dict[str, TargetLock] = {}
     for name, table in data["targets"].items():
-        if name not in TARGETS:
+        if name not in registry.names():
             raise LockError(f"{where}: unknown target {name!r} in [targets] "
-                            f"(known: {', '.join(TARGETS)}); {_RELOCK}")
+                            f"(known: {', '.join(registry.names())}); {_RELOCK}")
         if not isinstance(table, dict):
             raise LockError(f"{where}: targets.{name} must be a table; {_RELOCK}")
         _check_table(table, _TARGET_KEYS, f"{where}: targets.{name}")
         _check_pylock_name(table["pylock"], data["env"], name, where)
         _check_base_reason(table, f"{where}: targets.{name}")
+        if "system_file" in table and not SYSTEM_FILE_RE.fullmatch(table["system_file"]):
+            raise LockError(f"{where}: targets.{name}.system_file must be "
+                            f"'https://...#sha256=<64 hex digits>'; {_RELOCK}")
         if "apt" in table:
             table = {**table, "apt": aptlock.parse_apt_table(table["apt"],
                                                              f"{where}: targets.{name}")}
@@ -219,28 +229,32 @@ def _check_base_reason(table: Mapping[str, Any], where: str) -> None:
 _JSON_TYPES = {str: "string", int: "integer", dict: "object"}
 
 
-#: The shape of every pylock name a lock may hold (the reader also ties it to `env` and target).
-_PYLOCK_PATTERN = r"^pylock\.[a-z0-9._-]+-(" + "|".join(TARGETS) + r")\.toml$"
+def _pylock_pattern(targets: Sequence[str]) -> str:
+    """The shape of every pylock name a lock may hold (the reader also ties it to `env` and
+    target)."""
+    return r"^pylock\.[a-z0-9._-]+-(" + "|".join(targets) + r")\.toml$"
 
 
 def json_schema() -> dict[str, Any]:
     """The JSON schema of `<env>.lock.toml` (as parsed TOML), generated from the same tables the
-    strict reader uses; `envbuilder/schemas/lock.schema.json` is this, and a test fails when the
-    two drift."""
+    strict reader uses and the targets registered now; `envbuilder/schemas/lock.schema.json` is
+    this (for the built-in targets), and a test fails when the two drift."""
+    targets = registry.names()
     def props(schema: Mapping[str, type]) -> dict[str, Any]:
         return {k: {"type": _JSON_TYPES[v]} for k, v in schema.items()}
 
     target_props = props(_TARGET_KEYS)
-    target_props["pylock"]["pattern"] = _PYLOCK_PATTERN
+    target_props["pylock"]["pattern"] = _pylock_pattern(targets)
     target_props["base_digest_missing"] = {"enum": list(DIGEST_MISSING_REASONS)}
+    target_props["system_file"]["pattern"] = "^" + SYSTEM_FILE_RE.pattern + "$"
     target_props["apt"] = aptlock.json_schema()
     target = {"type": "object", "additionalProperties": False, "properties": target_props,
               "required": [k for k in _TARGET_KEYS if k not in _OPTIONAL]}
     top = props(_TOP_KEYS)
     top["version"] = {"const": LOCK_VERSION}
     top["targets"] = {"type": "object", "additionalProperties": False,
-                      "properties": {t: {"$ref": "#/$defs/target"} for t in TARGETS}}
-    top["artifacts"] = {"type": "object", "propertyNames": {"enum": list(TARGETS)},
+                      "properties": {t: {"$ref": "#/$defs/target"} for t in targets}}
+    top["artifacts"] = {"type": "object", "propertyNames": {"enum": list(targets)},
                         "additionalProperties": {"type": "object",
                                                  "additionalProperties": {"type": "string"}}}
     return {
@@ -309,7 +323,7 @@ def _s(value: str) -> str:
 
 
 def dump_env_lock(lock: EnvLock) -> bytes:
-    """The canonical bytes of a lock: fixed key order, targets in TARGETS order, sorted artifacts.
+    """The canonical bytes of a lock: fixed key order, targets in registry order, sorted artifacts.
     The same EnvLock always gives the same bytes."""
     lines = [
         HEADER.rstrip("\n"),
@@ -328,6 +342,8 @@ def dump_env_lock(lock: EnvLock) -> bytes:
             lines.append(f"base_image = {_s(t.base_image)}")
         if t.base_digest_missing is not None:
             lines.append(f"base_digest_missing = {_s(t.base_digest_missing)}")
+        if t.system_file is not None:
+            lines.append(f"system_file = {_s(t.system_file)}")
     # apt pins (long lists) after every target's short table, before the artifacts.
     for name in sorted(lock.targets, key=_target_order):
         apt = lock.targets[name].apt
@@ -349,7 +365,7 @@ def _key(key: str) -> str:
 
 
 def _target_order(name: str) -> tuple[int, str]:
-    order: tuple[str, ...] = TARGETS
+    order = registry.names()
     return (order.index(name) if name in order else len(order), name)
 
 
@@ -512,9 +528,9 @@ def _bad(where: str, key: str, want: str, value: object) -> LockError:
 
 def parse_pylock(data: bytes, where: str) -> dict[str, Any]:
     """A pylock's bytes -> its TOML document, after checking every value envbuilder reads from
-    it (package names, versions and markers; artifact URLs, hashes, sizes, upload times; wheel
-    file names). LockError naming `where`, the key and what it must be. Keys envbuilder does not
-    read are left alone (PEP 751 has many)."""
+    it (package names, versions, markers and indexes; artifact URLs, hashes, sizes, upload
+    times; wheel file names). LockError naming `where`, the key and what it must be. Keys
+    envbuilder does not read are left alone (PEP 751 has many)."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -547,6 +563,10 @@ def _check_package(package: Mapping[str, Any], where: str, key: str) -> None:
         except InvalidMarker as exc:
             raise LockError(f"{where}: {key}.marker {marker!r} is not a PEP 508 marker: "
                             f"{exc}") from None
+    index = package.get("index")  # the wheel cache may ask this URL for the package's files
+    if index is not None and (not isinstance(index, str)
+                              or not index.startswith(("https://", "http://"))):
+        raise _bad(where, f"{key}.index", "the http(s) URL of the package's index", index)
     wheels = package.get("wheels", [])
     if not isinstance(wheels, list) or not all(isinstance(w, dict) for w in wheels):
         raise _bad(where, f"{key}.wheels", "an array of tables", wheels)

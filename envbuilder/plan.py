@@ -1,10 +1,11 @@
-"""One typed, ordered plan between the lock and the rendered files.
+"""One typed, ordered plan between the lock and the rendered files: the plan primitives.
 
-`build_plan` turns (env spec, target, ROCm release facts, lock pins) into a `Plan`: stages of
-small, frozen steps such as "apt-install", "create-user", "create-venv", "install-locked",
-"rocm-wsl-stack", "libhsa-fix", "write-file". Templates only loop and branch over the plan (by
-`step.kind`); they never read the spec or the lock. Every fact the steps encode comes from the
-compatibility data (`envbuilder/data/*.toml`) or from the constants below, each with its source.
+Each target's descriptor (`envbuilder.targets.<name>`, its `plan`) turns (env spec, `PlanInputs`:
+ROCm release facts, lock pins, the env's variables) into a `Plan`: stages of small, frozen steps
+such as "apt-install", "create-user", "create-venv", "install-locked", "rocm-wsl-stack",
+"libhsa-fix", "write-file". Templates only loop and branch over the plan (by `step.kind`); they
+never read the spec or the lock. Every fact the steps encode comes from the compatibility data
+(`envbuilder/data/*.toml`) or from constants with their source (here and in the descriptors).
 
 Plans are pure values: the same inputs give an equal plan, and `Plan.input_sha256` (a hash of
 its canonical JSON) is what the generated files carry in their header instead of a timestamp.
@@ -15,33 +16,16 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, is_dataclass, replace
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
-from envbuilder import activate
-from envbuilder.compat import RocmRelease, load_compat
-from envbuilder.errors import RenderError
+from envbuilder.compat import RocmRelease
 from envbuilder.fsutil import sha256_bytes
-from envbuilder.imagedefs import CONTEXT_DIR, ENV_LABEL, LOCK_LABEL, LOCK_SHA_ARG, UID, VENV
-from envbuilder.project import pylock_name
-from envbuilder.quoting import env_name, sh_quote
-from envbuilder.spec import EnvSpec, TargetName
+from envbuilder.imagedefs import CONTEXT_DIR, ENV_LABEL, LOCK_LABEL, LOCK_SHA_ARG, VENV
+from envbuilder.model import EnvSpec
 
 #: Groups that own the GPU device nodes (/dev/kfd is root:render, /dev/dri root:video;
 #: ROCm/ROCm-docker#90, #116). `render` is created when the base image lacks it.
 GPU_GROUPS = ("video", "render")
-#: The rendered PowerShell script upgrades pip to at least this (pip installs pylock.toml from 26).
-WINDOWS_PIP = "pip>=26"
-#: Ubuntu release -> codename, for AMD's amdgpu-install package paths.
-UBUNTU_CODENAMES = {"22.04": "jammy", "24.04": "noble"}
-#: Ubuntu 24.04's own ROCr/thunk packages shadow /opt/rocm inside WSL: removed
-#: (rocm-reference.md, "WSL2").
-DISTRO_HSA_PACKAGES = ("libhsa-runtime64-1", "libhsakmt1")
-#: Where WSL's first-launch script lives (Microsoft: under /usr/lib/wsl).
-OOBE_PATH = "/usr/lib/wsl/oobe.sh"
-#: librocdxg is built from source against the Windows SDK headers (ROCm/librocdxg README), which
-#: only exist under /mnt/c on the user's machine: the oobe script builds it at first launch.
-LIBROCDXG_GIT = "https://github.com/ROCm/librocdxg.git"
-LIBROCDXG_BUILD_DEPS = ("cmake", "g++", "git", "make")
 
 
 # --- steps ---------------------------------------------------------------------------------------
@@ -71,6 +55,17 @@ class CreateUser(Step):
 
     kind: ClassVar[str] = "create-user"
     name: str
+    uid: int
+    groups: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ReserveUid(Step):
+    """The GPU `groups` exist (created as system groups when missing) and no user holds `uid`
+    (Ubuntu's `ubuntu` is removed): WSL's first launch creates the user with it (the modern
+    `.wsl` format ships no default user)."""
+
+    kind: ClassVar[str] = "reserve-uid"
     uid: int
     groups: tuple[str, ...]
 
@@ -141,6 +136,33 @@ class RocmWslStack(Step):
 
 
 @dataclass(frozen=True)
+class InstallDeb(Step):
+    """Download one .deb, check its sha256, install it with apt (its dependencies from the
+    distribution). `sha256` None: not locked (no confirmed hash): the build stops there, saying
+    so, instead of installing an unchecked file. `check_file`: a file the package must install."""
+
+    kind: ClassVar[str] = "install-deb"
+    what: str
+    url: str
+    sha256: str | None
+    check_file: str | None = None
+
+    @property
+    def filename(self) -> str:
+        return self.url.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class LinkRocmSdkRoot(Step):
+    """A pip-SDK venv has no /opt/rocm: ROCm's root is what `rocm-sdk path --root` says, asked
+    at build time and recorded as the link `link` (which ROCM_PATH names)."""
+
+    kind: ClassVar[str] = "rocm-sdk-root"
+    rocm_sdk: str  # the venv's rocm-sdk command
+    link: str
+
+
+@dataclass(frozen=True)
 class RemoveDistroPackages(Step):
     """Purge these packages if installed (Ubuntu 24.04's libhsa-runtime64-1/libhsakmt1)."""
 
@@ -175,6 +197,18 @@ class WriteFile(Step):
     kind: ClassVar[str] = "write-file"
     path: str
     lines: tuple[str, ...]
+    mode: str = "0644"
+
+
+@dataclass(frozen=True)
+class WriteBinaryFile(Step):
+    """Write a binary file from its base64 text (`base64_lines`, joined), root-owned; `why`
+    becomes the comment above it."""
+
+    kind: ClassVar[str] = "write-binary"
+    path: str
+    base64_lines: tuple[str, ...]
+    why: str
     mode: str = "0644"
 
 
@@ -224,11 +258,12 @@ class RunAsUser(Step):
     workdir: str
 
 
-# Windows steps (rendered into PowerShell)
+# venv steps (windows: rendered into PowerShell; native: carried out by envbuilder.builders.venv)
 
 @dataclass(frozen=True)
 class FindPython(Step):
-    """Find Python `version` with the py launcher; fail naming the version when absent."""
+    """Find Python `version` (Windows: the py launcher; Linux: uv's interpreter discovery); fail
+    naming the version when absent."""
 
     kind: ClassVar[str] = "find-python"
     version: str
@@ -245,6 +280,16 @@ class InstallPylock(Step):
 
 
 @dataclass(frozen=True)
+class SyncPylock(Step):
+    """Fetch every artifact of the pylock into the wheel cache (sha256-verified), then make the
+    venv hold exactly them: `uv pip sync --offline --require-hashes` (the native venv)."""
+
+    kind: ClassVar[str] = "sync-pylock"
+    pylock: str  # path relative to the project root, forward slashes
+    pylock_sha256: str | None
+
+
+@dataclass(frozen=True)
 class WriteActivation(Step):
     """Splice the env's block into each venv activate script (name -> block lines)."""
 
@@ -253,6 +298,9 @@ class WriteActivation(Step):
     end: str
     scripts: tuple[tuple[str, tuple[str, ...], str], ...]  # (file name, lines, newline)
     variables: tuple[tuple[str, str], ...]
+
+
+_S = TypeVar("_S", bound=Step)
 
 
 @dataclass(frozen=True)
@@ -277,6 +325,7 @@ class WslConfig:
     venv: str
     rocdxg: bool
     welcome: tuple[str, ...]
+    icon_path: str
 
 
 @dataclass(frozen=True)
@@ -284,12 +333,19 @@ class Plan:
     """Everything a target's templates need, and nothing else."""
 
     env: str
-    target: TargetName
+    target: str
     description: str
     locked: bool
     stages: tuple[Stage, ...] = ()
     steps: tuple[Step, ...] = ()  # single-stage targets (windows)
     wsl: WslConfig | None = None
+
+    def first(self, kind: type[_S]) -> _S | None:
+        """The plan's first step of type `kind` (its stages' steps, then its own), if any."""
+        for step in (*(s for st in self.stages for s in st.steps), *self.steps):
+            if isinstance(step, kind):
+                return step
+        return None
 
     @property
     def input_sha256(self) -> str:
@@ -319,6 +375,7 @@ class LockPins:
     base_image: str | None = None  # "image@sha256:<hex>"
     pylock: str | None = None  # pylock file name
     pylock_sha256: str | None = None
+    system_file: str | None = None  # "<url>#sha256=<hex>" (lockfile.TargetLock.system_file)
     apt: Mapping[str, Mapping[str, str]] | None = None  # stage -> package -> version (aptlock)
 
     @property
@@ -326,33 +383,26 @@ class LockPins:
         return self.pylock_sha256 is not None
 
 
-# --- building plans ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PlanInputs:
+    """What a target's plan is made from besides the env: the ROCm release facts (None for a
+    non-ROCm env), the lock's pins, and the env's variables for that target, in order (the
+    target descriptor's `variables`)."""
 
-def build_plan(
-    env: EnvSpec,
-    target: TargetName,
-    *,
-    rocm: RocmRelease | None,
-    lock: LockPins,
-    variables: Mapping[str, str],
-) -> Plan:
-    """The plan for `env` on `target`. `rocm` is the env's release (None for non-ROCm envs);
-    `variables` the env's environment variables for that target, in order (see
-    envbuilder.activate.activation_env). Raises RenderError when the facts needed are missing."""
-    if target == "docker":
-        return _pin_apt(_docker_plan(env, lock, variables), lock.apt)
-    if target == "wsl2":
-        return _pin_apt(_wsl_plan(env, rocm, lock, variables), lock.apt)
-    if target == "windows":
-        return _windows_plan(env, lock, variables)
-    raise RenderError(f"target {target!r} has no rendered files (native venvs are built directly)")
+    rocm: RocmRelease | None
+    lock: LockPins
+    variables: Mapping[str, str]
 
 
-def _pin_apt(p: Plan, apt: Mapping[str, Mapping[str, str]] | None) -> Plan:
+# --- pieces several targets' plans share ---------------------------------------------------------
+
+def pin_apt(p: Plan, apt: Mapping[str, Mapping[str, str]] | None) -> Plan:
     """Each named stage's apt-install steps with the lock's versions for that stage (a stage
-    the lock does not pin stays unpinned; `envbuilder lock --check` reports it)."""
+    the lock does not pin stays unpinned; `envbuilder lock --check` reports it). Applied to
+    every target's plan by envbuilder.render, so a descriptor's plan names packages only."""
     if not apt:
         return p
+
     def pinned(st: Stage) -> Stage:
         versions = apt.get(st.name) if st.name is not None else None
         if versions is None:
@@ -365,7 +415,7 @@ def _pin_apt(p: Plan, apt: Mapping[str, Mapping[str, str]] | None) -> Plan:
     return replace(p, stages=tuple(pinned(st) for st in p.stages))
 
 
-def _base(image_tag: str, lock: LockPins) -> tuple[str, bool]:
+def from_image(image_tag: str, lock: LockPins) -> tuple[str, bool]:
     """The FROM reference: the lock's pin when it has a digest (a lock made without an engine may
     record only the tag), else the spec's tag."""
     if lock.base_image:
@@ -373,11 +423,14 @@ def _base(image_tag: str, lock: LockPins) -> tuple[str, bool]:
     return image_tag, False
 
 
-def _python_packages(extra: tuple[str, ...]) -> tuple[str, ...]:
+def python_packages(extra: tuple[str, ...]) -> tuple[str, ...]:
+    """The apt packages of a stage that needs the distribution's python3, plus `extra`."""
     return ("python3", *sorted(set(extra) - {"python3"}))
 
 
-def _build_stage(base_stage: str, python: str, version: str) -> Stage:
+def build_stage(base_stage: str, python: str, version: str) -> Stage:
+    """The "build" stage: the venv made by the base's `python`, checked to be `version`, holding
+    the locked wheels of the build context."""
     venv_python = f"{VENV}/bin/python"
     steps: list[Step] = [
         AptInstall(("python3", "python3-venv")),
@@ -389,7 +442,8 @@ def _build_stage(base_stage: str, python: str, version: str) -> Stage:
     return Stage("build", base_stage, True, tuple(steps))
 
 
-def _labels(env: EnvSpec, lock: LockPins) -> Labels:
+def labels(env: EnvSpec, lock: LockPins) -> Labels:
+    """The image's OCI labels and envbuilder's own (the lock's sha256 from a build arg)."""
     pairs = (
         ("org.opencontainers.image.title", env.name),
         ("org.opencontainers.image.description", env.description),
@@ -399,121 +453,3 @@ def _labels(env: EnvSpec, lock: LockPins) -> Labels:
     return Labels(pairs, ((LOCK_LABEL, LOCK_SHA_ARG),))
 
 
-def _docker_plan(env: EnvSpec, lock: LockPins, variables: Mapping[str, str]) -> Plan:
-    if env.docker is None:
-        raise RenderError(f"env {env.name!r} has no [env.{env.name}.docker] table")
-    base, pinned = _base(env.docker.base, lock)
-    user = env.docker.user
-    runtime = Stage("runtime", base, pinned, (
-        AptInstall(_python_packages(env.apt)),
-        CreateUser(user, UID, GPU_GROUPS),
-    ))
-    build = _build_stage("runtime", env.docker.python, env.python)
-    final = Stage(None, "runtime", True, (
-        CopyFromStage("build", VENV, VENV),
-        SetEnv(tuple(variables.items()), path_prepend=f"{VENV}/bin"),
-        _labels(env, lock),
-        RunAsUser(UID, f"/home/{user}"),
-    ))
-    return Plan(env.name, "docker", env.description, lock.locked, (runtime, build, final))
-
-
-def _wsl_stack(env: EnvSpec, rocm: RocmRelease | None, ubuntu: str | None) -> list[Step]:
-    """The ROCm WSL stack and the distro-package removal, or nothing for non-ROCm envs."""
-    if env.accelerator != "rocm":
-        return []
-    where = f"env {env.name!r} (ROCm {env.rocm})"
-    if rocm is None or rocm.wsl_stack is None:
-        raise RenderError(f"{where}: this ROCm release has no WSL runtime; run `envbuilder check`")
-    if ubuntu not in UBUNTU_CODENAMES:
-        raise RenderError(f"{where}: wsl2.ubuntu must be one of {sorted(UBUNTU_CODENAMES)}")
-    if ubuntu not in rocm.ubuntu:
-        raise RenderError(f"{where}: Ubuntu {ubuntu} is not supported in WSL by this release "
-                          f"(supported: {', '.join(rocm.ubuntu)})")
-    url = rocm.amdgpu_install_url(UBUNTU_CODENAMES[ubuntu])
-    if not url:
-        raise RenderError(f"{where}: the compatibility data has no amdgpu-install package")
-    legacy = rocm.wsl_stack == "legacy"
-    steps: list[Step] = [RocmWslStack(
-        rocm.wsl_stack, rocm.version, ubuntu, url,
-        "wsl,rocm" if legacy else "rocm",
-        () if legacy else LIBROCDXG_BUILD_DEPS,
-    )]
-    if ubuntu == "24.04":
-        steps.append(RemoveDistroPackages(
-            DISTRO_HSA_PACKAGES, "Ubuntu 24.04's own ROCr/thunk shadow /opt/rocm inside WSL"))
-    return steps
-
-
-def _profile_lines(variables: Mapping[str, str]) -> tuple[str, ...]:
-    lines = ["# Environment of this envbuilder distro (login shells read /etc/profile.d).",
-             f'export PATH="{VENV}/bin:$PATH"']
-    lines += [f"export {env_name(k)}={sh_quote(v)}" for k, v in variables.items()]
-    return tuple(lines)
-
-
-def _wsl_plan(
-    env: EnvSpec, rocm: RocmRelease | None, lock: LockPins, variables: Mapping[str, str]
-) -> Plan:
-    wsl = env.wsl2
-    if wsl is None:
-        raise RenderError(f"env {env.name!r} has no [env.{env.name}.wsl2] table")
-    rocdxg = rocm is not None and rocm.wsl_stack == "rocdxg"
-    if rocdxg:
-        variables = {**variables, "HSA_ENABLE_DXG_DETECTION": "1"}
-    base, pinned = _base(wsl.base, lock)
-    system = ["ca-certificates"]
-    if wsl.systemd:
-        system += ["systemd", "systemd-sysv"]
-    rootfs: list[Step] = [AptInstall(_python_packages((*env.apt, *system)))]
-    rootfs += _wsl_stack(env, rocm, wsl.ubuntu)
-    if wsl.systemd:
-        # Which units: compatibility data (envbuilder/data/wsl.toml, with its sources).
-        rootfs.append(MaskUnits(load_compat().wsl_units.masked))
-    rootfs += [
-        CreateUser(wsl.user, UID, GPU_GROUPS),
-        WriteFile("/etc/profile.d/envbuilder.sh", _profile_lines(variables)),
-    ]
-    build = _build_stage("rootfs", "python3", env.python)
-    if env.accelerator == "rocm" and rocm is not None and rocm.libhsa_fix is not None:
-        torch_lib = f"{VENV}/lib/python{env.python}/site-packages/torch/lib"
-        build = replace(build, steps=(*build.steps, LibhsaFix(rocm.libhsa_fix, torch_lib)))
-    final = Stage(None, "rootfs", True, (
-        CopyFromStage("build", VENV, VENV),
-        InstallConfFiles((
-            ("envbuilder/wsl.conf", "/etc/wsl.conf", "0644"),
-            ("envbuilder/wsl-distribution.conf", "/etc/wsl-distribution.conf", "0644"),
-            ("envbuilder/oobe.sh", OOBE_PATH, "0755"),
-        )),
-        _labels(env, lock),
-    ))
-    welcome = (
-        f"This is the envbuilder distro {wsl.distro!r}: {env.description}",
-        f"Python {env.python} venv with the locked packages: {VENV} (on PATH in login shells).",
-    )
-    config = WslConfig(wsl.distro, wsl.user, UID, wsl.systemd, OOBE_PATH, VENV, rocdxg, welcome)
-    stages = (Stage("rootfs", base, pinned, tuple(rootfs)), build, final)
-    return Plan(env.name, "wsl2", env.description, lock.locked, stages, wsl=config)
-
-
-def _windows_plan(env: EnvSpec, lock: LockPins, variables: Mapping[str, str]) -> Plan:
-    if env.windows is None:
-        raise RenderError(f"env {env.name!r} has no [env.{env.name}.windows] table")
-    pylock = f"lockfiles/{lock.pylock or pylock_name(env.name, 'windows')}"
-    # The same blocks `envbuilder build --target windows` writes (envbuilder.activate), so the
-    # script and the tool leave identical venvs. Script names as `python -m venv` writes them.
-    makers = (("activate", activate.bash_block), ("Activate.ps1", activate.powershell_block),
-              ("activate.bat", activate.cmd_activate_block),
-              ("deactivate.bat", activate.cmd_deactivate_block))
-    scripts = tuple(
-        (name, tuple(make(variables).replace("\r\n", "\n").splitlines()) if variables else (),
-         "crlf" if name.endswith(".bat") else "auto")
-        for name, make in makers
-    )
-    steps: tuple[Step, ...] = (
-        FindPython(env.windows.python),
-        CreateVenv("py", ".venv"),
-        InstallPylock(WINDOWS_PIP, pylock, lock.pylock_sha256),
-        WriteActivation(activate.BEGIN, activate.END, scripts, tuple(variables.items())),
-    )
-    return Plan(env.name, "windows", env.description, lock.locked, steps=steps)

@@ -23,9 +23,16 @@ def pylock_name(env: str, target: str) -> str:
     return f"pylock.{env}-{target}.toml"
 
 
+def venv_folder(env: str, target: str) -> str:
+    """Where a venv target's venv goes when --path is not given, relative to the project root
+    (.envbuilder/ is gitignored)."""
+    return f".envbuilder/venvs/{env}-{target}"
+
+
 @dataclass(frozen=True)
 class Project:
-    """The folders of one checkout. All outputs are relative to the spec file's folder."""
+    """The folders of one checkout. All outputs are relative to the spec file's folder (each
+    target's rendered files: its descriptor's `output_dir`, envbuilder.targets)."""
 
     root: Path
     spec_path: Path
@@ -39,22 +46,6 @@ class Project:
     @property
     def lockfiles(self) -> Path:
         return self.root / "lockfiles"
-
-    @property
-    def dockerfiles(self) -> Path:
-        return self.root / "dockerfiles"
-
-    @property
-    def wsl(self) -> Path:
-        return self.root / "wsl"
-
-    @property
-    def windows(self) -> Path:
-        return self.root / "windows"
-
-    @property
-    def native(self) -> Path:
-        return self.root / "native"
 
     @property
     def reports(self) -> Path:

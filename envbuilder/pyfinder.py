@@ -59,8 +59,10 @@ def install_hint(version: str, windows: bool) -> str:
 
 
 def _run(cmd: Sequence[str]) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(list(cmd), capture_output=True, text=True, timeout=120, check=False)
+    from envbuilder import interrupts
+
+    try:  # in its own process group, ended with envbuilder when interrupted
+        return interrupts.run(cmd, timeout=120)
     except FileNotFoundError as exc:
         raise EngineError(f"cannot run {cmd[0]!r}: {exc.strerror}") from exc
     except subprocess.TimeoutExpired as exc:

@@ -7,13 +7,18 @@ downloads nothing).
 
 Sources, in order: the cache; the mirror of the file's index (`[indexes.NAME] mirror` or
 `ENVBUILDER_MIRROR_<NAME>`: a folder, or a URL under which `<file name>` or a simple-index page
-lists it); the canonical URL recorded in the pylock. A file from any source is accepted only when
-its sha256 matches the lock.
+lists it); the canonical URL recorded in the pylock; the simple-index page of the package on the
+index the pylock names (PEP 751 `packages.index`: the file found by name, version and hash when
+its recorded URL is gone). A file's index is the entry's `index` (envbuilder writes it for every
+package of a named index), else the named index whose URL the file's URL starts with (pylocks
+written before `index` was). A file from any source is accepted only when its sha256 matches the
+lock. The caller passes the env's named indexes (`EnvSpec.indexes`): the wheel cache never reads
+the spec file itself.
 
 CONTRACT:
-    fetch_locked(project, env, target, progress) -> list[CachedArtifact]
+    fetch_locked(project, env, target, progress, *, indexes) -> list[CachedArtifact]
     write_wheelhouse(project, env, target, dest_dir, in_image_prefix="/tmp/envbuilder/wheels",
-                     progress=no_progress) -> Path     the requirements.txt it wrote
+                     progress=no_progress, *, indexes) -> Path     the requirements.txt it wrote
     CachedArtifact(name, version, filename, sha256, path, source, downloaded_bytes)
 """
 
@@ -37,13 +42,13 @@ from packaging.markers import InvalidMarker, Marker
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from envbuilder.errors import EnvbuilderError, LockError
+from envbuilder.errors import LockError
 from envbuilder.fsutil import atomic_write_text
+from envbuilder.indexsources import IndexSource, mirrored_sources
 from envbuilder.lockfile import load_verified_lock, parse_pylock, url_filename
+from envbuilder.model import EnvSpec, Index
 from envbuilder.progress import ProgressFn, no_progress
 from envbuilder.project import Project
-from envbuilder.resolve import IndexSource, index_source
-from envbuilder.spec import EnvSpec, Index, load_spec
 
 Source = Literal["cache", "mirror", "download"]
 _CHUNK = 1 << 20
@@ -73,6 +78,7 @@ class LockedFile:
     url: str
     sha256: str
     size: int | None
+    index: str | None = None  # PEP 751 `packages.index`: the canonical URL of its index
 
 
 def cache_path(project: Project, sha256: str, filename: str) -> Path:
@@ -169,20 +175,12 @@ def _select_files(doc: Mapping[str, Any], where: str, platform: str,
             raise LockError(f"{where}: {wheel['name']} lacks a url or a sha256 hash; "
                             "run `envbuilder lock` to re-resolve")
         out.append(LockedFile(str(canonicalize_name(pkg["name"])), str(pkg.get("version", "")),
-                              wheel["name"], wheel["url"], sha, wheel.get("size")))
+                              wheel["name"], wheel["url"], sha, wheel.get("size"),
+                              pkg.get("index")))
     return sorted(out, key=lambda f: (f.name, f.filename))
 
 
 # --- fetching ----------------------------------------------------------------------------------
-
-
-def _mirrors(project: Project) -> list[IndexSource]:
-    """The mirrored indexes of this machine (spec mirrors and ENVBUILDER_MIRROR_* overrides)."""
-    try:
-        indexes: Mapping[str, Index] = load_spec(project.spec_path).indexes
-    except EnvbuilderError:  # no spec, or a broken one: fetch from the canonical URLs
-        return []
-    return [src for ix in indexes.values() if (src := index_source(ix, project.root)[0]).mirrored]
 
 
 def _ssl_context() -> ssl.SSLContext:
@@ -202,14 +200,21 @@ class _Links(html.parser.HTMLParser):
 
 def _mirror_candidates(src: IndexSource, f: LockedFile) -> Iterable[str]:
     """URLs (or a path) where a mirror may hold `f`: a folder's file, `<url>/<file name>`, and
-    the link a simple-index page `<url>/<project>/` gives for that file name."""
+    the link a simple-index page `<url>/<project>/` gives for that file."""
     folder = src.mirror_folder()
     if folder is not None:
         yield str(folder / f.filename)
         return
     base = (src.mirror_url() or "").rstrip("/") + "/"
     yield urljoin(base, quote(f.filename))
-    page = urljoin(base, f"{f.name}/")
+    yield from _simple_page_links(base, f)
+
+
+def _simple_page_links(index_url: str, f: LockedFile) -> Iterable[str]:
+    """The links the simple-index page `<index_url>/<project>/` gives for `f`: by its file name
+    (name, version, tags) or by a `#sha256=` fragment equal to its hash. None when the page
+    cannot be read."""
+    page = urljoin(index_url.rstrip("/") + "/", f"{f.name}/")
     try:
         with urllib.request.urlopen(page, timeout=60, context=_ssl_context()) as resp:
             parser = _Links()
@@ -217,9 +222,19 @@ def _mirror_candidates(src: IndexSource, f: LockedFile) -> Iterable[str]:
     except (urllib.error.URLError, OSError, ValueError):
         return
     for href in parser.hrefs:
-        link = urljoin(page, href).split("#", 1)[0]
-        if unquote(link.rsplit("/", 1)[-1]) == f.filename:
+        link, _, fragment = urljoin(page, href).partition("#")
+        if not link.startswith(("https://", "http://")):
+            continue  # a page must not point the cache at local files
+        if unquote(link.rsplit("/", 1)[-1]) == f.filename or fragment == f"sha256={f.sha256}":
             yield link
+
+
+def _of_index(src: IndexSource, f: LockedFile) -> bool:
+    """Whether `f` comes from the index `src`: the pylock entry names it (`index`), or, in a
+    pylock without `index`, the file's URL lies under the index's URL."""
+    if f.index is not None:
+        return f.index.rstrip("/") == src.canonical.rstrip("/")
+    return f.url.startswith(src.canonical.rstrip("/") + "/")
 
 
 def _copy_verified(
@@ -255,7 +270,7 @@ def _fetch_one(
         return CachedArtifact(f.name, f.version, f.filename, f.sha256, dest)
     refused: list[str] = []
     for src in mirrors:
-        if not f.url.startswith(src.canonical.rstrip("/") + "/"):
+        if not _of_index(src, f):
             continue
         for where in _mirror_candidates(src, f):
             got = _try_fetch(where, dest, f, progress, refused)
@@ -265,6 +280,12 @@ def _fetch_one(
     got = _try_fetch(f.url, dest, f, progress, refused)
     if got is not None:
         return CachedArtifact(f.name, f.version, f.filename, f.sha256, dest, "download", got)
+    # PEP 751: the recorded URL is gone; its index may still list the file (name, version, hash)
+    for where in _simple_page_links(f.index, f) if f.index else ():
+        got = _try_fetch(where, dest, f, progress, refused)
+        if got is not None:
+            return CachedArtifact(f.name, f.version, f.filename, f.sha256, dest, "download",
+                                  got)
     raise LockError(f"cannot fetch {f.filename} (sha256 {f.sha256}):\n  " + "\n  ".join(refused)
                     + "\nGive its index a mirror (ENVBUILDER_MIRROR_<INDEX_NAME>=folder or URL).")
 
@@ -288,10 +309,12 @@ def _try_fetch(where: str, dest: Path, f: LockedFile, progress: ProgressFn,
 
 
 def fetch_locked(
-    project: Project, env: str | EnvSpec, target: str, progress: ProgressFn = no_progress
+    project: Project, env: str | EnvSpec, target: str, progress: ProgressFn = no_progress, *,
+    indexes: Mapping[str, Index],
 ) -> list[CachedArtifact]:
     """Make sure every wheel the target's pylock installs is in the cache; return them, sorted by
     package name. Downloads each file at most once (mirror first), accepts it only by sha256.
+    `indexes`: the spec's named indexes (their mirrors on this machine are tried first).
     Raises LockError when the env/target is not locked, its pylock is not the one the lock
     recorded (lockfile.load_verified_lock) or a file cannot be fetched. Whether the lock is
     current for the spec is the caller's check (the targets make it before building)."""
@@ -299,7 +322,7 @@ def fetch_locked(
     pylock = load_verified_lock(project, name, target, spec_hash=None).pylock
     files = _select_files(pylock.doc, pylock.path.name, pylock.entry.platform,
                           pylock.entry.python)
-    mirrors = _mirrors(project)
+    mirrors = mirrored_sources(indexes, project.root)
     return [_fetch_one(project, f, mirrors, progress) for f in files]
 
 
@@ -315,11 +338,13 @@ def write_wheelhouse(
     dest_dir: Path,
     in_image_prefix: str = "/tmp/envbuilder/wheels",
     progress: ProgressFn = no_progress,
+    *,
+    indexes: Mapping[str, Index],
 ) -> Path:
     """Fetch the target's wheels, hard-link (or copy) them into `dest_dir/wheels/`, and write
     `dest_dir/requirements.txt`: one `<in_image_prefix>/<filename> --hash=sha256:<hex>` line per
     wheel, sorted. Returns the requirements.txt path."""
-    artifacts = fetch_locked(project, env, target, progress)
+    artifacts = fetch_locked(project, env, target, progress, indexes=indexes)
     wheels = dest_dir / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     for art in artifacts:

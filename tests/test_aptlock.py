@@ -16,7 +16,8 @@ from envbuilder import aptlock, lockfile
 from envbuilder.cli import main
 from envbuilder.errors import BuildError, LockError
 from envbuilder.project import Project
-from envbuilder.spec import load_spec
+from envbuilder.specload import load_spec
+from envbuilder.targets import registry
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = "debian:bookworm-slim"
@@ -166,7 +167,8 @@ def test_lock_records_apt_versions_and_check_requires_them(
     assert set(lock.targets["docker"].apt) == {"runtime", "build"}
     assert main(["-q", "lock", "--spec", spec, "--check"]) == 0
     assert main(["-q", "render", "--spec", spec]) == 0
-    dockerfile = (project.dockerfiles / "small" / "Dockerfile").read_text()
+    rendered = registry.get("docker").rendered_folder(project, "small")
+    dockerfile = (rendered / "Dockerfile").read_text()
     assert f"python3={lock.targets['docker'].apt['runtime']['python3']} \\" in dockerfile
 
     # A lock without them (an older envbuilder, or an edit) is stale; `lock` writes them again.

@@ -18,6 +18,8 @@ import pytest
 import tomlkit
 
 from envbuilder.cli import main
+from envbuilder.pipsdk import lock_inputs
+from envbuilder.specload import load_spec
 
 DATA = Path(__file__).parent / "data" / "spec"
 BASE: dict[str, Any] = tomllib.loads((DATA / "base.toml").read_text(encoding="utf-8"))
@@ -65,6 +67,28 @@ def gpu_table(table: str, **values: Any) -> Mutation:
     return m
 
 
+def index(name: str, url: str) -> Mutation:
+    def m(d: dict[str, Any]) -> None:
+        d["indexes"][name] = {"url": url}
+    return m
+
+
+#: The pip SDK's index per release line (envbuilder/data/rocm.toml pip_index) and a torch on it.
+AMD_SDK = {"7.14.1": ("https://repo.amd.com/rocm/whl-multi-arch/", "torch==2.12.0+rocm7.14.1"),
+           "10.1.0": ("https://stable.repo.amd.com/rocm/whl-next/", "torch==2.14.0+rocm10.1.0")}
+
+
+def amd_sdk(rocm: str, **values: Any) -> Mutation:
+    """The env on pip-SDK release `rocm`, torch from its index (pinned to index "amd")."""
+    url, torch = AMD_SDK[rocm]
+
+    def m(d: dict[str, Any]) -> None:
+        d["indexes"]["amd"] = {"url": url}
+        d["env"]["gpu"].update({"rocm": rocm, "packages": [torch],
+                                "index_pins": {"torch": "amd"}, **values})
+    return m
+
+
 def chain(*ms: Mutation) -> Mutation:
     def m(d: dict[str, Any]) -> None:
         for one in ms:
@@ -100,7 +124,7 @@ CASES: list[tuple[str, Mutation, str, str, list[str]]] = [
      "env.gpu.packages", "error", ["'numpy>=1.x': not a valid PEP 508 requirement"]),
     ("torch-no-wheel", gpu(packages=["torch==2.7.1"]), "env.gpu.packages", "error",
      ["torch==2.7.1: no torch wheel matching '==2.7.1' on the rocm6.4 index",
-      "torch 2.7.1 is on: rocm6.3"]),
+      "torch 2.7.1 is on: rocm6.2.4, rocm6.3"]),
     ("torch-wrong-local", gpu(packages=["torch==2.9.1+rocm6.3"]), "env.gpu.packages", "error",
      ["no torch wheel matching '==2.9.1+rocm6.3' on the rocm6.4 index"]),
     ("torch-python-range", chain(gpu(python="3.9"), gpu_table("docker", base="x/y:1")),
@@ -149,6 +173,31 @@ CASES: list[tuple[str, Mutation, str, str, list[str]]] = [
      "error", ["environment name cannot be a Docker image name/tag or WSL distro name"]),
     ("env-name-upper", lambda d: d["env"].update({"CPU": d["env"].pop("cpu")}), "env.CPU",
      "error", ["use lower-case letters"]),
+    # --- issue 13: what render and lock would refuse later, check refuses first --------------
+    ("env-name-dot", lambda d: d["env"].update({"seed-6.1": d["env"].pop("cpu")}),
+     "env.seed-6.1", "error", ["env name has a dot", "pylock.seed-6.1-docker.toml",
+                               "pip and uv refuse", "use 'seed-6-1'"]),
+    ("env-name-windows-device", lambda d: d["env"].update({"con": d["env"].pop("cpu")}),
+     "env.con", "error", ["is a device name Windows reserves", "use e.g. 'con-env'"]),
+    ("distro-default-too-long", lambda d: d["env"].update({"a" * 60: {
+        **d["env"].pop("cpu"), "targets": ["wsl2"], "wsl2": {"base": "debian:bookworm-slim"}}}),
+     "env." + "a" * 60 + ".wsl2.distro", "error",
+     ["the default distro name 'envbuilder-" + "a" * 60 + "'", "longer than 64 characters"]),
+    ("env-value-quote-windows", gpu(targets=["windows"], packages=["numpy"], index_pins={},
+                                    env={"GREETING": 'say "hi"'}),
+     "env.gpu.env.GREETING", "error",
+     ["value contains a double quote, which a cmd.exe `set` cannot carry",
+      "the windows target writes it into the venv's activate.bat", "drop the windows target"]),
+    ("package-file-url", gpu(packages=["torch==2.9.1+rocm6.4",
+                                       "x @ file:///tmp/x-1.0-py3-none-any.whl"]),
+     "env.gpu.packages", "error", ["a direct reference to a local file cannot be locked"]),
+    ("package-vcs-url", gpu(packages=["torch==2.9.1+rocm6.4", "y @ git+https://h.example/y"]),
+     "env.gpu.packages", "error", ["a direct reference must be an http(s) URL"]),
+    ("wsl-ubuntu-unpackaged", gpu_table("wsl2", ubuntu="20.04"), "env.gpu.wsl2.ubuntu", "error",
+     ["Ubuntu 20.04 is not a release AMD's WSL ROCm stack is packaged for; use 22.04 or "
+      "24.04"]),
+    ("wsl-runtime-and-ubuntu", chain(gpu(rocm="6.3.3"), gpu_table("wsl2", ubuntu="20.04")),
+     "env.gpu.wsl2.ubuntu", "error", ["Ubuntu 20.04 is not a release"]),
     ("distro-name", gpu_table("wsl2", distro="my distro"), "env.gpu.wsl2.distro", "error",
      ["'my distro' cannot be a WSL distro name"]),
     ("unknown-index", gpu(index_pins={"torch": "pytorch-rocm46"}), "env.gpu.index_pins.torch",
@@ -162,7 +211,8 @@ CASES: list[tuple[str, Mutation, str, str, list[str]]] = [
     ("target-empty", gpu(targets=[]), "env.gpu.targets", "error", ["is empty"]),
     ("windows-python", gpu(targets=["windows"], python="3.11", packages=["numpy"],
                            index_pins={}),
-     "env.gpu.python", "error", ["AMD's native-Windows PyTorch wheels need Python 3.12"]),
+     "env.gpu.python", "error", ["AMD's native-Windows PyTorch wheels for ROCm 6.4.4 need "
+                                 "Python 3.12"]),
     ("windows-wheel-python", chain(gpu(targets=["windows"]), gpu_table(
         "windows", python="3.11", index_pins={}, packages=[
             "torch @ https://repo.radeon.com/rocm/windows/rocm-rel-6.4.4/"
@@ -192,6 +242,42 @@ CASES: list[tuple[str, Mutation, str, str, list[str]]] = [
      "env.gpu.packages", "error", ["torch is already required by 'torch==2.9.1+rocm6.4'"]),
     ("defaults-origin", lambda d: d["defaults"].update(python="3.12.0"), "env.gpu.python",
      "error", ["is not a Python major.minor version", "(set in [defaults])"]),
+    # --- compatibility data of rocm-2026.md (install models, WSL, HSA per index, RCCL) ------
+    ("wsl-pip-sdk-no-librocdxg", amd_sdk("10.1.0", targets=["docker", "wsl2"]), "env.gpu.rocm",
+     "error", ["ROCm 10.1.0: envbuilder's data pairs no prebuilt librocdxg",
+               "use ROCm 7.14.x"]),
+    ("pip-sdk-wrong-index", gpu(rocm="7.14.1", targets=["docker"]), "env.gpu.index_pins",
+     "error", ["but envbuilder locks ROCm 7.14.1's pip SDK from its index "
+               "https://repo.amd.com/rocm/whl-multi-arch/"]),
+    # AMD's multi-arch torch ships gfx1031 (and an override breaks TheRock >= 7.13 runtimes)
+    ("hsa-pip-sdk", chain(amd_sdk("7.14.1", targets=["docker"]),
+                          gpu(gpu="RX 6700 XT", env={"HSA_OVERRIDE_GFX_VERSION": "10.3.0"})),
+     "env.gpu.env.HSA_OVERRIDE_GFX_VERSION", "error",
+     ["the torch wheel is compiled for gfx1031", "remove HSA_OVERRIDE_GFX_VERSION"]),
+    ("pip-sdk-no-gpu", chain(amd_sdk("7.14.1", targets=["docker"]),
+                             lambda d: d["env"]["gpu"].pop("gpu")), "env.gpu.gpu", "error",
+     ["the pip SDK, whose lock holds the device code of the env's GPUs only"]),
+    ("gpu-wsl-since", chain(index("r72", "https://download.pytorch.org/whl/rocm7.2"),
+                            gpu(rocm="7.2.4", gpu="Radeon 860M",
+                                packages=["torch==2.13.0+rocm7.2"], index_pins={"torch": "r72"})),
+     "env.gpu.targets", "error",
+     ["Radeon 860M (gfx1152) is supported by AMD's WSL stack from ROCm 7.13, not in ROCm 7.2.4"]),
+    ("hsa-wheel-has-gfx-rocm63",
+     chain(index("r63", "https://download.pytorch.org/whl/rocm6.3"),
+           gpu(gpu="RX 7800 XT", rocm="6.3.4", packages=["torch==2.7.1+rocm6.3"],
+               index_pins={"torch": "r63"}, env={"HSA_OVERRIDE_GFX_VERSION": "11.0.0"})),
+     "env.gpu.env.HSA_OVERRIDE_GFX_VERSION", "error",
+     ["set to 11.0.0 for RX 7800 XT (gfx1101), but the torch wheel is compiled for gfx1101"]),
+    ("rccl-proto", gpu(rccl={"RCCL_PROTO": "Simple"}), "env.gpu.rccl.RCCL_PROTO", "error",
+     ["RCCL_PROTO is not read by RCCL", 'use NCCL_PROTO = "Simple"']),
+    ("rccl-pytorch-name", gpu(rccl={"NCCL_ASYNC_ERROR_HANDLING": "1"}),
+     "env.gpu.rccl.NCCL_ASYNC_ERROR_HANDLING", "error",
+     ["NCCL_ASYNC_ERROR_HANDLING is PyTorch's setting, not RCCL's",
+      'set TORCH_NCCL_ASYNC_ERROR_HANDLING = "1" in [env.gpu.env]']),
+    ("windows-rdna2-before-7.14", gpu(gpu="RX 6800", rocm="7.2.1", targets=["windows"],
+                                      packages=["numpy"], index_pins={}),
+     "env.gpu.targets", "error",
+     ["RX 6800 (gfx1030) is not covered by AMD's native-Windows PyTorch wheels"]),
     # --- the injection rule: nothing a user writes may become code in a generated file -----
     ("inject-package-subst", gpu(packages=["torch==2.9.1+rocm6.4", "x; $(rm -rf ~)"]),
      "env.gpu.packages", "error", ["contains '$'"]),
@@ -253,10 +339,10 @@ WARNINGS: list[tuple[str, Mutation, str, list[str]]] = [
      ["does not look like Ubuntu 24.04"]),
     ("windows-rocm-release", gpu(rocm="6.1.3", targets=["windows"], packages=["numpy"],
                                  index_pins={}),
-     "env.gpu.rocm", ["AMD publishes native-Windows PyTorch wheels for ROCm 6.4.4, 7.2, not "
-                      "6.1.3"]),
+     "env.gpu.rocm", ["AMD publishes native-Windows PyTorch wheels for ROCm 6.4.4, 7.2, 7.2.1, "
+                      "7.14.0, 7.14.1, not 6.1.3"]),
     ("rocm-major-minor", gpu(rocm="6.4"), "env.gpu.rocm",
-     ["'6.4' means ROCm 6.4.1 with this envbuilder's data", 'write rocm = "6.4.1"']),
+     ["'6.4' means ROCm 6.4.4 with this envbuilder's data", 'write rocm = "6.4.4"']),
     ("no-gpu", lambda d: d["env"]["gpu"].pop("gpu"), "env.gpu.gpu",
      ["not set; the GPU checks"]),
     ("table-not-in-targets", lambda d: d["env"]["cpu"].update(native={"python": "3.11"}),
@@ -264,6 +350,25 @@ WARNINGS: list[tuple[str, Mutation, str, list[str]]] = [
     ("unverified-release", gpu(rocm="7.2.1", packages=["torch==2.13.0+rocm7.2"],
                                index_pins={"torch": "r72"}),
      "env.gpu.rocm", ["unverified"]),
+    ("hsa-needed-rocm62", chain(index("r62", "https://download.pytorch.org/whl/rocm6.2"),
+                                gpu(gpu="RX 7800 XT", rocm="6.2.3", targets=["docker"],
+                                    packages=["torch==2.5.1+rocm6.2"],
+                                    index_pins={"torch": "r62"})),
+     "env.gpu.env", ["RX 7800 XT (gfx1101) is not among the torch wheel's gfx targets",
+                     'usually needs HSA_OVERRIDE_GFX_VERSION = "11.0.0"']),
+    ("hsa-no-override-known", gpu(gpu="MI355X", targets=["docker"]), "env.gpu.env",
+     ["MI355X (gfx950) is not among the torch wheel's gfx targets and no override is known to "
+      "work", "pin torch to an index whose wheels have it (rocm7.0, rocm7.1, rocm7.2"]),
+    ("pytorch-knob-env", gpu(env={"NCCL_BLOCKING_WAIT": "1"}), "env.gpu.env.NCCL_BLOCKING_WAIT",
+     ["NCCL_BLOCKING_WAIT is PyTorch's deprecated name for TORCH_NCCL_BLOCKING_WAIT",
+      'use TORCH_NCCL_BLOCKING_WAIT = "1"']),
+    ("unverified-torch-row", chain(index("r714", "https://download.pytorch.org/whl/rocm7.14"),
+                                   gpu(rocm="7.2.4", targets=["docker"],
+                                       packages=["torch==2.14.0+rocm7.14"],
+                                       index_pins={"torch": "r714"})),
+     "env.gpu.packages", ["the rocm7.14 index's torch", "is unverified"]),
+    ("unverified-gpu", gpu(gpu="gfx1250", targets=["docker"]), "env.gpu.gpu",
+     ["the GPU table's facts for gfx1250 (gfx1250) are unverified"]),
 ]
 
 
@@ -412,3 +517,123 @@ def test_spec_path_is_a_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert main(["check", "--spec", str(tmp_path)]) == 1
     assert capsys.readouterr().out.strip() == (f"{tmp_path}: file: error: is a folder; pass the "
                                                "spec file itself with --spec PATH")
+
+
+# --- compatibility data (rocm-2026.md): install models, torch/index, HSA per index, RCCL -------
+
+def _env_lines(lines: list[str], words: str) -> list[str]:
+    return [line for line in lines if words in line]
+
+
+@pytest.mark.parametrize(("rocm", "targets", "torch", "index_url", "model"), [
+    ("10.1.0", ["docker", "native"], "torch==2.14.0+rocm10.1.0",
+     "https://stable.repo.amd.com/rocm/whl-next/", "pip-sdk"),
+    ("7.14.1", ["docker", "wsl2", "windows"], "torch==2.12.0+rocm7.14.1",
+     "https://repo.amd.com/rocm/whl-multi-arch/", "pip-sdk"),
+    ("7.2.4", ["docker", "wsl2"], "torch==2.13.0+rocm7.2",
+     "https://download.pytorch.org/whl/rocm7.2", "amdgpu-install"),
+    ("6.4.2.1", ["wsl2"], "torch==2.9.1+rocm6.4", "https://download.pytorch.org/whl/rocm6.4",
+     "amdgpu-install"),
+])
+def test_check_resolves_the_install_model(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                          rocm: str, targets: list[str], torch: str,
+                                          index_url: str, model: str) -> None:
+    """`check` takes each release to its install model and passes each clean: a pip-SDK env
+    (torch from the release's index) is locked as the pip SDK (its device extras and pinned
+    names, envbuilder.pipsdk), an amdgpu-install env as it is written."""
+    from envbuilder.compat import load_compat
+
+    release = load_compat().rocm(rocm)
+    assert release is not None and release.install_model == model
+    text = mutated(chain(index("idx", index_url),
+                         gpu(rocm=rocm, targets=targets, packages=[torch],
+                             index_pins={"torch": "idx"})))
+    code, lines = run_check(tmp_path, text, capsys)
+    assert code == 0, lines
+    assert not _env_lines(lines, ": error: ")
+    assert not _env_lines(lines, "installs through"), lines  # nothing left to do by hand
+    env = load_spec(tmp_path / "environments.toml").env("gpu")
+    packages, pins = lock_inputs(env, targets[0])
+    if model == "pip-sdk":
+        assert packages[0] == torch.replace("torch==", "torch[device-gfx1100]==")
+        assert f"rocm[libraries,device-gfx1100]=={rocm}" in packages
+        assert set(pins.values()) == {"idx"} and "rocm-sdk-device-gfx1100" in pins
+    else:
+        assert (packages, pins) == ((torch,), {"torch": "idx"})
+
+
+def test_wsl_release_6_4_2_1_renders_its_amdgpu_install_package(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """6.4.2.1 is a WSL release: check passes clean and the wsl2 plan installs its .deb."""
+    from envbuilder import plan
+    from envbuilder.compat import load_compat
+    from envbuilder.render import build_plan
+    from envbuilder.specload import load_spec
+
+    text = mutated(gpu(rocm="6.4.2.1", targets=["wsl2"]))
+    code, lines = run_check(tmp_path, text, capsys)
+    assert (code, lines) == (0, [])
+    env = load_spec(tmp_path / "environments.toml").env("gpu")
+    built = build_plan(env, "wsl2", rocm=load_compat().rocm("6.4.2.1"),
+                       lock=plan.LockPins(), variables={})
+    stacks = [step for stage in built.stages for step in stage.steps
+              if isinstance(step, plan.RocmWslStack)]
+    assert [(s.stack, s.deb_url) for s in stacks] == [(
+        "legacy", "https://repo.radeon.com/amdgpu-install/6.4.2.1/ubuntu/noble/"
+                  "amdgpu-install_6.4.60402-1_all.deb")]
+
+
+def test_torch_2_9_1_rocm6_3_from_the_rocm6_3_index_passes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """rocm-2026.md section 3: torch 2.9.x is on rocm6.3 too (the data had rocm6.4 only)."""
+    text = mutated(chain(index("pytorch-rocm63", "https://download.pytorch.org/whl/rocm6.3"),
+                         gpu(rocm="6.3.4", packages=["torch==2.9.1+rocm6.3"],
+                             index_pins={"torch": "pytorch-rocm63"})))
+    assert run_check(tmp_path, text, capsys) == (0, [])
+
+
+@pytest.mark.parametrize(("index_name", "rocm", "torch", "needs"), [
+    ("rocm6.2", "6.2.3", "torch==2.5.1+rocm6.2", True),
+    ("rocm6.3", "6.3.4", "torch==2.7.1+rocm6.3", False),
+    ("rocm6.3", "6.3.4", "torch==2.9.1+rocm6.3", False),
+])
+def test_hsa_override_follows_the_wheel_of_the_index(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], index_name: str, rocm: str,
+        torch: str, needs: bool) -> None:
+    """An RX 7800 XT (gfx1101) needs HSA_OVERRIDE_GFX_VERSION=11.0.0 on rocm6.2 wheels, not on
+    rocm6.3 ones (one gfx list for every index was wrong)."""
+    text = mutated(chain(index("idx", f"https://download.pytorch.org/whl/{index_name}"),
+                         gpu(gpu="RX 7800 XT", rocm=rocm, targets=["docker"], packages=[torch],
+                             index_pins={"torch": "idx"})))
+    code, lines = run_check(tmp_path, text, capsys)
+    assert code == 0, lines
+    hsa = _env_lines(lines, "HSA_OVERRIDE_GFX_VERSION")
+    assert bool(hsa) is needs, lines
+    if needs:
+        assert 'usually needs HSA_OVERRIDE_GFX_VERSION = "11.0.0"' in hsa[0]
+
+
+def test_rccl_param_names_are_accepted(tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """RCCL's own RCCL_PARAM names drew a false warning (rocm-2026.md section 7)."""
+    names = ["RCCL_MSCCL_ENABLE", "RCCL_MSCCLPP_ENABLE", "RCCL_ENABLE_CLIQUE",
+             "RCCL_P2P_NET_DISABLE", "RCCL_LL128_FORCE_ENABLE", "RCCL_ENABLE_SIGNALHANDLER",
+             "RCCL_KERNEL_COLL_TRACE_ENABLE", "RCCL_FORCE_ENABLE_GDRDMA", "NCCL_P2P_LEVEL",
+             "NCCL_NET_GDR_LEVEL"]
+    text = mutated(gpu(rccl={n: "1" for n in names}))
+    assert run_check(tmp_path, text, capsys) == (0, [])
+
+
+def test_windows_from_7_14_covers_rdna2_and_python_3_13(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """From 7.14 AMD's Windows wheels are the multi-arch index's: RX 6000 and Python 3.11-3.14."""
+    text = mutated(chain(index("amd", "https://repo.amd.com/rocm/whl-multi-arch/"),
+                         gpu(gpu="RX 6800", rocm="7.14.1", targets=["windows"],
+                             packages=["numpy"], index_pins={}),
+                         gpu_table("windows", python="3.13",
+                                   packages=["torch==2.12.0+rocm7.14.1"],
+                                   index_pins={"torch": "amd"})))
+    code, lines = run_check(tmp_path, text, capsys)
+    assert code == 0, lines
+    assert not _env_lines(lines, "not covered") and not _env_lines(lines, "need Python")
+    assert not _env_lines(lines, "pinned to a Linux wheel index")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from envbuilder import compare
+from envbuilder import compare, compare_html
 from envbuilder.cli import main
 from envbuilder.errors import CompareError
 
@@ -104,8 +104,8 @@ def test_a_bandwidth_and_its_time_get_the_same_verdict(tmp_path: Path) -> None:
     # bandwidth or the time of the same runs must agree (an absolute-difference rule would not).
     base_bw, other_bw = [0.0861, 0.1095, 0.1802], [0.19, 0.255, 0.31]
     for bw_a, bw_b in ((base_bw, other_bw), ([0.1, 0.11, 0.12], [0.125, 0.13, 0.2])):
-        t = dict(name="time", dtype="fp32", size="256K", higher=False)
-        b = dict(name="busbw", dtype="fp32", size="256K", higher=True)
+        t: dict[str, Any] = dict(name="time", dtype="fp32", size="256K", higher=False)
+        b: dict[str, Any] = dict(name="busbw", dtype="fp32", size="256K", higher=True)
         comp = compare_two(tmp_path,
                            report([metric(bw_a, **b), metric([1 / x for x in bw_a], **t)]),
                            report([metric(bw_b, **b), metric([1 / x for x in bw_b], **t)]))
@@ -331,8 +331,8 @@ def test_charts_are_deterministic(tmp_path: Path) -> None:
     reports = [compare.load_report(DATA / "cpu.docker.json"),
                compare.load_report(DATA / "cpu.native.json")]
     comp = compare.compare_reports(reports)
-    compare.write_html(comp, tmp_path / "a")
-    compare.write_html(comp, tmp_path / "b")
+    compare_html.write_html(comp, tmp_path / "a")
+    compare_html.write_html(comp, tmp_path / "b")
     for name in ("index.html", "chart-matmul.png"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
@@ -342,7 +342,7 @@ def test_html_escapes_labels(tmp_path: Path) -> None:
     b = copy.deepcopy(a)
     b["labels"] = {"env": "<script>alert(1)</script>", "target": "x"}
     comp = compare_two(tmp_path, a, b)
-    page = compare.write_html(comp, tmp_path / "h").read_text()
+    page = compare_html.write_html(comp, tmp_path / "h").read_text()
     assert "<script>alert(1)" not in page and "&lt;script&gt;" in page
 
 

@@ -1,11 +1,17 @@
-"""The shipped compatibility data: loaded strictly, every fact of the reference present."""
+"""The shipped compatibility data: loaded strictly, every fact of the reference present.
+
+The reference is shared/docs/rocm-2026.md (it supersedes rocm-reference.md): its corrections of
+sections 2 - 7 are asserted here one by one.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from envbuilder import compat as compat_mod
 from envbuilder.compat import HOST_KINDS, _Reader, load_compat
@@ -26,6 +32,11 @@ REFERENCE_GPUS = {
     "RX 6800": "gfx1030", "PRO W6800": "gfx1030", "RX 6750 XT": "gfx1031",
     "RX 6700 XT": "gfx1031", "RX 6650 XT": "gfx1032", "RX 6600 XT": "gfx1032",
     "RX 6600": "gfx1032",
+    # rocm-2026.md section 6: missing from the data before
+    "Radeon 890M": "gfx1150", "Radeon 880M": "gfx1150", "Radeon 860M": "gfx1152",
+    "Radeon 840M": "gfx1152", "Radeon 820M": "gfx1153", "MI50": "gfx906", "MI60": "gfx906",
+    "Radeon VII": "gfx906", "PRO V620": "gfx1030", "PRO V710": "gfx1101",
+    "AI PRO R9600D": "gfx1201", "Ryzen AI Max+ 395": "gfx1151", "gfx1250": "gfx1250",
 }
 
 
@@ -54,6 +65,28 @@ def test_gpu_facts() -> None:
     assert all(g.source for g in C.gpus)
 
 
+def test_gfx1030_consumer_cards_never_official_on_linux() -> None:
+    """rocm-2026.md section 6: only PRO W6800 and PRO V620 are; 6.0 was wrong for the RX 6800."""
+    for name in ("RX 6950 XT", "RX 6900 XT", "RX 6800 XT", "RX 6800"):
+        g = C.gpu(name)
+        assert g and g.linux_official_known and g.linux_official_since is None, name
+    w6800, v620 = C.gpu("PRO W6800"), C.gpu("PRO V620")
+    assert w6800 and w6800.linux_official_since == "6.0"
+    assert v620 and not v620.linux_official_known  # official, but since when is not given
+
+
+def test_apu_facts() -> None:
+    halo, point, krackan = C.gpu("Strix Halo"), C.gpu("Radeon 890M"), C.gpu("Radeon 860M")
+    assert halo and halo.wsl and halo.windows and not halo.unverified  # drop 'unverified'
+    assert point and point.wsl and point.wsl_since == "7.2.0"
+    assert krackan and krackan.wsl and krackan.wsl_since == "7.13"
+    assert halo.hsa_override is None and not halo.hsa_override_known
+    mi50 = C.gpu("MI50")
+    assert mi50 and mi50.hsa_override is None and mi50.hsa_override_known
+
+
+# --- releases ---------------------------------------------------------------------------------
+
 def test_releases() -> None:
     r613, r633, r641 = C.rocm("6.1.3"), C.rocm("6.3.3"), C.rocm("6.4.1")
     assert r613 and r613.ubuntu == ("22.04",) and r613.libhsa_fix == "copy"
@@ -64,40 +97,120 @@ def test_releases() -> None:
         "https://repo.radeon.com/amdgpu-install/6.4.1/ubuntu/noble/"
         "amdgpu-install_6.4.60401-1_all.deb")
     assert r641.docker_images["24.04"] == "rocm/dev-ubuntu-24.04:6.4.1"
-    for v in ("7.0", "7.0.2"):
+    for v in ("7.0", "7.0.1", "7.0.2"):
         rel = C.rocm(v)
         assert rel and rel.wsl_stack is None
     r720, r721 = C.rocm("7.2.0"), C.rocm("7.2.1")
     assert r720 and r720.wsl_stack == "legacy" and r720.amdgpu_install == "7.2.70200-1"
     assert r721 and r721.wsl_stack == "rocdxg"
-    assert C.rocm("6.4") == r641 and C.rocm("nonsense") is None and C.rocm("5.0") is None
-    # copy up to 6.3.4, delete from 6.4.1
+    # "6.4" is the newest 6.4.x known: 6.4.4 now that 6.4.2.1 and 6.4.4 are in the data
+    assert C.rocm("6.4") == C.rocm("6.4.4") and C.rocm("6.4.2.1") is not None
+    assert C.rocm("nonsense") is None and C.rocm("5.0") is None
+    # copy up to 6.3.4, delete from 6.4.1 (amdgpu-install releases; 7.14+ have no libhsa fix)
     for rel in C.releases:
+        if rel.install_model != "amdgpu-install":
+            assert rel.libhsa_fix is None, rel.version
+            continue
         major_minor = tuple(int(x) for x in rel.version.split(".")[:2])
         assert rel.libhsa_fix == ("copy" if major_minor <= (6, 3) else "delete"), rel.version
+
+
+def test_every_missing_release_is_added() -> None:
+    """rocm-2026.md section 1: 'Missing from the data today: ...'."""
+    missing = {"6.4.2.1", "6.4.4", "7.0.1", "7.1.0", "7.1.1", "7.2.2", "7.2.3", "7.2.4",
+               "7.14.0", "7.14.1", "10.0.0", "10.1.0"}
+    assert missing <= {r.version for r in C.releases}
+    assert all(r.source for r in C.releases)
+
+
+@pytest.mark.parametrize(("version", "model"), [
+    ("10.1.0", "pip-sdk"), ("10.0.0", "pip-sdk"), ("7.14.1", "pip-sdk"), ("7.14.0", "pip-sdk"),
+    ("7.2.4", "amdgpu-install"), ("6.4.2.1", "amdgpu-install"), ("6.1.3", "amdgpu-install"),
+])
+def test_install_model(version: str, model: str) -> None:
+    rel = C.rocm(version)
+    assert rel is not None and rel.install_model == model
+    if model == "pip-sdk":
+        assert "amdrocm" in rel.install and rel.pip_index and rel.amdgpu_install is None
+        assert rel.amdgpu_install_url("noble") is None
+    else:
+        assert rel.pip_index is None and rel.amdgpu_install_url("noble")
+
+
+def test_the_7_14_pip_sdk_index() -> None:
+    for v in ("7.14.0", "7.14.1"):
+        rel = C.rocm(v)
+        assert rel and rel.pip_index == "https://repo.amd.com/rocm/whl-multi-arch/"
+
+
+@pytest.mark.parametrize(("version", "codename", "url"), [
+    ("7.0.2", "noble", "https://repo.radeon.com/amdgpu-install/7.0.2/ubuntu/noble/"
+                       "amdgpu-install_7.0.2.70002-1_all.deb"),
+    ("7.0.2", "jammy", "https://repo.radeon.com/amdgpu-install/7.0.2/ubuntu/jammy/"
+                       "amdgpu-install_7.0.2.70002-1_all.deb"),
+    ("7.2.1", "noble", "https://repo.radeon.com/amdgpu-install/7.2.1/ubuntu/noble/"
+                       "amdgpu-install_7.2.1.70201-1_all.deb"),
+    ("6.4.2.1", "noble", "https://repo.radeon.com/amdgpu-install/6.4.2.1/ubuntu/noble/"
+                         "amdgpu-install_6.4.60402-1_all.deb"),
+    ("7.2.4", "jammy", "https://repo.radeon.com/amdgpu-install/7.2.4/ubuntu/jammy/"
+                       "amdgpu-install_7.2.4.70204-1_all.deb"),
+])
+def test_amdgpu_install_urls(version: str, codename: str, url: str) -> None:
+    """rocm-2026.md section 2: patch releases' packages carry the full version (the data wrote
+    7.0.70002-1 and 7.2.70201-1, which 404)."""
+    rel = C.rocm(version)
+    assert rel is not None and rel.amdgpu_install_url(codename) == url
+
+
+def test_patch_release_packages_carry_the_full_version_from_7_0_1() -> None:
+    for rel in C.releases:
+        v = Version(rel.version)
+        if rel.amdgpu_install and v >= Version("7.0.1") and v.micro:
+            assert rel.amdgpu_install.startswith(rel.version + "."), rel.version
+
+
+def test_image_tags() -> None:
+    """rocm-2026.md section 2: '-complete' became '-full' at 7.14, no bare tag; 26.04 rows."""
+    for v in ("7.14.0", "7.14.1", "10.0.0", "10.1.0"):
+        rel = C.rocm(v)
+        assert rel and rel.docker_images["24.04"] == f"rocm/dev-ubuntu-24.04:{v}-full"
+    r714 = C.rocm("7.14.0")
+    assert r714 and r714.docker_images["26.04"] == "rocm/dev-ubuntu-26.04:7.14.0-full"
+    b = C.base_image("rocm/dev-ubuntu-26.04:10.0.0-full")
+    assert b is not None and b.python == "3.14"
 
 
 def test_nearest_wsl_releases() -> None:
     assert C.nearest_wsl_releases("6.3.3")[:2] == ["6.3.4", "6.4.1"]
     assert C.nearest_wsl_releases("7.0.2")[0] == "7.2.0"
-    assert all(C.rocm(v) and C.rocm(v).wsl_stack for v in C.nearest_wsl_releases("7.0"))  # type: ignore[union-attr]
+    for v in C.nearest_wsl_releases("7.14.1"):  # only what the wsl2 target can install
+        rel = C.rocm(v)
+        assert rel and rel.wsl_stack and rel.install_model == "amdgpu-install"
+    assert C.nearest_wsl_releases("10.1.0")[0] == "7.2.4"
 
+
+# --- torch / index / Python ------------------------------------------------------------------
 
 @pytest.mark.parametrize(("torch", "indexes", "python_ok", "python_bad"), [
-    ("2.1.2", ["rocm5.6"], "3.11", "3.12"),
-    ("2.2.2", ["rocm5.7"], "3.8", "3.12"),
-    ("2.3.1", ["rocm6.0"], "3.11", "3.12"),
-    ("2.4.1", ["rocm6.1"], "3.12", "3.13"),
+    ("2.1.2", ["rocm5.5", "rocm5.6"], "3.11", "3.12"),
+    ("2.2.0", ["rocm5.6", "rocm5.7"], "3.12", "3.13"),
+    ("2.2.2", ["rocm5.6", "rocm5.7"], "3.8", "3.13"),
+    ("2.3.1", ["rocm5.7", "rocm6.0"], "3.12", "3.13"),
+    ("2.4.1", ["rocm6.0", "rocm6.1"], "3.12", "3.13"),
     ("2.5.1", ["rocm6.1", "rocm6.2"], "3.12", "3.8"),
     ("2.6.0", ["rocm6.1", "rocm6.2.4"], "3.13", "3.8"),
-    ("2.7.1", ["rocm6.3"], "3.13", "3.14"),
-    ("2.8.0", ["rocm6.4"], "3.9", "3.14"),
-    ("2.9.1", ["rocm6.4"], "3.14", "3.9"),
-    ("2.10.0", ["rocm7.1"], "3.10", "3.9"),
-    ("2.13.0", ["rocm7.2", "cpu"], "3.11", "3.9"),
+    ("2.7.1", ["rocm6.2.4", "rocm6.3"], "3.13", "3.14"),
+    ("2.8.0", ["rocm6.3", "rocm6.4"], "3.9", "3.14"),
+    ("2.9.1", ["rocm6.3", "rocm6.4"], "3.14", "3.9"),
+    ("2.10.0", ["rocm7.0", "rocm7.1"], "3.10", "3.9"),
+    ("2.11.0", ["rocm7.1", "rocm7.2"], "3.14", "3.9"),
+    ("2.12.1", ["rocm7.1", "rocm7.2"], "3.10", "3.15"),
+    ("2.13.0", ["rocm7.1", "rocm7.2", "cpu"], "3.11", "3.9"),
+    ("2.14.1", ["rocm7.2", "rocm7.14"], "3.14", "3.9"),
 ])
 def test_torch_matrix(torch: str, indexes: list[str], python_ok: str, python_bad: str) -> None:
-    rows = C.torch_indexes(torch)
+    """rocm-2026.md section 3, row by row (pytorch/test-infra build-matrix history)."""
+    rows = [r for r in C.torch_indexes(torch) if r.url.startswith("https://download.pytorch")]
     assert [r.index for r in rows] == indexes
     for r in rows:
         assert r.python.contains(python_ok) and not r.python.contains(python_bad)
@@ -109,7 +222,25 @@ def test_torch_matrix(torch: str, indexes: list[str], python_ok: str, python_bad
 def test_local_labels() -> None:
     (row,) = C.index_rows("https://download.pytorch.org/whl/cpu/")
     assert row.serves(SpecifierSet("==2.13.0+cpu")) and not row.serves(SpecifierSet("==2.13.0+cu1"))
-    assert C.torch_indexes("2.9.1+rocm6.4")[0].index == "rocm6.4"
+    assert row.rocm is None
+    assert C.torch_indexes("2.9.1+rocm6.4")[0].index == "rocm6.3"
+    r63 = [r for r in C.index_rows("https://download.pytorch.org/whl/rocm6.3")
+           if r.serves(SpecifierSet("==2.9.1+rocm6.3"))]
+    assert len(r63) == 1 and r63[0].rocm == "6.3"
+
+
+def test_amd_multi_arch_index() -> None:
+    rows = C.index_rows("https://repo.amd.com/rocm/whl-multi-arch")
+    assert {r.local for r in rows} == {"rocm7.14.0", "rocm7.14.1"}
+    assert any(r.serves(SpecifierSet("==2.12.0+rocm7.14.1")) for r in rows)
+    assert all(r.python.contains("3.11") for r in rows)
+    # 7.14.1's torch 2.12.0 is confirmed by public installs from the index; 7.14.0's list is not
+    assert {r.local: r.unverified for r in rows} == {"rocm7.14.0": True, "rocm7.14.1": False}
+    whl_next = C.index_rows("https://stable.repo.amd.com/rocm/whl-next/")
+    assert {r.local for r in whl_next} == {"rocm10.0.0", "rocm10.1.0"}
+    assert any(r.serves(SpecifierSet("==2.14.0+rocm10.1.0")) for r in whl_next)
+    # the nightly index is another one: its rows are not the stable index's
+    assert C.index_rows("https://rocm.nightlies.amd.com/whl-multi-arch/") == []
 
 
 def test_index_rows_by_url() -> None:
@@ -120,11 +251,86 @@ def test_index_rows_by_url() -> None:
     assert C.index_rows("https://mirror.example/simple") == []
 
 
-def test_wheel_gfx() -> None:
-    assert "gfx1100" in C.wheel_gfx("rocm6.4") and "gfx1151" not in C.wheel_gfx("rocm6.4")
-    assert "gfx1151" in C.wheel_gfx("rocm7.2")
-    assert "gfx1031" not in C.wheel_gfx("rocm7.2")
+@pytest.mark.parametrize(("index", "torch", "gfx", "has"), [
+    # rocm-2026.md section 3: an RX 7800 XT (gfx1101) needs the override on rocm6.2, not 6.3
+    ("rocm6.2", "2.5.1", "gfx1101", False),
+    ("rocm6.3", "2.7.1", "gfx1101", True),
+    ("rocm6.0", "2.4.1", "gfx942", True),
+    ("rocm6.1", "2.4.1", "gfx1101", False),  # gfx1101 came with torch 2.6 (pytorch#141667)
+    ("rocm6.1", "2.6.0", "gfx1101", True),
+    ("rocm5.7", "2.3.1", "gfx942", False),   # gfx942 only for ROCm >= 6.0
+    ("rocm6.4", "2.9.1", "gfx1201", True),
+    ("rocm6.4", "2.9.1", "gfx1151", False),
+    ("rocm7.0", "2.10.0", "gfx1151", True),  # gfx950, 1150, 1151 from rocm7.0 (torch 2.10)
+    ("rocm7.1", "2.12.1", "gfx1103", False),
+    ("rocm7.2", "2.13.0", "gfx1103", True),  # gfx1103 from torch 2.13
+    ("rocm7.14", "2.14.0", "gfx906", False),
+    ("amd-whl-multi-arch", "2.12.0", "gfx1031", True),
+])
+def test_wheel_gfx_per_index_and_torch(index: str, torch: str, gfx: str, has: bool) -> None:
+    assert (gfx in C.wheel_gfx(index, torch)) is has
+    assert "gfx1031" not in C.wheel_gfx("rocm7.2", "2.13.0")
 
+
+def test_every_rocm_row_has_a_gfx_set_with_a_source() -> None:
+    for row in C.torch_matrix:
+        if row.rocm is None:
+            assert row.gfx == () and row.gfx_set is None
+        else:
+            assert row.gfx_set is not None and row.gfx_set.source and row.gfx, row.index
+    assert C.indexes_with_gfx("gfx1103")[:2] == ["rocm7.1", "rocm7.2"]
+
+
+# --- Windows -----------------------------------------------------------------------------------
+
+def test_windows_wheels() -> None:
+    w644 = C.windows_set("6.4.4")
+    assert w644 and w644.python.contains("3.12") and not w644.python.contains("3.11")
+    assert not w644.unverified  # rocm-2026.md section 4: the URLs are right
+    assert w644.wheel_urls()[0].endswith("cp312-cp312-win_amd64.whl")
+    w72, w721 = C.windows_set("7.2.0"), C.windows_set("7.2.1")
+    assert w72 and w72.rocm == "7.2" and w72.sdk_urls()[0] == (
+        "https://repo.radeon.com/rocm/windows/rocm-rel-7.2/"
+        "rocm_sdk_core-7.2.0.dev0-py3-none-win_amd64.whl")
+    assert w72.wheel_urls()[0].endswith("/torch-2.9.1+rocmsdk20260116-cp312-cp312-win_amd64.whl")
+    assert w721 and w721.driver == "Adrenalin 26.2.2" and w721.wheel_urls()[0] == (
+        "https://repo.radeon.com/rocm/windows/rocm-rel-7.2.1/"
+        "torch-2.9.1+rocm7.2.1-cp312-cp312-win_amd64.whl")
+    w714 = C.windows_set("7.14.1")
+    assert w714 and w714.index and w714.python.contains("3.14") and w714.python.contains("3.11")
+    rx6800 = C.gpu("RX 6800")
+    assert rx6800 and w714.covers(rx6800) and not w721.covers(rx6800)  # RDNA2 from 7.14
+    assert C.windows_set("6.4.1") == w644 and C.windows_set("6.1.3") is None
+
+
+# --- WSL ---------------------------------------------------------------------------------------
+
+def test_librocdxg() -> None:
+    dxg = C.dxg
+    assert dxg is not None
+    assert dxg.needs_detection_env("7.2.4") and not dxg.needs_detection_env("7.14.0")
+    assert dxg.dids_conf_host == "/opt/rocm/share/rocdxg/dids.conf"
+    assert dxg.dids_conf_container == "/usr/share/rocdxg/dids.conf"
+    assert dxg.ubuntu == ("22.04", "24.04", "26.04")
+    libs = {lib.version: lib for lib in C.librocdxg}
+    assert not libs["1.2.0"].dids_conf and libs["1.2.1"].dids_conf
+    assert libs["1.2.1"].rocm == "7.14"
+    assert libs["1.2.2"].deb == "rocdxg-roct_1.2.2_amd64.deb" and libs["1.2.2"].sha256
+    assert all(lib.source for lib in libs.values())
+
+
+def test_wsl_units() -> None:
+    """wsl.toml: Microsoft's validator list (14 units, 2026-08), plus the timer."""
+    units = load_compat().wsl_units
+    assert len(units.discouraged) == 14
+    assert {"systemd-vconsole-setup.service", "NetworkManager-wait-online.service",
+            "console-getty.service", "hypervkvpd.service", "systemd-resolved.service",
+            "tmp.mount", "NetworkManager.service"} <= set(units.discouraged)
+    assert units.masked == tuple(sorted((*units.discouraged, "systemd-tmpfiles-clean.timer")))
+    assert "validate-modern.py" in units.source
+
+
+# --- Docker, RCCL, images ----------------------------------------------------------------------
 
 def test_device_flags() -> None:
     assert set(C.flags) == set(HOST_KINDS)
@@ -144,17 +350,21 @@ def test_device_flags() -> None:
 
 
 def test_rccl_knobs() -> None:
-    assert C.rccl.misspelled == {"RCCL_ALGO": "NCCL_ALGO", "RCCL_NTHREADS": "NCCL_NTHREADS"}
+    """rocm-2026.md section 7: the RCCL_PARAM names of RCCL's source, NCCL_* names RCCL reads,
+    and the two PyTorch names that are not RCCL's."""
+    assert C.rccl.misspelled == {"RCCL_ALGO": "NCCL_ALGO", "RCCL_NTHREADS": "NCCL_NTHREADS",
+                                 "RCCL_PROTO": "NCCL_PROTO"}
     for name in ("NCCL_DEBUG", "NCCL_ALGO", "NCCL_PROTO", "NCCL_NTHREADS", "NCCL_MIN_NCHANNELS",
-                 "RCCL_MSCCL_ENABLE", "RCCL_MSCCLPP_ENABLE", "RCCL_ENABLE_CLIQUE"):
-        assert name in C.rccl.known
-    assert "RCCL_ALGO" not in C.rccl.known
-
-
-def test_windows_wheels() -> None:
-    w = C.windows_wheels[0]
-    assert w.rocm == "6.4.4" and w.python.contains("3.12") and not w.python.contains("3.11")
-    assert w.unverified and w.wheel_urls()[0].endswith("cp312-cp312-win_amd64.whl")
+                 "NCCL_P2P_LEVEL", "NCCL_NET_GDR_LEVEL", "RCCL_MSCCL_ENABLE",
+                 "RCCL_MSCCLPP_ENABLE", "RCCL_ENABLE_CLIQUE", "RCCL_P2P_NET_DISABLE",
+                 "RCCL_LL128_FORCE_ENABLE", "RCCL_ENABLE_SIGNALHANDLER",
+                 "RCCL_KERNEL_COLL_TRACE_ENABLE", "RCCL_FORCE_ENABLE_GDRDMA"):
+        assert name in C.rccl.known, name
+    assert len(C.rccl.rccl) == 24  # every RCCL_PARAM at ROCm/rccl 0cbce2a
+    for name in ("RCCL_ALGO", "RCCL_PROTO", "NCCL_ASYNC_ERROR_HANDLING", "NCCL_BLOCKING_WAIT"):
+        assert name not in C.rccl.known, name
+    assert C.rccl.pytorch == {"NCCL_ASYNC_ERROR_HANDLING": "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+                              "NCCL_BLOCKING_WAIT": "TORCH_NCCL_BLOCKING_WAIT"}
 
 
 def test_base_images() -> None:
@@ -169,11 +379,15 @@ def test_load_is_cached() -> None:
     assert load_compat() is load_compat()
 
 
+# --- strict loading ------------------------------------------------------------------------------
+
 @pytest.mark.parametrize(("table", "call", "message"), [
     ({"a": 1}, lambda r: r.get("a", str), "expected str, got int"),
     ({}, lambda r: r.get("a", str), "missing"),
     ({"a": ["x", 1]}, lambda r: r.strs("a"), "expected a list of strings"),
     ({"a": ">>1"}, lambda r: r.spec("a"), "t.toml: row.a"),
+    ({"a": "seven"}, lambda r: r.version("a"), "not a version: 'seven'"),
+    ({"a": ["gfx1100", "rdna3"]}, lambda r: r.gfx_list("a"), "expected distinct gfx targets"),
 ])
 def test_reader_is_strict(table: dict[str, Any], call: Any, message: str) -> None:
     with pytest.raises(CompatDataError, match=message):
@@ -187,33 +401,68 @@ def test_reader_refuses_unknown_keys() -> None:
         r.done()
 
 
-def test_malformed_data_file_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+def _broken(monkeypatch: pytest.MonkeyPatch, file: str,
+            change: Callable[[dict[str, Any]], Any], message: str) -> None:
+    """load_compat() with one real data file changed in memory must fail with `message`."""
     real = compat_mod._read
 
-    def broken(file: str) -> dict[str, Any]:
-        data = real(file)
-        if file == "gpus.toml":
-            data["gpu"][0]["gfx"] = "rdna3"
+    def broken(name: str) -> dict[str, Any]:
+        data = real(name)
+        if name == file:
+            change(data)
         return data
 
     monkeypatch.setattr(compat_mod, "_read", broken)
     load_compat.cache_clear()
     try:
-        with pytest.raises(CompatDataError, match=r"gpus.toml: gpu\[0\].gfx: not a gfx target"):
+        with pytest.raises(CompatDataError, match=message):
             load_compat()
     finally:
         monkeypatch.undo()
         load_compat.cache_clear()
 
 
-def test_wsl_units() -> None:
-    """wsl.toml: Microsoft's validator list, plus the timer the Dockerfile masks too."""
-    units = load_compat().wsl_units
-    assert len(units.discouraged) == 10
-    assert {"systemd-resolved.service", "tmp.mount", "NetworkManager.service"} <= set(
-        units.discouraged)
-    assert units.masked == tuple(sorted((*units.discouraged, "systemd-tmpfiles-clean.timer")))
-    assert "validate-modern.py" in units.source
+def _release(data: dict[str, Any], version: str) -> dict[str, Any]:
+    return next(r for r in data["release"] if r["version"] == version)
+
+
+def _row(data: dict[str, Any], index: str) -> dict[str, Any]:
+    return next(r for r in data["index"] if r["index"] == index)
+
+
+@pytest.mark.parametrize(("file", "change", "message"), [
+    ("gpus.toml", lambda d: d["gpu"][0].update(gfx="rdna3"), r"gpu\[0\].gfx: not a gfx target"),
+    ("gpus.toml", lambda d: d["gpu"][0].update(wsl_since="soon"), r"wsl_since: not a version"),
+    ("rocm.toml", lambda d: _release(d, "7.2.4").update(install=["apt"]),
+     r"install: expected distinct install models out of amdgpu-install, amdrocm, pip-sdk"),
+    ("rocm.toml", lambda d: _release(d, "7.0.2").update(amdgpu_install="7.0.70002-1"),
+     r"amdgpu_install_path: does not end in amdgpu-install_7.0.70002-1_all.deb"),
+    ("rocm.toml", lambda d: _release(d, "7.14.1").update(pip_index=""),
+     r"pip_index: a pip-sdk release needs pip_index"),
+    ("rocm.toml", lambda d: _release(d, "7.14.1").update(amdgpu_install="7.14.1-1"),
+     r"amdgpu_install: set, but install is \['pip-sdk', 'amdrocm'\]"),
+    ("rocm.toml", lambda d: _release(d, "6.1.3").update(amdgpu_install_path="https://x/a.deb"),
+     r"a path with \{codename\}"),
+    ("torch.toml", lambda d: _row(d, "rocm6.3").update(gfx="rocm99"),
+     r"index\[\d+\].gfx: no \[gfx_set.rocm99\]"),
+    ("torch.toml", lambda d: d["gfx_set"]["rocm6"]["targets"].append("gfx1100"),
+     r"gfx_set.rocm6.targets: expected distinct gfx targets"),
+    ("torch.toml", lambda d: d.update(gfx={}), r"torch.toml: unknown table \[gfx\]"),
+    ("torch.toml", lambda d: d["windows"][0].update(index=True),
+     r"windows\[0\].url: expected a folder URL"),
+    ("rccl.toml", lambda d: d["pytorch"]["map"].update(NCCL_DEBUG="TORCH_NCCL_DEBUG"),
+     r"NCCL_DEBUG is also listed as a name RCCL reads"),
+    ("rccl.toml", lambda d: d["rccl"]["names"].append("NCCL_ALGO"),
+     r"rccl.names: expected distinct RCCL_\* names"),
+    ("wsl.toml", lambda d: d["librocdxg"][2].update(sha256="abc"),
+     r"librocdxg\[2\].sha256: expected 64 lower-case hex digits"),
+    ("wsl.toml", lambda d: d["dxg"].update(detection_default_from="soon"),
+     r"dxg.detection_default_from: not a version"),
+])
+def test_malformed_data_is_reported(monkeypatch: pytest.MonkeyPatch, file: str,
+                                    change: Callable[[dict[str, Any]], Any],
+                                    message: str) -> None:
+    _broken(monkeypatch, file, change, message)
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -227,19 +476,4 @@ def test_wsl_units() -> None:
 ])
 def test_malformed_wsl_data_is_reported(monkeypatch: pytest.MonkeyPatch, change: Any,
                                         message: str) -> None:
-    real = compat_mod._read
-
-    def broken(file: str) -> dict[str, Any]:
-        data = real(file)
-        if file == "wsl.toml":
-            change(data)
-        return data
-
-    monkeypatch.setattr(compat_mod, "_read", broken)
-    load_compat.cache_clear()
-    try:
-        with pytest.raises(CompatDataError, match=message):
-            load_compat()
-    finally:
-        monkeypatch.undo()
-        load_compat.cache_clear()
+    _broken(monkeypatch, "wsl.toml", change, message)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 from pathlib import Path
 
@@ -14,11 +13,11 @@ from envbuilder.cli import main
 from envbuilder.commands import build as build_command
 from envbuilder.commands import pull as pull_command
 from envbuilder.commands import push as push_command
-from envbuilder.commands._targets import ProgressView
 from envbuilder.commands.validate import report_status
 from envbuilder.errors import ValidationError
-from envbuilder.targets import _MODULES, get_target
-from envbuilder.ui import UI
+from envbuilder.targets import registry
+from envbuilder.targets.base import BuildOptions, RegistryBuilder
+from envbuilder.ui import UI, ProgressView
 
 SPEC = str(Path(__file__).resolve().parent.parent / "environments.toml")
 
@@ -32,7 +31,7 @@ def test_unknown_env_is_a_usage_error() -> None:
 
 
 def test_env_without_the_target_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert _run("validate", "--target", "native", "--env", "rocm64") == 2
+    assert _run("validate", "--target", "native", "--env", "rocm714") == 2
     assert "has no target 'native'" in capsys.readouterr().err
 
 
@@ -47,14 +46,24 @@ def test_no_cache_is_only_for_image_targets(capsys: pytest.CaptureFixture[str]) 
         capsys.readouterr().err)
 
 
-@pytest.mark.parametrize("target", build_command.NO_CACHE_TARGETS)
+def test_verify_is_only_for_targets_whose_lock_predicts_an_image(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run("build", "--target", "native", "--env", "cpu", "--verify") == 2
+    assert ("--verify applies to the targets whose lock predicts an image (docker, wsl2), "
+            "not native") in capsys.readouterr().err
+    args = argparse.Namespace(target="docker", path=None, env=["cpu"], no_cache=False,
+                              force=False, verify=True)
+    assert build_command.build_options(args) == BuildOptions(verify=True)
+
+
+@pytest.mark.parametrize("target", registry.with_capability("no_cache"))
 def test_no_cache_reaches_image_targets(target: str) -> None:
-    """The option passes for docker and wsl2, and their build() takes it."""
-    args = argparse.Namespace(target=target, path=None, env=["cpu"], no_cache=True)
-    options = build_command._target_options(args)
-    assert options == {"no_cache": True}
-    params = inspect.signature(get_target(target).build).parameters
-    assert params["no_cache"].kind is inspect.Parameter.KEYWORD_ONLY
+    """The option passes for docker and wsl2 (the targets with the no_cache capability), as
+    the typed BuildOptions their builders take."""
+    assert registry.with_capability("no_cache") == ("docker", "wsl2")
+    args = argparse.Namespace(target=target, path=None, env=["cpu"], no_cache=True, force=False,
+                              verify=False)
+    assert build_command.build_options(args) == BuildOptions(no_cache=True)
 
 
 def test_push_needs_a_registry() -> None:
@@ -70,11 +79,14 @@ def test_push_refuses_a_url_with_a_scheme(capsys: pytest.CaptureFixture[str]) ->
 
 @pytest.mark.parametrize("command", ["push", "pull"])
 def test_push_pull_help_names_the_targets_that_have_them(command: str) -> None:
-    """Each target with a push/pull method is in the help and description, the others are
-    named as having no registry."""
+    """Each target with the push/pull capability (and a builder that has the methods) is in the
+    help and description, the others are named as having no registry."""
     module = push_command if command == "push" else pull_command
-    with_registry = [t for t in _MODULES if hasattr(get_target(t), command)]
+    with_registry = list(registry.with_capability("push" if command == "push" else "pull"))
     assert with_registry == ["docker", "wsl2"]
+    for name in registry.names():
+        assert isinstance(registry.get(name).load_builder(), RegistryBuilder) == (
+            name in with_registry)
     assert "(docker, wsl2)" in module.HELP
     for name in with_registry:
         assert f"\n  {name} " in module.DESCRIPTION

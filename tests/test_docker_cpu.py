@@ -18,10 +18,10 @@ import docker
 import pytest
 
 from envbuilder import lockfile
+from envbuilder.builders.docker import image_tag
 from envbuilder.cli import main
 from envbuilder.imagedefs import LOCK_LABEL
 from envbuilder.project import Project
-from envbuilder.targets.docker import image_tag
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
 

@@ -14,16 +14,19 @@ has none, so a `Port` line in the ssh config does not apply (unlike the docker C
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,10 +36,10 @@ import pytest
 from conftest import service_missing
 
 from envbuilder import docker_engine, lockfile
+from envbuilder.builders.docker import image_tag
 from envbuilder.cli import main
 from envbuilder.errors import EngineError
 from envbuilder.project import Project
-from envbuilder.targets.docker import image_tag
 
 pytestmark = [pytest.mark.docker]
 
@@ -78,7 +81,8 @@ def _keygen(path: Path) -> None:
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     """End the sshd this module started, by its pid. Its per-connection processes end with
     their clients' ssh processes (the fixture closes every docker client first: close_all);
-    killing them first would make the docker SDK's close() raise BrokenPipeError at exit."""
+    a session ended first is what test_exit_after_the_far_side_closed_prints_no_traceback
+    does on purpose."""
     proc.terminate()
     try:
         proc.wait(timeout=10)
@@ -124,9 +128,10 @@ def _wait_until_up(proc: subprocess.Popen[bytes], env: dict[str, str], user: str
                 f"sshd log:\n{log.read_text()[-2000:]}", pytrace=False)
 
 
-@pytest.fixture(scope="module")
-def ssh_server(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
-    """An sshd on 127.0.0.1:<free port> that accepts this user's temp key; stopped afterwards."""
+@contextlib.contextmanager
+def _running_sshd(tmp: Path) -> Iterator[tuple[subprocess.Popen[bytes], SshServer]]:
+    """An sshd on 127.0.0.1:<free port> that accepts this user's temp key, and the environment
+    that reaches it; stopped afterwards (its sessions are the caller's to end first)."""
     if not SSHD.exists():
         service_missing(f"{SSHD} is missing (Debian: apt-get install openssh-server)")
     remote_docker = subprocess.run(["sh", "-lc", "command -v docker"], capture_output=True,
@@ -134,7 +139,6 @@ def ssh_server(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> 
     if not remote_docker:
         service_missing("the `docker` CLI is not on the login PATH (ssh:// runs "
                         "`docker system dial-stdio` on the remote side)")
-    tmp = tmp_path_factory.mktemp("sshd")
     user = pwd.getpwuid(os.getuid()).pw_name
     port = _free_port()
     sshd_config, client_config = _write_configs(tmp, port, user)
@@ -152,11 +156,20 @@ def ssh_server(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> 
                                 stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file)
     try:
         _wait_until_up(proc, env, user, log)
-        yield SshServer(proc.pid, user, port, env, log)
+        yield proc, SshServer(proc.pid, user, port, env, log)
     finally:
-        gc.collect()  # unreferenced clients close now, while sshd still answers
-        docker_engine.close_all()
         _stop(proc)
+
+
+@pytest.fixture(scope="module")
+def ssh_server(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
+    """The module's sshd (see `_running_sshd`)."""
+    with _running_sshd(tmp_path_factory.mktemp("sshd")) as (_proc, server):
+        try:
+            yield server
+        finally:
+            gc.collect()  # unreferenced clients close now, while sshd still answers
+            docker_engine.close_all()
 
 
 @pytest.fixture
@@ -270,3 +283,108 @@ def test_validate_over_ssh_writes_a_passing_report(cpu_project: Project, docker_
         all=True, filters={"label": [f"org.envbuilder.env={ENV}", "org.envbuilder.role=validate"]}
     )
     assert leftover == []
+
+
+# --- issue 13, fault 11: no BrokenPipeError from ssh connections, and close() ends them ---------
+
+#: A CLI-like process: it runs a container over ssh:// (what `validate` does), says "ready", and
+#: exits when told to, leaving its connections to close_all() and the exit.
+_CHILD = """
+import sys
+from envbuilder import docker_engine
+client = docker_engine.connect()
+code, output, _ = docker_engine.run_in_container(
+    client, "debian:bookworm-slim", ["echo", "probe"],
+    labels={"org.envbuilder.env": "ssh-exit-test"})
+print("ready", code, output.strip(), flush=True)
+sys.stdin.readline()
+"""
+
+
+def _processes() -> dict[int, tuple[int, str, str]]:
+    """pid -> (parent pid, command name, state letter) of every process, from /proc."""
+    out: dict[int, tuple[int, str, str]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # the process ended meanwhile
+            continue
+        name = text[text.index("(") + 1:text.rindex(")")]
+        state, ppid = text[text.rindex(")") + 2:].split()[:2]
+        out[int(stat.parent.name)] = (int(ppid), name, state)
+    return out
+
+
+def _running_ssh_children(pid: int) -> set[int]:
+    """The `ssh` processes `pid` started that still run (not zombies)."""
+    return {p for p, (ppid, name, state) in _processes().items()
+            if ppid == pid and name == "ssh" and state != "Z"}
+
+
+def _descendants(pid: int) -> list[int]:
+    procs = _processes()
+    found: list[int] = []
+    frontier = [pid]
+    while frontier:
+        parent = frontier.pop()
+        kids = [p for p, (ppid, _n, _s) in procs.items() if ppid == parent]
+        found += kids
+        frontier += kids
+    return found
+
+
+def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting until {what}", pytrace=False)
+        time.sleep(0.1)
+
+
+def test_exit_after_the_far_side_closed_prints_no_traceback(docker_client: Any,
+                                                           tmp_path: Path) -> None:
+    # The far side ends the connections while the process still holds them (dockerd drops a
+    # connection idle for 5 minutes; here the sshd's sessions are ended at once). The docker SDK's
+    # own close() then wrote to the exited ssh at interpreter exit: BrokenPipeError tracebacks.
+    with _running_sshd(tmp_path) as (sshd, server):
+        env = {**server.env, "DOCKER_HOST": server.docker_host}
+        for name in ("DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "DOCKER_CONTEXT"):
+            env.pop(name, None)
+        child = subprocess.Popen([sys.executable, "-c", _CHILD], env=env, cwd=ROOT,
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        try:
+            assert child.stdout is not None and child.stdin is not None
+            ready = child.stdout.readline()
+            assert ready.split() == ["ready", "0", "probe"], child.communicate(timeout=60)
+            open_ssh = _running_ssh_children(child.pid)
+            assert open_ssh, "the child holds no open ssh connection: this test would prove nothing"
+            for pid in _descendants(sshd.pid):  # the sessions of the sshd this test started
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGTERM)
+            _wait_for(lambda: not (_running_ssh_children(child.pid) & open_ssh),
+                      "the child's ssh processes saw their sessions end")
+            child.stdin.write("\n")
+            child.stdin.flush()
+            _out, err = child.communicate(timeout=120)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+    assert child.returncode == 0, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def test_close_ends_every_ssh_process_it_started(via_ssh: SshServer) -> None:
+    before = _running_ssh_children(os.getpid())
+    client = docker_engine.connect()
+    try:
+        code, output, _ = docker_engine.run_in_container(
+            client, "debian:bookworm-slim", ["echo", "probe"],
+            labels={"org.envbuilder.env": "ssh-close-test"})
+        assert (code, output.strip()) == (0, "probe")
+        started = _running_ssh_children(os.getpid()) - before
+        assert started, "no ssh connection is open after a container run: nothing to close"
+    finally:
+        client.close()
+    assert not (_running_ssh_children(os.getpid()) & started)

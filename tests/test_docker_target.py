@@ -25,6 +25,12 @@ import pytest
 
 from envbuilder import lockfile
 from envbuilder.buildcontext import assemble_context, context_digest
+from envbuilder.builders.docker import (
+    DockerBuilder,
+    detect_host_kind,
+    image_tag,
+    probe_arguments,
+)
 from envbuilder.errors import (
     BuildError,
     EngineError,
@@ -34,19 +40,14 @@ from envbuilder.errors import (
     ValidationError,
 )
 from envbuilder.imagedefs import LOCK_LABEL, needs_host_network, proxy_build_args
+from envbuilder.model import EnvSpec
 from envbuilder.project import Project
-from envbuilder.spec import DockerTarget as DockerSpec
-from envbuilder.spec import EnvSpec, load_spec
-from envbuilder.targets import ValidateOptions
-from envbuilder.targets.docker import (
-    DockerTarget,
-    detect_host_kind,
-    image_tag,
-    probe_arguments,
-)
+from envbuilder.specload import load_spec
+from envbuilder.targets.base import BuildOptions, PullOptions, PushOptions, ValidateOptions
+from envbuilder.targets.docker import DockerTable
 
 ENV = "demo"
-TARGET = DockerTarget()
+TARGET = DockerBuilder()
 WHEEL = "envbuilder_demo-1.0-py3-none-any.whl"
 FAKE_CA = "-----BEGIN CERTIFICATE-----\nZW52YnVpbGRlci10ZXN0LWNh\n-----END CERTIFICATE-----\n"
 
@@ -143,8 +144,8 @@ def make_project(
             base_image=base_image)},
     )
     lockfile.write_env_lock(project, lock)
-    (project.dockerfiles / ENV).mkdir(parents=True)
-    (project.dockerfiles / ENV / "Dockerfile").write_text(dockerfile)
+    (project.root / "dockerfiles" / ENV).mkdir(parents=True)
+    (project.root / "dockerfiles" / ENV / "Dockerfile").write_text(dockerfile)
     return project
 
 
@@ -152,7 +153,7 @@ def demo_env() -> EnvSpec:
     return EnvSpec(
         name=ENV, description="hand-made test env", accelerator="cpu", python="3.11",
         packages=("envbuilder-demo==1.0",), index_pins={}, targets=("docker",),
-        docker=DockerSpec(base="debian:bookworm-slim"),
+        tables={"docker": DockerTable(base="debian:bookworm-slim")},
     )
 
 
@@ -227,7 +228,7 @@ def corporate_build(
             mp.setenv(name, url)
         mp.setenv("NO_PROXY", "localhost")
         mp.setenv("ENVBUILDER_CA_BUNDLE", str(ca))
-        artifact = TARGET.build(project, demo_env(), _no_progress, no_cache=True)
+        artifact = TARGET.build(project, demo_env(), BuildOptions(no_cache=True), _no_progress)
     proxy.shutdown()
     proxy.server_close()
     yield project, artifact, list(proxy.seen), url
@@ -323,14 +324,15 @@ def test_rebuild_with_nothing_changed_builds_nothing(
     docker_client: Any, corporate_build: Any
 ) -> None:
     project, artifact, _seen, _url = corporate_build
-    again = TARGET.build(project, demo_env(), _no_progress)
+    again = TARGET.build(project, demo_env(), BuildOptions(), _no_progress)
     assert again.details["changed"] == "no"
     assert again.digest == artifact.digest
 
 
 def test_context_follows_the_contract(corporate_build: Any) -> None:
     project, _artifact, _seen, _url = corporate_build
-    context = assemble_context(project, ENV, "docker", project.dockerfiles / ENV)
+    context = assemble_context(project, ENV, "docker", project.root / "dockerfiles" / ENV,
+                                indexes=demo_env().indexes)
     try:
         files = sorted(p.relative_to(context).as_posix() for p in context.rglob("*") if p.is_file())
         assert files == ["Dockerfile", "envbuilder/pylock.toml", "envbuilder/requirements.txt",
@@ -351,16 +353,17 @@ def test_context_follows_the_contract(corporate_build: Any) -> None:
 
 def test_missing_dockerfile_says_to_render(tmp_path: Path) -> None:
     project = make_project(tmp_path / "p")
-    (project.dockerfiles / ENV / "Dockerfile").unlink()
+    (project.root / "dockerfiles" / ENV / "Dockerfile").unlink()
     with pytest.raises(Exception, match="envbuilder render"):
-        assemble_context(project, ENV, "docker", project.dockerfiles / ENV)
+        assemble_context(project, ENV, "docker", project.root / "dockerfiles" / ENV,
+                         indexes=demo_env().indexes)
 
 
 def test_unlocked_env_says_to_lock(tmp_path: Path, docker_client: Any) -> None:
     project = make_project(tmp_path / "p")
     project.env_lock(ENV).unlink()
     with pytest.raises(LockError, match="envbuilder lock --env demo"):
-        TARGET.build(project, demo_env(), _no_progress)
+        TARGET.build(project, demo_env(), BuildOptions(), _no_progress)
 
 
 def test_edited_pylock_is_refused(tmp_path: Path, docker_client: Any) -> None:
@@ -368,7 +371,7 @@ def test_edited_pylock_is_refused(tmp_path: Path, docker_client: Any) -> None:
     with project.pylock(ENV, "docker").open("a") as fh:
         fh.write("# edited\n")
     with pytest.raises(LockError, match="does not match the sha256"):
-        TARGET.build(project, demo_env(), _no_progress)
+        TARGET.build(project, demo_env(), BuildOptions(), _no_progress)
 
 
 def test_unpullable_base_fails_before_fetching_wheels(
@@ -377,7 +380,7 @@ def test_unpullable_base_fails_before_fetching_wheels(
     base = f"{registry}/envbuilder-test/missing-base@sha256:{'0' * 64}"
     project = make_project(tmp_path / "p", base_image=base)
     with pytest.raises(BuildError, match="cannot be pulled"):
-        TARGET.build(project, demo_env(), _no_progress)
+        TARGET.build(project, demo_env(), BuildOptions(), _no_progress)
     assert not project.wheels.exists()  # nothing was fetched
 
 
@@ -389,7 +392,7 @@ def test_base_digest_missing_from_the_registry_says_how_to_repin(
     digest = "sha256:" + "e" * 64
     project = make_project(tmp_path / "p", base_image=f"{registry}/library/debian@{digest}")
     with pytest.raises(BuildError) as info:
-        TARGET.build(project, demo_env(), _no_progress)
+        TARGET.build(project, demo_env(), BuildOptions(), _no_progress)
     message = str(info.value)
     assert "\n" not in message
     assert digest in message and "does not have that digest" in message
@@ -400,7 +403,7 @@ def test_base_digest_missing_from_the_registry_says_how_to_repin(
 def test_failed_build_records_nothing(tmp_path: Path, docker_client: Any) -> None:
     project = make_project(tmp_path / "p", "FROM debian:bookworm-slim\nRUN exit 7\n")
     with pytest.raises(Exception, match="returned a non-zero code: 7"):
-        TARGET.build(project, demo_env(), _no_progress)
+        TARGET.build(project, demo_env(), BuildOptions(), _no_progress)
     recorded = lockfile.load_env_lock(project, ENV)
     assert recorded is not None
     assert recorded.artifacts == {}
@@ -442,7 +445,7 @@ def test_validate_without_python_in_the_image_is_a_clear_error(
     tmp_path: Path, docker_client: Any
 ) -> None:
     project = make_project(tmp_path / "p", "FROM debian:bookworm-slim\nUSER 1000\n")
-    artifact = TARGET.build(project, demo_env(), _no_progress)
+    artifact = TARGET.build(project, demo_env(), BuildOptions(), _no_progress)
     try:
         with pytest.raises(EngineError, match=r"could not start: .*/opt/venv/bin/python"):
             TARGET.validate(project, demo_env(), ValidateOptions(), _no_progress)
@@ -515,7 +518,8 @@ def test_push_records_the_digest_and_pull_restores_the_tag(
 ) -> None:
     project, artifact, _seen, _url = corporate_build
     target = TARGET
-    digest_ref = target.push(project, demo_env(), f"{registry}/envbuilder-test", _no_progress)
+    digest_ref = target.push(project, demo_env(), PushOptions(f"{registry}/envbuilder-test"),
+                             _no_progress)
     assert digest_ref.startswith(f"{registry}/envbuilder-test/demo@sha256:")
     recorded = lockfile.load_env_lock(project, ENV)
     assert recorded is not None
@@ -526,7 +530,7 @@ def test_push_records_the_digest_and_pull_restores_the_tag(
     docker_client.images.remove(artifact.reference, force=True)
     repo_tag = f"{registry}/envbuilder-test/demo:{_pylock_sha(project)[:12]}"
     docker_client.images.remove(repo_tag, force=True)
-    image_id = target.pull(project, demo_env(), _no_progress)
+    image_id = target.pull(project, demo_env(), PullOptions(), _no_progress)
     assert image_id == artifact.digest
     assert docker_client.images.get(artifact.reference).id == artifact.digest
 
@@ -550,13 +554,13 @@ def test_pull_refuses_an_image_built_from_another_lock(
     try:
         lockfile.record_artifact(project, ENV, "docker", repo_digest=other_digest)
         with pytest.raises(RegistryError, match=r"refusing .* built from lock"):
-            TARGET.pull(project, demo_env(), _no_progress)
+            TARGET.pull(project, demo_env(), PullOptions(), _no_progress)
         lockfile.record_artifact(
             project, ENV, "docker",
             repo_digest=other_digest.split("@")[0] + "@sha256:" + "0" * 64,
         )
         with pytest.raises(RegistryError, match="refused"):
-            TARGET.pull(project, demo_env(), _no_progress)
+            TARGET.pull(project, demo_env(), PullOptions(), _no_progress)
     finally:
         lockfile.record_artifact(project, ENV, "docker", **good)
         docker_client.images.remove(other.id, force=True)
@@ -567,5 +571,5 @@ def test_push_to_the_auth_registry_without_credentials_is_refused(
 ) -> None:
     project, _artifact, _seen, _url = corporate_build
     with pytest.raises(RegistryError) as err:
-        TARGET.push(project, demo_env(), f"{auth_registry}/team", _no_progress)
+        TARGET.push(project, demo_env(), PushOptions(f"{auth_registry}/team"), _no_progress)
     assert f"docker login {auth_registry}" in str(err.value)

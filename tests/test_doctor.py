@@ -9,11 +9,13 @@ from typing import Any
 
 import jsonschema
 import pytest
+from legacyspec import write_spec_with_legacy
 
 from envbuilder import doctor
 from envbuilder.cli import main
 from envbuilder.compat import load_compat
-from envbuilder.spec import load_spec
+from envbuilder.model import EnvSpec
+from envbuilder.specload import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data" / "doctor"
@@ -22,7 +24,7 @@ SPEC = ROOT / "environments.toml"
 HAS_AMD = Path("/dev/kfd").exists()
 
 
-def by_check(report: doctor.DoctorReport) -> dict[str, doctor.Finding]:
+def by_check(report: doctor.DoctorReport) -> dict[str, doctor.HostFinding]:
     return {f.check: f for f in report.findings}
 
 
@@ -78,11 +80,16 @@ def test_env_cpu_needs_no_gpu(capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.skipif(HAS_AMD, reason="this host has an AMD GPU; the test needs one without")
 def test_rocm_env_fails_without_a_gpu(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["doctor", "--spec", str(SPEC), "--env", "rocm64", "--json"]) == 1
+    assert main(["doctor", "--spec", str(SPEC), "--env", "rocm714", "--json"]) == 1
     data = json.loads(capsys.readouterr().out)
     env_gpu = next(f for f in data["findings"] if f["check"] == "env-gpu")
-    assert env_gpu["severity"] == "fail" and "env rocm64 needs an AMD GPU" in env_gpu["summary"]
+    assert env_gpu["severity"] == "fail" and "env rocm714 needs an AMD GPU" in env_gpu["summary"]
     assert data["status"] == "fail"
+
+
+def legacy_env(tmp_path: Path, name: str) -> EnvSpec:
+    """A legacy (amdgpu-install) env the shipped spec no longer has (tests/legacyspec.py)."""
+    return load_spec(write_spec_with_legacy(tmp_path / "legacy.toml")).env(name)
 
 
 def test_unknown_env_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -111,7 +118,7 @@ def data(name: str, encoding: str = "utf-8") -> bytes:
     return (DATA / name).read_text(encoding="utf-8").encode(encoding)
 
 
-def make_host(tmp_path: Path, kind: doctor.HostKind, run: Outputs, *,
+def make_host(tmp_path: Path, kind: doctor.HostOS, run: Outputs, *,
               files: Mapping[str, str] = {}, environ: Mapping[str, str] | None = None,
               uid: int = 1000, groups: tuple[str, ...] = ("users",)) -> doctor.Host:
     root = tmp_path / "root"
@@ -150,7 +157,7 @@ def wsl_rocminfo_with_gpu() -> bytes:
 
 
 def test_wsl2_host_ready_for_rocm64(tmp_path: Path) -> None:
-    env = load_spec(SPEC).env("rocm64")
+    env = legacy_env(tmp_path, "rocm64")
     run = Outputs({"rocminfo": (0, wsl_rocminfo_with_gpu())})
     report = doctor.diagnose(make_host(tmp_path, "wsl2", run, files=WSL_OK_FILES), env)
     found = by_check(report)
@@ -182,7 +189,7 @@ def test_wsl2_release_without_runtime(tmp_path: Path) -> None:
 
 def test_wsl2_gpu_not_supported_by_wsl_stack(tmp_path: Path) -> None:
     compat = load_compat()
-    env = load_spec(SPEC).env("rocm64")
+    env = legacy_env(tmp_path, "rocm64")
     gpu = next(g for g in compat.gpus if not g.wsl and g.gfx.startswith("gfx103"))
     env = type(env)(**{**env.__dict__, "gfx": gpu.gfx, "gpu": gpu.names[0]})
     out = data("rocminfo-native-rx7900xtx.txt").replace(b"gfx1100", gpu.gfx.encode())
@@ -234,7 +241,7 @@ def windows_host(tmp_path: Path, *, ver: str = "ver-22621.txt",
 
 def test_windows_host_ready(tmp_path: Path) -> None:
     host, run = windows_host(tmp_path)
-    env = load_spec(SPEC).env("rocm64")
+    env = legacy_env(tmp_path, "rocm64")
     report = doctor.diagnose(host, env)
     found = by_check(report)
     assert [found[c].severity for c in ("windows-build", "virtualization", "wsl-version",
@@ -248,7 +255,7 @@ def test_windows_host_ready(tmp_path: Path) -> None:
 def test_windows_python_is_found_with_the_py_launcher(tmp_path: Path) -> None:
     host, run = windows_host(tmp_path)
     host = type(host)(**{**host.__dict__, "python": "3.11.9"})
-    env = load_spec(SPEC).env("rocm64")
+    env = legacy_env(tmp_path, "rocm64")
     found = by_check(doctor.diagnose(host, env))["python"]
     assert ["py", "-3.12", "--version"] in run.calls
     assert found.severity == "warn" and "uv python install 3.12" in (found.fix or "")

@@ -16,7 +16,7 @@ from test_lock_support import FAKE_INDEX_URL, make_wheel, small_spec, write_spec
 from envbuilder.cli import main
 from envbuilder.lockfile import read_env_lock
 from envbuilder.project import Project
-from envbuilder.resolve import uv_bin
+from envbuilder.pyfinder import uv_bin
 
 pytestmark = pytest.mark.network
 
@@ -264,7 +264,7 @@ def test_lock_the_shipped_cpu_env(tmp_path: Path, docker_client: object,
     capsys.readouterr()
     assert main(["lock", "--check", "--spec", str(project.spec_path)]) == 0
     err = capsys.readouterr().err
-    assert "note: rocm64: not locked" in err and "note: rocm61: not locked" in err
+    assert "note: rocm714: not locked" in err and "note: mi300x: not locked" in err
 
 
 def test_one_env_failing_does_not_stop_the_others(tmp_path: Path, mirror: Path,

@@ -4,14 +4,22 @@ writing, artifacts, `--check`, mirrors, uv output post-processing, base image pi
 from __future__ import annotations
 
 import dataclasses
+import functools
+import http.server
 import os
+import threading
+import tomllib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from test_lock_support import FAKE_INDEX_URL
+from test_lock_support import FAKE_INDEX_URL, make_wheel
 
+from envbuilder.cli import main
 from envbuilder.errors import LockError
 from envbuilder.fsutil import sha256_bytes
+from envbuilder.indexsources import index_source, mirror_env_var
 from envbuilder.lockfile import (
     LOCK_VERSION,
     EnvLock,
@@ -23,19 +31,17 @@ from envbuilder.lockfile import (
     record_artifact,
     write_env_lock,
 )
+from envbuilder.locking import pin_base, source_date_epoch
+from envbuilder.model import Index
 from envbuilder.project import Project
-from envbuilder.resolve import (
+from envbuilder.uvrun import (
     ResolveRequest,
-    index_source,
     make_request,
-    mirror_env_var,
-    pin_base,
     postprocess,
+    preferences_for_uv,
     pylock_header,
     pyproject_for,
-    source_date_epoch,
 )
-from envbuilder.spec import Index
 
 DATA = Path(__file__).parent / "data" / "lock"
 
@@ -233,6 +239,40 @@ def test_postprocess_records_canonical_urls_and_nothing_machine_specific(tmp_pat
     assert postprocess(raw, _request(tmp_path), pylock_header("cpu", "native")).decode() == out
 
 
+def test_postprocess_records_the_canonical_index_of_pinned_packages(tmp_path: Path) -> None:
+    """PEP 751 `packages.index`: a package of a named index names that index's canonical URL
+    (never the mirror uv read it from), before its artifacts; default-index packages name none."""
+    raw = (DATA / "uv-output.toml").read_bytes()
+    doc = tomllib.loads(postprocess(raw, _request(tmp_path), "").decode())
+    by_name = {p["name"]: p for p in doc["packages"]}
+    assert by_name["tinytorch"]["index"] == FAKE_INDEX_URL
+    assert "index" not in by_name["six"]
+    assert list(by_name["tinytorch"]) == ["name", "version", "index", "wheels"]
+
+
+def test_preferences_for_uv_name_the_index_uv_resolves_from(tmp_path: Path) -> None:
+    """The earlier pylock handed to uv: pinned packages name the index as uv spells it here (a
+    mirror folder as a file:// URL, `+` and `@` kept, a space encoded); others name none."""
+    folder = tmp_path / "a b+c@d"
+    folder.mkdir()
+    index = Index("fake", FAKE_INDEX_URL, str(folder))
+    request, _ = make_request("x86_64-manylinux_2_28", "3.11", ("tinytorch", "six"),
+                              {"tinytorch": "fake"}, {"fake": index}, tmp_path, {})
+    committed = postprocess((DATA / "uv-output.toml").read_bytes(), request, "")
+    stray = committed.replace(b'name = "six"\n', b'name = "six"\nindex = "https://x.invalid/"\n')
+    doc = tomllib.loads(preferences_for_uv(stray, request).decode())
+    by_name = {p["name"]: p for p in doc["packages"]}
+    assert by_name["tinytorch"]["index"] == "file://" + str(tmp_path).replace(" ", "%20") \
+        + "/a%20b+c@d"
+    assert "index" not in by_name["six"]
+    # A URL mirror (or the canonical URL) is named exactly as the pyproject gives it to uv.
+    url = "http://127.0.0.1:9/simple/"
+    mirrored, _ = make_request("x86_64-manylinux_2_28", "3.11", ("tinytorch",),
+                               {"tinytorch": "fake"}, {"fake": index}, tmp_path,
+                               {"ENVBUILDER_MIRROR_FAKE": url})
+    assert f'index = "{url}"' in preferences_for_uv(committed, mirrored).decode()
+
+
 def test_postprocess_refuses_a_local_file_of_an_unpinned_package(tmp_path: Path) -> None:
     raw = (DATA / "uv-output.toml").read_bytes()
     request = dataclasses.replace(_request(tmp_path), index_pins=())
@@ -334,3 +374,89 @@ def test_record_artifact_loses_no_update_between_concurrent_writers(project: Pro
         thread.join()
     artifacts = read_env_lock(project.env_lock("cpu")).artifacts
     assert sum(len(v) for v in artifacts.values()) == 1 + 6 * 15  # + docker's image_id
+
+
+# --- relocking keeps the pins of packages of named indexes (uv reads `index`) -------------------
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A real HTTP server on 127.0.0.1 serving a folder (a directory listing per folder is a
+    simple-index page uv reads): (base URL, folder)."""
+    root = tmp_path / "served"
+    root.mkdir()
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(root)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", root
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _two_pinned(packages: str, description: str = "two pinned packages") -> str:
+    return f"""
+[indexes.fake]
+url = "{FAKE_INDEX_URL}"
+
+[env.pair]
+description = "{description}"
+accelerator = "cpu"
+python = "3.11"
+packages = [{packages}]
+index_pins = {{ tinytorch = "fake", tinyextra = "fake" }}
+targets = ["native"]
+"""
+
+
+@pytest.mark.parametrize("mirror_kind", ["folder", "simple index URL"])
+def test_relock_keeps_the_pinned_versions_of_a_named_index(
+        mirror_kind: str, tmp_path: Path, served: tuple[str, Path],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both packages come from the named index `fake` (a mirror folder, or a simple index served
+    on 127.0.0.1); then 1.1 of each is published. `--upgrade-package tinyextra` moves tinyextra
+    only, a relock after a spec change moves nothing, `--upgrade-package tinytorch` moves
+    tinytorch. (Without `index` in the pylock handed back to uv, uv dropped every earlier pin of
+    a package of a named index: tinytorch moved to 1.1 each time.) uv needs no network here:
+    every package is pinned to the mirrored index."""
+    base, root = served
+    if mirror_kind == "folder":
+        def publish(name: str, version: str) -> None:
+            make_wheel(tmp_path / "mirror", name, version)
+        mirror = str(tmp_path / "mirror")
+    else:
+        def publish(name: str, version: str) -> None:
+            make_wheel(root / "simple" / name, name, version)
+        mirror = f"{base}/simple"
+    monkeypatch.setenv("ENVBUILDER_MIRROR_FAKE", mirror)
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    monkeypatch.setenv("UV_OFFLINE", "1" if mirror_kind == "folder" else "0")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    for name in ("tinytorch", "tinyextra"):
+        publish(name, "1.0")
+    spec = tmp_path / "proj" / "environments.toml"
+    spec.parent.mkdir()
+    spec.write_text(_two_pinned('"tinytorch>=1.0", "tinyextra>=1.0"'), encoding="utf-8")
+    project = Project.from_spec(spec, cache=tmp_path / "cache")
+
+    def lock(*args: str) -> dict[str, str]:
+        assert main(["-q", "lock", "--spec", str(spec), *args]) == 0
+        doc = tomllib.loads(project.pylock("pair", "native").read_text(encoding="utf-8"))
+        assert {p["index"] for p in doc["packages"]} == {FAKE_INDEX_URL}
+        return {p["name"]: p["version"] for p in doc["packages"]}
+
+    assert lock() == {"tinyextra": "1.0", "tinytorch": "1.0"}
+    for name in ("tinytorch", "tinyextra"):
+        publish(name, "1.1")
+    assert lock("--upgrade-package", "tinyextra") == {"tinyextra": "1.1", "tinytorch": "1.0"}
+    spec.write_text(_two_pinned('"tinytorch>=1.0", "tinyextra>=1.0"', "changed"),
+                    encoding="utf-8")
+    assert lock() == {"tinyextra": "1.1", "tinytorch": "1.0"}
+    assert lock("--upgrade-package", "tinytorch") == {"tinyextra": "1.1", "tinytorch": "1.1"}

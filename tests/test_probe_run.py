@@ -216,7 +216,7 @@ def test_ctrl_c_stops_cleanly_and_kills_children(workdir: Path) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not _with_token(token, exclude=proc.pid):
         time.sleep(0.2)
-    assert _with_token(token, exclude=proc.pid), "the matmul child never started"
+    assert _with_token(token, exclude=proc.pid), "the check worker never started"
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=30)
     assert proc.returncode == 130, out
@@ -232,8 +232,9 @@ def _with_token(token: str, exclude: int) -> list[int]:
         if not entry.name.isdigit() or int(entry.name) == exclude:
             continue
         try:
+            cmdline = (entry / "cmdline").read_bytes()
             if (f"PROBE_TEST_TOKEN={token}".encode() in (entry / "environ").read_bytes()
-                    and b"--_child" in (entry / "cmdline").read_bytes()):
+                    and (b"--_worker" in cmdline or b"--_child" in cmdline)):
                 found.append(int(entry.name))
         except OSError:
             continue

@@ -13,21 +13,27 @@ import hashlib
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
+from typing import Any, cast
 
 import dockerfile
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from legacyspec import write_spec_with_legacy
 from test_quoting import dockerfile_word, ps_verbatim  # tests/ is on sys.path (rootless tests)
 
 from envbuilder import cli, plan
 from envbuilder.compat import RocmRelease, load_compat
 from envbuilder.errors import EnvbuilderError, RenderError
 from envbuilder.lockfile import EnvLock, TargetLock, write_env_lock
+from envbuilder.model import EnvSpec, Spec
 from envbuilder.project import Project
-from envbuilder.render import MARKER, render_all, render_env
-from envbuilder.spec import EnvSpec, Spec, load_spec
+from envbuilder.render import MARKER, build_plan, render_all, render_env
+from envbuilder.specload import load_spec
+from envbuilder.targets import registry
+from envbuilder.targets.wsl2 import Wsl2Table
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "data" / "render"
@@ -41,7 +47,7 @@ TARGETS = ("docker", "wsl2", "windows")
 
 def make_project(root: Path, locked: bool) -> tuple[Project, Spec]:
     root.mkdir(parents=True, exist_ok=True)
-    shutil.copy(REPO / "environments.toml", root / "environments.toml")
+    write_spec_with_legacy(root / "environments.toml")  # the shipped envs and the legacy ones
     project = Project.from_spec(root / "environments.toml", cache=root / "cache")
     spec = load_spec(project.spec_path)
     if locked:
@@ -54,8 +60,7 @@ def fake_lock(spec: Spec, env: EnvSpec) -> EnvLock:
     """A lock with fixed values, as `envbuilder lock` would write it (no network)."""
     targets = {}
     for target in env.targets:
-        base = {"docker": env.docker.base if env.docker else None,
-                "wsl2": env.wsl2.base if env.wsl2 else None}.get(target)
+        base = registry.get(target).base_image(env)
         targets[target] = TargetLock(
             platform="x86_64-pc-windows-msvc" if target == "windows" else "x86_64-manylinux_2_28",
             python=env.python,
@@ -78,7 +83,7 @@ def locked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Project, Spec]:
 
 
 def rendered(project: Project, spec: Spec, env: EnvSpec | str, target: str) -> dict[str, bytes]:
-    files = render_env(project, spec, env, target)  # type: ignore[arg-type]
+    files = render_env(project, spec, env, target)
     return {str(p.relative_to(project.root)): data for p, data in files.items()}
 
 
@@ -91,7 +96,7 @@ def all_rendered(project: Project, spec: Spec) -> dict[str, bytes]:
 
 
 def shipped_cases() -> list[tuple[str, str]]:
-    spec = load_spec(REPO / "environments.toml")
+    spec = load_spec(write_spec_with_legacy(Path(tempfile.mkdtemp()) / "environments.toml"))
     return [(e.name, t) for e in spec.select(None) for t in TARGETS if t in e.targets]
 
 
@@ -218,7 +223,7 @@ def stages(cmds: tuple[dockerfile.Command, ...]) -> list[list[dockerfile.Command
 def test_dockerfiles_parse_and_keep_the_contract(mode: str, request: pytest.FixtureRequest) -> None:
     project, spec = request.getfixturevalue(mode)
     parsed = dockerfiles(all_rendered(project, spec))
-    assert len(parsed) == 6
+    assert len(parsed) == 9  # cpu, rocm714, mi300x, rocm64, rocm61 (docker and wsl2 each)
     for rel, cmds in parsed.items():
         kinds = {c.cmd.upper() for c in cmds}
         assert kinds <= ALLOWED, rel
@@ -262,9 +267,14 @@ def test_dockerfiles_parse_and_keep_the_contract(mode: str, request: pytest.Fixt
 def test_user_with_uid_1000_and_gpu_groups(locked: tuple[Project, Spec]) -> None:
     for rel, cmds in dockerfiles(all_rendered(*locked)).items():
         runs = " ".join(c.value[0] for c in cmds if c.cmd.upper() == "RUN" and not c.json)
+        assert "groupadd --system" in runs, rel  # render is created when the base lacks it
+        if rel.startswith("wsl/"):
+            # Microsoft's modern .wsl: no user in the image (oobe.sh makes it), uid 1000 free
+            assert "useradd" not in runs, rel
+            assert 'if [ -n "$old" ]; then userdel --remove "${old%%:*}"; fi' in runs, rel
+            continue
         assert "useradd --create-home --uid 1000" in runs, rel
         assert "usermod --append --groups video,render envbuilder" in runs, rel
-        assert "groupadd --system" in runs, rel  # render is created when the base lacks it
 
 
 def shellcheck(script: str, name: str, tmp_path: Path, literal_dollars: bool = False) -> None:
@@ -303,7 +313,7 @@ def test_oobe_scripts_pass_shellcheck(have_shellcheck: None, locked: tuple[Proje
     files = all_rendered(*locked)
     files.update(rendered(*rocdxg_case(locked), "wsl2"))
     scripts = {rel: data for rel, data in files.items() if rel.endswith("oobe.sh")}
-    assert len(scripts) == 4
+    assert len(scripts) == 5  # cpu, rocm714, rocm64, rocm61, the rocdxg case
     for rel, data in scripts.items():
         assert data.startswith(b"#!/bin/sh\n") and b"\r" not in data
         shellcheck(data.decode(), rel.replace("/", "_"), tmp_path)
@@ -382,13 +392,18 @@ def test_wsl_rules(locked: tuple[Project, Spec]) -> None:
         assert "chmod 0644 /etc/wsl.conf" in text and "chmod 0755 /usr/lib/wsl/oobe.sh" in text
         assert "chown root:root /etc/wsl.conf /etc/wsl-distribution.conf" in text
         conf = files[f"wsl/{name}/wsl.conf"].decode()
-        for line in ("[boot]\nsystemd=true", "[user]\ndefault=envbuilder", "[interop]",
+        for line in ("[boot]\nsystemd=true", "[interop]",
                      "appendWindowsPath=false", "generateResolvConf=true"):
             assert line in conf
+        assert "\n[user]" not in conf  # the modern format: oobe.sh creates the default user
         dist = files[f"wsl/{name}/wsl-distribution.conf"].decode()
         assert "command = /usr/lib/wsl/oobe.sh" in dist
         assert "defaultUid = 1000" in dist
         assert f"defaultName = envbuilder-{name}" in dist
+        assert "[shortcut]\nicon = /usr/lib/wsl/envbuilder.ico" in dist
+        assert "base64 --decode /tmp/envbuilder-file.b64 > /usr/lib/wsl/envbuilder.ico" in text
+        oobe = files[f"wsl/{name}/oobe.sh"].decode()
+        assert 'useradd --create-home --uid "$uid" --user-group --shell /bin/bash "$user"' in oobe
 
 
 def test_release_without_wsl_runtime_or_wrong_ubuntu_is_refused(
@@ -398,15 +413,17 @@ def test_release_without_wsl_runtime_or_wrong_ubuntu_is_refused(
     env = spec.env("rocm61")
     compat = load_compat()
     with pytest.raises(RenderError, match=r"22\.04"):
-        assert env.wsl2 is not None
-        noble = dataclasses.replace(env, wsl2=dataclasses.replace(env.wsl2, ubuntu="24.04"))
-        plan.build_plan(noble, "wsl2", rocm=compat.rocm("6.1.3"), lock=plan.LockPins(),
-                        variables={})
+        wsl2 = env.table(Wsl2Table)
+        assert wsl2 is not None
+        noble = dataclasses.replace(
+            env, tables={**env.tables, "wsl2": dataclasses.replace(wsl2, ubuntu="24.04")})
+        build_plan(noble, "wsl2", rocm=compat.rocm("6.1.3"), lock=plan.LockPins(),
+                   variables={})
     none = compat.rocm("6.3.3")
     assert none is not None and none.wsl_stack is None
     with pytest.raises(RenderError, match="no WSL runtime"):
-        plan.build_plan(dataclasses.replace(env, rocm="6.3.3"), "wsl2", rocm=none,
-                        lock=plan.LockPins(), variables={})
+        build_plan(dataclasses.replace(env, rocm="6.3.3"), "wsl2", rocm=none,
+                   lock=plan.LockPins(), variables={})
 
 
 # --- Windows -------------------------------------------------------------------------------------
@@ -561,7 +578,7 @@ def test_line_breaks_are_refused_for_every_target(locked: tuple[Project, Spec], 
     evil = dataclasses.replace(env, env={**env.env, "X": value})
     for target in ("docker", "wsl2", "windows"):
         with pytest.raises(EnvbuilderError, match="line break"):
-            render_env(project, spec, evil, target)  # type: ignore[arg-type]
+            render_env(project, spec, evil, target)
 
 
 @pytest.mark.parametrize(("field", "value"), [
@@ -571,8 +588,11 @@ def test_line_breaks_are_refused_for_every_target(locked: tuple[Project, Spec], 
 def test_bad_names_are_refused(unlocked: tuple[Project, Spec], field: str, value: str) -> None:
     project, spec = unlocked
     env = spec.env("cpu")
-    assert env.wsl2 is not None
-    evil = dataclasses.replace(env, wsl2=dataclasses.replace(env.wsl2, **{field: value}))
+    wsl2 = env.table(Wsl2Table)
+    assert wsl2 is not None
+    changes = cast(dict[str, Any], {field: value})
+    evil = dataclasses.replace(
+        env, tables={**env.tables, "wsl2": dataclasses.replace(wsl2, **changes)})
     with pytest.raises(RenderError):
         render_env(project, spec, evil, "wsl2")
 
@@ -612,15 +632,15 @@ def test_random_specs_render_or_fail_cleanly(tmp_path_factory: pytest.TempPathFa
 
     project, _ = make_project(tmp_path_factory.mktemp("random"), locked=False)
     doc = tomlkit.parse(project.spec_path.read_text())
-    cpu = doc["env"]["cpu"]  # type: ignore[index]
+    cpu = doc["env"]["cpu"]
     for key, value in edits:
         if key == "apt":
-            cpu["apt"] = [value]  # type: ignore[index]
+            cpu["apt"] = [value]
         elif "." in key:
             table, name = key.split(".")
-            cpu.setdefault(table, tomlkit.table())[name] = value  # type: ignore[union-attr]
+            cpu.setdefault(table, tomlkit.table())[name] = value
         else:
-            cpu[key] = value  # type: ignore[index]
+            cpu[key] = value
     project.spec_path.write_text(tomlkit.dumps(doc))
     code = cli.main(["-q", "render", "--spec", str(project.spec_path), "--env", "cpu"])
     written = [p for d in ("dockerfiles", "wsl", "windows") for p in (project.root / d).rglob("*")]
@@ -640,11 +660,40 @@ def test_cli_refuses_an_env_without_the_target(capsys: pytest.CaptureFixture[str
     assert cli.main([*args, "--env", "nope"]) == 2
 
 
-def test_native_has_no_rendered_files(unlocked: tuple[Project, Spec]) -> None:
+def test_native_has_a_plan_and_no_rendered_files(unlocked: tuple[Project, Spec]) -> None:
+    """native gets a plan like the others (issue 14); its builder carries it out."""
     project, spec = unlocked
     assert render_env(project, spec, "cpu", "native") == {}
-    with pytest.raises(RenderError, match="no rendered files"):
-        plan.build_plan(spec.env("cpu"), "native", rocm=None, lock=plan.LockPins(), variables={})
+    pins = plan.LockPins(None, "pylock.cpu-native.toml", "ab" * 32)
+    p = build_plan(spec.env("cpu"), "native", rocm=None, lock=pins,
+                   variables={"PYTHONUNBUFFERED": "1"})
+    assert [s.kind for s in p.steps] == ["find-python", "create-venv", "sync-pylock",
+                                         "write-activation"]
+    assert p.first(plan.FindPython) == plan.FindPython("3.11")
+    assert p.first(plan.SyncPylock) == plan.SyncPylock("lockfiles/pylock.cpu-native.toml",
+                                                       "ab" * 32)
+    activation = p.first(plan.WriteActivation)
+    assert activation is not None and activation.variables == (("PYTHONUNBUFFERED", "1"),)
+    assert [name for name, _lines, _newline in activation.scripts] == ["activate",
+                                                                        "activate.ps1"]
+
+
+def test_the_windows_script_renders_each_step_and_refuses_an_unknown_one(
+        unlocked: tuple[Project, Spec]) -> None:
+    """setup.ps1 loops over the plan's steps (no values pulled out by render.py)."""
+    from envbuilder.render import environment
+
+    @dataclasses.dataclass(frozen=True)
+    class Bogus(plan.Step):
+        kind = "bogus"
+
+    _project, spec = unlocked
+    p = build_plan(spec.env("rocm64"), "windows", rocm=None, lock=plan.LockPins(),
+                   variables={})
+    bogus = dataclasses.replace(p, steps=(*p.steps, Bogus()))
+    with pytest.raises(RenderError, match="'bogus'"):
+        environment().get_template("windows/setup.ps1.j2").render(
+            plan=bogus, header=[], source_date_epoch=None, lock_sha_arg="A")
 
 
 def test_a_step_without_a_template_branch_is_an_error() -> None:

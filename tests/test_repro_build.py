@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 
 from envbuilder import lockfile, repro
+from envbuilder.builders.docker import DockerBuilder, image_tag
 from envbuilder.cli import main
 from envbuilder.ociimage.writer import write_image
 from envbuilder.project import Project
-from envbuilder.spec import load_spec
-from envbuilder.targets.docker import DockerTarget, image_tag
+from envbuilder.specload import load_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.network]
 
@@ -67,7 +67,7 @@ def test_two_cold_builds_give_the_digest_the_committed_lock_records(
 
     # `pull`/`validate` say so: the image at hand is the predicted one...
     env = load_spec(cpu_copy.spec_path).env(ENV)
-    [(ok, line)] = DockerTarget().image_status(cpu_copy, env)
+    [(ok, line)] = DockerBuilder().image_status(cpu_copy, env)
     assert ok and f"{predicted.image_id} is the image the lock predicts" in line
     # ...and would say when it is not.
     other = repro.Prediction("sha256:" + "0" * 64, predicted.layers)

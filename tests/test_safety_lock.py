@@ -298,7 +298,7 @@ def test_render_and_build_refuse_another_envs_lock(
     files, so render and build must not take it."""
     project = shipped_copy(tmp_path / "proj")
     spec_text = project.spec_path.read_text(encoding="utf-8")
-    cpu = spec_text[spec_text.index("[env.cpu]"):spec_text.index("# --- rocm64")]
+    cpu = spec_text[spec_text.index("[env.cpu]"):spec_text.index("# --- rocm714")]
     copy = cpu.replace("[env.cpu", "[env.cpu2").replace('"envbuilder-cpu"', '"envbuilder-cpu2"')
     project.spec_path.write_text(spec_text + "\n" + copy, encoding="utf-8")
     shutil.copy(project.env_lock("cpu"), project.env_lock("cpu2"))
@@ -331,6 +331,10 @@ CORRUPTIONS: dict[str, tuple[bytes, bytes, str]] = {
                            "(torch).wheels[0].hashes must be a table like { sha256 = "),
     "size-not-an-integer": (b"size = 244559,", b'size = "244559",',
                             "(filelock).wheels[0].size must be an integer, not '244559'"),
+    "index-not-a-url": (b'index = "https://download.pytorch.org/whl/cpu"',
+                        b'index = "/etc/passwd"',
+                        "(torch).index must be the http(s) URL of the package's index, not "
+                        "'/etc/passwd'"),
 }
 
 

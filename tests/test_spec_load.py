@@ -6,9 +6,15 @@ from pathlib import Path
 
 import pytest
 import tomlkit
+from legacyspec import write_spec_with_legacy
 
 from envbuilder.errors import SpecError, UsageError
-from envbuilder.spec import Finding, Index, check_spec, load_spec
+from envbuilder.model import Finding, Index
+from envbuilder.specload import check_spec, load_spec
+from envbuilder.targets.docker import DockerTable
+from envbuilder.targets.native import NativeTable
+from envbuilder.targets.windows import WindowsTable
+from envbuilder.targets.wsl2 import Wsl2Table
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "environments.toml"
@@ -17,8 +23,50 @@ DATA = Path(__file__).parent / "data" / "spec"
 
 def test_shipped_envs() -> None:
     spec = load_spec(SHIPPED)
-    assert list(spec.envs) == ["cpu", "rocm64", "rocm61"]
-    assert [f.severity for f in spec.findings] == ["warning"]  # the unverified Windows wheels
+    assert list(spec.envs) == ["cpu", "rocm714", "mi300x"]
+    assert not spec.findings  # no warning a user would have to ignore
+
+
+def test_legacy_envs_still_load_clean(tmp_path: Path) -> None:
+    """The former shipped envs (the amdgpu-install path's fixture): AMD's 6.4.4 Windows wheel
+    URLs are verified (rocm-2026.md)."""
+    spec = load_spec(write_spec_with_legacy(tmp_path / "environments.toml"))
+    assert list(spec.envs) == ["cpu", "rocm714", "mi300x", "rocm64", "rocm61"]
+    assert not spec.findings
+
+
+def test_flagship_contract() -> None:
+    """rocm714: the pip SDK (7.14.1) from AMD's index on docker (plain Ubuntu), wsl2, windows."""
+    env = load_spec(SHIPPED).env("rocm714")
+    assert (env.rocm, env.python, env.gfx, env.gfx_targets) == (
+        "7.14.1", "3.12", "gfx1100", ("gfx1100",))
+    assert env.targets == ("docker", "wsl2", "windows")
+    assert env.packages == ("torch==2.12.0+rocm7.14.1",)
+    assert env.index_pins_for("windows") == env.index_pins_for("docker") == {"torch": "amd-rocm"}
+    docker, wsl2 = env.table(DockerTable), env.table(Wsl2Table)
+    assert docker is not None and docker.base == "ubuntu:24.04"
+    assert wsl2 is not None and (wsl2.ubuntu, wsl2.base) == ("24.04", "ubuntu:24.04")
+    assert env.indexes["amd-rocm"].url == "https://repo.amd.com/rocm/whl-multi-arch/"
+
+
+def test_datacenter_contract() -> None:
+    env = load_spec(SHIPPED).env("mi300x")
+    assert (env.rocm, env.gfx, env.targets) == ("10.1.0", "gfx942", ("docker", "native"))
+    assert env.indexes["amd-rocm-next"].url == "https://stable.repo.amd.com/rocm/whl-next/"
+
+
+def test_gpu_may_name_several(tmp_path: Path) -> None:
+    text = SHIPPED.read_text(encoding="utf-8").replace(
+        'gpu = "RX 7900 XTX"', 'gpu = ["RX 7900 XTX", "gfx1201", "RX 7900 XTX"]')
+    env = load_spec(_write(tmp_path, text)).env("rocm714")
+    assert (env.gpu, env.gfx, env.gfx_targets) == ("RX 7900 XTX", "gfx1100",
+                                                   ("gfx1100", "gfx1201"))
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "environments.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
 
 
 def test_cpu_env_contract() -> None:
@@ -27,11 +75,12 @@ def test_cpu_env_contract() -> None:
                                                           ("docker", "wsl2", "native"))
     assert cpu.packages == ("torch==2.13.0+cpu",)
     assert cpu.index_pins == {"torch": "pytorch-cpu"}
-    assert cpu.docker is not None and cpu.docker.base == "debian:bookworm-slim"
-    assert cpu.docker.python == "python3" and cpu.docker.user == "envbuilder"
-    assert cpu.wsl2 is not None and cpu.wsl2.distro == "envbuilder-cpu"
-    assert cpu.wsl2.base == "debian:bookworm-slim" and cpu.wsl2.ubuntu is None
-    assert cpu.native is not None and cpu.native.python == "3.11"
+    docker, wsl2, native = cpu.table(DockerTable), cpu.table(Wsl2Table), cpu.table(NativeTable)
+    assert docker is not None and docker.base == "debian:bookworm-slim"
+    assert docker.python == "python3" and docker.user == "envbuilder"
+    assert wsl2 is not None and wsl2.distro == "envbuilder-cpu"
+    assert wsl2.base == "debian:bookworm-slim" and wsl2.ubuntu is None
+    assert native is not None and native.python == "3.11"
     assert cpu.rocm is None and cpu.gpu is None and cpu.gfx is None
     # [defaults] env vars are merged in
     assert cpu.env["PYTHONUNBUFFERED"] == "1"
@@ -42,18 +91,20 @@ def test_indexes_and_mirror() -> None:
     assert spec.indexes["pytorch-cpu"] == Index("pytorch-cpu",
                                                  "https://download.pytorch.org/whl/cpu",
                                                  "/opt/wheels")
-    assert spec.indexes["pytorch-rocm64"].mirror is None
+    assert spec.indexes["amd-rocm"].mirror is None
     assert list(spec.indexes_for("cpu")) == ["pytorch-cpu"]
-    assert list(spec.indexes_for("rocm64")) == ["pytorch-rocm64"]
+    assert list(spec.indexes_for("rocm714")) == ["amd-rocm"]
 
 
-def test_rocm64_contract() -> None:
-    env = load_spec(SHIPPED).env("rocm64")
+def test_rocm64_contract(tmp_path: Path) -> None:
+    env = load_spec(write_spec_with_legacy(tmp_path / "environments.toml")).env("rocm64")
     assert (env.rocm, env.python, env.gfx) == ("6.4.1", "3.12", "gfx1100")
     assert env.targets == ("docker", "wsl2", "windows")
-    assert env.wsl2 is not None and (env.wsl2.ubuntu, env.wsl2.base) == ("24.04", "ubuntu:24.04")
-    assert env.docker is not None and env.docker.base == "rocm/dev-ubuntu-24.04:6.4.1"
-    assert env.windows is not None and env.windows.python == "3.12"
+    wsl2, docker = env.table(Wsl2Table), env.table(DockerTable)
+    windows = env.table(WindowsTable)
+    assert wsl2 is not None and (wsl2.ubuntu, wsl2.base) == ("24.04", "ubuntu:24.04")
+    assert docker is not None and docker.base == "rocm/dev-ubuntu-24.04:6.4.1"
+    assert windows is not None and windows.python == "3.12"
     # the windows target has its own packages and no index pins; the others keep the env's
     assert env.packages_for("windows")[0].startswith("torch @ https://repo.radeon.com/")
     assert env.index_pins_for("windows") == {}
@@ -62,23 +113,24 @@ def test_rocm64_contract() -> None:
     assert env.python_for("windows") == "3.12"
 
 
-def test_rocm61_is_the_corrected_seed_setup() -> None:
-    env = load_spec(SHIPPED).env("rocm61")
+def test_rocm61_is_the_corrected_seed_setup(tmp_path: Path) -> None:
+    env = load_spec(write_spec_with_legacy(tmp_path / "environments.toml")).env("rocm61")
     assert (env.rocm, env.python, env.gfx) == ("6.1.3", "3.10", "gfx1100")
     assert "HSA_OVERRIDE_GFX_VERSION" not in env.env
     assert "RCCL_ALGO" not in env.rccl and env.rccl["NCCL_ALGO"] == "Ring"
-    assert env.wsl2 is not None and env.wsl2.ubuntu == "22.04"
+    wsl2 = env.table(Wsl2Table)
+    assert wsl2 is not None and wsl2.ubuntu == "22.04"
     assert "windows" not in env.targets
 
 
 def test_select_and_env() -> None:
     spec = load_spec(SHIPPED)
-    assert [e.name for e in spec.select(None)] == ["cpu", "rocm64", "rocm61"]
-    assert [e.name for e in spec.select([])] == ["cpu", "rocm64", "rocm61"]
-    assert [e.name for e in spec.select(["rocm61", "cpu", "rocm61"])] == ["rocm61", "cpu"]
-    with pytest.raises(UsageError, match=r"no environment 'rocm46' \(did you mean 'rocm64'\?\)"):
-        spec.select(["rocm46"])
-    with pytest.raises(UsageError, match="known: cpu, rocm64, rocm61"):
+    assert [e.name for e in spec.select(None)] == ["cpu", "rocm714", "mi300x"]
+    assert [e.name for e in spec.select([])] == ["cpu", "rocm714", "mi300x"]
+    assert [e.name for e in spec.select(["mi300x", "cpu", "mi300x"])] == ["mi300x", "cpu"]
+    with pytest.raises(UsageError, match=r"no environment 'rocm741' \(did you mean 'rocm714'\?\)"):
+        spec.select(["rocm741"])
+    with pytest.raises(UsageError, match="known: cpu, rocm714, mi300x"):
         spec.env("nope")
 
 
@@ -110,7 +162,7 @@ def test_env_hash_follows_index_url_not_mirror(tmp_path: Path) -> None:
     p.write_text(text.replace("https://download.pytorch.org/whl/cpu",
                               "https://download.pytorch.org/whl/cpu/"), encoding="utf-8")
     assert load_spec(p).env_hash("cpu") != base.env_hash("cpu")
-    assert load_spec(p).env_hash("rocm64") == base.env_hash("rocm64")
+    assert load_spec(p).env_hash("rocm714") == base.env_hash("rocm714")
 
 
 def test_defaults_merge_tables_by_key(tmp_path: Path) -> None:
@@ -136,11 +188,13 @@ targets = ["docker", "native"]
     spec = load_spec(p)
     one, two = spec.env("one"), spec.env("two")
     assert one.env == {"A": "1", "B": "3"}
-    assert one.docker is not None and (one.docker.base, one.docker.user) == (
+    docker_one, docker_two = one.table(DockerTable), two.table(DockerTable)
+    assert docker_one is not None and (docker_one.base, docker_one.user) == (
         "debian:bookworm-slim", "bob")
-    assert two.docker is not None and two.docker.user == "alice"
-    assert two.targets == ("docker", "native") and two.native is not None
-    assert two.native.python == "3.11"
+    assert docker_two is not None and docker_two.user == "alice"
+    native = two.table(NativeTable)
+    assert two.targets == ("docker", "native") and native is not None
+    assert native.python == "3.11"
 
 
 def test_load_spec_raises_with_every_error(tmp_path: Path) -> None:
@@ -181,5 +235,6 @@ index_pins = { torch = "r64" }
 targets = ["docker"]
 """, encoding="utf-8")
     env = load_spec(p).env("g")
-    assert env.docker is not None and env.docker.base == "rocm/dev-ubuntu-24.04:6.4.1"
+    docker = env.table(DockerTable)
+    assert docker is not None and docker.base == "rocm/dev-ubuntu-24.04:6.4.1"
     assert env.gfx == "gfx1100"

@@ -15,9 +15,15 @@ from typing import Any
 import tomlkit
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from packaging.pylock import is_valid_pylock_path
 
 from envbuilder.cli import main
-from envbuilder.spec import ENV_KEYS, CheckResult, EnvSpec, check_spec, load_spec
+from envbuilder.model import EnvSpec
+from envbuilder.project import pylock_name
+from envbuilder.specload import SpecCheck, check_spec, env_keys, load_spec
+from envbuilder.targets import registry
+
+ENV_KEYS = env_keys()
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = tomlkit.parse((ROOT / "environments.toml").read_text(encoding="utf-8")).unwrap()
@@ -54,7 +60,8 @@ specs = st.fixed_dictionaries(
                                    st.dictionaries(st.sampled_from(["url", "mirror", "urll"]),
                                                    values, max_size=3), max_size=3),
         "defaults": env_tables,
-        "env": st.dictionaries(st.sampled_from(["cpu", "rocm64", "Bad Name", "a" * 70]),
+        "env": st.dictionaries(st.sampled_from(["cpu", "rocm714", "Bad Name", "a" * 70,
+                                                "seed-6.1", "con"]),
                                env_tables, max_size=3),
         "extra": values,
     },
@@ -74,8 +81,8 @@ def spec_file(content: str | bytes) -> Iterator[Path]:
             "checking a spec must never write a file"
 
 
-def assert_handled(result: CheckResult) -> None:
-    assert isinstance(result, CheckResult)
+def assert_handled(result: SpecCheck) -> None:
+    assert isinstance(result, SpecCheck)
     for f in result.findings:
         assert f.severity in ("error", "warning")
         assert str(f).isprintable(), f"a finding is one printable line: {f!r}"
@@ -86,7 +93,8 @@ def assert_handled(result: CheckResult) -> None:
 
 
 def assert_safe(env: EnvSpec) -> None:
-    """What an accepted spec may carry into generated files."""
+    """What an accepted spec may carry into generated files (and lock file names pip takes)."""
+    assert all(is_valid_pylock_path(Path(pylock_name(env.name, t))) for t in registry.names())
     for name, value in {**env.env, **env.rccl}.items():
         assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)
         assert "\n" not in value and "\x00" not in value and "\r" not in value
@@ -95,9 +103,7 @@ def assert_safe(env: EnvSpec) -> None:
             assert not any(ch in spec for ch in "\n\r\x00`$\\"), spec
     for apt in env.apt:
         assert re.fullmatch(r"[a-z0-9][a-z0-9+.-]+", apt)
-    for table in (env.docker, env.wsl2, env.windows, env.native):
-        if table is None:
-            continue
+    for table in env.tables.values():
         for value in dataclasses.asdict(table).values():
             if isinstance(value, str):
                 assert not any(ch in value for ch in "\n\r\x00`$;'\""), value
@@ -154,7 +160,7 @@ def test_mutated_shipped_spec_never_raises(path: tuple[str, ...], value: Any) ->
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.sampled_from(["cpu", "rocm64", "rocm61"]), st.sampled_from(["python", "description"]),
+@given(st.sampled_from(["cpu", "rocm714", "mi300x"]), st.sampled_from(["python", "description"]),
        st.sampled_from(["3.13", "3.11", "x", "another description"]))
 def test_env_hash_changes_only_with_the_env(env: str, key: str, value: str) -> None:
     doc = tomlkit.parse((ROOT / "environments.toml").read_text(encoding="utf-8"))
@@ -166,7 +172,7 @@ def test_env_hash_changes_only_with_the_env(env: str, key: str, value: str) -> N
             return
         changed = base.merged[env].get(key) != value
         assert (result.spec.env_hash(env) != base.env_hash(env)) == changed
-        for other in ("cpu", "rocm64", "rocm61"):
+        for other in ("cpu", "rocm714", "mi300x"):
             if other != env:
                 assert result.spec.env_hash(other) == base.env_hash(other)
 

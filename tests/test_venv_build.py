@@ -8,6 +8,7 @@ machine's mirror folder through the host wheel cache, hash-checked.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import os
@@ -17,17 +18,20 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tomlkit
 
+from envbuilder.builders.venv import MARKER, NativeVenvBuilder, VenvLayout
 from envbuilder.errors import EnvbuilderError, LockError
 from envbuilder.fsutil import sha256_file
+from envbuilder.model import EnvSpec
 from envbuilder.progress import no_progress
 from envbuilder.project import Project
-from envbuilder.spec import EnvSpec, load_spec
-from envbuilder.targets import Artifact, ValidateOptions, get_target
-from envbuilder.targets.venv import MARKER, NativeVenvTarget, VenvLayout
+from envbuilder.specload import load_spec
+from envbuilder.targets import registry
+from envbuilder.targets.base import Artifact, BuildOptions, ValidateOptions
 
 # slow: torch is installed and the probe runs several times; network: with an empty wheel cache
 # torch's small dependencies come from the default index (torch itself from the mirror folder).
@@ -39,9 +43,9 @@ ENV = "cpu"
 SHORT = ValidateOptions(level="quick", only=("device", "conformance"))
 
 
-def _native() -> NativeVenvTarget:
-    target = get_target("native")
-    assert isinstance(target, NativeVenvTarget)
+def _native() -> NativeVenvBuilder:
+    target = registry.get("native").load_builder()
+    assert isinstance(target, NativeVenvBuilder)
     return target
 
 
@@ -75,7 +79,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     # uv's own cache goes to a folder of this session, so a test can see what a build leaves
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("UV_CACHE_DIR", str(tmp_path_factory.mktemp("uv-cache")))
-        first = _native().build(project, env, no_progress, path=venv)
+        first = _native().build(project, env, BuildOptions(path=venv), no_progress)
         yield Built(project, env, venv, first)
 
 
@@ -87,7 +91,8 @@ def test_build_leaves_no_unpacked_wheels_in_uvs_cache(built: Built) -> None:
 
 
 def _validate(b: Built, options: ValidateOptions = SHORT) -> dict[str, object]:
-    report = _native().validate(b.project, b.env, options, no_progress, path=b.venv)
+    report = _native().validate(b.project, b.env, dataclasses.replace(options, path=b.venv),
+                                no_progress)
     data: dict[str, object] = json.loads(report.read_text())
     return data
 
@@ -107,7 +112,7 @@ def _python(b: Built) -> Path:
 
 
 def _rebuild(b: Built) -> Artifact:
-    return _native().build(b.project, b.env, no_progress, path=b.venv)
+    return _native().build(b.project, b.env, BuildOptions(path=b.venv), no_progress)
 
 
 # --- 1. built from the lock, probe passes ------------------------------------------------------
@@ -197,16 +202,16 @@ def _relock(project: Project, new_text: str | None = None) -> None:
     if new_text is not None:
         pylock.write_text(new_text)
     env_lock = project.env_lock(ENV)
-    doc = tomlkit.parse(env_lock.read_text())
-    doc["targets"]["native"]["pylock_sha256"] = sha256_file(pylock)  # type: ignore[index]
+    doc: Any = tomlkit.parse(env_lock.read_text())  # Any: tomlkit's item types vary by version
+    doc["targets"]["native"]["pylock_sha256"] = sha256_file(pylock)
     env_lock.write_text(tomlkit.dumps(doc))
 
 
 def _drop_package(text: str, name: str) -> str:
-    doc = tomlkit.parse(text)
+    doc: Any = tomlkit.parse(text)
     packages = doc["packages"]
-    kept = [p for p in packages if p["name"] != name]  # type: ignore[union-attr]
-    assert len(kept) == len(packages) - 1  # type: ignore[arg-type]
+    kept = [p for p in packages if p["name"] != name]
+    assert len(kept) == len(packages) - 1
     new = tomlkit.aot()
     for p in kept:
         new.append(p)
@@ -233,8 +238,8 @@ def test_new_lock_syncs_and_removes_what_it_dropped(built: Built) -> None:
 
 def _tamper_torch_hash(text: str) -> str:
     """The pylock with one hex digit of torch's wheel hash changed."""
-    doc = tomlkit.parse(text)
-    for package in doc["packages"]:  # type: ignore[union-attr]
+    doc: Any = tomlkit.parse(text)
+    for package in doc["packages"]:
         if package["name"] == "torch":
             for wheel in package["wheels"]:
                 old = str(wheel["hashes"]["sha256"])
@@ -273,7 +278,8 @@ def test_validate_without_a_venv_says_to_build(built: Built, tmp_path: Path) -> 
     from envbuilder.errors import ValidationError
 
     with pytest.raises(ValidationError, match="envbuilder build --target native --env cpu"):
-        _native().validate(built.project, built.env, SHORT, no_progress, path=tmp_path / "none")
+        _native().validate(built.project, built.env,
+                           dataclasses.replace(SHORT, path=tmp_path / "none"), no_progress)
 
 
 def test_path_that_is_not_a_venv_is_not_deleted(built: Built, tmp_path: Path) -> None:
@@ -281,6 +287,6 @@ def test_path_that_is_not_a_venv_is_not_deleted(built: Built, tmp_path: Path) ->
     precious.mkdir()
     (precious / "thesis.tex").write_text("keep me")
     with pytest.raises(EnvbuilderError, match="not a venv"):
-        _native().build(built.project, built.env, no_progress, path=precious)
+        _native().build(built.project, built.env, BuildOptions(path=precious), no_progress)
     assert (precious / "thesis.tex").read_text() == "keep me"
     assert [p.name for p in precious.iterdir()] == ["thesis.tex"]

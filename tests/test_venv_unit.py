@@ -10,11 +10,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 import pytest
 
 from envbuilder import activate, pyfinder
-from envbuilder.errors import BuildError, EngineError
-from envbuilder.quoting import QuotingError
-from envbuilder.spec import EnvSpec, WindowsTarget
-from envbuilder.targets import ValidateOptions, get_target
-from envbuilder.targets.venv import (
+from envbuilder.builders.venv import (
     MARKER,
     VenvLayout,
     marker_bytes,
@@ -24,6 +20,12 @@ from envbuilder.targets.venv import (
     uv_sync_command,
     uv_venv_command,
 )
+from envbuilder.errors import BuildError, EngineError
+from envbuilder.model import EnvSpec
+from envbuilder.quoting import QuotingError
+from envbuilder.targets import registry
+from envbuilder.targets.base import BuildOptions, ValidateOptions
+from envbuilder.targets.windows import WindowsTable
 
 HOSTILE = "a'b\"c $(touch PWNED) `id` ; & | ‘x’ %PATH% \\ $HOME"
 
@@ -36,6 +38,11 @@ def _env(**kw: object) -> EnvSpec:
     )
     base.update(kw)
     return EnvSpec(**base)  # type: ignore[arg-type]
+
+
+def activation_env(env: EnvSpec, target: str) -> dict[str, str]:
+    """The variables `target`'s activation sets (its descriptor's `variables`)."""
+    return registry.get(target).variables(env)
 
 
 # --- layout and command lines ------------------------------------------------------------------
@@ -119,9 +126,10 @@ def test_windows_target_on_linux_says_it_needs_windows(tmp_path: Path) -> None:
 
     if sys.platform == "win32":
         pytest.skip("this checks the refusal on non-Windows hosts")
-    target = get_target("windows")
+    builder = registry.get("windows").load_builder()
     with pytest.raises(BuildError, match="needs Windows"):
-        target.build(Project.from_spec(tmp_path / "environments.toml"), _env(), no_progress)
+        builder.build(Project.from_spec(tmp_path / "environments.toml"), _env(), BuildOptions(),
+                      no_progress)
 
 
 # --- the activation environment ----------------------------------------------------------------
@@ -129,37 +137,37 @@ def test_windows_target_on_linux_says_it_needs_windows(tmp_path: Path) -> None:
 def test_windows_env_has_hip_path_and_never_hsa_override() -> None:
     env = _env(env={"HSA_OVERRIDE_GFX_VERSION": "11.0.0", "MIOPEN_LOG_LEVEL": "3"},
                rccl={"NCCL_DEBUG": "INFO"})
-    got = activate.activation_env(env, "windows")
+    got = activation_env(env, "windows")
     assert got == {"HIP_PATH": "C:\\Program Files\\AMD\\ROCm\\6.4\\", "MIOPEN_LOG_LEVEL": "3"}
     for render in (activate.bash_block, activate.powershell_block, activate.cmd_activate_block):
         assert "HSA_OVERRIDE_GFX_VERSION" not in render(got)
 
 
 def test_windows_hip_path_from_spec_wins() -> None:
-    env = _env(windows=WindowsTarget(python="3.12", hip_path="D:\\ROCm\\6.4\\"))
-    assert activate.activation_env(env, "windows")["HIP_PATH"] == "D:\\ROCm\\6.4\\"
+    env = _env(tables={"windows": WindowsTable(python="3.12", hip_path="D:\\ROCm\\6.4\\")})
+    assert activation_env(env, "windows")["HIP_PATH"] == "D:\\ROCm\\6.4\\"
 
 
 def test_linux_env_has_rocm_path_override_and_rccl() -> None:
     env = _env(env={"HSA_OVERRIDE_GFX_VERSION": "10.3.0"}, rccl={"NCCL_DEBUG": "INFO"})
-    assert activate.activation_env(env, "native") == {
+    assert activation_env(env, "native") == {
         "ROCM_PATH": "/opt/rocm", "HSA_OVERRIDE_GFX_VERSION": "10.3.0", "NCCL_DEBUG": "INFO"}
 
 
 def test_cpu_env_sets_only_its_own_variables() -> None:
     env = _env(accelerator="cpu", rocm=None, env={"OMP_NUM_THREADS": "2"})
-    assert activate.activation_env(env, "native") == {"OMP_NUM_THREADS": "2"}
+    assert activation_env(env, "native") == {"OMP_NUM_THREADS": "2"}
 
 
 @pytest.mark.parametrize("name", ["1ABC", "A-B", "A B", "$(x)"])
 def test_bad_variable_names_are_refused(name: str) -> None:
     with pytest.raises(BuildError, match="not a valid name"):
-        activate.activation_env(_env(env={name: "1"}), "native")
+        activation_env(_env(env={name: "1"}), "native")
 
 
 def test_line_breaks_are_refused() -> None:
     with pytest.raises(BuildError, match="line break"):
-        activate.activation_env(_env(env={"X": "a\nb"}), "native")
+        activation_env(_env(env={"X": "a\nb"}), "native")
 
 
 def test_powershell_values_are_single_quoted_literals() -> None:

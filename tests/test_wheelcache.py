@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import functools
 import http.server
+import socket
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_lock_support import FAKE_INDEX_URL, make_wheel, small_spec, write_spec
@@ -18,7 +20,9 @@ from test_lock_support import FAKE_INDEX_URL, make_wheel, small_spec, write_spec
 from envbuilder.errors import LockError
 from envbuilder.fsutil import sha256_bytes, sha256_file
 from envbuilder.lockfile import LOCK_VERSION, EnvLock, TargetLock, write_env_lock
+from envbuilder.model import Index
 from envbuilder.project import Project
+from envbuilder.specload import load_spec
 from envbuilder.wheelcache import (
     cache_path,
     downloaded_bytes,
@@ -78,10 +82,14 @@ def test_locked_files_take_a_direct_url_wheel(tmp_path: Path) -> None:
 
 
 def _lock_tinytorch(project: Project, wheel: Path, url: str | None = None,
-                    targets: tuple[str, ...] = ("native",)) -> None:
-    """Write a pylock naming `wheel` by its canonical URL (or `url`) and the env lock."""
+                    targets: tuple[str, ...] = ("native",), index: str | None = None) -> None:
+    """Write a pylock naming `wheel` by its canonical URL (or `url`), with PEP 751 `index` when
+    given, and the env lock."""
     url = url or f"{FAKE_INDEX_URL}/{wheel.name.replace('+', '%2B')}"
     text = _pylock([("tinytorch", "1.0+cpu", [(url, sha256_file(wheel))], None)]).encode()
+    if index is not None:
+        text = text.replace(b'version = "1.0+cpu"\n', f'version = "1.0+cpu"\nindex = "{index}"\n'
+                            .encode())
     project.lockfiles.mkdir(parents=True, exist_ok=True)
     locks = {}
     for target in targets:
@@ -89,6 +97,11 @@ def _lock_tinytorch(project: Project, wheel: Path, url: str | None = None,
         locks[target] = TargetLock(LINUX, "3.11", f"pylock.small-{target}.toml",
                                    sha256_bytes(text))
     write_env_lock(project, EnvLock(LOCK_VERSION, "small", "0" * 64, "0", 0, locks, {}))
+
+
+def _indexes(project: Project) -> dict[str, Index]:
+    """The named indexes of the project's env `small`, as the targets hand them to the cache."""
+    return dict(load_spec(project.spec_path).env("small").indexes)
 
 
 @pytest.fixture
@@ -107,15 +120,30 @@ def test_fetch_from_a_mirror_folder_once(project: Project, mirror: Path,
     wheel = make_wheel(mirror, "tinytorch", "1.0+cpu")
     _lock_tinytorch(project, wheel, targets=("native", "docker"))
     events: list[tuple[str, int, int | None]] = []
-    first = fetch_locked(project, "small", "native", lambda *e: events.append(e))
+    first = fetch_locked(project, "small", "native", lambda *e: events.append(e),
+                         indexes=_indexes(project))
     assert [(a.filename, a.source) for a in first] == [(wheel.name, "mirror")]
     assert downloaded_bytes(first) == wheel.stat().st_size
     assert first[0].path == cache_path(project, sha256_file(wheel), wheel.name)
     assert first[0].path.read_bytes() == wheel.read_bytes()
     assert events[-1] == (wheel.name, wheel.stat().st_size, wheel.stat().st_size)
     # Another target (or env) locking the same file downloads nothing.
-    again = fetch_locked(project, "small", "docker")
+    again = fetch_locked(project, "small", "docker", indexes=_indexes(project))
     assert [(a.source, a.downloaded_bytes) for a in again] == [("cache", 0)]
+
+
+def test_fetch_uses_the_indexes_it_is_given_not_the_spec_file(
+        project: Project, mirror: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wheel cache never reads environments.toml itself: a spec file broken after the spec
+    was loaded (or missing) changes nothing; the mirror of the indexes handed in is used. (It
+    used to re-read the file and, when that failed, silently drop every mirror.)"""
+    monkeypatch.delenv("ENVBUILDER_MIRROR_FAKE", raising=False)
+    wheel = make_wheel(mirror, "tinytorch", "1.0+cpu")
+    _lock_tinytorch(project, wheel)
+    indexes = _indexes(project)
+    project.spec_path.write_text("[env.small\nbroken = ", encoding="utf-8")
+    got = fetch_locked(project, "small", "native", indexes=indexes)
+    assert [(a.filename, a.source) for a in got] == [(wheel.name, "mirror")]
 
 
 def test_a_mirror_file_with_another_hash_is_refused(project: Project, mirror: Path,
@@ -126,9 +154,14 @@ def test_a_mirror_file_with_another_hash_is_refused(project: Project, mirror: Pa
     make_wheel(mirror, "tinytorch", "1.0+cpu", requires=("six",))  # same name, other bytes
     _lock_tinytorch(project, locked)
     with pytest.raises(LockError, match="does not match the lock") as info:
-        fetch_locked(project, "small", "native")
+        fetch_locked(project, "small", "native", indexes=_indexes(project))
     assert "wheels.example.invalid" in str(info.value)  # then the canonical URL was tried
     assert not list(project.wheels.rglob("*.whl"))  # nothing refused entered the cache
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
 
 
 @pytest.fixture
@@ -136,8 +169,7 @@ def http_folder(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A real HTTP server on 127.0.0.1 serving a folder: (base URL, folder)."""
     root = tmp_path / "served"
     root.mkdir()
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *a: None  # type: ignore[assignment,method-assign]
+    handler = functools.partial(_QuietHandler, directory=str(root))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -159,7 +191,7 @@ def test_fetch_from_a_simple_index_mirror_url(project: Project, tmp_path: Path,
         f'<html><body><a href="{href}">{wheel.name}</a></body></html>', encoding="utf-8")
     monkeypatch.setenv("ENVBUILDER_MIRROR_FAKE", f"{base}/simple")
     _lock_tinytorch(project, wheel)
-    got = fetch_locked(project, "small", "native")
+    got = fetch_locked(project, "small", "native", indexes=_indexes(project))
     assert [(a.source, a.downloaded_bytes) for a in got] == [("mirror", wheel.stat().st_size)]
 
 
@@ -170,19 +202,19 @@ def test_fetch_from_the_canonical_url_without_mirror(project: Project, tmp_path:
     monkeypatch.setenv("ENVBUILDER_MIRROR_FAKE", "")  # mirror switched off on this machine
     wheel = make_wheel(root, "tinytorch", "1.0+cpu")
     _lock_tinytorch(project, wheel, url=f"{base}/{wheel.name.replace('+', '%2B')}")
-    got = fetch_locked(project, "small", "native")
+    got = fetch_locked(project, "small", "native", indexes=_indexes(project))
     assert [(a.source, a.downloaded_bytes) for a in got] == [("download", wheel.stat().st_size)]
 
 
 def test_fetch_needs_a_lock_that_matches_its_pylock(project: Project, mirror: Path) -> None:
     with pytest.raises(LockError, match="run `envbuilder lock --env small` first"):
-        fetch_locked(project, "small", "native")
+        fetch_locked(project, "small", "native", indexes=_indexes(project))
     _lock_tinytorch(project, make_wheel(mirror, "tinytorch", "1.0+cpu"))
     with (project.lockfiles / "pylock.small-native.toml").open("a") as fh:
         fh.write("# edited\n")
     with pytest.raises(LockError,
                        match=r"does not match the sha256 recorded in lockfiles/small\.lock\.toml"):
-        fetch_locked(project, "small", "native")
+        fetch_locked(project, "small", "native", indexes=_indexes(project))
 
 
 def test_wheelhouse_installs_offline_with_hash_checking(project: Project, mirror: Path,
@@ -193,7 +225,8 @@ def test_wheelhouse_installs_offline_with_hash_checking(project: Project, mirror
     _lock_tinytorch(project, wheel)
     context = tmp_path / "context"
     requirements = write_wheelhouse(project, "small", "native", context,
-                                    in_image_prefix=str(context / "wheels"))
+                                    in_image_prefix=str(context / "wheels"),
+                                    indexes=_indexes(project))
     line = f"{context / 'wheels' / wheel.name} --hash=sha256:{sha256_file(wheel)}\n"
     assert requirements == context / "requirements.txt"
     assert requirements.read_text(encoding="utf-8") == line
@@ -214,3 +247,37 @@ def test_wheelhouse_installs_offline_with_hash_checking(project: Project, mirror
     refused = subprocess.run([*pip, str(requirements)], capture_output=True, text=True,
                              check=False)
     assert refused.returncode != 0 and "hash" in (refused.stdout + refused.stderr).lower()
+
+
+def test_the_pylocks_index_names_the_mirror_to_ask(project: Project, mirror: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """PEP 751 `packages.index` says which index, hence which mirror, holds a file, whatever
+    host its URL names (PyTorch's indexes link files on other hosts). Without it the URL is
+    not under the index's URL and the mirror is not asked."""
+    monkeypatch.delenv("ENVBUILDER_MIRROR_FAKE", raising=False)
+    wheel = make_wheel(mirror, "tinytorch", "1.0+cpu")
+    elsewhere = f"https://files.example.invalid/x/{wheel.name.replace('+', '%2B')}"
+    _lock_tinytorch(project, wheel, url=elsewhere, index=FAKE_INDEX_URL)
+    got = fetch_locked(project, "small", "native", indexes=_indexes(project))
+    assert [(a.filename, a.source) for a in got] == [(wheel.name, "mirror")]
+
+
+def test_a_gone_url_is_found_on_the_pylocks_index_by_name_and_hash(
+        project: Project, http_folder: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recorded URL is unreachable (a closed port on 127.0.0.1) and no mirror is set: the
+    simple-index page `<index>/<name>/` of the index the entry names lists the file (here by its
+    `#sha256=` fragment under another path), which is fetched and accepted by its hash."""
+    base, root = http_folder
+    monkeypatch.setenv("ENVBUILDER_MIRROR_FAKE", "")
+    wheel = make_wheel(root / "files", "tinytorch", "1.0+cpu")
+    page = root / "simple" / "tinytorch"
+    page.mkdir(parents=True)
+    href = f"../../files/{wheel.name.replace('+', '%2B')}#sha256={sha256_file(wheel)}"
+    (page / "index.html").write_text(f'<a href="{href}">{wheel.name}</a>', encoding="utf-8")
+    with socket.socket() as sock:  # a port nothing listens on: bound, never listening
+        sock.bind(("127.0.0.1", 0))
+        gone = f"http://127.0.0.1:{sock.getsockname()[1]}/whl/{wheel.name.replace('+', '%2B')}"
+        _lock_tinytorch(project, wheel, url=gone, index=f"{base}/simple")
+        got = fetch_locked(project, "small", "native", indexes=_indexes(project))
+    assert [(a.source, a.downloaded_bytes) for a in got] == [("download", wheel.stat().st_size)]
+    assert got[0].path.read_bytes() == wheel.read_bytes()

@@ -1,8 +1,9 @@
 """The wsl2 target's Docker path on a small rootfs (no network, no torch): build an image that
 has the nondeterminism real builds have (useradd's shadow day, logs, ldconfig's cache, a password
 hash, a kernel), build it twice without cache, export both through the normalizer, compare
-sha256s, check Microsoft's rules, then `docker import` the `.wsl` and run a command in it as the
-distro's default user -- the engine path validation uses.
+sha256s, check Microsoft's rules, then `docker import` the `.wsl`, run its first launch (the oobe
+script creates the default user, as in Microsoft's modern format) and run a command as that user
+-- the engine path validation uses.
 
 The full env build (torch, the probe) is tests/test_wsl2_build.py.
 """
@@ -16,16 +17,17 @@ from typing import Any
 
 import pytest
 
-from envbuilder import wsltar
-from envbuilder.targets import wsl2
+from envbuilder import wslicon, wsltar
+from envbuilder.builders import wsl2
+from envbuilder.errors import ValidationError
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 SDE = 1_790_000_000
 DOCKERFILE = """\
 FROM debian:bookworm-slim
-RUN useradd --create-home --uid 1000 --shell /bin/bash envbuilder \\
- && echo 'envbuilder:secret' | chpasswd \\
+RUN useradd --create-home --uid 1001 --shell /bin/bash someone \\
+ && echo 'someone:secret' | chpasswd \\
  && mkdir -p /usr/lib/wsl /boot \\
  && date +%s%N > /var/log/build-time.log \\
  && head -c 64 /dev/urandom > /boot/vmlinuz-6.1.0-fake \\
@@ -34,10 +36,20 @@ RUN useradd --create-home --uid 1000 --shell /bin/bash envbuilder \\
 COPY wsl.conf /etc/wsl.conf
 COPY wsl-distribution.conf /etc/wsl-distribution.conf
 COPY oobe.sh /usr/lib/wsl/oobe.sh
+COPY tiny.ico /usr/lib/wsl/tiny.ico
+RUN chmod 0755 /usr/lib/wsl/oobe.sh
 """
-WSL_CONF = "[boot]\nsystemd = false\n\n[user]\ndefault = envbuilder\n"
-DIST_CONF = "[oobe]\ncommand = /usr/lib/wsl/oobe.sh\ndefaultUid = 1000\ndefaultName = tiny\n"
-OOBE = "#!/bin/sh\nexit 0\n"
+WSL_CONF = "[boot]\nsystemd = false\n"
+DIST_CONF = ("[oobe]\ncommand = /usr/lib/wsl/oobe.sh\ndefaultUid = 1000\ndefaultName = tiny\n"
+             "[shortcut]\nicon = /usr/lib/wsl/tiny.ico\n")
+# Like the rendered oobe.sh: creates uid 1000 at first launch, changes nothing a second time.
+OOBE = """#!/bin/sh
+set -eu
+if ! getent passwd 1000 >/dev/null; then
+    useradd --create-home --uid 1000 --user-group --shell /bin/bash envbuilder
+    echo "created envbuilder"
+fi
+"""
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +63,7 @@ def tiny_images(docker_client: Any, tmp_path_factory: pytest.TempPathFactory
     (context / "wsl.conf").write_text(WSL_CONF)
     (context / "wsl-distribution.conf").write_text(DIST_CONF)
     (context / "oobe.sh").write_text(OOBE)
+    (context / "tiny.ico").write_bytes(wslicon.icon_bytes())
     first = docker_engine.build_image(docker_client, context, "envbuilder-test/wsl-tiny:a", {}, {})
     second = docker_engine.build_image(docker_client, context, "envbuilder-test/wsl-tiny:b", {},
                                        {}, nocache=True)
@@ -78,8 +91,7 @@ def test_two_builds_differ_as_images_but_not_as_wsl(tiny_images: tuple[str, str]
 
 def test_exported_tar_keeps_microsoft_rules(tiny_wsl: tuple[wsltar.WslResult, ...]) -> None:
     findings = wsltar.check_wsl_tar(tiny_wsl[0].path, source_date_epoch=SDE)
-    assert [str(f) for f in findings if f.level == "error"] == []
-    assert {f.rule for f in findings} <= {"icon", "default-user-exists"}
+    assert [str(f) for f in findings] == []  # Microsoft's modern format: no warning either
 
 
 def test_export_dropped_what_the_build_left(tiny_wsl: tuple[wsltar.WslResult, ...]) -> None:
@@ -89,14 +101,17 @@ def test_export_dropped_what_the_build_left(tiny_wsl: tuple[wsltar.WslResult, ..
         assert name in dropped, name
 
 
-def test_default_user_read_from_wsl_conf(tiny_wsl: tuple[wsltar.WslResult, ...]) -> None:
-    assert wsl2.default_user(tiny_wsl[0].path) == "envbuilder"
+def test_first_launch_read_from_the_tar(tiny_wsl: tuple[wsltar.WslResult, ...]) -> None:
+    # no user with the default uid in the tar: WSL starts as the uid the oobe script creates
+    assert wsl2.first_launch(tiny_wsl[0].path) == wsl2.FirstLaunch("/usr/lib/wsl/oobe.sh", "1000")
 
 
 def test_imported_wsl_runs_as_default_user(docker_client: Any,
                                            tiny_wsl: tuple[wsltar.WslResult, ...]) -> None:
     result = tiny_wsl[0]
     tag = wsl2.imported_tag("tiny", result.sha256)
+    launch = wsl2.first_launch(result.path)
+    assert launch.command is not None
     try:
         image = wsl2.import_wsl(docker_client, result.path, tag)
         # A stand-in "probe": the same ProbeRun shape validation uses, through a login shell.
@@ -105,11 +120,32 @@ def test_imported_wsl_runs_as_default_user(docker_client: Any,
         run = wsl2.ProbeRun(("/bin/sh", "-lc", script, wsl2.REPORT_PATH),
                             {"/tmp/envbuilder/probe.pyz": b"not used"})
         engine = wsl2.DockerEngine(docker_client, image)
-        code, output, report = engine.run(run, wsl2.default_user(result.path), lambda *a: None)
+        engine.first_launch(launch.command, lambda *a: None)
+        assert engine.image == f"{tag}-oobe"
+        code, output, report = engine.run(run, launch.user, lambda *a: None)
         assert code == 0, output
         assert report is not None
         assert json.loads(report)["uid"] == 1000
         assert json.loads(report)["user"] == "envbuilder"
+        # the first launch is kept for this .wsl: a second validation reuses it
+        again = wsl2.DockerEngine(docker_client, image)
+        again.first_launch(launch.command, lambda *a: None)
+        assert again.image == engine.image
+    finally:
+        for name in (tag, f"{tag}-oobe"):
+            docker_client.images.remove(name, force=True)
+
+
+def test_a_failing_first_launch_is_a_clear_error(docker_client: Any,
+                                                 tiny_wsl: tuple[wsltar.WslResult, ...]) -> None:
+    result = tiny_wsl[0]
+    tag = wsl2.imported_tag("tiny-broken", result.sha256)
+    try:
+        image = wsl2.import_wsl(docker_client, result.path, tag)
+        with pytest.raises(ValidationError, match=r"first-launch command .* failed \(exit 3\)"
+                                                  r"(.|\n)*no such group"):
+            wsl2.run_first_launch(docker_client, image, "echo 'no such group' >&2; exit 3")
+        assert not docker_client.images.list(name=f"{tag}-oobe")  # nothing committed
     finally:
         docker_client.images.remove(tag, force=True)
 
@@ -121,7 +157,7 @@ def test_shadow_in_tar_has_no_hash(tiny_wsl: tuple[wsltar.WslResult, ...]) -> No
         fh = tar.extractfile("etc/shadow")
         assert fh is not None
         lines = fh.read().decode().splitlines()
-    user = next(line for line in lines if line.startswith("envbuilder:"))
+    user = next(line for line in lines if line.startswith("someone:"))
     assert user.split(":")[1] == "*"  # chpasswd wrote a hash; the .wsl carries none
 
 

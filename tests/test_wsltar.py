@@ -23,11 +23,15 @@ SDE = 1_700_000_000
 # A minimal x86-64 ELF header (what `file` calls "ELF 64-bit LSB executable, x86-64, version 1").
 ELF = (b"\x7fELF\x02\x01\x01" + b"\x00" * 9 + (2).to_bytes(2, "little")
        + (62).to_bytes(2, "little") + (1).to_bytes(4, "little") + b"\x00" * 40)
+# Microsoft's modern format: the oobe command creates uid 1000 at first launch, so neither
+# wsl.conf ([user] default) nor /etc/passwd names that user; the shortcut has an icon.
 DIST_CONF = (b"[oobe]\ncommand = /usr/lib/wsl/oobe.sh\ndefaultUid = 1000\n"
-             b"defaultName = cpu\n")
-WSL_CONF = b"[boot]\nsystemd = true\n\n[user]\ndefault = envbuilder\n"
+             b"defaultName = cpu\n\n[shortcut]\nicon = /usr/lib/wsl/envbuilder.ico\n")
+WSL_CONF = b"[boot]\nsystemd = true\n"
 PASSWD = (b"root:x:0:0:root:/root:/bin/bash\n"
-          b"envbuilder:x:1000:1000::/home/envbuilder:/bin/bash\n")
+          b"daemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n")
+BAKED_USER = b"envbuilder:x:1000:1000::/home/envbuilder:/bin/bash\n"
+ICON = b"\x00\x00\x01\x00\x01\x00" + b"\x00" * 40
 SHADOW = (b"root:$6$salt$hashhashhash:20400:0:99999:7:::\n"
           b"daemon:*:19000:0:99999:7:::\n"
           b"envbuilder:!$y$j9T$locked:20424:0:99999:7:::\n"
@@ -104,6 +108,7 @@ def rootfs(*extra: M, systemd: bool = True, passwd: bytes = PASSWD) -> list[M]:
         M("usr/lib", None, 0o755),
         M("usr/lib/wsl", None, 0o755),
         M("usr/lib/wsl/oobe.sh", b"#!/bin/sh\nexit 0\n", 0o700, 1000, 1000),
+        M("usr/lib/wsl/envbuilder.ico", ICON),
         M("usr/sbin", None, 0o755),
         M("var", None, 0o755),
         M("var/log", None, 0o755),
@@ -161,11 +166,7 @@ def rules(findings: list[wsltar.RuleFinding]) -> set[str]:
 
 def test_good_rootfs_passes_microsoft_and_envbuilder_checks(tmp_path: Path) -> None:
     result = build(tmp_path, rootfs())
-    findings = wsltar.check_wsl_tar(result.path, source_date_epoch=SDE)
-    assert errors(findings) == []
-    # What remains are Microsoft's warnings that fit a team distro: no icon, and the default
-    # user already exists (envbuilder creates it in the image, so the probe can run as it).
-    assert rules(findings) == {"icon", "default-user-exists"}
+    assert wsltar.check_wsl_tar(result.path, source_date_epoch=SDE) == []
 
 
 def test_root_of_tar_is_filesystem_root(tmp_path: Path) -> None:
@@ -382,14 +383,18 @@ def test_checker_finds_each_broken_rule_in_an_unnormalized_tar(tmp_path: Path) -
 
 
 def test_checker_microsoft_errors(tmp_path: Path) -> None:
-    conf = b"[oobe]\ncommand = /opt/setup.sh\ndefaultUid = 1001\n[shortcut]\nenabled = true\n"
+    conf = (b"[oobe]\ncommand = /opt/setup.sh\ndefaultUid = 1001\n[shortcut]\nenabled = true\n"
+            b"size = 3\n")
     members = [m for m in rootfs() if m.name not in ("etc/wsl-distribution.conf", "usr/bin/dash")]
     members += [M("etc/wsl-distribution.conf", conf), M("opt", None, 0o755),
                 M("opt/setup.sh", b"#!/bin/sh\n", 0o755), M("usr/bin/dash", b"#!not elf", 0o755)]
     findings = wsltar.check_wsl_tar(plain_tar(tmp_path, members, compress=False))
     by_rule = {f.rule: f for f in findings}
     assert by_rule["format"].level == "error"  # not gzip
-    assert by_rule["distribution-conf-keys"].level == "error"  # shortcut.enabled
+    assert by_rule["distribution-conf-keys"].level == "error"
+    # shortcut.enabled is a key the validator knows (since 2025); shortcut.size is not
+    assert by_rule["distribution-conf-keys"].message.endswith("['shortcut.size']")
+    assert by_rule["icon"].level == "warning"  # no shortcut.icon
     assert by_rule["oobe-location"].level == "warning"
     assert by_rule["default-uid"].level == "warning"
     assert by_rule["elf"].level == "error" and "/bin/sh" in by_rule["elf"].message
@@ -405,12 +410,79 @@ def test_checker_passwd_rules(tmp_path: Path) -> None:
     assert any("duplicated uid 5" in m for m in messages)
 
 
-def test_checker_store_rule_for_wsl_conf_keys(tmp_path: Path) -> None:
-    path = build(tmp_path, rootfs()).path
-    assert "wsl-conf-keys" not in rules(wsltar.check_wsl_tar(path))
-    store = wsltar.check_wsl_tar(path, store_rules=True)
-    assert [f.message for f in store if f.rule == "wsl-conf-keys"] == [
-        "unexpected keys in /etc/wsl.conf: ['user.default']"]
+def replaced(name: str, data: bytes, *extra: M) -> list[M]:
+    """rootfs() with member `name` holding `data` (root-owned, 0644), plus `extra`."""
+    return [m for m in rootfs() if m.name != name] + [M(name, data), *extra]
+
+
+def test_checker_warns_about_a_baked_default_user(tmp_path: Path) -> None:
+    """What validate-modern.py says about the pre-modern layout: `[user] default` in wsl.conf,
+    and a passwd entry already holding oobe.defaultUid."""
+    members = replaced("etc/wsl.conf", WSL_CONF + b"\n[user]\ndefault = envbuilder\n")
+    members = [m for m in members if m.name != "etc/passwd"] + [M("etc/passwd",
+                                                                  PASSWD + BAKED_USER)]
+    findings = wsltar.check_wsl_tar(build(tmp_path, members).path)
+    assert {(f.level, f.rule) for f in findings} == {
+        ("warning", "wsl-conf-discouraged"), ("warning", "default-user-exists")}
+    assert any("user.default=envbuilder" in f.message for f in findings)
+
+
+def test_checker_wsl_conf_keys_are_the_validators(tmp_path: Path) -> None:
+    conf = (b"[boot]\nsystemd = true\n[interop]\nappendWindowsPath = false\n"
+            b"[network]\ngenerateResolvConf = true\n[automount]\nroot = /\n")
+    assert wsltar.check_wsl_tar(build(tmp_path, replaced("etc/wsl.conf", conf)).path) == []
+    bad = conf + b"[user]\nname = x\n[wsl2]\nmemory = 4GB\n"
+    findings = wsltar.check_wsl_tar(build(tmp_path, replaced("etc/wsl.conf", bad), "b.wsl").path)
+    assert [(f.level, f.message) for f in findings if f.rule == "wsl-conf-keys"] == [
+        ("error", "unexpected keys in /etc/wsl.conf: ['user.name', 'wsl2.memory']")]
+
+
+def test_checker_icon_and_terminal_profile_locations(tmp_path: Path) -> None:
+    conf = (b"[oobe]\ncommand = /usr/lib/wsl/oobe.sh\ndefaultUid = 1000\n[shortcut]\n"
+            b"icon = /opt/icon.ico\n[windowsterminal]\nprofileTemplate = /opt/t.json\n")
+    members = replaced("etc/wsl-distribution.conf", conf, M("opt", None, 0o755),
+                       M("opt/icon.ico", b"x" * (1024 * 1024 + 1)), M("opt/t.json", b"{}", 0o640))
+    by_rule = {f.rule: f for f in wsltar.check_wsl_tar(plain_tar(tmp_path, members))}
+    assert by_rule["icon-location"].level == "warning"
+    assert by_rule["terminal-profile-location"].level == "warning"
+    assert by_rule["size"].level == "error" and "/opt/icon.ico" in by_rule["size"].message
+
+
+def test_checker_enabled_units_as_the_validator_lists_them(tmp_path: Path) -> None:
+    """Wanted from a unit folder and not pointing at /dev/null: enabled. A want that points
+    at /dev/null, or a `.target.wants` folder outside the unit folders, is not."""
+    wants = "usr/lib/systemd/system/sysinit.target.wants"
+    extra = [M(wants, None, 0o755),
+             M(f"{wants}/systemd-tmpfiles-setup.service", sym="../systemd-tmpfiles-setup.service"),
+             M(f"{wants}/tmp.mount", sym="/dev/null"),
+             M("opt", None, 0o755), M("opt/x.target.wants", None, 0o755),
+             M("opt/x.target.wants/networking.service", b"[Unit]\n")]
+    found = [f.message for f in wsltar.check_wsl_tar(plain_tar(tmp_path, rootfs(*extra)))
+             if f.rule == "systemd-unit"]
+    assert found == [
+        "discouraged systemd unit enabled: "
+        "/etc/systemd/system/multi-user.target.wants/systemd-resolved.service",
+        f"discouraged systemd unit enabled: /{wants}/systemd-tmpfiles-setup.service"]
+    # normalized, every discouraged unit is masked: nothing is enabled any more
+    assert "systemd-unit" not in rules(wsltar.check_wsl_tar(build(tmp_path, rootfs(*extra)).path))
+
+
+def test_checker_wsl1_xattrs_and_optional_bash(tmp_path: Path) -> None:
+    selinux = {"SCHILY.xattr.security.selinux": "system_u:object_r:bin_t:s0"}
+    members = [m for m in rootfs(M("usr/bin/ls", ELF, 0o755, xattrs=selinux))
+               if m.name != "usr/bin/bash"]
+    findings = wsltar.check_wsl_tar(build(tmp_path, members).path)
+    assert [(f.level, f.rule) for f in findings] == [("warning", "xattrs")]  # no bash: fine
+    assert "security.selinux" in findings[0].message and "usr/bin/ls" in findings[0].message
+
+
+def test_checker_takes_xz_tars(tmp_path: Path) -> None:
+    import lzma
+
+    tar = gzip.decompress(build(tmp_path, rootfs()).path.read_bytes())
+    path = tmp_path / "x.wsl"
+    path.write_bytes(lzma.compress(tar))
+    assert wsltar.check_wsl_tar(path) == []
 
 
 def test_checker_follows_symlinked_parents(tmp_path: Path) -> None:

@@ -1,4 +1,6 @@
-"""What build, validate, push and pull share: picking (env, target) pairs and showing progress.
+"""What build, validate, push and pull share: picking (env, target) pairs, refusing options and
+verbs a target lacks the capability for (a UsageError naming the targets that have it), and
+showing progress.
 
 Private (leading underscore): the CLI does not discover it as a command.
 """
@@ -8,44 +10,71 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from pathlib import Path
+from typing import Literal
 
-from rich.progress import Progress, TaskID
-
-from envbuilder.cli import add_common_arguments
+from envbuilder.cli import add_common_arguments, add_json_argument
 from envbuilder.errors import UsageError
+from envbuilder.model import EnvSpec
 from envbuilder.progress import ProgressFn
 from envbuilder.project import Project
-from envbuilder.spec import TARGETS, EnvSpec, load_spec
+from envbuilder.specload import load_spec
+from envbuilder.targets import registry
+from envbuilder.targets.base import Capability, RegistryBuilder, TargetDescriptor
 from envbuilder.ui import UI
 
 
 def add_selection_arguments(parser: argparse.ArgumentParser, default_target: str | None) -> None:
-    """--spec, --env NAME (repeatable), --target T (required unless a default is given)."""
+    """--spec, --env NAME (repeatable), --target T (required unless a default is given), --json."""
     add_common_arguments(parser)
     parser.add_argument("--env", action="append", default=[], metavar="NAME",
                         help="env to work on (repeatable; default: every env having the target)")
-    parser.add_argument("--target", choices=TARGETS, default=default_target,
+    parser.add_argument("--target", choices=registry.names(), default=default_target,
                         required=default_target is None,
                         help="deployment target" + (f" (default: {default_target})"
                                                     if default_target else ""))
+    add_json_argument(parser, "the results")
 
 
-#: Targets that make a venv, whose build() and validate() take `path`.
-VENV_TARGETS = ("native", "windows")
+def require(target: str, capability: Capability, message: str) -> TargetDescriptor:
+    """The descriptor of `target`, when it has `capability`; otherwise UsageError with
+    `message` formatted with {target} and the targets that have it, sorted: {have} ("a, b")
+    or {have_and} ("a and b")."""
+    descriptor = registry.get(target)
+    if not descriptor.has(capability):
+        have = sorted(registry.with_capability(capability))
+        have_and = " and ".join([", ".join(have[:-1]), have[-1]] if len(have) > 1 else have)
+        raise UsageError(message.format(target=target, have=", ".join(have), have_and=have_and))
+    return descriptor
 
 
-def path_option(args: argparse.Namespace, one_env: bool) -> dict[str, Any]:
-    """{"path": args.path} when --path was given, for build/validate of a venv target; {} when
-    not. UsageError for another target, or (`one_env`) unless exactly one --env is named."""
+def registry_builder(target: str, verb: Literal["push", "pull"]) -> RegistryBuilder:
+    """The builder of `target` for push or pull; UsageError when the target lacks the
+    capability (naming the targets that have it)."""
+    descriptor = require(target, verb, "target {target} has no registry; " + verb
+                         + " applies to {have_and}")
+    builder = descriptor.load_builder()
+    if not isinstance(builder, RegistryBuilder):  # a descriptor promising what it cannot do
+        raise TypeError(f"target {target} declares {verb} but its builder {descriptor.builder} "
+                        f"has no {verb}() (a bug in that target)")
+    return builder
+
+
+#: The refusal of --path (and of --force) for a target without the `path` capability.
+PATH_REFUSAL = "{option} applies to the venv targets ({have}), not {target}"
+
+
+def path_option(args: argparse.Namespace, one_env: bool) -> Path | None:
+    """args.path when --path was given, for build/validate of a target with the `path`
+    capability (venv targets). UsageError for another target, or (`one_env`) unless exactly one
+    --env is named."""
     if args.path is None:
-        return {}
-    if args.target not in VENV_TARGETS:
-        raise UsageError(f"--path applies to the venv targets ({', '.join(VENV_TARGETS)}), "
-                         f"not {args.target}")
+        return None
+    require(args.target, "path", PATH_REFUSAL.replace("{option}", "--path"))
     if one_env and len(args.env) != 1:
         raise UsageError("--path needs exactly one --env (one venv per folder)")
-    return {"path": args.path}
+    path: Path = args.path
+    return path
 
 
 def selected(args: argparse.Namespace) -> tuple[Project, list[EnvSpec]]:
@@ -71,36 +100,9 @@ def selected(args: argparse.Namespace) -> tuple[Project, list[EnvSpec]]:
     return project, envs
 
 
-#: Events named after a file being fetched (envbuilder.wheelcache reports wheel names).
-_FILES = (".whl", ".tar.gz", ".zip")
-
-
-class ProgressView:
-    """A ProgressFn drawing on a rich Progress: one bar for steps, one per downloaded layer or
-    file ("pull ..." events or file names, with a total), plain lines for events without one."""
-
-    def __init__(self, progress: Progress, ui: UI) -> None:
-        self.progress = progress
-        self.ui = ui
-        self.main: TaskID | None = None
-        self.transfers: dict[str, TaskID] = {}
-
-    def __call__(self, what: str, done: int, total: int | None) -> None:
-        if total is None:
-            self.ui.info(what)
-        elif what.startswith(("pull ", "download ", "fetch ")) or what.endswith(_FILES):
-            task = self.transfers.get(what)
-            if task is None:
-                task = self.transfers[what] = self.progress.add_task(what, total=total)
-            self.progress.update(task, completed=done, total=total)
-        else:
-            if self.main is None:
-                self.main = self.progress.add_task(what, total=total)
-            self.progress.update(self.main, description=what, completed=done, total=total)
-
-
 @contextmanager
 def progress_for(ui: UI, bytes_: bool = False) -> Iterator[ProgressFn]:
-    """A ProgressFn for library calls, drawn on stderr while the block runs."""
-    with ui.progress(bytes_=bytes_) as prog:
-        yield ProgressView(prog, ui)
+    """A ProgressFn for library calls while the block runs: bars on a terminal, one line per
+    step otherwise (envbuilder.ui.UI.progress)."""
+    with ui.progress(bytes_=bytes_) as progress:
+        yield progress

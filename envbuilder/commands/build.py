@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envbuilder.commands._targets import (
+    PATH_REFUSAL,
     add_selection_arguments,
     path_option,
     progress_for,
+    require,
     selected,
 )
-from envbuilder.errors import UsageError
-from envbuilder.targets import get_target
+from envbuilder.targets import registry
+from envbuilder.targets.base import BuildOptions
 from envbuilder.ui import UI
+
+if TYPE_CHECKING:
+    from envbuilder.targets.base import Artifact
 
 HELP = "build the locked, rendered envs for a target (docker image, .wsl, venv)"
 DESCRIPTION = """\
@@ -28,6 +33,12 @@ and its rendered files, and record the artifact in lockfiles/<env>.lock.toml:
   native    a venv (--path DIR, default .envbuilder/venvs/<env>-native)
   windows   a venv on Windows (--path DIR)
 
+A venv is built only where nothing is, in an empty folder, or in a venv envbuilder made (its
+envbuilder-venv.json marker proves it); only such a venv is ever synced, emptied or re-created.
+Anything else at the path is refused with nothing changed: a file, a link, a folder that is not
+a venv, a venv holding other files too (src/, .git). A venv envbuilder did not make is replaced
+only with --force.
+
 Building again with nothing changed builds nothing. Prints one line per artifact on stdout:
     <env> <target> <reference> <digest> (built|up to date)
 
@@ -39,14 +50,15 @@ any cache and fails unless the digest is the recorded one, naming the first diff
 file (docs/reproducibility.md).
 """
 
-#: Targets that build an image with the engine, whose build() takes `no_cache` and `verify`.
-NO_CACHE_TARGETS = ("docker", "wsl2")
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_selection_arguments(parser, default_target=None)
     parser.add_argument("--path", type=Path, metavar="DIR",
                         help="venv targets (native, windows): where the venv goes")
+    parser.add_argument("--force", action="store_true",
+                        help="venv targets (native, windows): replace a venv at the path that "
+                             "envbuilder did not make (its installed packages are removed); a "
+                             "folder holding anything but a venv is still refused")
     parser.add_argument("--no-cache", action="store_true",
                         help="image targets (docker, wsl2): build every step again "
                              "(no layer cache, no up-to-date check)")
@@ -56,27 +68,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "records, naming the first differing layer and file")
 
 
-def _target_options(args: argparse.Namespace) -> dict[str, Any]:
-    """Target-specific keyword arguments; refuses options the target does not take."""
-    options = path_option(args, one_env=True)
-    for flag, key in (("--no-cache", "no_cache"), ("--verify", "verify")):
-        if getattr(args, key):
-            if args.target not in NO_CACHE_TARGETS:
-                raise UsageError(f"{flag} applies to the image targets "
-                                 f"({', '.join(NO_CACHE_TARGETS)}), not {args.target}")
-            options[key] = True
-    return options
+def build_options(args: argparse.Namespace) -> BuildOptions:
+    """The typed options of a build; UsageError (before any work) for an option the target lacks
+    the capability for."""
+    require(args.target, "build", "target {target} cannot be built; targets that can: {have}")
+    path = path_option(args, one_env=True)
+    if args.no_cache:
+        require(args.target, "no_cache",
+                "--no-cache applies to the image targets ({have}), not {target}")
+    if args.verify:
+        require(args.target, "verify",
+                "--verify applies to the targets whose lock predicts an image ({have}), "
+                "not {target}")
+    if args.force:
+        require(args.target, "path", PATH_REFUSAL.replace("{option}", "--force"))
+    return BuildOptions(path=path, force=args.force, no_cache=args.no_cache,
+                        verify=args.verify)
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:
-    options = _target_options(args)
+    options = build_options(args)
     project, envs = selected(args)
-    target = get_target(args.target)
+    builder = registry.get(args.target).load_builder()
+    built: list[Artifact] = []
     for env in envs:
         with progress_for(ui) as progress:
-            artifact = target.build(project, env, progress, **options)
+            artifact = builder.build(project, env, options, progress)
         state = "up to date" if artifact.details.get("changed") == "no" else "built"
-        if options.get("verify"):
+        if options.verify:
             state += ", verified: the digest the lock records"
         note = artifact.details.get("prediction", "")
         if note.startswith("differs"):
@@ -84,4 +103,16 @@ def run(args: argparse.Namespace, ui: UI) -> int:
                     "this one (`envbuilder build --verify` checks a recorded digest)")
         ui.print(f"{env.name} {artifact.target} {artifact.reference} "
                  f"{artifact.digest or '-'} ({state})")
+        built.append(artifact)
+    if args.json:
+        ui.json(_json_result(args.target, built))
     return 0
+
+
+def _json_result(target: str, built: list[Artifact]) -> dict[str, Any]:
+    """The --json object (docs/cli.md): one entry per env, in the order they were built."""
+    return {"command": "build", "ok": True, "target": target,
+            "artifacts": [{"env": a.env, "target": a.target, "reference": a.reference,
+                           "digest": a.digest,
+                           "state": "up to date" if a.details.get("changed") == "no" else "built"}
+                          for a in built]}

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
+from typing import Any
 
-from envbuilder.cli import add_common_arguments
+from envbuilder.cli import add_common_arguments, add_json_argument
 from envbuilder.errors import UsageError
-from envbuilder.spec import check_spec
+from envbuilder.specload import check_spec
 from envbuilder.ui import UI
 
 HELP = "check environments.toml: errors exit 1, warnings are printed"
@@ -20,7 +20,8 @@ names that must be Docker/WSL names, and anything that could become code in a ge
 
 One line per finding, on stdout:
     FILE: KEY: error|warning: what is wrong; what would be right
-(--json: {"ok": bool, "envs": [...], "findings": [{"severity", "file", "key", "message"}]}).
+(--json: {"command": "check", "ok": bool, "envs": [...], "findings": [{"severity", "file",
+"key", "message"}]}).
 Exit 0 when there are no errors (warnings allowed), 1 when there is any error. Writes nothing.
 """
 
@@ -31,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--env", action="append", default=[], metavar="NAME",
         help="report only findings for this env (repeatable); file-wide findings always show",
     )
-    parser.add_argument("--json", action="store_true", help="print the findings as JSON")
+    add_json_argument(parser, "the findings")
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:
@@ -51,11 +52,8 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     errors = sum(f.severity == "error" for f in findings)
     warnings = len(findings) - errors
     if args.json:
-        ui.print(json.dumps({
-            "ok": not errors,
-            "envs": list(result.spec.envs) if result.spec else [],
-            "findings": [dataclasses.asdict(f) for f in findings],
-        }, indent=2))
+        ui.json(_json_result(list(result.spec.envs) if result.spec else [],
+                             [dataclasses.asdict(f) for f in findings], ok=not errors))
     else:
         for finding in findings:
             ui.print(str(finding))
@@ -65,3 +63,8 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     envs = ", ".join(result.spec.envs) if result.spec else ""
     ui.info(f"{args.spec}: ok ({envs}); {warnings} warning(s)")
     return 0
+
+
+def _json_result(envs: list[str], findings: list[dict[str, Any]], ok: bool) -> dict[str, Any]:
+    """The --json object (docs/cli.md)."""
+    return {"command": "check", "ok": ok, "envs": envs, "findings": findings}

@@ -6,10 +6,11 @@ import argparse
 from pathlib import Path
 
 from rich.table import Table
+from rich.text import Text
 
-from envbuilder import compare
+from envbuilder import compare, compare_html
 from envbuilder.errors import UsageError
-from envbuilder.fsutil import atomic_write_text
+from envbuilder.fsutil import temp_dir, write_together
 from envbuilder.ui import UI
 
 HELP = "compare validation reports: ratios, loss %, spread over repeats, noise verdicts"
@@ -30,9 +31,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baseline", type=Path, metavar="REPORT",
                         help="the report others are compared with (default: the first)")
     parser.add_argument("--markdown", type=Path, metavar="PATH", help="also write markdown here")
-    parser.add_argument("--json", type=Path, metavar="PATH", help="also write JSON here")
+    parser.add_argument("--json", type=Path, metavar="PATH",
+                        help="also write JSON here; - prints it on stdout instead of the table")
     parser.add_argument("--html", type=Path, metavar="DIR",
-                        help="also write DIR/index.html with PNG charts (opens offline)")
+                        help="also write DIR/index.html with PNG charts (opens offline; needs "
+                        "matplotlib: pip install 'envbuilder[html]')")
     parser.add_argument("--noise-floor", type=float, default=compare.DEFAULT_NOISE_FLOOR_PCT,
                         metavar="PCT", help="smallest difference in %% that can count "
                         f"(default {compare.DEFAULT_NOISE_FLOOR_PCT:g})")
@@ -48,23 +51,90 @@ def _paths(args: argparse.Namespace) -> tuple[list[Path], int]:
     return [args.baseline, *paths], 0
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    """The same file by path (symlinks followed) or, when both exist, by inode (hard links)."""
+    try:
+        if a.resolve() == b.resolve():
+            return True
+        return a.samefile(b)
+    except (OSError, RuntimeError):  # one does not exist (yet), or a symlink loop
+        return False
+
+
+def _refuse_overwriting_inputs(args: argparse.Namespace, inputs: list[Path]) -> None:
+    """An output that is one of the input reports would replace it: refuse before reading."""
+    for option, out in (("--json", _json_file(args)), ("--markdown", args.markdown)):
+        if out is None:
+            continue
+        for report in inputs:
+            if _same_file(out, report):
+                raise UsageError(f"{option} {out} is the input report {report}; writing it "
+                                 "would overwrite that report: name another file")
+    json_file = _json_file(args)
+    if json_file is not None and args.markdown is not None and _same_file(json_file,
+                                                                          args.markdown):
+        raise UsageError(f"--json and --markdown both name {args.json}; name two files")
+    if args.html is None:
+        return
+    for report in inputs:
+        if _same_file(args.html, report):
+            raise UsageError(f"--html {args.html} is the input report {report}; --html takes a "
+                             "folder to write index.html and charts into")
+        if (compare_html.is_html_output(report.name)
+                and _same_file(args.html, report.resolve().parent)):
+            raise UsageError(f"--html {args.html} would overwrite the input report {report} "
+                             "(it writes index.html and chart-*.png there): name another folder")
+
+
 def run(args: argparse.Namespace, ui: UI) -> int:
     paths, baseline = _paths(args)
     if len(paths) < 2:
         raise UsageError("compare needs at least two reports (or one report and --baseline)")
+    _refuse_overwriting_inputs(args, paths)
+    if args.html:  # a missing matplotlib fails here, before any output is written
+        compare_html.require_matplotlib()
     reports = [compare.load_report(p) for p in paths]
     comp = compare.compare_reports(reports, baseline, args.noise_floor)
-    _print(comp, ui)
-    if args.markdown:
-        atomic_write_text(args.markdown, compare.to_markdown(comp))
-        ui.info(f"wrote {args.markdown}")
-    if args.json:
-        atomic_write_text(args.json, compare.dumps_json(comp))
-        ui.info(f"wrote {args.json}")
-    if args.html:
-        page = compare.write_html(comp, args.html)
-        ui.info(f"wrote {page}")
+    if not ui.json_mode:
+        _print(comp, ui)
+    _write_outputs(comp, args, ui)
+    if ui.json_mode:  # --json -: after the files, so a write error gives the error object
+        ui.json_text(compare.dumps_json(comp))
     return 0
+
+
+def _json_file(args: argparse.Namespace) -> Path | None:
+    """The file --json names; None without --json and for --json - (stdout)."""
+    path: Path | None = args.json
+    return None if path is None or str(path) == "-" else path
+
+
+def _write_outputs(comp: compare.Comparison, args: argparse.Namespace, ui: UI) -> None:
+    """--markdown, --json and --html are made in memory (the HTML page and its charts in a temp
+    folder) and written together: a write error (read-only, full disk, a file or folder in the
+    way) writes none of them and says which path and why."""
+    files: dict[Path, bytes] = {}
+    if args.markdown:
+        files[args.markdown] = compare.to_markdown(comp).encode("utf-8")
+    json_file = _json_file(args)
+    if json_file is not None:
+        files[json_file] = compare.dumps_json(comp).encode("utf-8")
+    page = None
+    if args.html:
+        with temp_dir("envbuilder-compare-") as tmp:
+            made = compare_html.write_html(comp, tmp)
+            page = args.html / made.name
+            files.update({args.html / f.name: f.read_bytes() for f in sorted(tmp.iterdir())
+                          if f.is_file() and not f.name.startswith(".")})
+    write_together(files)
+    for path in (args.markdown, json_file, page):
+        if path is not None:
+            ui.info(f"wrote {path}")
+
+
+#: Past this many table lines the terminal table is plain text: rich lays out ~1,500 lines a
+#: second (100,000 lines: over a minute), plain text is instant.
+RICH_TABLE_MAX_LINES = 2000
 
 
 def _print(comp: compare.Comparison, ui: UI) -> None:
@@ -74,7 +144,20 @@ def _print(comp: compare.Comparison, ui: UI) -> None:
     rows = compare.table_rows(comp)
     with_notes = any(r[-1] for r in rows)  # the note column only when some row has one
     header = compare.TABLE_HEADER if with_notes else compare.TABLE_HEADER[:-1]
-    table = Table(title=f"compared with {comp.baseline.label}", show_lines=False)
+    if len(rows) > RICH_TABLE_MAX_LINES:
+        ui.info(f"{len(rows):,} table lines: printed as plain text")
+        ui.print(plain_table(header, [r[: len(header)] for r in rows]))
+    else:
+        ui.table(_rich_table(comp, header, rows))
+    ui.print(f"noise rule: {comp.noise_rule}")
+    for note in comp.notes:
+        ui.print(f"note: {note}")
+
+
+def _rich_table(comp: compare.Comparison, header: list[str], rows: list[list[str]]) -> Table:
+    # Cells and title are Text, not str: rich would read "[/]" or "[bold]" in a label as markup
+    # (and fail on a stray closing tag); labels must print as they are.
+    table = Table(title=Text(f"compared with {comp.baseline.label}"), show_lines=False)
     # Minimum widths keep every column readable on an 80-column (or piped) console: cells
     # fold onto more lines instead of a column shrinking to nothing.
     min_widths = {"metric": 14, "report": 10, "median": 9, "min .. max": 11, "ratio": 5,
@@ -83,9 +166,16 @@ def _print(comp: compare.Comparison, ui: UI) -> None:
         table.add_column(h, overflow="fold", min_width=min_widths.get(h))
     styles = {"faster": "green", "slower": "red"}
     for row in rows:
-        table.add_row(*row[: len(header)], style=styles.get(row[compare.VERDICT_COLUMN]),
-                      end_section=False)
-    ui.table(table)
-    ui.print(f"noise rule: {comp.noise_rule}")
-    for note in comp.notes:
-        ui.print(f"note: {note}")
+        table.add_row(*(Text(cell) for cell in row[: len(header)]),
+                      style=styles.get(row[compare.VERDICT_COLUMN]), end_section=False)
+    return table
+
+
+def plain_table(header: list[str], rows: list[list[str]]) -> str:
+    """Columns padded to their widest cell, two spaces apart, a dashed line under the header."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip(),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+              for r in rows]
+    return "\n".join(lines)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from rich.table import Table
@@ -26,21 +25,21 @@ Exit 0 when nothing failed (warnings allowed), 1 when a check failed."""
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_arguments(parser)
     parser.add_argument("--env", metavar="NAME", help="check the host against this env's needs")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON "
-                        "(schema: envbuilder/schemas/doctor.schema.json)")
+    parser.add_argument("--json", action="store_true", help="print the report as one JSON "
+                        "object on stdout (schema: envbuilder/schemas/doctor.schema.json)")
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:
     env = None
     root = Path.cwd()
     if args.env:
-        from envbuilder.spec import load_spec
+        from envbuilder.specload import load_spec
 
         env = load_spec(args.spec).env(args.env)
         root = Path(args.spec).resolve().parent
     report = doctor.diagnose(doctor.Host.current(root), env)
     if args.json:
-        ui.print(json.dumps(report.to_json(), indent=2))
+        ui.json(report.to_json())
     else:
         _print(report, ui)
     return 1 if report.status == "fail" else 0

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from envbuilder.cli import add_common_arguments
+from envbuilder.cli import add_common_arguments, add_json_argument
 from envbuilder.errors import EnvbuilderError, UsageError
-from envbuilder.lockfile import check_env
-from envbuilder.progress import ProgressFn
+from envbuilder.lockfile import CheckOutcome, check_env
+from envbuilder.model import EnvSpec, Spec
 from envbuilder.project import Project
-from envbuilder.spec import TARGETS, EnvSpec, Spec, load_spec
+from envbuilder.specload import load_spec
+from envbuilder.targets import registry
 from envbuilder.ui import UI
+
+if TYPE_CHECKING:
+    from envbuilder.locking import LockResult
 
 HELP = "resolve envs into lockfiles/ (PEP 751 pylocks + base image digests); --check verifies"
 DESCRIPTION = """\
@@ -58,7 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_arguments(parser)
     parser.add_argument("--env", action="append", default=[], metavar="NAME",
                         help="env to lock (repeatable; default: all)")
-    parser.add_argument("--target", choices=TARGETS, action="append", default=[],
+    parser.add_argument("--target", choices=registry.names(), action="append", default=[],
                         help="limit --upgrade/--upgrade-package/--check to these targets")
     parser.add_argument("--check", action="store_true",
                         help="verify lockfiles/ against the spec; no network, writes nothing")
@@ -79,6 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="no Docker engine: keep known digests (also with --upgrade), "
                              "record new base images by tag (render then uses the tag; "
                              "lock --check notes it)")
+    add_json_argument(parser, "what was locked (or, with --check, what is stale)")
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:
@@ -94,18 +98,21 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     spec = load_spec(project.spec_path)
     envs = spec.select(args.env)
     if args.check:
-        return _check(project, spec, envs, args.target, ui)
+        return _check(project, spec, envs, args, ui)
     return _lock(project, spec, envs, args, ui)
 
 
-def _check(project: Project, spec: Spec, envs: list[EnvSpec], wanted: list[str], ui: UI) -> int:
+def _check(project: Project, spec: Spec, envs: list[EnvSpec], args: argparse.Namespace,
+           ui: UI) -> int:
     failed = 0
+    outcomes = []
     for env in envs:
         outcome = check_env(project, env.name, spec.env_hash(env.name), env.targets,
-                            only=wanted or None)
-        apt_stale, apt_notes = _check_apt(project, env, wanted)
+                            only=args.target or None)
+        apt_stale, apt_notes = _check_apt(project, env, args.target)
         outcome = replace(outcome, stale=(*outcome.stale, *apt_stale),
                           notes=(*outcome.notes, *apt_notes))
+        outcomes.append(outcome)
         for note in outcome.notes:
             ui.info(f"note: {note}")
         for line in outcome.stale:
@@ -115,6 +122,8 @@ def _check(project: Project, spec: Spec, envs: list[EnvSpec], wanted: list[str],
             ui.info(f"{env.name}: lock is current")
     if failed:
         ui.print(f"{failed} env(s) need `envbuilder lock`")
+    if args.json:
+        ui.json(_check_json(outcomes))
     return 1 if failed else 0
 
 
@@ -130,23 +139,16 @@ def _check_apt(project: Project, env: EnvSpec, wanted: list[str]) -> tuple[list[
     return check_lock(env, lock, wanted or None) if lock is not None else ([], [])
 
 
-def _lazy_progress(ui: UI, stack: contextlib.ExitStack) -> ProgressFn:
-    """A progress callback that opens a progress bar on its first event only (a lock that is
-    current prints no bar)."""
-    state: dict[str, Any] = {}
-
-    def progress(what: str, done: int, total: int | None) -> None:
-        if "bar" not in state:
-            state["bar"] = stack.enter_context(ui.progress())
-            state["task"] = state["bar"].add_task(what, total=total)
-        state["bar"].update(state["task"], description=what, completed=done, total=total)
-
-    return progress
+def _check_json(outcomes: list[CheckOutcome]) -> dict[str, Any]:
+    """The --json object of `lock --check` (docs/cli.md)."""
+    return {"command": "lock", "check": True, "ok": not any(o.stale for o in outcomes),
+            "envs": [{"env": o.env, "ok": not o.stale, "stale": list(o.stale),
+                      "notes": list(o.notes)} for o in outcomes]}
 
 
 def _lock(project: Project, spec: Spec, envs: list[EnvSpec], args: argparse.Namespace,
           ui: UI) -> int:
-    from envbuilder.resolve import LockOptions, lock_env  # keeps `--check` free of uv/docker
+    from envbuilder.locking import LockOptions, lock_env  # keeps `--check` free of uv/docker
 
     options = LockOptions(
         targets=tuple(args.target) or None, upgrade=args.upgrade,
@@ -154,15 +156,18 @@ def _lock(project: Project, spec: Spec, envs: list[EnvSpec], args: argparse.Name
         refresh_base=args.refresh_base, refresh_apt=args.refresh_apt,
     )
     failures = 0
+    entries: list[dict[str, Any]] = []
     for env in envs:
-        with contextlib.ExitStack() as stack:
+        with ui.progress() as progress:  # no bar until uv runs: a current lock draws none
             try:
                 result = lock_env(project, env, spec.env_hash(env.name), spec.indexes, options,
-                                  progress=_lazy_progress(ui, stack))
+                                  progress=progress)
             except EnvbuilderError as exc:
                 ui.error(f"{env.name}: {exc}")
                 failures += 1
+                entries.append(_env_json(project, env.name, None, str(exc)))
                 continue
+        entries.append(_env_json(project, env.name, result, None))
         for warning in result.warnings:
             ui.warn(warning)
         if not result.resolved and not result.written:
@@ -173,4 +178,20 @@ def _lock(project: Project, spec: Spec, envs: list[EnvSpec], args: argparse.Name
             ui.print(f"{env.name}: {verb} {path.relative_to(project.root)}")
         if not result.written:
             ui.print(f"{env.name}: re-resolved {', '.join(result.resolved)}; no change")
+    if args.json:
+        ui.json({"command": "lock", "check": False, "ok": not failures, "envs": entries})
     return 1 if failures else 0
+
+
+def _env_json(project: Project, env: str, result: LockResult | None,
+              error: str | None) -> dict[str, Any]:
+    """One env's entry in the --json object of `lock` (docs/cli.md)."""
+    if result is None:
+        return {"env": env, "ok": False, "status": "failed", "resolved": [], "written": [],
+                "removed": [], "warnings": [], "error": error}
+    status = ("written" if result.written or result.removed
+              else "unchanged" if result.resolved else "current")
+    return {"env": env, "ok": True, "status": status, "resolved": list(result.resolved),
+            "written": [str(p.relative_to(project.root)) for p in result.written],
+            "removed": [str(p.relative_to(project.root)) for p in result.removed],
+            "warnings": list(result.warnings), "error": None}

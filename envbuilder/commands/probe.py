@@ -16,12 +16,16 @@ from envbuilder.ui import UI
 HELP = "run the validation suite (the probe) in this environment"
 DESCRIPTION = """\
 Run the same checks that `envbuilder validate` runs inside images, WSL distros and venvs, but
-here, with this interpreter: device, matmul, amp, collectives, membw, conformance. Each check
-runs in its own process with a timeout. The options are those of the probe zipapp
+here, with this interpreter: device, matmul, amp, collectives, membw, conformance. The checks
+run in one worker process; one that hangs past its timeout or crashes fails alone (a new worker
+runs the rest). The options are those of the probe zipapp
 (`python probe.pyz --help`); see docs/probe.md.
 
   envbuilder probe --level quick --expect cpu --lock lockfiles/pylock.cpu-native.toml \\
       --json reports/cpu.native.json
+
+--json - prints the report (schema: envbuilder/schemas/probe-report.schema.json) on stdout
+instead of the table.
 """
 
 
@@ -34,7 +38,8 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     if args.lock and not Path(args.lock).is_file():
         raise UsageError(f"--lock {args.lock}: no such file (give a PEP 751 pylock.toml, "
                          "e.g. one under lockfiles/)")
-    if args.json and Path(args.json).is_dir():
+    to_stdout = args.json == "-"
+    if args.json and not to_stdout and Path(args.json).is_dir():
         raise UsageError(f"--json {args.json} is a folder; give the report's file name, e.g. "
                          "reports/cpu.native.json")
     opts = ProbeOptions(level=args.level, expect=args.expect, only=tuple(args.only),
@@ -42,6 +47,9 @@ def run(args: argparse.Namespace, ui: UI) -> int:
                         lock=str(Path(args.lock).resolve()) if args.lock else None,
                         labels=dict(args.label), repeat=args.repeat, timeout_s=args.timeout)
     report = run_probe(opts, progress=ui.info)
+    if to_stdout:
+        ui.json(report)
+        return exit_code(report)
     if args.json:
         try:
             atomic_write_text(Path(args.json),

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from envbuilder.commands._targets import add_selection_arguments, progress_for, selected
-from envbuilder.errors import UsageError
+from envbuilder.commands._targets import (
+    add_selection_arguments,
+    progress_for,
+    registry_builder,
+    selected,
+)
 from envbuilder.repro import image_report
-from envbuilder.targets import get_target
+from envbuilder.targets.base import PullOptions
 from envbuilder.ui import UI
 
 HELP = "pull the pushed images (docker, wsl2) the lock records, by digest (refuses a mismatch)"
@@ -25,8 +29,9 @@ lockfiles/<env>.lock.toml, so that `envbuilder validate` runs on it without a bu
             Prints <env> <path> sha256:<hex>.
 
 Then says (stderr) whether the image at hand is the one the lock predicts (its digest,
-recorded by the build: docs/reproducibility.md). The venv targets (native, windows) have no
-registry. Credentials come from the Docker config, as for `docker pull`.
+recorded by the build: docs/reproducibility.md).
+The venv targets (native, windows) have no registry. Credentials come from the Docker config, as
+for `docker pull`.
 """
 
 
@@ -35,16 +40,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:
+    builder = registry_builder(args.target, "pull")
     project, envs = selected(args)
-    target = get_target(args.target)
-    pull = getattr(target, "pull", None)
-    if pull is None:
-        raise UsageError(f"target {args.target} has no registry; pull applies to docker "
-                         "and wsl2")
+    pulled: list[dict[str, str]] = []
     for env in envs:
         with progress_for(ui, bytes_=True) as progress:
-            image_id = pull(project, env, progress)
+            image_id = builder.pull(project, env, PullOptions(), progress)
         ui.print(f"{env.name} {image_id}")
-        for ok, line in image_report(target, project, env):
+        for ok, line in image_report(builder, project, env):
             (ui.info if ok else ui.warn)(line)
+        pulled.append(_pulled_json(env.name, args.target, image_id))
+    if args.json:
+        ui.json({"command": "pull", "ok": True, "target": args.target, "pulled": pulled})
     return 0
+
+
+def _pulled_json(env: str, target: str, printed: str) -> dict[str, str]:
+    """One env's entry in the --json object (docs/cli.md), from what pull prints: docker, the
+    image id (reference and digest alike); wsl2, "<path> sha256:<hex>"."""
+    reference, _, digest = printed.rpartition(" ")
+    return {"env": env, "target": target, "reference": reference or digest, "digest": digest}

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
-from envbuilder.commands._targets import add_selection_arguments, progress_for, selected
+from envbuilder.commands._targets import (
+    add_selection_arguments,
+    progress_for,
+    registry_builder,
+    selected,
+)
 from envbuilder.docker_engine import registry_repository
-from envbuilder.errors import UsageError
-from envbuilder.targets import get_target
+from envbuilder.targets.base import PushOptions
 from envbuilder.ui import UI
 
 HELP = "push built images (docker, wsl2) to a registry; records the repository digest in the lock"
@@ -35,14 +40,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, ui: UI) -> int:
     registry_repository(args.registry, "env")  # a malformed --registry fails before any work
+    builder = registry_builder(args.target, "push")
+    options = PushOptions(registry=args.registry)
     project, envs = selected(args)
-    target = get_target(args.target)
-    push = getattr(target, "push", None)
-    if push is None:
-        raise UsageError(f"target {args.target} has no registry; push applies to docker "
-                         "and wsl2")
+    pushed: list[dict[str, str]] = []
     for env in envs:
         with progress_for(ui, bytes_=True) as progress:
-            digest_ref = push(project, env, args.registry, progress)
+            digest_ref = builder.push(project, env, options, progress)
         ui.print(f"{env.name} {digest_ref}")
+        pushed.append({"env": env.name, "target": args.target, "reference": digest_ref,
+                       "digest": digest_ref.rpartition("@")[2]})
+    if args.json:
+        ui.json(_json_result(args.target, args.registry, pushed))
     return 0
+
+
+def _json_result(target: str, registry: str, pushed: list[dict[str, str]]) -> dict[str, Any]:
+    """The --json object (docs/cli.md): per env, the pushed image by digest."""
+    return {"command": "push", "ok": True, "target": target, "registry": registry,
+            "pushed": pushed}

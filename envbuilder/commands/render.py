@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
-from envbuilder.cli import add_common_arguments
+from envbuilder.cli import add_common_arguments, add_json_argument
 from envbuilder.errors import UsageError
 from envbuilder.project import Project
-from envbuilder.render import RENDERED_TARGETS, RenderResult, render_all
-from envbuilder.spec import load_spec
+from envbuilder.render import RenderResult, render_all, rendered_targets
+from envbuilder.specload import load_spec
 from envbuilder.ui import UI
 
 HELP = "render Dockerfiles, WSL rootfs files and Windows scripts; --check verifies them"
@@ -36,10 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_arguments(parser)
     parser.add_argument("--env", action="append", default=[], metavar="NAME",
                         help="env to render (repeatable; default: all)")
-    parser.add_argument("--target", action="append", default=[], choices=RENDERED_TARGETS,
-                        help="target to render (repeatable; default: docker, wsl2, windows)")
+    parser.add_argument("--target", action="append", default=[], choices=rendered_targets(),
+                        help="target to render (repeatable; default: "
+                             f"{', '.join(rendered_targets())})")
     parser.add_argument("--check", action="store_true",
                         help="compare with the files on disk; write nothing; exit 1 when stale")
+    add_json_argument(parser, "the files written, removed or (--check) out of date")
 
 
 def _rel(project: Project, path: Path) -> str:
@@ -81,4 +84,18 @@ def run(args: argparse.Namespace, ui: UI) -> int:
                     f"targets: {', '.join(env.targets)}); see env.{env.name}.targets in "
                     f"{project.spec_path.name}")
     result = render_all(project, spec, args.env or None, args.target or None, check=args.check)
-    return _report(project, result, ui)
+    code = _report(project, result, ui)
+    if args.json:
+        ui.json(_json_result(project, result))
+    return code
+
+
+#: RenderResult's lists, by the name they have in the --json object.
+_JSON_LISTS = ("written", "unchanged", "removed", "kept", "stale", "missing", "leftover")
+
+
+def _json_result(project: Project, result: RenderResult) -> dict[str, Any]:
+    """The --json object (docs/cli.md): each list of files, relative to the spec's folder."""
+    ok = result.ok if result.check else True
+    return {"command": "render", "check": result.check, "ok": ok,
+            **{name: [_rel(project, p) for p in getattr(result, name)] for name in _JSON_LISTS}}

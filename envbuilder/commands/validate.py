@@ -14,7 +14,8 @@ from envbuilder.commands._targets import (
 )
 from envbuilder.errors import UsageError, ValidationError
 from envbuilder.repro import image_report
-from envbuilder.targets import ValidateOptions, get_target
+from envbuilder.targets import registry
+from envbuilder.targets.base import ValidateOptions
 from envbuilder.ui import UI
 
 HELP = "run the validation probe inside built envs; writes reports/<env>.<target>.json"
@@ -59,11 +60,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="venv targets (native, windows): the venv to validate")
 
 
-def _options(args: argparse.Namespace) -> ValidateOptions:
+def validate_options(args: argparse.Namespace) -> ValidateOptions:
+    """The typed options of a validation; UsageError (before any work) for a bad value or an
+    option the target lacks the capability for."""
     if args.repeat < 1:
         raise UsageError(f"--repeat must be at least 1, not {args.repeat}")
     return ValidateOptions(level=args.level, expect=args.expect, repeat=args.repeat,
-                           only=tuple(args.only), skip=tuple(args.skip), timeout_s=args.timeout)
+                           only=tuple(args.only), skip=tuple(args.skip), timeout_s=args.timeout,
+                           path=path_option(args, one_env=False))
 
 
 def report_status(report: Path) -> str:
@@ -76,17 +80,22 @@ def report_status(report: Path) -> str:
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:
-    options = _options(args)
-    extra = path_option(args, one_env=False)
+    options = validate_options(args)
     project, envs = selected(args)
-    target = get_target(args.target)
+    builder = registry.get(args.target).load_builder()
     failed = 0
+    reports: list[dict[str, str]] = []
     for env in envs:
         with progress_for(ui) as progress:
-            report = target.validate(project, env, options, progress, **extra)
+            report = builder.validate(project, env, options, progress)
         status = report_status(report)
         failed += status != "pass"
-        for ok, line in image_report(target, project, env):
+        for ok, line in image_report(builder, project, env):
             (ui.info if ok else ui.warn)(line)
         ui.print(f"{env.name} {args.target} {status} {report}")
+        reports.append({"env": env.name, "target": args.target, "status": status,
+                        "report": str(report)})
+    if args.json:
+        ui.json({"command": "validate", "ok": not failed, "target": args.target,
+                 "reports": reports})
     return 1 if failed else 0

@@ -4,8 +4,9 @@ Standard library and torch only (torch is imported inside the checks, never at i
 and no other envbuilder module, so it runs from a single zipapp file where envbuilder is not
 installed. `build_zipapp(dest)` writes that file, byte-for-byte reproducible.
 
-Checks (each in its own process, with a timeout): device, matmul, amp, collectives, membw,
-conformance. See docs/probe.md for the command line, the report and the fault-injection hook.
+Checks (in turn, in one worker process that a watchdog replaces after a timeout or a crash):
+device, matmul, amp, collectives, membw, conformance. See docs/probe.md for the command line,
+the report and the fault-injection hook.
 """
 
 from __future__ import annotations

@@ -54,6 +54,57 @@ def _task(shape: dict[str, int], device: Any, seed: int) -> tuple[Any, Any, Any]
     return model, x, x @ teacher
 
 
+class FunctionalAdam:
+    """Adam exactly as `torch.optim.Adam(params, lr)` steps (its functional form,
+    `torch.optim.adam.adam`, with the class's defaults: foreach on GPUs, per tensor on CPUs),
+    without the Optimizer class, whose constructor imports torch._dynamo: seconds, once per
+    process, which no training step pays but a quick probe would. GradScaler drives it like the
+    class: it reads `param_groups` and calls `step()`.
+    """
+
+    def __init__(self, params: Any, lr: float) -> None:
+        import torch
+
+        self.params: list[Any] = list(params)
+        self.param_groups = [{"params": self.params, "lr": lr}]
+        self.lr = lr
+        self.exp_avgs = [torch.zeros_like(p, memory_format=torch.preserve_format)
+                         for p in self.params]
+        self.exp_avg_sqs = [torch.zeros_like(p, memory_format=torch.preserve_format)
+                            for p in self.params]
+        self.state_steps = [torch.tensor(0.0, dtype=torch.float32) for _ in self.params]
+        self.foreach = all(p.device.type == "cuda" for p in self.params)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            p.grad = None
+
+    def step(self) -> None:
+        import importlib
+
+        import torch
+
+        adam = importlib.import_module("torch.optim.adam").adam
+        with torch.no_grad():
+            adam(self.params, [p.grad for p in self.params], self.exp_avgs, self.exp_avg_sqs,
+                 [], self.state_steps, foreach=self.foreach, capturable=False,
+                 differentiable=False, fused=None, grad_scale=None, found_inf=None,
+                 amsgrad=False, beta1=0.9, beta2=0.999, lr=self.lr, weight_decay=0.0,
+                 eps=1e-8, maximize=False)
+
+
+def adam_optimizer(params: Any, lr: float) -> Any:
+    """FunctionalAdam where torch has the functional form, else torch.optim.Adam."""
+    import importlib
+
+    import torch
+
+    # (torch.optim's __init__ deletes its `adam` submodule attribute: import it by name)
+    if callable(getattr(importlib.import_module("torch.optim.adam"), "adam", None)):
+        return FunctionalAdam(params, lr)
+    return torch.optim.Adam(params, lr=lr)
+
+
 class Trainer:
     """One training step, fp32 or under autocast (with a GradScaler for fp16)."""
 
@@ -64,7 +115,7 @@ class Trainer:
         self.model, self.x, self.y = _task(shape, device, seed)
         self.device = device
         self.amp_dtype = amp_dtype
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+        self.opt = adam_optimizer(self.model.parameters(), lr=1e-3)
         use_scaler = amp_dtype is torch.float16
         self.scaler = torch.amp.GradScaler(device.type) if use_scaler else None
         self.last_loss: Any = None

@@ -216,7 +216,8 @@ def _spawn_ranks(ctx: Context, backend: str, world: int) -> list[dict[str, Any]]
             env = child_env(_rank_env(rank, world, port, backend))
             with log.open("wb") as fh:
                 procs.append(subprocess.Popen(child_command("collectives", ctx_file, out),
-                                              env=env, stdout=fh, stderr=subprocess.STDOUT))
+                                              env=env, stdin=subprocess.DEVNULL, stdout=fh,
+                                              stderr=subprocess.STDOUT))
             logs.append(log)
             outs.append(out)
         _wait_all(procs)

@@ -74,6 +74,10 @@ def torch_facts() -> dict[str, Any]:
         "devices": devices,
         "distributed": bool(torch.distributed.is_available()),
         "nccl": _nccl_version(),
+        # The threads this process's CPU kernels use (the checks run in it): CPU figures
+        # scale with them, so the fingerprint records them.
+        "threads": int(torch.get_num_threads()),
+        "interop_threads": int(torch.get_num_interop_threads()),
     }
 
 

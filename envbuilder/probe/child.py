@@ -1,4 +1,7 @@
-"""The check child: runs one check and writes its result as JSON (stdlib here; torch in checks).
+"""Running one check and writing its result as JSON (stdlib here; torch in the checks).
+
+`run_child` is what the shared worker (worker.py) calls for each check; `main` is a one-shot
+child process (`--_child`), which the collectives check starts for each of its ranks.
 
 Outcomes: the check returns -> "pass"; raises CheckFailed -> "fail"; CheckSkipped -> "skip";
 anything else -> "error" with the traceback. A crash or a hang leaves no result file, and the
@@ -28,7 +31,10 @@ from envbuilder.probe.common import (
 
 
 def _inject_faults(name: str) -> None:
-    """Test hooks (ENVBUILDER_PROBE_FAULT): hang:NAME sleeps forever, crash:NAME segfaults."""
+    """Test hooks (ENVBUILDER_PROBE_FAULT): hang:NAME sleeps forever, crash:NAME segfaults.
+
+    (error:NAME, a check that raises, is in run_child.)
+    """
     if has_fault(f"hang:{name}"):
         print(f"fault injection: {name} hangs", flush=True)
         while True:
@@ -56,6 +62,8 @@ def run_child(name: str, ctx: Context) -> dict[str, Any]:
     _inject_faults(name)
     module = importlib.import_module(f"envbuilder.probe.check_{name}")
     try:
+        if has_fault(f"error:{name}"):  # test hook: a check that raises (a bug, a driver error)
+            raise RuntimeError(f"fault injection: {name} raises")
         result: CheckResult = module.run(ctx)
     except CheckFailed as exc:
         return _as_json("fail", str(exc), exc.result)
@@ -70,9 +78,14 @@ def run_child(name: str, ctx: Context) -> dict[str, Any]:
 def main(name: str, ctx_path: str, out_path: str) -> int:
     """Entry of `python -m envbuilder.probe --_child NAME --_ctx F --_out F`."""
     ctx = Context.from_json(json.loads(Path(ctx_path).read_text(encoding="utf-8")))
-    data = run_child(name, ctx)
-    tmp = Path(out_path + ".tmp")
-    tmp.write_text(json.dumps(data, allow_nan=True), encoding="utf-8")
-    tmp.replace(out_path)
-    sys.stdout.flush()
+    write_result(Path(out_path), run_child(name, ctx))
     return 0
+
+
+def write_result(out: Path, data: dict[str, Any]) -> None:
+    """Write a check's result atomically: the parent takes the file's presence as "done"."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(data, allow_nan=True), encoding="utf-8")
+    tmp.replace(out)

@@ -107,11 +107,23 @@ def _child_main(argv: Sequence[str]) -> int:
     return child_main(args._child, args._ctx, args._out)
 
 
+def _worker_main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="envbuilder-probe-worker")
+    parser.add_argument("--_worker", action="store_true", required=True)
+    parser.add_argument("--_ctx", required=True)
+    args = parser.parse_args(argv)
+    from envbuilder.probe.worker import main as worker_main
+
+    return worker_main(args._ctx)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse, run every check, print the table, write --json; return the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--_child"]:
         return _child_main(argv)
+    if argv[:1] == ["--_worker"]:
+        return _worker_main(argv)
     parser = argparse.ArgumentParser(
         prog="probe", description="envbuilder's validation suite (stdlib + torch only).",
         epilog="Exit codes: 0 nothing failed, 1 a check failed or erred, 2 usage, "

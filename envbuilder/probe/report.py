@@ -39,6 +39,19 @@ def _short(text: str | None, limit: int = 90) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
+def _cpu_lines(fp: dict[str, Any]) -> list[str]:
+    """The CPU facts and their warnings (reports before probe 1.1 have neither)."""
+    if "cpus_allowed" not in fp:
+        return []
+    quota = fp.get("cpu_quota")
+    load = fp.get("load_avg")
+    quota_text = f"quota {quota:g} CPUs" if quota is not None else "no quota"
+    load_text = f"load average at start {load[0]:g}" if load else "load average unknown"
+    line = (f"cpus: {fp['cpus_allowed']} allowed of {fp.get('cpu_count')}, {quota_text}; "
+            f"torch threads {fp.get('torch_threads')}; {load_text}")
+    return [line, *(f"WARNING: {w}" for w in fp.get("cpu_warnings") or [])]
+
+
 def render_table(report: dict[str, Any]) -> str:
     """Checks, then metrics (median, and min..max when repeated), then the verdict."""
     opts = report["options"]
@@ -47,7 +60,8 @@ def render_table(report: dict[str, Any]) -> str:
     build = f"hip {fp['hip']}" if fp["hip"] else (f"cuda {fp['cuda']}" if fp["cuda"] else "cpu")
     lines = [f"envbuilder probe {report['probe_version']}: level {opts['level']}, expect "
              f"{opts['expect']}, repeat {opts['repeat']}; torch {fp['torch']} ({build}); "
-             f"{devices}; {fp['host_os']}{' (WSL)' if fp['wsl'] else ''}", ""]
+             f"{devices}; {fp['host_os']}{' (WSL)' if fp['wsl'] else ''}",
+             *_cpu_lines(fp), ""]
     rows = [["check", "status", "time", "note"]]
     rows += [[c["name"], c["status"].upper() if c["status"] in ("fail", "error")
               else c["status"], f"{c['duration_s']:.1f}s", _short(c["reason"])]

@@ -1,13 +1,16 @@
-"""The parent side: run each check in its own process with a timeout, and build the report.
+"""The parent side: run the checks in a shared worker process under a watchdog; the report.
 
-The parent never imports torch: a check that hangs, crashes the interpreter or wedges the
-driver is killed (its whole process group, so collective ranks go too) and reported as an
-error with its output's tail; the next check runs. Ctrl-C kills the running check's process
-group and propagates as KeyboardInterrupt.
+The parent never imports torch. The checks run in turn in one worker process (worker.py),
+which imports torch and initialises the GPU once. A check that hangs past its timeout, crashes
+the interpreter or wedges the driver gets the worker killed (its whole process group, so
+collective ranks go too) and is reported as an error with its output's tail; a new worker
+runs the next check. Ctrl-C kills the worker's process group and propagates as
+KeyboardInterrupt.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import datetime as dt
 import hashlib
@@ -26,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder.probe.common import CHECK_NAMES, Context, in_wsl
+from envbuilder.probe.cpus import cgroup_cpu_quota, cpu_warnings, cpus_allowed, load_average
 
-PROBE_VERSION = "1.0.0"
+PROBE_VERSION = "1.1.0"
 SCHEMA_VERSION = 1
 #: Default per-check timeout by level (seconds); --timeout overrides.
 DEFAULT_TIMEOUT_S = {"quick": 120.0, "standard": 300.0, "long": 1800.0}
@@ -72,14 +76,18 @@ def child_env(base: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def child_command(name: str, ctx_file: Path, out_file: Path) -> list[str]:
-    """The command line of one check child: this very probe, never one found elsewhere.
+    """The command line of a one-shot check child (a collective rank)."""
+    return _probe_command(["--_child", name, "--_ctx", str(ctx_file), "--_out", str(out_file)])
+
+
+def _probe_command(args: list[str]) -> list[str]:
+    """This very probe with `args`, never one found elsewhere.
 
     A zipapp runs itself (the zip is sys.path[0]); a source tree is put first on sys.path in
     place of the current directory, which `-m` would add (an `envbuilder` or a stray
     .dist-info in the working directory must neither shadow the probe nor count as installed).
     """
     root = probe_root()
-    args = ["--_child", name, "--_ctx", str(ctx_file), "--_out", str(out_file)]
     if root.is_file():
         return [sys.executable, str(root), *args]
     boot = (f"import sys; sys.path[0] = {str(root)!r}; "
@@ -87,13 +95,16 @@ def child_command(name: str, ctx_file: Path, out_file: Path) -> list[str]:
     return [sys.executable, "-c", boot, *args]
 
 
-def output_tail(log: Path, chars: int = TAIL_CHARS) -> str:
-    """The last `chars` characters of a child's output."""
+def output_tail(log: Path, chars: int = TAIL_CHARS, offset: int = 0) -> str:
+    """The last `chars` characters of a child's output written after byte `offset`."""
     try:
-        data = log.read_bytes()
+        with log.open("rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(offset, size - chars))
+            data = fh.read()
     except OSError:
         return ""
-    return data[-chars:].decode("utf-8", "replace")
+    return data.decode("utf-8", "replace")
 
 
 def kill_tree(proc: subprocess.Popen[bytes]) -> None:
@@ -138,39 +149,120 @@ def _clean_metrics(metrics: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def run_check(name: str, ctx_file: Path, workdir: Path, timeout_s: float) -> dict[str, Any]:
-    """Run one check child; return its report entry (never raises for the check's fate)."""
-    out, log = workdir / f"{name}.json", workdir / f"{name}.log"
-    new_group = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)  # Windows only
-    kwargs: dict[str, Any] = ({"creationflags": new_group} if sys.platform == "win32"
-                              else {"start_new_session": True})
-    start = time.monotonic()
-    with log.open("wb") as fh:
-        proc = subprocess.Popen(child_command(name, ctx_file, out), env=child_env(),
-                                stdin=subprocess.DEVNULL, stdout=fh, stderr=subprocess.STDOUT,
-                                **kwargs)
-    try:
-        proc.wait(timeout=timeout_s)
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        timed_out = True
-    finally:
-        # Ctrl-C lands here too: the child is in its own session and must be ended by us.
-        kill_tree(proc)
-    entry: dict[str, Any] = {"name": name, "duration_s": round(time.monotonic() - start, 3)}
-    if timed_out:
-        entry.update(status="error", reason=f"timed out after {timeout_s:g} s", details={},
-                     metrics=[])
-    elif out.is_file():
-        data = json.loads(out.read_text(encoding="utf-8"))
-        entry.update(status=data["status"], reason=data["reason"],
-                     details=_finite(data["details"]), metrics=_clean_metrics(data["metrics"]))
-    else:
-        entry.update(status="error", reason=_exit_description(proc.returncode), details={},
-                     metrics=[])
-    if entry["status"] in ("fail", "error"):
-        entry["details"]["output_tail"] = output_tail(log)
-    return entry
+def _session_kwargs() -> dict[str, Any]:
+    """Popen arguments that put a child in its own process group (session on POSIX)."""
+    if sys.platform == "win32":
+        return {"creationflags": getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)}
+    return {"start_new_session": True}
+
+
+def worker_command(ctx_file: Path) -> list[str]:
+    """The command line of the shared check worker (see worker.py), this very probe's."""
+    return _probe_command(["--_worker", "--_ctx", str(ctx_file)])
+
+
+class CheckWorker:
+    """The parent's end of the shared worker, and its watchdog.
+
+    `run(name, timeout)` hands one check to the worker (starting one if none is alive) and
+    waits for its result file. A check that outlives its timeout, or a worker that dies (a
+    signal, an exit without a result), ends that worker's whole process group (collective
+    ranks included); that check is an error with its output's tail, and the next check gets a
+    new worker. A worker whose check erred is replaced too: an exception may have left it
+    broken (a sticky GPU error, a half-initialised library), and the next check must not pay
+    for it. Use as a context manager: leaving it ends the worker, Ctrl-C included.
+    """
+
+    POLL_S = 0.005
+
+    def __init__(self, ctx_file: Path, workdir: Path) -> None:
+        self.ctx_file = ctx_file
+        self.workdir = workdir
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = workdir / "worker0.log"
+        self.started = 0  # workers started so far
+        self.runs = 0  # checks handed out so far (names the result files)
+
+    def __enter__(self) -> CheckWorker:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        self.started += 1
+        self.log = self.workdir / f"worker{self.started}.log"
+        with self.log.open("wb") as fh:
+            self.proc = subprocess.Popen(worker_command(self.ctx_file), env=child_env(),
+                                         stdin=subprocess.PIPE, stdout=fh,
+                                         stderr=subprocess.STDOUT, **_session_kwargs())
+        return self.proc
+
+    def close(self) -> None:
+        """End the worker and whatever it left running in its group.
+
+        Killed, not asked to exit: it has nothing left to write, and an interpreter holding
+        torch and a GPU context can take a second to tear itself down.
+        """
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        try:
+            if proc.stdin is not None:
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
+        finally:
+            kill_tree(proc)
+
+    def _send(self, proc: subprocess.Popen[bytes], name: str, out: Path) -> None:
+        line = json.dumps({"check": name, "out": str(out)}) + "\n"
+        assert proc.stdin is not None
+        with contextlib.suppress(OSError):  # a dead worker: _wait sees it exit
+            proc.stdin.write(line.encode("utf-8"))
+            proc.stdin.flush()
+
+    def _wait(self, proc: subprocess.Popen[bytes], out: Path, deadline: float) -> str:
+        """"done" (result written), "died" or "timeout"."""
+        while True:
+            if out.is_file():
+                return "done"
+            if proc.poll() is not None:
+                return "done" if out.is_file() else "died"
+            if time.monotonic() >= deadline:
+                return "timeout"
+            time.sleep(self.POLL_S)
+
+    def run(self, name: str, timeout_s: float) -> dict[str, Any]:
+        """Run one check in the worker; its report entry (never raises for the check's fate)."""
+        if self.proc is not None and self.proc.poll() is not None:
+            self.close()
+        start = time.monotonic()
+        proc = self.proc or self._start()
+        self.runs += 1
+        out = self.workdir / f"{self.runs:02d}-{name}.json"
+        offset = self.log.stat().st_size
+        self._send(proc, name, out)
+        outcome = self._wait(proc, out, start + timeout_s)
+        entry: dict[str, Any] = {"name": name, "duration_s": round(time.monotonic() - start, 3)}
+        if outcome == "timeout":
+            self.close()
+            entry.update(status="error", reason=f"timed out after {timeout_s:g} s", details={},
+                         metrics=[])
+        elif outcome == "died":
+            self.close()
+            entry.update(status="error", reason=_exit_description(proc.returncode),
+                         details={}, metrics=[])
+        else:
+            data = json.loads(out.read_text(encoding="utf-8"))
+            entry.update(status=data["status"], reason=data["reason"],
+                         details=_finite(data["details"]),
+                         metrics=_clean_metrics(data["metrics"]))
+            if entry["status"] == "error":
+                self.close()
+        entry["details"]["worker_pid"] = proc.pid
+        if entry["status"] in ("fail", "error"):
+            entry["details"]["output_tail"] = output_tail(self.log, offset=offset)
+        return entry
 
 
 def _host_os() -> str:
@@ -184,8 +276,22 @@ def _host_os() -> str:
     return platform.platform()
 
 
-def fingerprint(device_entry: dict[str, Any] | None, opts: ProbeOptions) -> dict[str, Any]:
-    """What was tested: interpreter, torch build, devices, host, lock (see the schema)."""
+def cpu_facts(load: list[float] | None, torch_threads: int | None) -> dict[str, Any]:
+    """The fingerprint's CPU part: what the run could use, and how busy the machine was."""
+    allowed, quota = cpus_allowed(), cgroup_cpu_quota()
+    return {"torch_threads": torch_threads, "cpus_allowed": allowed, "cpu_quota": quota,
+            "load_avg": load,
+            "cpu_warnings": cpu_warnings(load, os.cpu_count(), torch_threads, allowed, quota)}
+
+
+def fingerprint(device_entry: dict[str, Any] | None, opts: ProbeOptions,
+                load: list[float] | None = None,
+                packages: tuple[str, int] | None = None) -> dict[str, Any]:
+    """What was tested: interpreter, torch build, devices, host, CPUs, lock (see the schema).
+
+    `load` is the load average taken before the first check started; `packages` the
+    installed-packages digest if already computed (else it is computed here).
+    """
     from envbuilder.probe.check_conformance import installed_packages_digest
     from envbuilder.probe.check_device import relevant_env
 
@@ -195,47 +301,65 @@ def fingerprint(device_entry: dict[str, Any] | None, opts: ProbeOptions) -> dict
     lock_sha = (hashlib.sha256(Path(opts.lock).read_bytes()).hexdigest()
                 if opts.lock else None)
     # In the parent, whose interpreter is the env's: it sees what the checks import.
-    packages_sha, packages_count = installed_packages_digest()
+    packages_sha, packages_count = packages or installed_packages_digest()
+    threads = facts.get("threads")
     return {
         "python": platform.python_version(), "torch": facts.get("torch"),
         "hip": facts.get("hip"), "cuda": facts.get("cuda"), "driver": facts.get("driver"),
         "nccl": facts.get("nccl"), "devices": devices, "host_os": _host_os(),
         "kernel": platform.release(), "machine": platform.machine(), "wsl": in_wsl(),
-        "cpu_count": os.cpu_count(), "lock_sha256": lock_sha,
+        "cpu_count": os.cpu_count(), **cpu_facts(load, threads if isinstance(threads, int)
+                                                 else None),
+        "lock_sha256": lock_sha,
         "packages_sha256": packages_sha, "packages_count": packages_count,
         "env_vars": relevant_env(),
     }
 
 
+def _skipped(name: str, opts: ProbeOptions) -> dict[str, Any]:
+    why = "not in --only" if opts.only and name not in opts.only else "--skip"
+    return {"name": name, "status": "skip", "reason": why, "duration_s": 0.0, "details": {},
+            "metrics": []}
+
+
 def run_probe(opts: ProbeOptions, progress: ProgressFn | None = None) -> dict[str, Any]:
-    """Run the selected checks, each in its own process; return the report (schema v1)."""
+    """Run the selected checks in the shared worker; return the report (schema v1)."""
     say = progress or (lambda _msg: None)
     started = dt.datetime.now(dt.timezone.utc)  # noqa: UP017 (datetime.UTC is 3.11+)
+    load = load_average()  # before any check adds to it
+    for warning in cpu_warnings(load, os.cpu_count(), None, None, None):
+        say(f"warning: {warning}")
     t0 = time.monotonic()
     ctx = Context(level=opts.level, expect=opts.expect, repeat=opts.repeat, lock=opts.lock,
                   timeout_s=opts.check_timeout_s)
     selected = opts.selected()
     checks: list[dict[str, Any]] = []
     device_entry: dict[str, Any] | None = None
-    with tempfile.TemporaryDirectory(prefix="envbuilder-probe-") as tmp:
+    from envbuilder.probe.check_conformance import installed_packages_digest
+
+    # The parent idles while the first check starts the worker: hash the packages meanwhile.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool, \
+            tempfile.TemporaryDirectory(prefix="envbuilder-probe-") as tmp:
+        packages = pool.submit(installed_packages_digest)
         workdir = Path(tmp)
         ctx_file = workdir / "ctx.json"
         ctx_file.write_text(json.dumps(ctx.to_json()), encoding="utf-8")
-        if "device" not in selected:  # the fingerprint still needs torch's facts
-            device_entry = run_check("device", ctx_file, workdir, opts.check_timeout_s)
-        for i, name in enumerate(CHECK_NAMES):
-            if name not in selected:
-                why = "not in --only" if opts.only and name not in opts.only else "--skip"
-                checks.append({"name": name, "status": "skip", "reason": why,
-                               "duration_s": 0.0, "details": {}, "metrics": []})
-                continue
-            say(f"[{i + 1}/{len(CHECK_NAMES)}] {name} ...")
-            entry = run_check(name, ctx_file, workdir, opts.check_timeout_s)
-            say(f"[{i + 1}/{len(CHECK_NAMES)}] {name}: {entry['status']} "
-                f"({entry['duration_s']:.1f} s){': ' + entry['reason'] if entry['reason'] else ''}")
-            checks.append(entry)
-            if name == "device":
-                device_entry = entry
+        with CheckWorker(ctx_file, workdir) as worker:
+            if "device" not in selected:  # the fingerprint still needs torch's facts
+                device_entry = worker.run("device", opts.check_timeout_s)
+            for i, name in enumerate(CHECK_NAMES):
+                if name not in selected:
+                    checks.append(_skipped(name, opts))
+                    continue
+                say(f"[{i + 1}/{len(CHECK_NAMES)}] {name} ...")
+                entry = worker.run(name, opts.check_timeout_s)
+                say(f"[{i + 1}/{len(CHECK_NAMES)}] {name}: {entry['status']} "
+                    f"({entry['duration_s']:.1f} s)"
+                    f"{': ' + entry['reason'] if entry['reason'] else ''}")
+                checks.append(entry)
+                if name == "device":
+                    device_entry = entry
+        digest = packages.result()
     failed = any(c["status"] in ("fail", "error") for c in checks)
     return {
         "schema_version": SCHEMA_VERSION, "tool": "envbuilder-probe",
@@ -244,7 +368,7 @@ def run_probe(opts: ProbeOptions, progress: ProgressFn | None = None) -> dict[st
         "options": {"level": opts.level, "expect": opts.expect, "repeat": opts.repeat,
                     "only": list(opts.only), "skip": list(opts.skip), "lock": opts.lock,
                     "timeout_s": opts.check_timeout_s},
-        "labels": dict(opts.labels), "fingerprint": fingerprint(device_entry, opts),
+        "labels": dict(opts.labels), "fingerprint": fingerprint(device_entry, opts, load, digest),
         "checks": checks,
     }
 

@@ -1,502 +1,267 @@
-"""The `wsl2` target: a reproducible `.wsl` distro, built with Docker, validated by the probe.
-
-build     the rendered `wsl/<env>/Dockerfile` is built with Docker (build-context contract), a
-          container of the image is exported, and the stream goes through `envbuilder.wsltar`
-          into `dist/<env>.wsl` (sha256 recorded in the env lock's artifacts). On Windows, where
-          wsl.exe exists, the file is then installed as the env's distro (`envbuilder.wslexe`).
-validate  runs the probe inside exactly that file. Linux: the `.wsl` is `docker import`ed and
-          the probe runs in a container of it; Windows: it runs in the installed distro with
-          `wsl --exec`. Both engines get the same `ProbeRun` (argv, files in, report out), as
-          the same user (the distro's default user from /etc/wsl.conf), through a login shell
-          so /etc/profile.d sets the env's variables as it does for a WSL login.
-push      pushes the rootfs image (the same registry code as the docker target).
-          The rootfs image is the one envbuilder writes from the engine's build
-          (envbuilder.repro): its id depends only on the lock and the base image's digest; the
-          lock records it with the `.wsl`'s sha256, and `build --verify` checks both.
-pull      pulls that image by digest and turns it into the `.wsl` without building; the sha256
-          must equal the one the lock recorded for the build.
-
-Options the Target interface has no slot for come from the environment: ENVBUILDER_WSL_REPLACE=1
-(re-install an existing distro), ENVBUILDER_WSL_LOCATION (where distros' disks go; default
-%LOCALAPPDATA%\\envbuilder\\wsl\\<distro>).
-"""
+"""The `wsl2` target: a reproducible `.wsl` distro (dist/<env>.wsl), whose root filesystem is
+built from `wsl/<env>/Dockerfile` with the distro's WSL settings and first-launch script. Its
+builder is `envbuilder.builders.wsl2`."""
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
-import os
-import tarfile
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
-from envbuilder import repro, wslexe, wsltar
-from envbuilder.errors import BuildError, EngineError, LockError, ValidationError
-from envbuilder.fsutil import atomic_write_bytes, sha256_file
-from envbuilder.imagedefs import (
-    ENV_LABEL,
-    LOCK_LABEL,
-    LOCK_SHA_ARG,
-    TARGET_LABEL,
-    VENV_PYTHON,
-    proxy_build_args,
+from envbuilder import grammar, quoting, wslicon
+from envbuilder.compat import RocmRelease, load_compat
+from envbuilder.errors import RenderError
+from envbuilder.imagedefs import UID, VENV
+from envbuilder.model import EnvSpec, TargetTable
+from envbuilder.pipsdk import sdk_release
+from envbuilder.plan import (
+    GPU_GROUPS,
+    AptInstall,
+    CopyFromStage,
+    InstallConfFiles,
+    InstallDeb,
+    LibhsaFix,
+    LinkRocmSdkRoot,
+    LockPins,
+    MaskUnits,
+    Plan,
+    PlanInputs,
+    RemoveDistroPackages,
+    ReserveUid,
+    RocmWslStack,
+    Stage,
+    Step,
+    WriteBinaryFile,
+    WriteFile,
+    WslConfig,
+    build_stage,
+    from_image,
+    labels,
+    python_packages,
 )
-from envbuilder.progress import ProgressFn, no_progress
-from envbuilder.project import Project
-from envbuilder.spec import EnvSpec
-from envbuilder.targets import (
-    Artifact,
-    ValidateOptions,
-    probe_options,
-    probe_zipapp_bytes,
-    register,
+from envbuilder.quoting import env_name, sh_quote
+from envbuilder.targets import registry
+from envbuilder.targets.base import (
+    PIP_SDK_ROCM_LINK,
+    Capabilities,
+    Schema,
+    TableContext,
+    TargetDescriptor,
+    image_variables,
 )
 
-if TYPE_CHECKING:
-    import docker
-
-    from envbuilder.lockfile import EnvLock
-
-TARGET = "wsl2"
-PROBE_DIR = "/tmp/envbuilder"
-PROBE_PATH = f"{PROBE_DIR}/probe.pyz"
-PYLOCK_PATH = f"{PROBE_DIR}/pylock.toml"
-#: /tmp is world-writable (1777) in every rootfs, so the probe user can write its report there.
-REPORT_PATH = "/tmp/envbuilder-probe-report.json"
-_CHUNK = 1 << 20
-
-
-def image_tag(env: str, lock_sha256: str) -> str:
-    """The local tag of the env's rootfs image: envbuilder-wsl2/<env>:<short wsl2 pylock hash>."""
-    return f"envbuilder-wsl2/{env}:{lock_sha256[:12]}"
-
-
-def imported_tag(env: str, sha256: str) -> str:
-    """The tag of a `.wsl` imported into Docker for validation (named by its sha256)."""
-    return f"envbuilder-wsl2-import/{env}:{sha256[:16]}"
-
-
-def wsl_path(project: Project, env: str) -> Path:
-    """Where the env's `.wsl` file is written."""
-    return project.dist / f"{env}.wsl"
-
-
-def _require_lock(project: Project, env: EnvSpec) -> EnvLock:
-    """The env's lock, verified for the wsl2 target (lockfile.load_verified_lock): current for
-    the spec, the env's own, its pylock as recorded and well-formed. LockError otherwise."""
-    from envbuilder.lockfile import current_spec_hash, load_verified_lock
-
-    return load_verified_lock(project, env.name, TARGET,
-                              current_spec_hash(project, env.name)).lock
-
-
-def _require_wsl2(env: EnvSpec) -> None:
-    if env.wsl2 is None or TARGET not in env.targets:
-        raise BuildError(f"env {env.name!r} has no wsl2 target; add \"wsl2\" to "
-                         f"[env.{env.name}] targets and an [env.{env.name}.wsl2] table")
-
-
-# ----------------------------------------------------------------------------- build
-
-
-def build_args(lock: EnvLock, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Build args of the rootfs image: proxies (Docker's predefined args, never stored in the
-    image), SOURCE_DATE_EPOCH from the lock (the rendered Dockerfile declares it: hash-based
-    .pyc files, useradd's dates) and the pylock's sha256 for the image label."""
-    args = proxy_build_args(dict(os.environ if environ is None else environ))
-    args["SOURCE_DATE_EPOCH"] = str(lock.source_date_epoch)
-    args[LOCK_SHA_ARG] = lock.targets[TARGET].pylock_sha256
-    return args
-
-
-def build_rootfs_image(client: docker.DockerClient, project: Project, env: EnvSpec,
-                       lock: EnvLock, progress: ProgressFn = no_progress, *,
-                       nocache: bool = False) -> tuple[str, bool]:
-    """Build the env's rendered WSL Dockerfile (or find it up to date: same tag, same context
-    digest). Returns (image id, whether a build ran)."""
-    from envbuilder.buildcontext import ca_bundle_path
-    from envbuilder.imagebuild import build_rendered_image
-
-    pylock_sha = lock.targets[TARGET].pylock_sha256
-    return build_rendered_image(
-        client, project, env.name, TARGET, project.wsl / env.name,
-        tag=image_tag(env.name, pylock_sha),
-        labels={LOCK_LABEL: pylock_sha, ENV_LABEL: env.name, TARGET_LABEL: TARGET},
-        build_args=build_args(lock), progress=progress,
-        ca_bundle=ca_bundle_path(None, project), nocache=nocache,
-        deterministic=repro.Deterministic(lock.targets[TARGET].base_image,
-                                          lock.source_date_epoch),
-    )
-
-
-@contextlib.contextmanager
-def _created(client: docker.DockerClient, image: str) -> Iterator[Any]:
-    """A created (never started) container of `image`, removed afterwards in every case."""
-    import docker.errors
-
-    try:
-        container = client.containers.create(image, command=["/bin/sh"])
-    except docker.errors.APIError as exc:
-        raise EngineError(f"cannot create a container of {image}: {exc.explanation}") from None
-    try:
-        yield container
-    finally:
-        with contextlib.suppress(docker.errors.APIError):
-            container.remove(force=True)
-
-
-def export_image(client: docker.DockerClient, image: str, dest: Path, source_date_epoch: int,
-                 progress: ProgressFn = no_progress,
-                 compresslevel: int = wsltar.COMPRESSLEVEL) -> wsltar.WslResult:
-    """`docker export` a container of `image` straight through the normalizer into `dest`.
-    Progress: ("export", bytes read, image size), then ("compress", bytes, total bytes)."""
-    total = int(client.images.get(image).attrs.get("Size") or 0) or None
-    with _created(client, image) as container:
-        chunks = container.export(chunk_size=_CHUNK)
-        source = io.BufferedReader(wsltar.IterStream(chunks, progress, "export", total),
-                                   buffer_size=_CHUNK)
-        return wsltar.write_wsl(source, dest, source_date_epoch=source_date_epoch,
-                                compresslevel=compresslevel, progress=progress)
-
-
-def _install_on_windows(env: EnvSpec, path: Path) -> str | None:
-    """On a machine with wsl.exe: install the `.wsl` as the env's distro; the way used."""
-    if os.name != "nt" or env.wsl2 is None:
-        return None
-    exe = wslexe.WslExe(wslexe.find_wsl_exe())
-    location = os.environ.get("ENVBUILDER_WSL_LOCATION") or str(
-        Path(os.environ.get("LOCALAPPDATA", str(Path.home()))) / "envbuilder" / "wsl")
-    return exe.install(str(path), env.wsl2.distro, str(Path(location) / env.wsl2.distro),
-                       replace=os.environ.get("ENVBUILDER_WSL_REPLACE") == "1")
-
-
-# ----------------------------------------------------------------------------- probe runs
+NAME = "wsl2"
+#: Ubuntu release -> codename, for AMD's amdgpu-install package paths.
+UBUNTU_CODENAMES = {"22.04": "jammy", "24.04": "noble"}
+#: Ubuntu 24.04's own ROCr/thunk packages shadow /opt/rocm inside WSL: removed
+#: (rocm-reference.md, "WSL2").
+DISTRO_HSA_PACKAGES = ("libhsa-runtime64-1", "libhsakmt1")
+#: Where WSL's first-launch script lives (Microsoft: under /usr/lib/wsl).
+OOBE_PATH = "/usr/lib/wsl/oobe.sh"
+#: The distro's Start-menu icon, made by envbuilder.wslicon (Microsoft: under /usr/lib/wsl or
+#: /usr/share/wsl, an .ico of at most 1 MiB).
+ICON_PATH = "/usr/lib/wsl/envbuilder.ico"
+#: librocdxg is built from source against the Windows SDK headers (ROCm/librocdxg README), which
+#: only exist under /mnt/c on the user's machine: the oobe script builds it at first launch.
+LIBROCDXG_GIT = "https://github.com/ROCm/librocdxg.git"
+LIBROCDXG_BUILD_DEPS = ("cmake", "g++", "git", "make")
 
 
 @dataclass(frozen=True)
-class ProbeRun:
-    """One probe run, the same for every engine: argv, files to copy in, the report path."""
+class Wsl2Table(TargetTable):
+    """[env.NAME.wsl2]"""
 
-    argv: tuple[str, ...]
-    files_in: Mapping[str, bytes]
-    report: str = REPORT_PATH
-
-
-def probe_argv(env: EnvSpec, options: ValidateOptions, labels: Mapping[str, str],
-               with_lock: bool) -> list[str]:
-    """The probe's command line inside the distro, run by a login shell (so /etc/profile.d
-    applies, as in a WSL login) with the venv's Python."""
-    argv = [VENV_PYTHON, PROBE_PATH, *probe_options(env, options, dict(sorted(labels.items()))),
-            "--json", REPORT_PATH]
-    if options.timeout_s is not None:
-        argv += ["--timeout", str(options.timeout_s)]
-    if with_lock:
-        argv += ["--lock", PYLOCK_PATH]
-    return ["/bin/sh", "-lc", 'exec "$@"', "sh", *argv]
+    distro: str  # the WSL distro name (wsl --install --name)
+    base: str  # rootfs base image as written (a tag; the lock pins its digest),
+    #            derived from `ubuntu` when not given ("ubuntu:24.04")
+    ubuntu: str | None = None  # "22.04" or "24.04"; required for ROCm envs (the WSL stack)
+    user: str = "envbuilder"  # default user, uid 1000
+    systemd: bool = True
 
 
-def make_probe_run(project: Project, env: EnvSpec, options: ValidateOptions,
-                   labels: Mapping[str, str]) -> ProbeRun:
-    files = {PROBE_PATH: probe_zipapp_bytes()}
-    pylock = project.pylock(env.name, TARGET)
-    if pylock.is_file():  # the lock conformance check compares the distro with it
-        files[PYLOCK_PATH] = pylock.read_bytes()
-    return ProbeRun(tuple(probe_argv(env, options, labels, pylock.is_file())), files)
+KEYS: Schema = {"distro": "str", "ubuntu": "str", "base": "str", "user": "str",
+                "systemd": "bool"}
 
 
-class Engine(Protocol):
-    """Where a ProbeRun runs: Docker (an imported `.wsl`) or wsl.exe (the installed distro)."""
-
-    name: str
-
-    def run(self, run: ProbeRun, user: str, progress: ProgressFn) -> tuple[int, str, bytes | None]:
-        """(exit code, output, report bytes or None when the probe wrote none)."""
-        ...
-
-
-@dataclass
-class DockerEngine:
-    """Runs the probe in a container of the imported `.wsl` image."""
-
-    client: Any
-    image: str
-    host_kind: str = "cpu"
-    name: str = "docker"
-
-    def run(self, run: ProbeRun, user: str, progress: ProgressFn) -> tuple[int, str, bytes | None]:
-        from envbuilder import docker_engine
-
-        code, output, files = docker_engine.run_in_container(
-            self.client, self.image, list(run.argv), user=user,
-            host_kind=self.host_kind,  # type: ignore[arg-type]
-            files_in=dict(run.files_in), files_out=[run.report], progress=progress)
-        return code, output, files.get(run.report)
+def parse(ctx: TableContext) -> Wsl2Table | None:
+    """The table with its defaults: distro envbuilder-<env>, base ubuntu:<ubuntu>."""
+    t = ctx.raw
+    distro = t.get("distro", f"envbuilder-{ctx.env}")
+    ctx.report("distro", grammar.distro_problem(ctx.env, distro, derived="distro" not in t))
+    ubuntu = t.get("ubuntu")
+    if ubuntu is not None and not grammar.UBUNTU_RE.fullmatch(ubuntu):
+        ctx.report("ubuntu", f"{ubuntu!r} is not an Ubuntu release; write e.g. \"24.04\"")
+    if ctx.accelerator == "rocm" and ubuntu is None:
+        ctx.report("ubuntu", "missing; the WSL ROCm stack is installed for an Ubuntu release: "
+                   'set ubuntu = "24.04" or "22.04"')
+    user = t.get("user", "envbuilder")
+    ctx.report("user", grammar.user_problem(user))
+    base = t.get("base", f"ubuntu:{ubuntu}" if ubuntu else None)
+    if base is None:
+        ctx.report("base", 'missing; set base = "debian:bookworm-slim" or ubuntu = "24.04"')
+        return None
+    ctx.report("base", grammar.image_problem(base))
+    ctx.report("base", grammar.image_untagged(base), "warning")
+    return Wsl2Table(distro=distro, base=base, ubuntu=ubuntu, user=user,
+                     systemd=t.get("systemd", True))
 
 
-@dataclass
-class WslEngine:
-    """Runs the probe in the installed distro through wsl.exe (Windows only)."""
-
-    exe: wslexe.WslExe
-    distro: str
-    name: str = "wsl"
-
-    def run(self, run: ProbeRun, user: str, progress: ProgressFn) -> tuple[int, str, bytes | None]:
-        for path, data in sorted(run.files_in.items()):
-            self.exe.put_file(self.distro, path, data)
-        result = self.exe.run(self.distro, user, run.argv)
-        output = (result.stdout + result.stderr).decode("utf-8", "replace")
-        try:
-            report: bytes | None = self.exe.get_file(self.distro, run.report)
-        except EngineError:
-            report = None
-        return result.returncode, output, report
+def base_image(env: EnvSpec) -> str | None:
+    table = env.table(Wsl2Table)
+    return table.base if table is not None else None
 
 
-# ----------------------------------------------------------------------------- default user
+def system_file(env: EnvSpec) -> str | None:
+    """On a pip-SDK release: the prebuilt librocdxg .deb the data pairs with the release, as the
+    lock pins it ("<url>#sha256=<hex>"); None when the data has no sha256 for it (the target is
+    then "not locked" for it, and its build stops there)."""
+    release = sdk_release(env)
+    lib = load_compat().librocdxg_for(release) if release is not None else None
+    if lib is None or not lib.sha256:
+        return None
+    return f"{lib.url}#sha256={lib.sha256}"
 
 
-def default_user(path: Path) -> str:
-    """The user WSL starts the distro in `path` as: /etc/wsl.conf `[user] default`, else the
-    name of `[oobe] defaultUid` in /etc/passwd, else root."""
-    with tarfile.open(path, "r:*") as tar:
-        view = wsltar.TarView(tar)
-
-        def read(name: str) -> bytes:
-            member = view.resolve(name)
-            return view.read(member) if member is not None and member.isfile() else b""
-
-        user = wsltar.parse_conf(read("/etc/wsl.conf"), "/etc/wsl.conf").get("user.default")
-        if user:
-            return user
-        dist = wsltar.parse_conf(read("/etc/wsl-distribution.conf"), "/etc/wsl-distribution.conf")
-        uid = dist.get("oobe.defaultuid", "")
-        if uid.isdigit():
-            entry = wsltar.parse_passwd(read("/etc/passwd")).get(int(uid))
-            if entry:
-                return entry[0]
-    return "root"
-
-
-# ----------------------------------------------------------------------------- the target
-
-
-def _host_kind(env: EnvSpec) -> str:
-    # A Linux Docker host cannot reach /dev/dxg: the imported distro is checked as a CPU host
-    # (rootfs, venv, lock conformance); its GPU checks need Windows (`--expect cpu` there).
-    return "cpu"
+def _pip_sdk_stack(env: EnvSpec, rocm: RocmRelease, ubuntu: str | None,
+                   lock: LockPins) -> list[Step]:
+    """A pip-SDK release in WSL: the ROCm user space is the locked wheels; only librocdxg (the
+    /dev/dxg bridge, a prebuilt .deb pinned by sha256 in the lock) is installed from outside."""
+    compat = load_compat()
+    where = f"env {env.name!r} (ROCm {rocm.version}, the pip SDK)"
+    lib = compat.librocdxg_for(rocm)
+    if rocm.wsl_stack != "rocdxg" or lib is None:
+        raise RenderError(f"{where}: the compatibility data pairs no prebuilt librocdxg with this "
+                          "release; run `envbuilder check`")
+    dxg = compat.dxg
+    if dxg is not None and ubuntu not in dxg.ubuntu:
+        raise RenderError(f"{where}: librocdxg supports Ubuntu {', '.join(dxg.ubuntu)}, not "
+                          f"{ubuntu}")
+    url, _, sha = (lock.system_file or system_file(env) or lib.url).partition("#sha256=")
+    check = dxg.dids_conf_host if dxg is not None and lib.dids_conf else None
+    steps: list[Step] = [InstallDeb(f"librocdxg {lib.version} (ROCm's WSL bridge to /dev/dxg)",
+                                    url, sha or None, check)]
+    if ubuntu == "24.04":
+        steps.append(RemoveDistroPackages(
+            DISTRO_HSA_PACKAGES, "Ubuntu 24.04's own ROCr/thunk would shadow the SDK's"))
+    return steps
 
 
-@register
-class Wsl2Target:
-    """The wsl2 target (see the module docstring)."""
-
-    name: ClassVar[str] = TARGET
-
-    def __init__(self, client: Any = None) -> None:
-        self._client = client
-
-    def _docker(self) -> Any:
-        if self._client is None:
-            from envbuilder import docker_engine
-
-            self._client = docker_engine.connect()
-        return self._client
-
-    def build(self, project: Project, env: EnvSpec, progress: ProgressFn, *,
-              no_cache: bool = False, verify: bool = False) -> Artifact:
-        """Build, export and normalize into dist/<env>.wsl; record its sha256 in the lock; on
-        Windows also install it. Two builds from one lock give the same sha256. Nothing is
-        exported again when the image is up to date and the file is the recorded one.
-        `verify`: rebuild without any cache and fail (BuildError, the lock left as it was)
-        unless the rootfs image and the `.wsl` are the ones the lock records."""
-        _require_wsl2(env)
-        lock = _require_lock(project, env)
-        recorded = lock.artifacts.get(TARGET, {})
-        expected = repro.require_prediction(
-            lock.artifacts, TARGET, env.name, f"lockfiles/{env.name}.lock.toml") if verify else None
-        client = self._docker()
-        image_id, built = build_rootfs_image(client, project, env, lock, progress,
-                                             nocache=no_cache or verify)
-        base = lock.targets[TARGET].base_image
-        image = repro.observe(client, image_id, base)
-        if expected is not None:
-            repro.check_prediction(client, expected, image, env=env.name, target=TARGET,
-                                   base=base, workdir=project.cache)
-        path = wsl_path(project, env.name)
-        note = repro.prediction_note(repro.recorded(lock.artifacts, TARGET), image)
-        if (not built and path.is_file() and recorded.get("image_id") == image_id
-                and recorded.get("format") == wsltar.FORMAT
-                and recorded.get("sha256") == sha256_file(path)):
-            progress(f"{env.name}/wsl2: {path.name} is up to date", 1, 1)
-            return Artifact(TARGET, env.name, str(path), recorded["sha256"],
-                            {"changed": "no", "image_id": image_id, "prediction": note})
-        return self._write(project, env, lock, client, image, progress,
-                           {"changed": "yes", "image_id": image_id, "prediction": note},
-                           expected_sha256=recorded.get("sha256") if verify else None)
-
-    def _write(self, project: Project, env: EnvSpec, lock: EnvLock, client: Any,
-               image: repro.Prediction, progress: ProgressFn, details: dict[str, str],
-               expected_sha256: str | None = None) -> Artifact:
-        from envbuilder.lockfile import record_artifact
-
-        image_id = image.image_id
-        progress(f"{env.name}/wsl2: exporting {image_id[:19]} to "
-                 f"{wsl_path(project, env.name)}", 0, None)
-        result = export_image(client, image_id, wsl_path(project, env.name),
-                              lock.source_date_epoch, progress)
-        if expected_sha256 and expected_sha256 != result.sha256:
-            raise BuildError(f"{result.path} made from {details.get('pulled', image_id)} has "
-                             f"sha256 {result.sha256}, but the lock recorded {expected_sha256} "
-                             "for the build; the lock is left as it was")
-        record_artifact(project, env.name, TARGET, sha256=result.sha256,
-                        format=wsltar.FORMAT, **image.artifacts())
-        details = {**details, "size": str(result.size), "entries": str(result.stats.entries),
-                   "dropped": str(len(result.stats.dropped))}
-        way = _install_on_windows(env, result.path)
-        if way and env.wsl2 is not None:
-            details["installed"] = f"{env.wsl2.distro} ({way})"
-        return Artifact(TARGET, env.name, str(result.path), result.sha256, details)
-
-    def validate(self, project: Project, env: EnvSpec, options: ValidateOptions,
-                 progress: ProgressFn) -> Path:
-        """Run the probe inside the built `.wsl` (see the module docstring); write and return
-        reports/<env>.wsl2.json. ValidationError when there is no `.wsl`, it is not the one the
-        lock recorded, or the probe wrote no report."""
-        _require_wsl2(env)
-        path = wsl_path(project, env.name)
-        if not path.is_file():
-            raise ValidationError(f"{path} does not exist; run `envbuilder build --target wsl2 "
-                                  f"--env {env.name}` (or `envbuilder pull`) first")
-        sha = sha256_file(path)
-        lock = _require_lock(project, env)
-        recorded = lock.artifacts.get(TARGET, {}).get("sha256")
-        if recorded and recorded != sha:
-            raise ValidationError(f"{path} has sha256 {sha}, but the lock recorded {recorded} "
-                                  "for the last build; build it again")
-        user = default_user(path)
-        engine = self._engine(env, path, sha, progress)
-        labels = {"env": env.name, "target": TARGET, "engine": engine.name, "wsl_sha256": sha}
-        run = make_probe_run(project, env, options, labels)
-        code, output, report = engine.run(run, user, progress)
-        if report is None:
-            tail = "\n".join(output.splitlines()[-30:])
-            raise ValidationError(f"the probe wrote no report in the {env.name} distro "
-                                  f"(exit {code}); its output ended with:\n{tail}")
-        try:
-            json.loads(report)
-        except ValueError as exc:
-            raise ValidationError(f"the probe's report is not JSON: {exc}") from None
-        dest = project.report(env.name, TARGET)
-        atomic_write_bytes(dest, report)
-        return dest
-
-    def image_status(self, project: Project, env: EnvSpec) -> list[tuple[bool, str]]:
-        """(ok, line): whether dist/<env>.wsl and the engine's rootfs image are the ones the
-        lock records (the `.wsl`'s sha256; the image's id, its prediction)."""
-        from envbuilder import docker_engine
-
-        lock = _require_lock(project, env)
-        recorded = lock.artifacts.get(TARGET, {})
-        lines: list[tuple[bool, str]] = []
-        path = wsl_path(project, env.name)
-        if path.is_file():
-            sha = sha256_file(path)
-            want = recorded.get("sha256")
-            same = want == sha
-            lines.append((same or not want, f"{env.name}/{TARGET}: {path.name} sha256 {sha} "
-                          + ("is the one the lock records" if same else
-                             f"is NOT the one the lock records ({want})" if want else
-                             "(the lock records none)")))
-        tag = image_tag(env.name, lock.targets[TARGET].pylock_sha256)
-        image = docker_engine.existing_image(self._docker(), tag)
-        if image is not None:
-            lines.append(repro.status_line(env.name, TARGET, f"rootfs image {tag}",
-                                           str(image.id), repro.recorded(lock.artifacts,
-                                                                         TARGET)))
-        return lines
-
-    def _engine(self, env: EnvSpec, path: Path, sha: str, progress: ProgressFn) -> Engine:
-        if os.name == "nt" and env.wsl2 is not None:
-            return WslEngine(wslexe.WslExe(wslexe.find_wsl_exe()), env.wsl2.distro)
-        client = self._docker()
-        return DockerEngine(client, import_wsl(client, path, imported_tag(env.name, sha),
-                                               progress), _host_kind(env))
-
-    def push(self, project: Project, env: EnvSpec, registry: str,
-             progress: ProgressFn = no_progress) -> str:
-        """Push the env's rootfs image to `registry`/<env>-wsl2:<short lock hash>; record and
-        return its repository digest (artifacts.wsl2.repo_digest)."""
-        from envbuilder import docker_engine
-        from envbuilder.lockfile import record_artifact
-
-        _require_wsl2(env)
-        lock = _require_lock(project, env)
-        pylock_sha = lock.targets[TARGET].pylock_sha256
-        repository = docker_engine.registry_repository(registry, f"{env.name}-wsl2")
-        tag = image_tag(env.name, pylock_sha)
-        digest = docker_engine.push_image(self._docker(), tag, repository, pylock_sha[:12],
-                                          progress)
-        record_artifact(project, env.name, TARGET, repo_digest=digest)
-        return digest
-
-    def pull(self, project: Project, env: EnvSpec, progress: ProgressFn = no_progress) -> str:
-        """Pull the pushed rootfs image by the digest the lock records and write
-        dist/<env>.wsl from it without building; return "<path> sha256:<hex>". When the lock
-        recorded the sha256 of a build, the pulled one must equal it (BuildError otherwise;
-        the file is written all the same, so it can be inspected)."""
-        from envbuilder import docker_engine
-
-        _require_wsl2(env)
-        lock = _require_lock(project, env)
-        recorded = dict(lock.artifacts.get(TARGET, {}))
-        ref = recorded.get("repo_digest")
-        if not ref:
-            raise LockError(f"{project.env_lock(env.name)} records no pushed wsl2 image "
-                            f"([artifacts.wsl2] repo_digest); run `envbuilder push --target wsl2 "
-                            f"--env {env.name} --registry HOST/PATH` where it was built")
-        client = self._docker()
-        image_id = docker_engine.pull_image(client, ref, progress)
-        # Tagged as a build would, so `validate`/`pull` can say whether it is the predicted one.
-        client.images.get(image_id).tag(*docker_engine.split_reference(
-            image_tag(env.name, lock.targets[TARGET].pylock_sha256)))
-        image = repro.observe(client, image_id, lock.targets[TARGET].base_image,
-                              repro.recorded(lock.artifacts, TARGET))
-        artifact = self._write(project, env, lock, client, image, progress,
-                               {"changed": "yes", "image_id": image_id, "pulled": ref},
-                               expected_sha256=recorded.get("sha256"))
-        return f"{artifact.reference} sha256:{artifact.digest}"
+def _wsl_stack(env: EnvSpec, rocm: RocmRelease | None, ubuntu: str | None,
+               lock: LockPins) -> list[Step]:
+    """The ROCm WSL stack and the distro-package removal, or nothing for non-ROCm envs."""
+    if env.accelerator != "rocm":
+        return []
+    where = f"env {env.name!r} (ROCm {env.rocm})"
+    if rocm is None or rocm.wsl_stack is None:
+        raise RenderError(f"{where}: this ROCm release has no WSL runtime; run `envbuilder check`")
+    if rocm.install_model == "pip-sdk":
+        return _pip_sdk_stack(env, rocm, ubuntu, lock)
+    if ubuntu not in UBUNTU_CODENAMES:
+        raise RenderError(f"{where}: wsl2.ubuntu must be one of {sorted(UBUNTU_CODENAMES)}")
+    if ubuntu not in rocm.ubuntu:
+        raise RenderError(f"{where}: Ubuntu {ubuntu} is not supported in WSL by this release "
+                          f"(supported: {', '.join(rocm.ubuntu)})")
+    url = rocm.amdgpu_install_url(UBUNTU_CODENAMES[ubuntu])
+    if not url:
+        raise RenderError(f"{where}: the compatibility data has no amdgpu-install package")
+    legacy = rocm.wsl_stack == "legacy"
+    steps: list[Step] = [RocmWslStack(
+        rocm.wsl_stack, rocm.version, ubuntu, url,
+        "wsl,rocm" if legacy else "rocm",
+        () if legacy else LIBROCDXG_BUILD_DEPS,
+    )]
+    if ubuntu == "24.04":
+        steps.append(RemoveDistroPackages(
+            DISTRO_HSA_PACKAGES, "Ubuntu 24.04's own ROCr/thunk shadow /opt/rocm inside WSL"))
+    return steps
 
 
-def import_wsl(client: Any, path: Path, tag: str, progress: ProgressFn = no_progress) -> str:
-    """`docker import` the `.wsl` file at `path` as `tag` (streamed from the file; reused when
-    that tag exists, since it is named by the file's sha256). Returns the tag."""
-    import docker.errors
-
-    with contextlib.suppress(docker.errors.ImageNotFound):
-        client.images.get(tag)
-        return tag
-    repository, _, name_tag = tag.rpartition(":")
-    progress(f"docker import {path.name}", 0, None)
-    try:
-        client.api.import_image_from_file(str(path), repository=repository, tag=name_tag)
-        client.images.get(tag)
-    except docker.errors.APIError as exc:
-        raise EngineError(f"docker import of {path} failed: {exc.explanation}") from None
-    _remove_older_imports(client, repository, tag)
-    return tag
+def _profile_lines(variables: Mapping[str, str]) -> tuple[str, ...]:
+    lines = ["# Environment of this envbuilder distro (login shells read /etc/profile.d).",
+             f'export PATH="{VENV}/bin:$PATH"']
+    lines += [f"export {env_name(k)}={sh_quote(v)}" for k, v in variables.items()]
+    return tuple(lines)
 
 
-def _remove_older_imports(client: Any, repository: str, keep: str) -> None:
-    """Imports of earlier `.wsl` files of the env (a GB each) go once a newer one is in."""
-    import docker.errors
+def plan(env: EnvSpec, inputs: PlanInputs) -> Plan:
+    """rootfs (the base, python3, systemd, the ROCm WSL stack, the user, the profile) -> build
+    (the venv; the libhsa fix) -> final (the venv and the WSL files copied in, labels)."""
+    wsl = env.table(Wsl2Table)
+    if wsl is None:
+        raise RenderError(f"env {env.name!r} has no [env.{env.name}.wsl2] table")
+    rocm, lock, variables = inputs.rocm, inputs.lock, inputs.variables
+    pip_sdk = env.accelerator == "rocm" and rocm is not None and rocm.install_model == "pip-sdk"
+    rocdxg = env.accelerator == "rocm" and rocm is not None and rocm.wsl_stack == "rocdxg"
+    dxg = load_compat().dxg
+    if rocdxg and rocm is not None and (dxg is None or dxg.needs_detection_env(rocm.version)):
+        # On by default from ROCm 7.13 (wsl.toml [dxg]); before, the runtime needs it.
+        variables = {**variables, "HSA_ENABLE_DXG_DETECTION": "1"}
+    base, pinned = from_image(wsl.base, lock)
+    system = ["ca-certificates"]
+    if wsl.systemd:
+        system += ["systemd", "systemd-sysv"]
+    rootfs: list[Step] = [AptInstall(python_packages((*env.apt, *system)))]
+    rootfs += _wsl_stack(env, rocm, wsl.ubuntu, lock)
+    if wsl.systemd:
+        # Which units: compatibility data (envbuilder/data/wsl.toml, with its sources).
+        rootfs.append(MaskUnits(load_compat().wsl_units.masked))
+    rootfs += [
+        # Microsoft's modern format: oobe.sh creates the user at first launch (docs/wsl2.md).
+        ReserveUid(UID, GPU_GROUPS),
+        WriteFile("/etc/profile.d/envbuilder.sh", _profile_lines(variables)),
+        WriteBinaryFile(ICON_PATH, wslicon.icon_base64_lines(),
+                        "The Start-menu icon ([shortcut] icon), drawn by envbuilder.wslicon."),
+    ]
+    build = build_stage("rootfs", "python3", env.python)
+    if env.accelerator == "rocm" and rocm is not None and rocm.libhsa_fix is not None:
+        torch_lib = f"{VENV}/lib/python{env.python}/site-packages/torch/lib"
+        build = replace(build, steps=(*build.steps, LibhsaFix(rocm.libhsa_fix, torch_lib)))
+    if pip_sdk:
+        build = replace(build, steps=(*build.steps,
+                                      LinkRocmSdkRoot(f"{VENV}/bin/rocm-sdk", PIP_SDK_ROCM_LINK)))
+    final = Stage(None, "rootfs", True, (
+        CopyFromStage("build", VENV, VENV),
+        InstallConfFiles((
+            ("envbuilder/wsl.conf", "/etc/wsl.conf", "0644"),
+            ("envbuilder/wsl-distribution.conf", "/etc/wsl-distribution.conf", "0644"),
+            ("envbuilder/oobe.sh", OOBE_PATH, "0755"),
+        )),
+        labels(env, lock),
+    ))
+    welcome = (
+        f"This is the envbuilder distro {wsl.distro!r}: {env.description}",
+        f"Python {env.python} venv with the locked packages: {VENV} (on PATH in login shells).",
+    )
+    # The oobe script builds librocdxg from source on the amdgpu-install rocdxg path only; on the
+    # pip SDK the prebuilt .deb is in the image already.
+    config = WslConfig(wsl.distro, wsl.user, UID, wsl.systemd, OOBE_PATH, VENV,
+                       rocdxg and not pip_sdk, welcome, ICON_PATH)
+    stages = (Stage("rootfs", base, pinned, tuple(rootfs)), build, final)
+    return Plan(env.name, NAME, env.description, lock.locked, stages, wsl=config)
 
-    for image in client.images.list(name=repository):
-        if keep not in image.tags:
-            for old in image.tags:
-                with contextlib.suppress(docker.errors.APIError):
-                    client.images.remove(old)
 
+DESCRIPTOR = registry.register(TargetDescriptor(
+    name=NAME,
+    summary="a .wsl distro file, dist/<env>.wsl (installed as the env's distro on Windows)",
+    table=Wsl2Table,
+    keys=KEYS,
+    parse=parse,
+    platforms=("x86_64-manylinux_2_28",),
+    os="linux",
+    builder="envbuilder.builders.wsl2:Wsl2Builder",
+    capabilities=Capabilities(push=True, pull=True, no_cache=True, verify=True, needs_docker=True,
+                              host=("linux", "windows")),
+    base_image=base_image,
+    system_file=system_file,
+    variables=image_variables,
+    variable_quoting=(("/etc/profile.d/envbuilder.sh on a Dockerfile RUN line",
+                       quoting.dockerfile_sh_refusal),),
+    plan=plan,
+    templates=(
+        ("Dockerfile", "wsl/Dockerfile.j2"),
+        ("wsl.conf", "wsl/wsl.conf.j2"),
+        ("wsl-distribution.conf", "wsl/wsl-distribution.conf.j2"),
+        ("oobe.sh", "wsl/oobe.sh.j2"),
+    ),
+    template_globals={"gpu_groups": GPU_GROUPS, "librocdxg_git": LIBROCDXG_GIT},
+    output_dir="wsl",
+))

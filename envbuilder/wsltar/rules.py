@@ -1,5 +1,9 @@
 """The checker: re-reads a finished `.wsl` and reports every rule it breaks (Microsoft's
-validate-modern.py checks with their levels, plus envbuilder's own promises)."""
+validate-modern.py checks with their levels, plus envbuilder's own promises).
+
+Microsoft's side follows microsoft/WSL distributions/validate-modern.py at 3e27a6a (2026-08):
+its tar checks (`read_tar`), message for message; the manifest and URL checks have no tar to
+look at and are left out."""
 
 from __future__ import annotations
 
@@ -13,13 +17,17 @@ from typing import Literal
 
 from envbuilder.errors import BuildError
 from envbuilder.wsltar.conventions import (
+    DISCOURAGED_WSL_CONF_KEYS,
     DISTRIBUTION_CONF,
     DISTRIBUTION_CONF_KEYS,
     ICON_DIRS,
     OOBE_DIRS,
-    STORE_WSL_CONF_KEYS,
     SYSTEMD_BINARIES,
+    SYSTEMD_UNIT_DIRS,
+    TERMINAL_PROFILE_DIRS,
+    WSL1_UNSUPPORTED_XATTRS,
     WSL_CONF,
+    WSL_CONF_KEYS,
     clean_name,
     discouraged_units,
     is_kernel,
@@ -98,37 +106,40 @@ def is_x86_64_elf(head: bytes) -> bool:
             and int.from_bytes(head[18:20], "little" if head[5] == 1 else "big") == 62)
 
 
-def check_wsl_tar(path: Path, *, source_date_epoch: int | None = None,
-                  store_rules: bool = False) -> list[RuleFinding]:
+#: Compressed tars WSL installs (validate-modern.py KNOWN_TAR_FORMATS): gzip and xz.
+_TAR_MAGICS = (b"\x1f\x8b", b"\xfd7zXZ\x00")
+
+
+def check_wsl_tar(path: Path, *, source_date_epoch: int | None = None) -> list[RuleFinding]:
     """Every rule the `.wsl` at `path` breaks (an empty list: it passes). Microsoft's checks
-    keep the validator's levels; `store_rules=True` adds its check that wsl.conf holds only
-    `boot.systemd` (a rule for distributions published in Microsoft's catalog, which a team's
-    own distro -- needing `[user] default` for `wsl --import` -- does not follow)."""
+    keep the validator's levels (error or warning)."""
     findings: list[RuleFinding] = []
     with path.open("rb") as fh:
-        head = fh.read(3)
+        head = fh.read(6)
         fh.seek(0)
-        if head[:2] != b"\x1f\x8b":
+        if not head.startswith(_TAR_MAGICS):
             findings.append(RuleFinding("error", "microsoft", "format",
-                                        "not gzip compressed (WSL takes gzip or xz tars)"))
+                                        "not gzip or xz compressed (the tar formats WSL takes)"))
         with tarfile.open(fileobj=fh, mode="r:*") as tar:
             view = TarView(tar)
-            findings += _microsoft_checks(view, store_rules)
+            findings += _microsoft_checks(view)
             findings += _envbuilder_checks(view, source_date_epoch)
     return findings
 
 
-def _microsoft_checks(view: TarView, store_rules: bool) -> list[RuleFinding]:
+def _microsoft_checks(view: TarView) -> list[RuleFinding]:
     out: list[RuleFinding] = []
 
     def add(level: Level, rule: str, message: str) -> None:
         out.append(RuleFinding(level, "microsoft", rule, message))
 
     def mode_owner(path: str, modes: tuple[int, ...], gid: int | None = 0,
-                   max_size: int | None = None) -> tarfile.TarInfo | None:
+                   max_size: int | None = None,
+                   optional: bool = False) -> tarfile.TarInfo | None:
         member = view.resolve(path)
         if member is None:
-            add("error", "present", f"{path} not found in the tar")
+            if not optional:
+                add("error", "present", f"{path} not found in the tar")
             return None
         if member.mode not in modes:
             add("warning", "mode", f"{path} has mode {oct(member.mode)}, expected one of "
@@ -171,23 +182,35 @@ def _microsoft_checks(view: TarView, store_rules: bool) -> list[RuleFinding]:
         template = keys.get("windowsterminal.profiletemplate")
         if template:
             mode_owner(template, (0o660, 0o640), max_size=1024 * 1024)
+            if not template.startswith(TERMINAL_PROFILE_DIRS):
+                add("warning", "terminal-profile-location",
+                    f"windowsterminal.profileTemplate {template!r} is not under "
+                    f"{' or '.join(TERMINAL_PROFILE_DIRS)}")
     wsl_conf = view.resolve("/etc/wsl.conf")
     if wsl_conf is not None:
         mode_owner("/etc/wsl.conf", (0o664, 0o644))
         keys = _conf_keys(view, wsl_conf, "/etc/wsl.conf", add)
-        extra = sorted(k for k in keys if k not in STORE_WSL_CONF_KEYS)
-        if store_rules and extra:
+        extra = sorted(k for k in keys if k not in WSL_CONF_KEYS)
+        if extra:
             add("error", "wsl-conf-keys", f"unexpected keys in /etc/wsl.conf: {extra}")
+        for key in sorted(DISCOURAGED_WSL_CONF_KEYS & keys.keys()):
+            add("warning", "wsl-conf-discouraged",
+                f"discouraged /etc/wsl.conf key: {key}={keys[key]} (the modern format creates "
+                "the default user at first launch: [oobe] defaultUid and the oobe command)")
         if keys.get("boot.systemd", "").lower() == "true":
             _elf(view, "/sbin/init", add, mode_owner)
     passwd = mode_owner("/etc/passwd", (0o664, 0o644))
     if passwd is not None:
         _passwd_checks(view.read(passwd), default_uid, add)
     mode_owner("/etc/shadow", (0o640, 0o600, 0), gid=None)
-    _elf(view, "/bin/bash", add, mode_owner)
+    _elf(view, "/bin/bash", add, mode_owner, optional=True)
     _elf(view, "/bin/sh", add, mode_owner)
     for unit in _enabled_discouraged_units(view):
         add("warning", "systemd-unit", f"discouraged systemd unit enabled: {unit}")
+    xattrs, sample = _wsl1_unsupported_xattrs(view)
+    if xattrs:
+        add("warning", "xattrs", f"extended attributes WSL1 does not support: {xattrs}, "
+            f"e.g. on {sample}")
     return out
 
 
@@ -201,8 +224,8 @@ def _conf_keys(view: TarView, member: tarfile.TarInfo, where: str,
 
 
 def _elf(view: TarView, path: str, add: Callable[[Level, str, str], None],
-         mode_owner: Callable[..., tarfile.TarInfo | None]) -> None:
-    member = mode_owner(path, (0o755, 0o775))
+         mode_owner: Callable[..., tarfile.TarInfo | None], optional: bool = False) -> None:
+    member = mode_owner(path, (0o755, 0o775, 0o555), optional=optional)
     if member is not None and not is_x86_64_elf(view.read(member)[:64]):
         add("error", "elf", f"{path} is not an x86-64 ELF executable")
 
@@ -230,21 +253,53 @@ def _passwd_checks(data: bytes, default_uid: int | None,
 
 
 def _enabled_discouraged_units(view: TarView) -> list[str]:
-    """Discouraged units wanted by some target and not masked in /etc/systemd/system."""
+    """Discouraged units wanted by a target (an entry of a `*.target.wants` folder of the
+    systemd unit folders) that neither points at /dev/null nor is masked by
+    /etc/systemd/system/UNIT -> /dev/null (validate-modern.py read_systemd_enabled_units)."""
     found = []
     discouraged = set(discouraged_units())
     for name, member in view.by_name.items():
         base = posixpath.basename(name)
-        parent = posixpath.dirname(name)
-        if base not in discouraged or not parent.endswith(".target.wants"):
+        wants = posixpath.dirname(name)
+        if (base not in discouraged or not wants.endswith(".target.wants")
+                or posixpath.dirname(wants) not in SYSTEMD_UNIT_DIRS):
             continue
-        if not member.issym() and not member.isfile():
-            continue
-        mask = view.by_name.get(f"etc/systemd/system/{base}")
-        if mask is not None and mask.issym() and mask.linkname == "/dev/null":
+        if _points_at_dev_null(view, member) or _is_masked(view, base):
             continue
         found.append(f"/{name}")
     return sorted(found)
+
+
+def _points_at_dev_null(view: TarView, member: tarfile.TarInfo) -> bool:
+    """A symlink whose target, followed, is /dev/null (which an export may not even hold)."""
+    if not member.issym():
+        return False
+    target = member.linkname
+    if not target.startswith("/"):
+        target = posixpath.join("/", posixpath.dirname(member.name), target)
+    target = posixpath.normpath(target)
+    if target == "/dev/null":
+        return True
+    resolved = view.resolve(target)
+    return resolved is not None and clean_name(resolved.name) == "dev/null"
+
+
+def _is_masked(view: TarView, unit: str) -> bool:
+    mask = view.by_name.get(f"etc/systemd/system/{unit}")
+    return mask is not None and _points_at_dev_null(view, mask)
+
+
+def _wsl1_unsupported_xattrs(view: TarView) -> tuple[list[str], str | None]:
+    """The xattrs WSL1 cannot store, as PAX records (SCHILY.xattr.NAME), and a file with one."""
+    found: set[str] = set()
+    sample: str | None = None
+    for member in view.members:
+        for record in member.pax_headers:
+            name = record.removeprefix("SCHILY.xattr.")
+            if name != record and name.startswith(WSL1_UNSUPPORTED_XATTRS):
+                found.add(name)
+                sample = sample or member.name
+    return sorted(found), sample
 
 
 def _envbuilder_checks(view: TarView, source_date_epoch: int | None) -> list[RuleFinding]:

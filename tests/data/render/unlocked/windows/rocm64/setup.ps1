@@ -2,21 +2,33 @@
 # Change the spec, then run `envbuilder render --env rocm64 --target windows`.
 # input-sha256: 80335413d0d5d8bc02e181b4392b5a7d4f2d97b9dc62049cffa60b3f835c37db
 # NOT LOCKED: base image and packages are not pinned yet; run `envbuilder lock --env rocm64`, then render again.
+#
+# The blank line below keeps these comments out of the help block, so that Get-Help finds it:
+# PowerShell reads comments on consecutive lines as one block, and a block holding other text
+# before its help keywords is not help. "Script help can be preceded in the script only by comments
+# and blank lines" (learn.microsoft.com: about_Comment_Based_Help, "Placing Comment-Based Help in
+# Scripts"); the grouping is HelpCommentsParser.GetCommentBlock in PowerShell's source.
+
 <#
 .SYNOPSIS
 Creates the venv of the envbuilder environment rocm64 on native Windows, from its lock.
 
 .DESCRIPTION
-ROCm 6.4.1, PyTorch 2.9 (rocm6.4 wheels), Python 3.12, Radeon RX 7900 XTX
+rocm64: ROCm 6.4.1, PyTorch 2.9 (rocm6.4 wheels), Python 3.12, Radeon RX 7900 XTX
 Finds Python 3.12 with the py launcher, creates a venv, upgrades pip to pip>=26, installs the
 env's Windows lock (pylock.toml; pip checks every hash), and writes the env's variables into the
 venv's activate scripts (Activate.ps1, activate.bat, activate). Running it again reuses the venv.
 
 .PARAMETER Path
-Where to create the venv (default: .venv-rocm64 in the current folder).
+Where to create the venv (default: .venv-rocm64 in the current folder). A relative path is taken
+from the current PowerShell location.
 
 .PARAMETER Lock
 The pylock file (default: lockfiles/pylock.rocm64-windows.toml in the project, two folders up from this script).
+A relative path is taken from the current PowerShell location.
+
+.EXAMPLE
+.\setup.ps1 -Path C:\venvs\rocm64
 #>
 [CmdletBinding()]
 param(
@@ -25,6 +37,11 @@ param(
 )
 $ErrorActionPreference = 'Stop'
 Set-StrictMode -Version 3.0
+
+# -Path and -Lock may be relative to PowerShell's location, which .NET's [IO.File] methods do not
+# follow (they resolve against the process's current directory): make both absolute first.
+$Path = $PSCmdlet.GetUnresolvedProviderPathFromPSPath($Path)
+$Lock = $PSCmdlet.GetUnresolvedProviderPathFromPSPath($Lock)
 
 $PythonVersion = '3.12'
 $PipRequirement = 'pip>=26'

@@ -1,0 +1,291 @@
+"""The `docker` target's builder: build the rendered Dockerfile into an image, validate the probe
+inside it, push it to a registry and pull it back by digest.
+
+Names: the image is tagged `envbuilder/<env>:<first 12 hex of the docker pylock's sha256>` and
+labelled `org.envbuilder.lock-sha256` (that pylock's sha256) and `org.envbuilder.context-sha256`
+(everything that decides its content; an image whose label matches is not rebuilt). The lock's
+`[artifacts.docker]` records `image_id`, `tag` and, after a push, `repo_digest`.
+
+Reproducible: the tagged image is the one envbuilder writes from the engine's build
+(envbuilder.repro): its id depends only on the lock and the base image's digest, and the lock
+records it (`image_id`, `layers`, `repro_format`) as the prediction `build --verify` checks.
+
+Corporate networks: HTTP(S)_PROXY / NO_PROXY (and lower-case) from the environment are passed as
+Docker's predefined build args, which `docker history` never shows; an extra CA bundle (the
+spec's `docker.ca_bundle` or $ENVBUILDER_CA_BUNDLE) goes into the build stage only.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+
+from envbuilder import docker_engine, lockfile, repro
+from envbuilder.buildcontext import ca_bundle_path
+from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes
+from envbuilder.compat import HostKind
+from envbuilder.errors import (
+    BuildError,
+    LockError,
+    RegistryError,
+    UsageError,
+    ValidationError,
+)
+from envbuilder.fsutil import atomic_write_bytes
+from envbuilder.imagebuild import build_rendered_image
+from envbuilder.imagedefs import (
+    ENV_LABEL,
+    LOCK_LABEL,
+    LOCK_SHA_ARG,
+    ROLE_LABEL,
+    RUN_USER,
+    VENV_PYTHON,
+    proxy_build_args,
+)
+from envbuilder.model import EnvSpec
+from envbuilder.progress import ProgressFn
+from envbuilder.project import Project
+from envbuilder.targets.base import (
+    Artifact,
+    BuildOptions,
+    PullOptions,
+    PushOptions,
+    ValidateOptions,
+)
+from envbuilder.targets.docker import DESCRIPTOR, DockerTable
+
+TARGET = DESCRIPTOR.name
+#: Where the probe runs inside the container.
+PROBE_DIR = "/tmp/envbuilder-probe"
+HOST_KIND_ENV = "ENVBUILDER_HOST_KIND"
+
+
+def image_repository(env: str) -> str:
+    return f"envbuilder/{env}"
+
+
+def image_tag(env: str, lock_sha256: str) -> str:
+    """`envbuilder/<env>:<short lock hash>`."""
+    return f"{image_repository(env)}:{lock_sha256[:12]}"
+
+
+def detect_host_kind(root: Path = Path("/")) -> HostKind:
+    """What accelerator this host can hand to a container: $ENVBUILDER_HOST_KIND if set, else
+    /dev/kfd -> native-rocm, /dev/dxg -> wsl2-rocdxg (librocdxg installed) or wsl2-legacy,
+    an NVIDIA device or nvidia-smi -> nvidia, else cpu."""
+    forced = os.environ.get(HOST_KIND_ENV)
+    if forced:
+        from envbuilder.compat import HOST_KINDS
+
+        if forced not in HOST_KINDS:
+            raise UsageError(f"{HOST_KIND_ENV}={forced!r}: choose one of {', '.join(HOST_KINDS)}")
+        return forced
+    if (root / "dev/kfd").exists():
+        return "native-rocm"
+    if (root / "dev/dxg").exists():
+        return "wsl2-rocdxg" if (root / "opt/rocm/lib/librocdxg.so").exists() else "wsl2-legacy"
+    if (root / "dev/nvidia0").exists() or (root == Path("/") and shutil.which("nvidia-smi")):
+        return "nvidia"
+    return "cpu"
+
+
+def _docker_lock(project: Project, env: str) -> tuple[lockfile.EnvLock, lockfile.TargetLock]:
+    """The env's lock and its docker entry, verified (lockfile.load_verified_lock): current for
+    the spec, the env's own, its pylock as recorded and well-formed. LockError otherwise."""
+    verified = lockfile.load_verified_lock(project, env, TARGET,
+                                           lockfile.current_spec_hash(project, env))
+    return verified.lock, verified.pylock.entry
+
+
+def _ensure_base(client: docker.DockerClient, base: str, repin: str,
+                 progress: ProgressFn) -> None:
+    """Pull the locked base image (by digest) unless the engine has it already. A failure is
+    one line naming the image and `repin`, the command that pins what the tag serves now."""
+    if docker_engine.existing_image(client, base) is not None:
+        return
+    progress(f"pulling the base image {base}", 0, None)
+    try:
+        docker_engine.pull_image(client, base, progress)
+    except RegistryError as exc:
+        reason = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        if "@sha256:" in base and any(w in reason.lower()
+                                      for w in ("manifest unknown", "not found")):
+            raise BuildError(
+                f"the base image {base} (from the lock) cannot be pulled: its registry does not "
+                f"have that digest (the tag now names another image); re-pin with `{repin}`, "
+                "then build again"
+            ) from None
+        raise BuildError(
+            f"the base image {base} (from the lock) cannot be pulled: {reason}; log in to its "
+            "registry or make the image available to the engine (docker load/pull), or, if "
+            f"the registry no longer has that digest, re-pin with `{repin}`"
+        ) from None
+
+
+class DockerBuilder:
+    """Images built with the docker SDK against the engine DOCKER_HOST names."""
+
+    name = TARGET
+
+    # --- build ---------------------------------------------------------------------------
+
+    def build(
+        self, project: Project, env: EnvSpec, options: BuildOptions, progress: ProgressFn
+    ) -> Artifact:
+        """Build (or find up to date) the env's image; record its id in the lock; return it.
+
+        details["changed"] is "no" when an image built from the same context already had the
+        tag (nothing was built). Raises LockError/RenderError-style BuildError before building
+        when inputs are missing, BuildError with the failing step's output when a step fails.
+        `options.verify`: rebuild without any cache and fail (BuildError naming the first
+        differing layer and file, the lock left as it was) unless the image is the one the lock
+        records.
+        """
+        lock, target = _docker_lock(project, env.name)
+        expected = repro.require_prediction(
+            lock.artifacts, TARGET, env.name, f"lockfiles/{env.name}.lock.toml"
+        ) if options.verify else None
+        tag = image_tag(env.name, target.pylock_sha256)
+        client = docker_engine.connect()
+        if target.base_image:
+            # Before fetching wheels (gigabytes for ROCm): an unreachable base fails fast.
+            repin = (f"envbuilder lock --env {env.name} --refresh-base && "
+                     f"envbuilder render --env {env.name}")
+            _ensure_base(client, target.base_image, repin, progress)
+        spec_ca = getattr(env.table(DockerTable), "ca_bundle", None)
+        ca = ca_bundle_path(spec_ca if isinstance(spec_ca, str) else None, project)
+        image_id, built = build_rendered_image(
+            client, project, env.name, TARGET, DESCRIPTOR.rendered_folder(project, env.name),
+            tag=tag,
+            labels={LOCK_LABEL: target.pylock_sha256, ENV_LABEL: env.name},
+            build_args={**proxy_build_args(os.environ), LOCK_SHA_ARG: target.pylock_sha256},
+            progress=progress, ca_bundle=ca, indexes=env.indexes,
+            nocache=options.no_cache or options.verify,
+            deterministic=repro.Deterministic(target.base_image, lock.source_date_epoch),
+        )
+        actual = repro.observe(client, image_id, target.base_image)
+        if expected is not None:
+            repro.check_prediction(client, expected, actual, env=env.name, target=TARGET,
+                                   base=target.base_image, workdir=project.cache)
+        note = repro.prediction_note(repro.recorded(lock.artifacts, TARGET), actual)
+        return self._record(project, env.name, tag, actual, changed=built, note=note)
+
+    @staticmethod
+    def _record(project: Project, env: str, tag: str, image: repro.Prediction, changed: bool,
+                note: str) -> Artifact:
+        lockfile.record_artifact(project, env, TARGET, tag=tag, **image.artifacts())
+        return Artifact(TARGET, env, tag, image.image_id,
+                        {"changed": "yes" if changed else "no", "tag": tag, "prediction": note})
+
+    # --- validate ------------------------------------------------------------------------
+
+    def validate(
+        self, project: Project, env: EnvSpec, options: ValidateOptions, progress: ProgressFn
+    ) -> Path:
+        """Run the probe as uid 1000 in a fresh container of the env's image, with this host's
+        device flags; write reports/<env>.docker.json and return its path. The container is
+        removed in every case. Raises ValidationError when the probe wrote no report."""
+        _lock, target = _docker_lock(project, env.name)
+        tag = image_tag(env.name, target.pylock_sha256)
+        client = docker_engine.connect()
+        if docker_engine.existing_image(client, tag) is None:
+            raise ValidationError(
+                f"no image {tag} on the Docker engine; build it (`envbuilder build --target "
+                f"docker --env {env.name}`) or pull it (`envbuilder pull --env {env.name}`)"
+            )
+        host_kind = detect_host_kind()
+        pylock = (project.lockfiles / target.pylock).read_bytes()
+        files_in = {f"{PROBE_DIR}/probe.pyz": probe_zipapp_bytes(),
+                    f"{PROBE_DIR}/pylock.toml": pylock}
+        report_in = f"{PROBE_DIR}/report.json"
+        command = [VENV_PYTHON, f"{PROBE_DIR}/probe.pyz", *probe_arguments(env, options),
+                   "--lock", f"{PROBE_DIR}/pylock.toml", "--json", report_in]
+        progress(f"{env.name}/docker: probe in {tag} ({host_kind} host)", 0, None)
+        code, output, files = docker_engine.run_in_container(
+            client, tag, command, user=RUN_USER, host_kind=host_kind, files_in=files_in,
+            files_out=[report_in], progress=progress, timeout_s=options.timeout_s,
+            labels={ENV_LABEL: env.name, ROLE_LABEL: "validate"},
+        )
+        if report_in not in files:
+            tail = "\n".join(output.splitlines()[-20:])
+            raise ValidationError(
+                f"the probe in {tag} exited with {code} and wrote no report:\n{tail}"
+            )
+        report = project.report(env.name, TARGET)
+        atomic_write_bytes(report, files[report_in])
+        return report
+
+    def image_status(self, project: Project, env: EnvSpec) -> list[tuple[bool, str]]:
+        """(ok, line): whether the engine's image of the env is the one the lock predicts."""
+        lock, target = _docker_lock(project, env.name)
+        tag = image_tag(env.name, target.pylock_sha256)
+        image = docker_engine.existing_image(docker_engine.connect(), tag)
+        return [repro.status_line(env.name, TARGET, f"image {tag}",
+                                  str(image.id) if image is not None else None,
+                                  repro.recorded(lock.artifacts, TARGET))]
+
+    # --- push / pull ---------------------------------------------------------------------
+
+    def push(self, project: Project, env: EnvSpec, options: PushOptions,
+             progress: ProgressFn) -> str:
+        """Push the env's image to `registry`/<env>:<short lock hash>; record and return the
+        repository digest ("HOST/REPO/<env>@sha256:...")."""
+        _lock, target = _docker_lock(project, env.name)
+        tag = image_tag(env.name, target.pylock_sha256)
+        repository = docker_engine.registry_repository(options.registry, env.name)
+        client = docker_engine.connect()
+        image = docker_engine.existing_image(client, tag)
+        if image is None:
+            raise RegistryError(
+                f"no image {tag} to push; run `envbuilder build --target docker --env {env.name}`"
+            )
+        digest_ref = docker_engine.push_image(
+            client, tag, repository, target.pylock_sha256[:12], progress
+        )
+        lockfile.record_artifact(project, env.name, TARGET, image_id=str(image.id), tag=tag,
+                                 repo_digest=digest_ref)
+        return digest_ref
+
+    def pull(self, project: Project, env: EnvSpec, options: PullOptions,
+             progress: ProgressFn) -> str:
+        """Pull the image the lock records (`repo_digest`) by digest, check it was built from the
+        current lock (and is the recorded image), tag it envbuilder/<env>:<short hash>; return
+        the image id. A mismatch raises RegistryError and tags nothing."""
+        lock, target = _docker_lock(project, env.name)
+        recorded = lock.artifacts.get(TARGET, {})
+        digest_ref = recorded.get("repo_digest")
+        if not digest_ref:
+            raise LockError(
+                f"{project.env_lock(env.name)} records no pushed image for {env.name} "
+                f"([artifacts.docker] repo_digest); run `envbuilder push --env {env.name} "
+                "--registry HOST/PATH` on the machine that built it"
+            )
+        client = docker_engine.connect()
+        image_id = docker_engine.pull_image(client, digest_ref, progress)
+        image = client.images.get(image_id)
+        problem = _mismatch(image, target.pylock_sha256, recorded.get("image_id"))
+        if problem:
+            raise RegistryError(f"refusing {digest_ref}: {problem}")
+        tag = image_tag(env.name, target.pylock_sha256)
+        image.tag(*docker_engine.split_reference(tag))
+        return image_id
+
+
+def _mismatch(image: Any, lock_sha256: str, recorded_id: str | None) -> str | None:
+    label = (image.labels or {}).get(LOCK_LABEL)
+    if label != lock_sha256:
+        return (f"it was built from lock {label or '(no label)'}, but the docker pylock's sha256 "
+                f"is {lock_sha256}; build and push again, or check out the matching lock")
+    if recorded_id and image.id != recorded_id:
+        return f"its image id {image.id} is not the recorded {recorded_id}"
+    return None
+
+
+def probe_arguments(env: EnvSpec, options: ValidateOptions) -> list[str]:
+    """The probe's command-line options for `options` (expect defaults to the accelerator)."""
+    return probe_options(env, options, {"env": env.name, "target": TARGET})

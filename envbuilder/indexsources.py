@@ -1,0 +1,116 @@
+"""Where each named index of the spec is read from on this machine: its canonical URL, or a mirror.
+
+Mirrors: `[indexes.NAME] mirror = "..."` in the spec, overridden per machine by the environment
+variable `ENVBUILDER_MIRROR_<NAME>` (NAME upper-cased, every character that is not a letter or digit
+turned into `_`; an empty value switches the mirror off). A mirror folder that does not exist falls
+back to the canonical URL with a warning. Files from a mirror are only ever accepted by hash (uv
+hashes what it resolves; envbuilder.wheelcache verifies every file against the lock).
+
+Used by the uv run (envbuilder.uvrun: what uv resolves against) and by the wheel cache
+(envbuilder.wheelcache: where a locked file may be fetched from).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote, unquote, urlsplit
+
+from envbuilder.model import Index
+
+MIRROR_ENV_PREFIX = "ENVBUILDER_MIRROR_"
+
+#: What uv leaves as it is when it turns a folder into a file:// URL (the url crate encodes only
+#: controls, space, `"#%<>?\`{}` and non-ASCII in a path); Python's quote() would also encode `+`.
+_UV_PATH_SAFE = "/!$&'()*+,;=:@[]^|~"
+
+
+def mirror_env_var(index_name: str) -> str:
+    """`ENVBUILDER_MIRROR_<NAME>`: the per-machine override of an index's mirror."""
+    return MIRROR_ENV_PREFIX + re.sub(r"[^A-Z0-9]", "_", index_name.upper())
+
+
+def _is_url(value: str) -> bool:
+    return urlsplit(value).scheme in ("http", "https")
+
+
+def _canonical_is_flat(index: Index) -> bool:
+    """Whether an index is a flat listing (find-links page) rather than a PEP 503 simple index.
+
+    AMD's repo.radeon.com wheel folders are plain listings; PyTorch's indexes are simple indexes."""
+    url = index.url.lower()
+    return url.endswith((".html", ".htm")) or "repo.radeon.com/rocm/manylinux" in url
+
+
+@dataclass(frozen=True)
+class IndexSource:
+    """Where uv reads one named index from on this machine, and what the lock records."""
+
+    name: str
+    canonical: str  # the public URL; what the lock records
+    location: str  # what uv resolves against: the canonical URL, a mirror URL, or a folder
+    flat: bool  # a flat listing (find-links) rather than a simple index
+    mirrored: bool
+
+    def artifact_url(self, filename: str) -> str:
+        """The canonical URL of a file of this index: `<index url>/<file name>` (how PyTorch's
+        and AMD's indexes lay out their files)."""
+        return self.canonical.rstrip("/") + "/" + quote(filename)
+
+    def mirror_folder(self) -> Path | None:
+        """The mirror folder, when the mirror is a folder."""
+        if self.mirrored and not _is_url(self.location):
+            return Path(self.location)
+        return None
+
+    def mirror_url(self) -> str | None:
+        """The mirror URL, when the mirror is a URL."""
+        return self.location if self.mirrored and _is_url(self.location) else None
+
+    def uv_index_url(self) -> str:
+        """The URL uv resolves this index from, spelled as uv spells it: the location when it is
+        a URL (as written: uv keeps or drops a trailing slash as given), a folder as a file://
+        URL. uv keeps an earlier pylock's pin of a package pinned to this index only when the
+        entry's `index` equals this string (envbuilder.uvrun.preferences_for_uv)."""
+        if _is_url(self.location):
+            return self.location
+        return "file://" + quote(self.location, safe=_UV_PATH_SAFE)
+
+
+def index_source(
+    index: Index, root: Path, environ: Mapping[str, str] | None = None
+) -> tuple[IndexSource, str | None]:
+    """Where to resolve `index` from on this machine, and a warning when a configured mirror
+    cannot be used. A relative mirror folder is relative to the project root (the spec's folder)."""
+    env = os.environ if environ is None else environ
+    var = mirror_env_var(index.name)
+    value = env.get(var, index.mirror or "")
+    canonical = IndexSource(index.name, index.url, index.url, _canonical_is_flat(index), False)
+    if not value:
+        return canonical, None
+    if value.startswith("file://"):
+        value = unquote(urlsplit(value).path)
+    if _is_url(value):
+        flat = value.lower().endswith((".html", ".htm"))
+        return IndexSource(index.name, index.url, value, flat, True), None
+    folder = Path(value).expanduser()
+    if not folder.is_absolute():
+        folder = root / folder
+    if not folder.is_dir():
+        origin = f"${var}" if var in env else f"indexes.{index.name}.mirror"
+        return canonical, (
+            f"mirror folder {folder} of index {index.name!r} (from {origin}) does not exist; "
+            f"resolving from {index.url} instead"
+        )
+    return IndexSource(index.name, index.url, str(folder), True, True), None
+
+
+def mirrored_sources(indexes: Mapping[str, Index], root: Path,
+                     environ: Mapping[str, str] | None = None) -> list[IndexSource]:
+    """The indexes of `indexes` that have a usable mirror on this machine (spec mirrors and
+    ENVBUILDER_MIRROR_* overrides), in the order of `indexes`."""
+    sources = (index_source(index, root, environ)[0] for index in indexes.values())
+    return [src for src in sources if src.mirrored]

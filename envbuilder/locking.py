@@ -1,0 +1,385 @@
+"""Where `envbuilder lock` lives: for one env, which targets are stale, resolving them
+(envbuilder.uvrun), pinning base images by digest and the apt versions installed on them
+(envbuilder.aptlock), and committing the env's pylocks and
+`<env>.lock.toml` as one step.
+
+Nothing changes on disk when the lock is current, and nothing is written at all when any target
+fails to resolve or pin (docs/lock.md).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import datetime
+import functools
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from envbuilder import __version__, aptlock
+from envbuilder.errors import EngineError, LockError
+from envbuilder.fsutil import commit_files, same_bytes, sha256_bytes
+from envbuilder.lockfile import (
+    LOCK_VERSION,
+    EnvLock,
+    TargetLock,
+    UntrustedLockError,
+    dump_env_lock,
+    load_env_lock,
+    unpinned_reason,
+    verify_pylock,
+)
+from envbuilder.model import EnvSpec, Index
+from envbuilder.pipsdk import lock_inputs
+from envbuilder.progress import ProgressFn, no_progress
+from envbuilder.project import Project
+from envbuilder.targets import registry
+from envbuilder.uvrun import (
+    ResolveRequest,
+    artifacts_of,
+    make_request,
+    postprocess,
+    pylock_header,
+    run_uv,
+)
+
+
+def platform(target: str) -> str:
+    """uv's `--python-platform` for `target`'s lock (its descriptor's first platform)."""
+    return registry.get(target).lock_platform
+
+
+def target_python(env: EnvSpec, target: str) -> str:
+    """The Python (major.minor) a target's venv runs."""
+    return env.python_for(target)
+
+
+@dataclass(frozen=True)
+class LockOptions:
+    """What `envbuilder lock` asks for one env."""
+
+    targets: tuple[str, ...] | None = None  # None: every target of the env
+    upgrade: bool = False  # re-resolve everything (and re-read base digests)
+    upgrade_packages: tuple[str, ...] = ()  # re-resolve these (and what they need) only
+    base_digest: bool = True  # False: record base images by tag when no digest is known
+    refresh_base: bool = False  # re-read base digests (and apt versions); pylocks stay as they are
+    refresh_apt: bool = False  # resolve the apt versions on the locked bases again
+
+
+@dataclass(frozen=True)
+class LockResult:
+    """What locking one env did. `resolved` is empty when the lock was already current."""
+
+    env: str
+    resolved: tuple[str, ...] = ()  # targets re-resolved by uv
+    written: tuple[Path, ...] = ()  # files whose bytes changed
+    removed: tuple[Path, ...] = ()  # pylocks of targets the spec no longer has
+    warnings: tuple[str, ...] = ()
+
+
+DigestLookup = Callable[[str], str]
+#: (base image with digest, target -> apt stages) -> target -> stage -> package -> version.
+AptResolver = Callable[[str, aptlock.Requests], dict[str, dict[str, dict[str, str]]]]
+
+
+def registry_digest(ref: str) -> str:
+    """`sha256:<hex>` of image `ref` as its registry reports it (through the Docker engine,
+    `images.get_registry_data`, so the engine's registry mirrors and credentials apply)."""
+    import docker  # imported late: only pinning a new base image needs it
+    import requests
+
+    from envbuilder.docker_engine import connect  # the docker helper's thin layer
+
+    try:
+        return str(connect().images.get_registry_data(ref).id)
+    except (EngineError, docker.errors.DockerException, requests.RequestException,
+            OSError) as exc:
+        raise LockError(
+            f"cannot read the digest of base image {ref} from its registry: {exc}\nThe lock "
+            "pins base images by digest, asking the registry through the Docker engine: check "
+            f"that the engine runs and that `docker pull {ref}` works here (tag, login, "
+            "registry mirror), or run `envbuilder lock --no-base-digest` to record the tag "
+            "unpinned for now (known digests are kept)"
+        ) from None
+
+
+def system_file(env: EnvSpec, target: str) -> str | None:
+    """The system file a target installs besides its wheels, pinned ("<url>#sha256=<hex>"), from
+    the compatibility data (its descriptor says which); None when it has none or the data has no
+    sha256 for it (then the target stays "not locked" for it: render says so)."""
+    return registry.get(target).system_file(env)
+
+
+def base_ref(env: EnvSpec, target: str) -> str | None:
+    """The base image a target builds on, as the spec writes it (None for venv targets)."""
+    return registry.get(target).base_image(env)
+
+
+def pin_base(
+    ref: str | None, previous: str | None, *, refresh: bool, base_digest: bool,
+    lookup: DigestLookup,
+) -> str | None:
+    """`ref@sha256:<hex>`: kept from the previous lock while `ref` is unchanged (no engine
+    needed), read from the registry otherwise (`refresh`: read again). A ref with a digest
+    already is kept as written. Without `base_digest` (no engine) a new ref is recorded by tag,
+    and a known digest is kept even when `refresh` asks to re-read it: a pin is never dropped."""
+    if ref is None:
+        return None
+    if "@sha256:" in ref:
+        return ref
+    known = previous if previous and previous.split("@", 1)[0] == ref \
+        and "@sha256:" in previous else None
+    if known is not None and (not refresh or not base_digest):
+        return known
+    if not base_digest:
+        return ref
+    return f"{ref}@{lookup(ref)}"
+
+
+def _pylock_ok(project: Project, env: str, target: str, t: TargetLock | None) -> bool:
+    """Whether the target's pylock is as its lock recorded it (present, same sha256, well-formed);
+    a pylock that is not gets resolved again (and is never handed to uv as preferences)."""
+    try:
+        verify_pylock(project, env, target, t)
+    except LockError:
+        return False
+    return True
+
+
+def source_date_epoch(pylocks: Sequence[bytes]) -> int:
+    """SOURCE_DATE_EPOCH of a locked env: the newest upload time of any artifact in its pylocks
+    (a pure function of the lock, so rebuilding from the same lock gives the same timestamps);
+    315532800 (1980-01-01, the zip epoch) when no artifact carries an upload time."""
+    newest = 315532800
+    for data in pylocks:
+        doc = tomllib.loads(data.decode("utf-8"))
+        for pkg in doc.get("packages", []):
+            for art in artifacts_of(pkg):
+                when = art.get("upload-time")
+                if isinstance(when, datetime.datetime):
+                    if when.tzinfo is None:
+                        when = when.replace(tzinfo=datetime.UTC)
+                    newest = max(newest, int(when.timestamp()))
+    return newest
+
+
+def lock_env(
+    project: Project,
+    env: EnvSpec,
+    spec_hash: str,
+    indexes: Mapping[str, Index],
+    options: LockOptions = LockOptions(),
+    *,
+    lookup: DigestLookup = registry_digest,
+    apt_resolver: AptResolver = aptlock.engine_resolver,
+    progress: ProgressFn = no_progress,
+) -> LockResult:
+    """Lock one env: resolve what is stale or asked for, pin base images and the apt versions
+    installed on them (envbuilder.aptlock), write the env's pylocks and `<env>.lock.toml`.
+    Nothing changes on disk (not even an mtime) when the lock is current, and nothing is
+    written at all when any target fails to resolve or pin."""
+    try:
+        previous = load_env_lock(project, env.name)
+    except UntrustedLockError:
+        raise  # names files that are not its own, or another env's: never replaced unseen
+    except LockError as exc:
+        previous, warn0 = None, [f"{exc}; locking {env.name} from scratch"]
+    else:
+        warn0 = []
+    old = previous.targets if previous else {}
+    wanted: set[str] = set(options.targets if options.targets is not None else env.targets)
+    to_resolve = _stale_targets(project, env, spec_hash, previous, options, wanted)
+
+    def pins(look: DigestLookup) -> dict[str, str | None]:
+        return {
+            t: pin_base(base_ref(env, t), old[t].base_image if t in old else None,
+                        refresh=(options.upgrade or options.refresh_base) and t in wanted,
+                        base_digest=options.base_digest, lookup=look)
+            for t in env.targets
+        }
+
+    asked: list[str] = []
+
+    def dry(ref: str) -> str:
+        asked.append(ref)
+        return ""
+
+    known = pins(dry)  # exact when no registry had to be asked
+    apt = _AptLocking(env, old, options, wanted, apt_resolver)
+    if not asked and not to_resolve and set(old) == set(env.targets) \
+            and all(_same_base(old[t], known[t]) for t in env.targets) \
+            and all(old[t].system_file == system_file(env, t) for t in env.targets) \
+            and not apt.stale(known):
+        return LockResult(env.name, warnings=tuple(warn0))
+
+    def background() -> tuple[dict[str, str | None], dict[str, dict[str, dict[str, str]]]]:
+        final = pins(functools.cache(lookup)) if asked else known
+        return final, apt.lock(final)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        # Registry look-ups (once per image: docker and wsl2 often share one), then the apt
+        # resolution on the pinned bases, run while uv resolves; any failing writes nothing.
+        job = pool.submit(background)
+        new_pylocks, warnings = _resolve_targets(project, env, indexes, to_resolve, old,
+                                                 options, progress)
+        final, apt_pins = job.result()
+    return _write_env(project, env, spec_hash, previous, new_pylocks, final, apt_pins,
+                      tuple(to_resolve), (*warn0, *warnings, *apt.warnings))
+
+
+class _AptLocking:
+    """Which targets' apt versions to keep from the previous lock and which to resolve again:
+    again when the base image changed, when --upgrade/--refresh-base asks, or when the pins no
+    longer cover what the plan installs (envbuilder.aptlock)."""
+
+    def __init__(self, env: EnvSpec, old: Mapping[str, TargetLock], options: LockOptions,
+                 wanted: set[str], resolver: AptResolver) -> None:
+        self.old, self.resolver, self.warnings = old, resolver, list[str]()
+        self.base_digest = options.base_digest
+        self.stages: dict[str, list[aptlock.AptStage]] = {
+            t: aptlock.plan_apt_stages(env, t) for t in env.targets}
+        again = options.upgrade or options.refresh_base or options.refresh_apt
+        self.refresh = {t for t in wanted if again}
+
+    def _usable(self, target: str, base: str | None) -> bool:
+        """Whether the previous lock's pins of `target` still fit: same base, full coverage."""
+        previous = self.old.get(target)
+        return (previous is not None and previous.base_image == base
+                and aptlock.coverage_problem(self.stages[target], previous.apt) is None)
+
+    def _keep(self, target: str, base: str | None) -> bool:
+        return self._usable(target, base) and target not in self.refresh
+
+    def stale(self, bases: Mapping[str, str | None]) -> bool:
+        """True when some target's apt pins must be resolved (or dropped) again."""
+        return any(self.stages[t] and not self._keep(t, bases[t]) for t in self.stages)
+
+    def lock(self, bases: Mapping[str, str | None]) -> dict[str, dict[str, dict[str, str]]]:
+        """target -> stage -> package -> version, for every target of the env. Known pins are
+        never dropped for want of an engine (as base digests are not)."""
+        out: dict[str, dict[str, dict[str, str]]] = {t: {} for t in self.stages}
+        groups: dict[str, dict[str, list[aptlock.AptStage]]] = {}
+        for target, stages in self.stages.items():
+            base = bases[target]
+            if not stages:
+                continue
+            can_resolve = bool(base and "@sha256:" in base and self.base_digest)
+            if self._keep(target, base) or (self._usable(target, base) and not can_resolve):
+                out[target] = self._previous(target)
+            elif base and can_resolve:
+                groups.setdefault(base, {})[target] = stages
+            else:
+                self.warnings.append(
+                    f"{target}: the apt versions are not locked (its base image {base} has no "
+                    "digest here, or --no-base-digest: no engine); lock again with a Docker "
+                    "engine (`envbuilder lock --refresh-base`)")
+        for base, requests in groups.items():  # one container per base image
+            try:
+                out.update(self.resolver(base, requests))
+            except aptlock.NoEngineError as exc:  # as a base by digest, locked without engine
+                for target in requests:
+                    out[target] = self._previous(target) if self._usable(target, base) else {}
+                self.warnings.append(
+                    f"{', '.join(sorted(requests))}: the apt versions were not resolved ({exc});"
+                    " known pins are kept, and `envbuilder lock --check` fails while a stage "
+                    "has none, until `envbuilder lock` runs with a Docker engine")
+        return out
+
+    def _previous(self, target: str) -> dict[str, dict[str, str]]:
+        return {k: dict(v) for k, v in self.old[target].apt.items()}
+
+
+def _same_base(entry: TargetLock, pinned: str | None) -> bool:
+    """Whether the lock records `pinned` as the target's base already (with its reason when
+    it is a tag: an older lock without one is rewritten)."""
+    return entry.base_image == pinned and entry.base_digest_missing == unpinned_reason(pinned)
+
+
+def _stale_targets(
+    project: Project, env: EnvSpec, spec_hash: str, previous: EnvLock | None,
+    options: LockOptions, wanted: set[str],
+) -> list[str]:
+    """The targets uv must resolve: all of them when the spec changed (a half-updated env would
+    hide staleness), those whose pylock is missing or edited, and those asked to upgrade."""
+    old = previous.targets if previous else {}
+    current = previous is not None and previous.spec_hash == spec_hash
+    refresh = options.upgrade or bool(options.upgrade_packages)
+    return [
+        t for t in env.targets
+        if not current or not _pylock_ok(project, env.name, t, old.get(t))
+        or old[t].platform != platform(t) or (refresh and t in wanted)
+    ]
+
+
+def _resolve_targets(
+    project: Project, env: EnvSpec, indexes: Mapping[str, Index], targets: Sequence[str],
+    old: Mapping[str, TargetLock], options: LockOptions, progress: ProgressFn,
+) -> tuple[dict[str, bytes], list[str]]:
+    """Resolve `targets`, running uv once per distinct request (docker, wsl2 and native share
+    one platform and usually one request)."""
+    groups: dict[ResolveRequest, list[str]] = {}
+    warnings: list[str] = []
+    for target in targets:
+        # A pip-SDK release adds the env's device extras and the SDK's names (envbuilder.pipsdk).
+        packages, pins = lock_inputs(env, target)
+        request, warns = make_request(
+            platform(target), target_python(env, target), packages, pins, indexes,
+            project.root,
+        )
+        warnings += [w for w in warns if w not in warnings]
+        groups.setdefault(request, []).append(target)
+    out: dict[str, bytes] = {}
+    for n, (request, members) in enumerate(groups.items()):
+        progress(f"resolving {env.name} for {request.platform} (Python {request.python})",
+                 n, len(groups))
+        preferred = next((project.lockfiles / old[t].pylock for t in members
+                          if _pylock_ok(project, env.name, t, old.get(t))), None)
+        try:
+            raw = run_uv(request, preferred.read_bytes() if preferred else None,
+                         upgrade=options.upgrade, upgrade_packages=options.upgrade_packages)
+        except LockError as exc:  # the mirror warnings often explain the failure
+            raise LockError("\n".join([*(f"warning: {w}" for w in warnings), str(exc)])) from None
+        body = postprocess(raw, request, "")
+        for target in members:
+            out[target] = pylock_header(env.name, target).encode("utf-8") + body
+    progress(f"resolved {env.name}", len(groups), len(groups))
+    return out, warnings
+
+
+def _write_env(
+    project: Project, env: EnvSpec, spec_hash: str, previous: EnvLock | None,
+    new_pylocks: Mapping[str, bytes], pins: Mapping[str, str | None],
+    apt: Mapping[str, Mapping[str, Mapping[str, str]]],
+    resolved: tuple[str, ...], warnings: tuple[str, ...],
+) -> LockResult:
+    old = previous.targets if previous else {}
+    contents: dict[str, bytes] = {}
+    targets: dict[str, TargetLock] = {}
+    for t in env.targets:
+        name = project.pylock(env.name, t).name
+        data = new_pylocks.get(t)
+        if data is None:
+            data = (project.lockfiles / old[t].pylock).read_bytes()
+        contents[t] = data
+        targets[t] = TargetLock(platform(t), target_python(env, t), name, sha256_bytes(data),
+                                pins[t], unpinned_reason(pins[t]), system_file(env, t),
+                                {k: dict(v) for k, v in apt.get(t, {}).items()})
+    artifacts = {t: v for t, v in (previous.artifacts if previous else {}).items()
+                 if t in targets and old.get(t) == targets[t]}
+    lock = EnvLock(LOCK_VERSION, env.name, spec_hash, __version__,
+                   source_date_epoch(list(contents.values())), targets, artifacts)
+    # One generation: the pylocks, the env lock and the removal of pylocks of dropped targets
+    # are committed together, so an interrupt or a full disk leaves the old set or the new one.
+    files = {project.lockfiles / targets[t].pylock: data for t, data in contents.items()}
+    files[project.env_lock(env.name)] = dump_env_lock(lock)
+    changes: dict[Path, bytes | None] = {
+        p: data for p, data in files.items() if not same_bytes(p, data)}
+    for gone, tl in old.items():
+        stray = project.lockfiles / tl.pylock
+        if gone not in targets and Path(tl.pylock).name == tl.pylock and stray.is_file():
+            changes[stray] = None
+    commit_files(project.lockfiles, changes)
+    written = tuple(p for p, data in changes.items() if data is not None)
+    removed = tuple(p for p, data in changes.items() if data is None)
+    return LockResult(env.name, resolved, written, removed, warnings)

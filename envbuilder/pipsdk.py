@@ -1,0 +1,87 @@
+"""What uv is asked to resolve for an env on a pip-SDK ROCm release (7.14 and later, ROCm Core
+SDK 10): the env's torch with one `device-<gfx>` extra per GPU, AMD's `rocm` meta-package with the
+same devices, and every ROCm-family name listed AND pinned to the index torch is pinned to.
+
+Why each part (docs/rocm.md, "Locking the pip SDK", shown against a replica of AMD's index):
+  * the device extras come from the env's GPUs (`gpu`, one or several): a lock holds only their
+    device code (about 1 GB each) instead of `device-all` (every target, many GB);
+  * `rocm[libraries,device-...]==<release>` pins the SDK to the env's release;
+  * `uv pip compile` applies an index pin to direct dependencies only, so each ROCm-family name
+    the resolution needs (envbuilder/data/rocm.toml [pip_sdk]) is listed and pinned; PyPI holds
+    placeholder packages (`rocm 0.1.0`, `rocm-sdk-*`) and a CUDA torch/triton under the same
+    names, which an unpinned name could resolve to.
+
+Other releases, and non-ROCm envs, are passed through unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from envbuilder.compat import RocmRelease, load_compat
+from envbuilder.errors import LockError
+from envbuilder.model import EnvSpec
+
+
+def sdk_release(env: EnvSpec) -> RocmRelease | None:
+    """The env's ROCm release when envbuilder installs it through the pip SDK, else None."""
+    if env.accelerator != "rocm" or not env.rocm:
+        return None
+    release = load_compat().rocm(env.rocm)
+    if release is None or release.install_model != "pip-sdk":
+        return None
+    return release
+
+
+def device_extras(devices: tuple[str, ...]) -> list[str]:
+    """`device-gfx1100`, ... : the extra of each gfx target (TheRock RELEASES.md)."""
+    return [f"device-{gfx}" for gfx in devices]
+
+
+def rocm_requirement(release: RocmRelease, devices: tuple[str, ...]) -> str:
+    """`rocm[libraries,device-gfx1100]==7.14.1`: the SDK of the release, with the devices."""
+    return f"rocm[{','.join(['libraries', *device_extras(devices)])}]=={release.version}"
+
+
+def lock_inputs(env: EnvSpec, target: str) -> tuple[tuple[str, ...], dict[str, str]]:
+    """(packages, index pins) uv resolves for `target`: the env's own, expanded for a pip-SDK
+    release (see the module docstring). LockError when the env cannot be locked that way."""
+    packages = env.packages_for(target)
+    pins: Mapping[str, str] = env.index_pins_for(target)
+    release = sdk_release(env)
+    if release is None:
+        return tuple(packages), dict(pins)
+    where = f"env {env.name!r} (ROCm {release.version}, the pip SDK)"
+    devices = env.gfx_targets
+    if not devices:
+        raise LockError(f"{where}: the lock holds the device code of the env's GPUs only; set "
+                        'gpu = "RX 7900 XTX" (or a gfx target, or a list of them)')
+    index = pins.get("torch")
+    if index is None:
+        raise LockError(f"{where}: torch has no index pin; pin it to the SDK's index "
+                        f"({release.pip_index}): index_pins = {{ torch = \"<index name>\" }}")
+    out: list[str] = []
+    have: set[str] = set()
+    for spec in packages:
+        try:
+            req = Requirement(spec)
+        except InvalidRequirement as exc:  # the spec loader refuses these; never reached
+            raise LockError(f"{where}: {spec!r} is not a requirement: {exc}") from None
+        name = str(canonicalize_name(req.name))
+        have.add(name)
+        if name == "torch":
+            req.extras |= set(device_extras(devices))
+            spec = str(req)
+        out.append(spec)
+    if "torch" not in have:
+        raise LockError(f"{where}: packages has no torch; the pip SDK is locked with it")
+    names = load_compat().pip_sdk.for_devices(devices)
+    if "rocm" not in have:
+        out.append(rocm_requirement(release, devices))
+        have.add("rocm")
+    out += [n for n in names if n not in have]
+    # The env's own pins win (a name pinned elsewhere on purpose stays there).
+    return tuple(out), {**dict.fromkeys(names, index), **pins}

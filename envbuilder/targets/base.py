@@ -1,0 +1,252 @@
+"""What a deployment target is: one `TargetDescriptor` per target, with declared capabilities,
+and the typed options and protocols its builder is driven through.
+
+A descriptor is a value (no behaviour of its own beyond small, pure functions): its spec table
+(dataclass, key schema, parser), its uv platform(s) and OS, its base image and Python, its plan
+builder and templates, its output folder, its variables and their quoting, its capabilities, and
+where its builder lives (imported only when a command needs it). `envbuilder.targets.registry`
+is the one list of descriptors; everything that lists targets asks it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from envbuilder import activate
+from envbuilder.activate import checked_variables
+from envbuilder.imagedefs import VENV
+from envbuilder.model import EnvSpec, FindingSink, Severity, TargetTable
+from envbuilder.pipsdk import sdk_release
+from envbuilder.plan import Plan, PlanInputs, WriteActivation
+from envbuilder.progress import ProgressFn
+from envbuilder.project import Project
+
+#: A table's key schema: key -> "str", "bool", "list[str]", "map[str]", or a nested schema.
+Schema = Mapping[str, Any]
+#: Where a target's env variables are written, and the quoting there: (what, refusal), where
+#: refusal(value) says why that quoting cannot carry `value` (None: it can).
+VariableQuoting = tuple[tuple[str, Callable[[str], str | None]], ...]
+#: The capability names, as `Capabilities` fields and `registry.with_capability` takes them.
+Capability = Literal["build", "push", "pull", "path", "no_cache", "verify", "cluster",
+                     "needs_docker"]
+#: The ROCm location a Linux target's activation sets for a ROCm env.
+LINUX_ROCM_PATH = "/opt/rocm"
+#: In an image's venv on a pip-SDK release: a link to what `rocm-sdk path --root` says, made at
+#: build time (plan.LinkRocmSdkRoot); there is no /opt/rocm.
+PIP_SDK_ROCM_LINK = f"{VENV}/rocm"
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a target can do, as declared facts (the CLI checks them before calling a builder)."""
+
+    build: bool = True
+    push: bool = False  # `envbuilder push` (a registry holds the artifact)
+    pull: bool = False  # `envbuilder pull`
+    path: bool = False  # build/validate take --path DIR and build takes --force (venv targets)
+    no_cache: bool = False  # build takes --no-cache (image targets)
+    verify: bool = False  # the lock predicts the artifact's image; build takes --verify
+    cluster: bool = False  # can run on a cluster (Slurm; issue 16)
+    needs_docker: bool = False  # building needs a Docker engine (doctor checks it for such envs)
+    host: tuple[str, ...] = ("linux",)  # where `envbuilder build` runs for it: linux, windows
+
+
+@dataclass(frozen=True)
+class TableContext:
+    """What a descriptor's `parse` gets: the env's merged `[env.NAME.<target>]` table (unknown keys
+    and wrong types already dropped and reported, by the key schema), the env-level values a table
+    may default from (None when missing or invalid: reported already), and where to report."""
+
+    target: str
+    env: str
+    raw: Mapping[str, Any]
+    accelerator: str | None
+    python: str | None
+    rocm: str | None
+    sink: FindingSink
+
+    def report(self, key: str, problem: str | None, severity: Severity = "error") -> None:
+        """A finding on `env.NAME.<target>.<key>` when `problem` is not None."""
+        if problem is not None:
+            self.sink.env_finding(self.env, (self.target, key), problem, severity)
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """What `envbuilder build` passes to a builder (each field needs a capability)."""
+
+    path: Path | None = None  # capability `path`: where the venv goes
+    force: bool = False  # capability `path`: replace a venv envbuilder did not make
+    no_cache: bool = False  # capability `no_cache`: build every step again
+    verify: bool = False  # capability `verify`: rebuild without cache, fail unless predicted
+
+
+@dataclass(frozen=True)
+class ValidateOptions:
+    """What `envbuilder validate` passes to the probe (and, for venv targets, where the venv is)."""
+
+    level: str = "quick"
+    expect: str | None = None  # defaults to the env's accelerator
+    repeat: int = 1
+    only: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ()
+    timeout_s: float | None = None
+    path: Path | None = None  # capability `path`: the venv to validate
+
+
+@dataclass(frozen=True)
+class PushOptions:
+    """What `envbuilder push` passes: the registry, HOST[:PORT]/PATH (env name appended)."""
+
+    registry: str
+
+
+@dataclass(frozen=True)
+class PullOptions:
+    """What `envbuilder pull` passes (the lock says what to pull)."""
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """What a build produced: an image id, a .wsl path, a venv path; with its digest/sha256."""
+
+    target: str
+    env: str
+    reference: str  # image tag, file path or venv path
+    digest: str | None = None  # image id / sha256 of the file / None for a venv
+    details: dict[str, str] = field(default_factory=dict)
+
+
+class Builder(Protocol):
+    """Builds a target's artifact from the locked, rendered definition and validates it by
+    running the probe inside it. Builders never print: they report through `progress`."""
+
+    def build(self, project: Project, env: EnvSpec, options: BuildOptions,
+              progress: ProgressFn) -> Artifact: ...
+
+    def validate(self, project: Project, env: EnvSpec, options: ValidateOptions,
+                 progress: ProgressFn) -> Path:
+        """Run the probe inside the built artifact; return the path of the JSON report written
+        to project.report(env.name, target). Raises ValidationError if it cannot run."""
+        ...
+
+
+@runtime_checkable
+class RegistryBuilder(Builder, Protocol):
+    """A builder of a target with the `push` and `pull` capabilities."""
+
+    def push(self, project: Project, env: EnvSpec, options: PushOptions,
+             progress: ProgressFn) -> str:
+        """Push the artifact; record and return its repository digest reference."""
+        ...
+
+    def pull(self, project: Project, env: EnvSpec, options: PullOptions,
+             progress: ProgressFn) -> str:
+        """Pull what the lock records; return what was made (image id, path and sha256)."""
+        ...
+
+
+def no_base_image(env: EnvSpec) -> str | None:
+    """For targets that build on no image (venvs)."""
+    return None
+
+
+def linux_variables(env: EnvSpec) -> dict[str, str]:
+    """The variables a Linux venv's activation sets, in a fixed order: ROCM_PATH (ROCm envs
+    only; not for a pip-SDK release, whose root is inside the venv, where `rocm-sdk path --root`
+    finds it: a venv placed at build time has no fixed path to write), then the spec's `env`,
+    then its RCCL/NCCL settings."""
+    return _linux(env, None)
+
+
+def image_variables(env: EnvSpec) -> dict[str, str]:
+    """As linux_variables, for an image whose venv is /opt/venv: on a pip-SDK release ROCM_PATH
+    names the link the build makes to `rocm-sdk path --root` (PIP_SDK_ROCM_LINK)."""
+    return _linux(env, PIP_SDK_ROCM_LINK)
+
+
+def _linux(env: EnvSpec, sdk_root: str | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if env.accelerator == "rocm" and env.rocm:
+        root = sdk_root if sdk_release(env) is not None else LINUX_ROCM_PATH
+        if root is not None:
+            out["ROCM_PATH"] = root
+    out.update(env.env)
+    out.update(env.rccl)
+    return checked_variables(out)
+
+
+def no_system_file(env: EnvSpec) -> str | None:
+    """For targets that install nothing besides their wheels."""
+    return None
+
+
+def activation_step(variables: Mapping[str, str], scripts: tuple[str, ...]) -> WriteActivation:
+    """The env's block for each of a venv's activate `scripts` (file names as the venv's maker
+    writes them: `python -m venv` Activate.ps1, uv activate.ps1), the same blocks
+    `envbuilder build` writes (envbuilder.activate)."""
+    values = dict(variables)
+    makers = {"activate": activate.bash_block, "activate.ps1": activate.powershell_block,
+              "activate.bat": activate.cmd_activate_block,
+              "deactivate.bat": activate.cmd_deactivate_block}
+    blocks = tuple(
+        (name, tuple(makers[name.lower()](values).replace("\r\n", "\n").splitlines())
+         if values else (),
+         "crlf" if name.endswith(".bat") else "auto")
+        for name in scripts
+    )
+    return WriteActivation(activate.BEGIN, activate.END, blocks, tuple(values.items()))
+
+
+@dataclass(frozen=True)
+class TargetDescriptor:
+    """Everything envbuilder knows about one target, in one place (see the module docstring)."""
+
+    name: str  # "docker": the spec's target name; lock, report and folder names use it
+    summary: str  # one line for --help
+    table: type[TargetTable]  # the [env.NAME.<name>] dataclass
+    keys: Schema  # its key schema (the spec loader checks keys and types with it)
+    parse: Callable[[TableContext], TargetTable | None]  # typed table from the merged raw one
+    platforms: tuple[str, ...]  # uv --python-platform values; the first is the lock's
+    os: Literal["linux", "windows"]  # what the env's packages run on
+    builder: str  # "module:Class" of its Builder, imported when a command needs it
+    capabilities: Capabilities = Capabilities()
+    base_image: Callable[[EnvSpec], str | None] = no_base_image  # the base image to pin
+    #: a system file the target installs, pinned in the lock ("<url>#sha256=<hex>")
+    system_file: Callable[[EnvSpec], str | None] = no_system_file
+    variables: Callable[[EnvSpec], dict[str, str]] = linux_variables  # its activation's
+    variable_quoting: VariableQuoting = ()  # where variables are written, and the quoting
+    plan: Callable[[EnvSpec, PlanInputs], Plan] | None = None  # the target's typed plan
+    templates: tuple[tuple[str, str], ...] = ()  # (output file, template) rendered per env
+    template_package: tuple[str, str] = ("envbuilder", "templates")  # jinja2 PackageLoader
+    template_globals: Mapping[str, Any] = field(default_factory=dict)  # extra template values
+    output_dir: str | None = None  # committed folder of rendered files, beside the spec
+
+    @property
+    def lock_platform(self) -> str:
+        """The uv platform the target's pylock is resolved for."""
+        return self.platforms[0]
+
+    @property
+    def rendered(self) -> bool:
+        """Whether `envbuilder render` writes files for this target."""
+        return bool(self.templates) and self.output_dir is not None
+
+    def rendered_folder(self, project: Project, env: str) -> Path:
+        """Where env `env`'s rendered files are: <project>/<output_dir>/<env>."""
+        if self.output_dir is None:
+            raise ValueError(f"target {self.name} has no rendered files")
+        return project.root / self.output_dir / env
+
+    def load_builder(self) -> Builder:
+        """A new instance of the target's builder (its module imported on first use)."""
+        module, _, attr = self.builder.partition(":")
+        builder: Builder = getattr(importlib.import_module(module), attr)()
+        return builder
+
+    def has(self, capability: Capability) -> bool:
+        return bool(getattr(self.capabilities, capability))

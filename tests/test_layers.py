@@ -1,0 +1,186 @@
+"""The layer rule of docs/architecture.md, asserted from the modules' own imports (issue 14):
+an envbuilder module imports only from its own layer or a lower one, and the import graph has no
+circle. Every import counts: at the top, inside a function (lazy), or under TYPE_CHECKING. An
+import may break the rule only with a `# layer-exception: <reason>` comment on its line; there is
+none today (EXCEPTIONS below must list each with its reason, and docs/architecture.md says why).
+
+Dynamic imports by name (importlib.import_module) are how the registry loads the built-in target
+modules and a descriptor names its builder ("envbuilder.builders.docker:DockerBuilder"); the
+last test checks that every builder named so is in the builders layer.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from envbuilder.targets import registry
+
+PACKAGE = Path(__file__).resolve().parents[1] / "envbuilder"
+
+#: Bottom to top. A module is in the layer of its longest listed prefix (a package covers its
+#: modules). envbuilder.probe is apart: it imports nothing of envbuilder outside itself, and any
+#: layer may import it (it is shipped into artifacts as a zipapp).
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("leaf", ("envbuilder", "envbuilder.errors", "envbuilder.progress", "envbuilder.fsutil",
+              "envbuilder.quoting", "envbuilder.imagedefs", "envbuilder.project", "envbuilder.ui",
+              "envbuilder.doctor_parsers", "envbuilder.interrupts")),
+    ("data", ("envbuilder.compat", "envbuilder.grammar", "envbuilder.activate")),
+    ("model", ("envbuilder.model", "envbuilder.plan", "envbuilder.pipsdk")),
+    ("descriptors", ("envbuilder.targets",)),
+    ("spec", ("envbuilder.specload", "envbuilder.compatrules")),
+    ("pipeline", ("envbuilder.lockfile", "envbuilder.indexsources", "envbuilder.uvrun",
+                  "envbuilder.locking", "envbuilder.wheelcache",
+                  "envbuilder.render", "envbuilder.buildcontext", "envbuilder.imagebuild",
+                  "envbuilder.docker_engine", "envbuilder.wsltar", "envbuilder.wslexe",
+                  "envbuilder.pyfinder", "envbuilder.compare", "envbuilder.compare_html",
+                  "envbuilder.explain",
+                  "envbuilder.doctor", "envbuilder.reprotar", "envbuilder.ociimage",
+                  "envbuilder.aptlock", "envbuilder.repro")),
+    ("builders", ("envbuilder.builders",)),
+    ("edge", ("envbuilder.commands", "envbuilder.cli", "envbuilder.__main__")),
+)
+PROBE = "envbuilder.probe"
+#: (importing module, imported module) -> why the rule does not hold there.
+EXCEPTIONS: dict[tuple[str, str], str] = {}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def layer_of(module: str) -> int | None:
+    """The index of `module`'s layer (None for the probe)."""
+    if module == PROBE or module.startswith(PROBE + "."):
+        return None
+    best: tuple[int, int] | None = None
+    for index, (_name, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and (
+                    best is None or len(prefix) > best[1]):
+                best = (index, len(prefix))
+    if best is None:
+        raise AssertionError(f"{module} has no layer: add it to LAYERS in tests/test_layers.py "
+                             "and to the layers in docs/architecture.md")
+    return best[0]
+
+
+def imports(module: str) -> Iterator[tuple[str, int, str]]:
+    """(imported envbuilder module, line, source line) for every import in `module`."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    return imports_in(path.read_text(encoding="utf-8"), package)
+
+
+def imports_in(source: str, package: str) -> Iterator[tuple[str, int, str]]:
+    """The envbuilder imports of `source`, a module of `package` (relative imports resolved)."""
+    lines = source.splitlines()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            # `from envbuilder import grammar` imports the module envbuilder.grammar
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base
+                     for a in node.names]
+        else:
+            continue
+        for name in names:
+            if name == "envbuilder" or name.startswith("envbuilder."):
+                while name not in MODULES:  # `import envbuilder.x.y` where y is a name
+                    name = name.rpartition(".")[0]
+                yield name, node.lineno, lines[node.lineno - 1]
+
+
+def edges() -> Iterator[tuple[str, str, int, str]]:
+    for module in MODULES:
+        for imported, line, text in imports(module):
+            if imported != module:
+                yield module, imported, line, text
+
+
+def test_every_module_has_a_layer() -> None:
+    for module in MODULES:
+        layer_of(module)
+
+
+def test_no_import_goes_up_a_layer() -> None:
+    wrong = []
+    for module, imported, line, text in edges():
+        if (module, imported) in EXCEPTIONS:
+            assert "# layer-exception:" in text, f"{module}:{line} needs its reason comment"
+            continue
+        mine, theirs = layer_of(module), layer_of(imported)
+        if mine is None:  # the probe: nothing of envbuilder outside itself
+            if theirs is not None:
+                wrong.append(f"{module}:{line} (probe) imports {imported}")
+            continue
+        if theirs is not None and theirs > mine:
+            wrong.append(f"{module}:{line} ({LAYERS[mine][0]}) imports {imported} "
+                         f"({LAYERS[theirs][0]}): {text.strip()}")
+    assert not wrong, "imports up a layer:\n" + "\n".join(wrong)
+
+
+def test_the_import_graph_has_no_circle() -> None:
+    graph: dict[str, set[str]] = {m: set() for m in MODULES}
+    for module, imported, _line, _text in edges():
+        if (module, imported) not in EXCEPTIONS:
+            graph[module].add(imported)
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                circle = [*path[path.index(nxt):], nxt]
+                raise AssertionError("import circle: " + " -> ".join(circle))
+            if nxt not in state:
+                visit(nxt)
+        path.pop()
+        state[node] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+
+
+def test_exceptions_are_few_and_said() -> None:
+    for (module, imported), reason in EXCEPTIONS.items():
+        assert reason.strip(), (module, imported)
+        assert any(i == imported and "# layer-exception:" in text
+                   for i, _line, text in imports(module)), (module, imported)
+
+
+@pytest.mark.parametrize("descriptor", registry.all(), ids=lambda d: d.name)
+def test_descriptors_name_builders_in_the_builders_layer(descriptor: object) -> None:
+    from envbuilder.targets.base import TargetDescriptor
+
+    assert isinstance(descriptor, TargetDescriptor)
+    module = descriptor.builder.partition(":")[0]
+    assert layer_of(module) == [n for n, _ in LAYERS].index("builders")
+    descriptor.load_builder()
+
+
+def test_the_rule_sees_lazy_and_type_checking_imports() -> None:
+    """The checker itself: imports inside a function and under TYPE_CHECKING are found, relative
+    ones resolved (so the rule test can fail)."""
+    source = ("from typing import TYPE_CHECKING\n"
+              "if TYPE_CHECKING:\n    from envbuilder.render import environment\n"
+              "def f():\n    from envbuilder.cli import main\n    from . import gzipwriter\n"
+              "    return main\n")
+    found = sorted(name for name, _line, _text in imports_in(source, "envbuilder.wsltar"))
+    assert found == ["envbuilder.cli", "envbuilder.render", "envbuilder.wsltar.gzipwriter"]
+    grammar, cli = layer_of("envbuilder.grammar"), layer_of("envbuilder.cli")
+    assert grammar is not None and cli is not None and cli > grammar
