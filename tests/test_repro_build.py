@@ -87,7 +87,9 @@ def test_two_cold_builds_give_the_digest_the_committed_lock_records(
         docker_client.images.remove(changed.image_id, force=True)
 
 
-def test_wsl2_cold_build_verifies_against_the_committed_lock(cpu_copy: Project) -> None:
+def test_wsl2_cold_build_verifies_against_the_committed_lock(
+        docker_client: Any, cpu_copy: Project) -> None:
+    """(docker_client: a missing engine is a skip here, a failure in CI, as for the others.)"""
     committed = lockfile.read_env_lock(ROOT / "lockfiles" / f"{ENV}.lock.toml")
     predicted = repro.recorded(committed.artifacts, "wsl2")
     assert predicted is not None, "lockfiles/cpu.lock.toml records no wsl2 rootfs digest"
