@@ -119,11 +119,14 @@ def measure(env: str, pairs: int) -> dict[str, Any]:
             row["rewrite_id"] = again.image_id
             row["ratio"] = round(row["deterministic_s"] / row["plain_s"], 3)
             rows.append(row)
+        # By id, not by tag: the engine may be shared, and another checkout's build of the same
+        # lock tags its own image envbuilder/<env>:<hash> meanwhile.
+        written, plain_id = rows[-1]["image_id"], rows[-1]["plain_id"]
         base = client.images.get(target.base_image or "").attrs["Size"]
-        image = client.images.get(tag).attrs["Size"]
-        plain_size = client.images.get(plain_tag).attrs["Size"]
-        site = _du(client, tag, f"/opt/venv/lib/python{target.python}/site-packages")
-        interpreter = _du(client, tag, f"/usr/lib/python{target.python}",
+        image = client.images.get(written).attrs["Size"]
+        plain_size = client.images.get(plain_id).attrs["Size"]
+        site = _du(client, written, f"/opt/venv/lib/python{target.python}/site-packages")
+        interpreter = _du(client, written, f"/usr/lib/python{target.python}",
                           f"/usr/bin/python{target.python}")
         client.images.remove(plain_tag, force=True)
     predicted = repro.recorded(lock.artifacts, "docker")
