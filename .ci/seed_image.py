@@ -15,7 +15,10 @@ package versions only:
      manifest, and upload the three blobs with the registry's HTTP API, so that the repository
      digest is the sha256 of bytes this script wrote (no docker push, no recompression).
 
-Stdlib only; runs as root (the tree is root-owned). Prints the manifest digest on stdout.
+The image documents, digests and the gzip come from envbuilder.ociimage.blobs (stdlib only),
+the same code envbuilder writes its reproducible images with; this script adds the seed's own
+normalisation and tree walk. Runs as root (the tree is root-owned) with the system Python, no
+envbuilder install needed. Prints the manifest digest on stdout.
 
   seed_image.py build ROOTFS --out DIR    # normalize ROOTFS; write layer.tar.gz, config.json,
                                           # manifest.json to DIR; print the manifest digest
@@ -25,9 +28,6 @@ Stdlib only; runs as root (the tree is root-owned). Prints the manifest digest o
 from __future__ import annotations
 
 import argparse
-import gzip
-import hashlib
-import json
 import os
 import re
 import shutil
@@ -36,8 +36,19 @@ import tarfile
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
+
+# The checkout's envbuilder package (its ociimage.blobs module needs only the stdlib).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from envbuilder.ociimage.blobs import (
+    MANIFEST_TYPE,
+    Blob,
+    canonical_json,
+    file_blob,
+    gzip_file,
+    image_config,
+    registry_manifest,
+)
 
 #: Every timestamp in the image: 2025-01-01T00:00:00Z. A constant, not the build time and not
 #: the environment's SOURCE_DATE_EPOCH, so that every machine and every day agree.
@@ -45,10 +56,6 @@ SOURCE_DATE_EPOCH = 1735689600
 CREATED = "2025-01-01T00:00:00Z"
 ENV_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CREATED_BY = "debootstrap --variant=minbase bookworm (envbuilder CI seed, .ci/seed_image.py)"
-
-MANIFEST_TYPE = "application/vnd.docker.distribution.manifest.v2+json"
-CONFIG_TYPE = "application/vnd.docker.container.image.v1+json"
-LAYER_TYPE = "application/vnd.docker.image.rootfs.diff.tar.gzip"
 
 #: Files that only record the run (time, inode numbers, the previous state): removed.
 VOLATILE = (
@@ -131,60 +138,24 @@ def write_layer(root: Path, dest: Path) -> None:
                 tar.addfile(info)
 
 
-@dataclass(frozen=True)
-class Blob:
-    digest: str
-    size: int
-    path: Path
-
-
-def _blob(path: Path) -> Blob:
-    sha = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            sha.update(chunk)
-    return Blob(f"sha256:{sha.hexdigest()}", path.stat().st_size, path)
-
-
-def _gzip(src: Path, dest: Path) -> None:
-    # mtime 0 and no file name in the header; level 9 fixed. zlib's output depends only on
-    # its version (1.2.13 throughout Debian bookworm) and the level.
-    with src.open("rb") as fin, dest.open("wb") as raw, \
-            gzip.GzipFile(filename="", mode="wb", compresslevel=9, fileobj=raw, mtime=0) as fout:
-        shutil.copyfileobj(fin, fout, 1 << 20)
-
-
-def _canonical_json(doc: object) -> bytes:
-    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
-
-
 def build_image(root: Path, out: Path) -> tuple[Blob, Blob, Blob]:
     """Write layer.tar.gz, config.json and manifest.json for the (normalized) tree `root` into
     `out`; return their blobs (layer, config, manifest). Same tree, same bytes."""
     tar_path = out / "layer.tar"
     write_layer(root, tar_path)
-    diff_id = _blob(tar_path).digest
-    _gzip(tar_path, out / "layer.tar.gz")
+    diff_id = file_blob(tar_path).digest
+    # Level 9: zlib's output depends only on its version (1.2.13 throughout Debian bookworm).
+    gzip_file(tar_path, out / "layer.tar.gz", level=9)
     tar_path.unlink()
-    layer = _blob(out / "layer.tar.gz")
-    config_doc = {
-        "architecture": "amd64",
-        "os": "linux",
-        "created": CREATED,
-        "config": {"Env": [ENV_PATH], "Cmd": ["bash"]},
-        "history": [{"created": CREATED, "created_by": CREATED_BY}],
-        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
-    }
-    (out / "config.json").write_bytes(_canonical_json(config_doc))
-    config = _blob(out / "config.json")
-    manifest_doc = {
-        "schemaVersion": 2,
-        "mediaType": MANIFEST_TYPE,
-        "config": {"mediaType": CONFIG_TYPE, "size": config.size, "digest": config.digest},
-        "layers": [{"mediaType": LAYER_TYPE, "size": layer.size, "digest": layer.digest}],
-    }
-    (out / "manifest.json").write_bytes(_canonical_json(manifest_doc))
-    return layer, config, _blob(out / "manifest.json")
+    layer = file_blob(out / "layer.tar.gz")
+    config_doc = image_config(
+        created=CREATED, config={"Env": [ENV_PATH], "Cmd": ["bash"]}, diff_ids=[diff_id],
+        history=[{"created": CREATED, "created_by": CREATED_BY}],
+    )
+    (out / "config.json").write_bytes(canonical_json(config_doc))
+    config = file_blob(out / "config.json")
+    (out / "manifest.json").write_bytes(canonical_json(registry_manifest(config, [layer])))
+    return layer, config, file_blob(out / "manifest.json")
 
 
 # --- registry HTTP API (no auth: the local open registry) ---------------------------------------
@@ -239,7 +210,7 @@ def _load_blobs(folder: Path) -> tuple[Blob, Blob, Blob]:
     missing = [n for n in names if not (folder / n).is_file()]
     if missing:
         raise SystemExit(f"seed_image: {folder} lacks {', '.join(missing)}; run `build` first")
-    layer, config, manifest = (_blob(folder / n) for n in names)
+    layer, config, manifest = (file_blob(folder / n) for n in names)
     return layer, config, manifest
 
 

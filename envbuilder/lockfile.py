@@ -18,8 +18,12 @@ pinned by digest, and the artifacts later commands built from them. Example:
     base_image = "debian:bookworm-slim@sha256:<hex>"
     # base_digest_missing = "no-base-digest"   only beside a base_image recorded by tag
 
+    [targets.docker.apt.runtime]        apt versions per Dockerfile stage (envbuilder.aptlock)
+    python3 = "3.11.2-1+b1"
+
     [artifacts.docker]
-    image_id = "sha256:<hex>"
+    image_id = "sha256:<hex>"            with layers and repro_format: the image the lock
+                                         predicts (envbuilder.repro)
 
 CONTRACT (other modules code against these names):
 
@@ -57,6 +61,7 @@ from urllib.parse import unquote, urlsplit
 from packaging.markers import InvalidMarker, Marker
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
+from envbuilder import aptlock
 from envbuilder.errors import LockError
 from envbuilder.fsutil import sha256_bytes, write_if_changed
 from envbuilder.grammar import ENV_NAME_RE
@@ -88,6 +93,8 @@ class TargetLock:
     # A system package the target installs besides its wheels, pinned: "<https url>#sha256=<hex>"
     # (the wsl2 target's prebuilt librocdxg .deb on a pip-SDK release). None: the target has none.
     system_file: str | None = None
+    # apt versions per Dockerfile stage: stage -> package -> version (envbuilder.aptlock).
+    apt: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -106,8 +113,8 @@ class EnvLock:
 _TOP_KEYS = {"version": int, "env": str, "spec_hash": str, "envbuilder_version": str,
              "source_date_epoch": int, "targets": dict, "artifacts": dict}
 _TARGET_KEYS = {"platform": str, "python": str, "pylock": str, "pylock_sha256": str,
-                "base_image": str, "base_digest_missing": str, "system_file": str}
-_OPTIONAL = {"artifacts", "base_image", "base_digest_missing", "system_file"}
+                "base_image": str, "base_digest_missing": str, "system_file": str, "apt": dict}
+_OPTIONAL = {"artifacts", "base_image", "base_digest_missing", "system_file", "apt"}
 #: A pinned system file: an https URL and the sha256 its bytes must have.
 SYSTEM_FILE_RE = re.compile(r"https://[^\s#]+#sha256=[0-9a-f]{64}")
 _RELOCK = "run `envbuilder lock` to write it again"
@@ -173,6 +180,9 @@ def parse_env_lock(data: Mapping[str, Any], where: str) -> EnvLock:
         if "system_file" in table and not SYSTEM_FILE_RE.fullmatch(table["system_file"]):
             raise LockError(f"{where}: targets.{name}.system_file must be "
                             f"'https://...#sha256=<64 hex digits>'; {_RELOCK}")
+        if "apt" in table:
+            table = {**table, "apt": aptlock.parse_apt_table(table["apt"],
+                                                             f"{where}: targets.{name}")}
         targets[name] = TargetLock(**table)
     artifacts: dict[str, dict[str, str]] = {}
     for name, table in data.get("artifacts", {}).items():
@@ -237,6 +247,7 @@ def json_schema() -> dict[str, Any]:
     target_props["pylock"]["pattern"] = _pylock_pattern(targets)
     target_props["base_digest_missing"] = {"enum": list(DIGEST_MISSING_REASONS)}
     target_props["system_file"]["pattern"] = "^" + SYSTEM_FILE_RE.pattern + "$"
+    target_props["apt"] = aptlock.json_schema()
     target = {"type": "object", "additionalProperties": False, "properties": target_props,
               "required": [k for k in _TARGET_KEYS if k not in _OPTIONAL]}
     top = props(_TOP_KEYS)
@@ -333,6 +344,12 @@ def dump_env_lock(lock: EnvLock) -> bytes:
             lines.append(f"base_digest_missing = {_s(t.base_digest_missing)}")
         if t.system_file is not None:
             lines.append(f"system_file = {_s(t.system_file)}")
+    # apt pins (long lists) after every target's short table, before the artifacts.
+    for name in sorted(lock.targets, key=_target_order):
+        apt = lock.targets[name].apt
+        for stage in sorted(apt):
+            lines += ["", f"[targets.{name}.apt.{stage}]"]
+            lines += [f"{_key(k)} = {_s(v)}" for k, v in sorted(apt[stage].items())]
     for name in sorted(lock.artifacts, key=_target_order):
         values = lock.artifacts[name]
         if not values:

@@ -1,5 +1,6 @@
 """Where `envbuilder lock` lives: for one env, which targets are stale, resolving them
-(envbuilder.uvrun), pinning base images by digest, and committing the env's pylocks and
+(envbuilder.uvrun), pinning base images by digest and the apt versions installed on them
+(envbuilder.aptlock), and committing the env's pylocks and
 `<env>.lock.toml` as one step.
 
 Nothing changes on disk when the lock is current, and nothing is written at all when any target
@@ -16,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from envbuilder import __version__
+from envbuilder import __version__, aptlock
 from envbuilder.errors import EngineError, LockError
 from envbuilder.fsutil import commit_files, same_bytes, sha256_bytes
 from envbuilder.lockfile import (
@@ -63,7 +64,8 @@ class LockOptions:
     upgrade: bool = False  # re-resolve everything (and re-read base digests)
     upgrade_packages: tuple[str, ...] = ()  # re-resolve these (and what they need) only
     base_digest: bool = True  # False: record base images by tag when no digest is known
-    refresh_base: bool = False  # re-read base digests only; the pylocks stay as they are
+    refresh_base: bool = False  # re-read base digests (and apt versions); pylocks stay as they are
+    refresh_apt: bool = False  # resolve the apt versions on the locked bases again
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,8 @@ class LockResult:
 
 
 DigestLookup = Callable[[str], str]
+#: (base image with digest, target -> apt stages) -> target -> stage -> package -> version.
+AptResolver = Callable[[str, aptlock.Requests], dict[str, dict[str, dict[str, str]]]]
 
 
 def registry_digest(ref: str) -> str:
@@ -169,11 +173,13 @@ def lock_env(
     options: LockOptions = LockOptions(),
     *,
     lookup: DigestLookup = registry_digest,
+    apt_resolver: AptResolver = aptlock.engine_resolver,
     progress: ProgressFn = no_progress,
 ) -> LockResult:
-    """Lock one env: resolve what is stale or asked for, pin base images, write the env's pylocks
-    and `<env>.lock.toml`. Nothing changes on disk (not even an mtime) when the lock is current,
-    and nothing is written at all when any target fails to resolve or pin."""
+    """Lock one env: resolve what is stale or asked for, pin base images and the apt versions
+    installed on them (envbuilder.aptlock), write the env's pylocks and `<env>.lock.toml`.
+    Nothing changes on disk (not even an mtime) when the lock is current, and nothing is
+    written at all when any target fails to resolve or pin."""
     try:
         previous = load_env_lock(project, env.name)
     except UntrustedLockError:
@@ -201,19 +207,88 @@ def lock_env(
         return ""
 
     known = pins(dry)  # exact when no registry had to be asked
+    apt = _AptLocking(env, old, options, wanted, apt_resolver)
     if not asked and not to_resolve and set(old) == set(env.targets) \
             and all(_same_base(old[t], known[t]) for t in env.targets) \
-            and all(old[t].system_file == system_file(env, t) for t in env.targets):
+            and all(old[t].system_file == system_file(env, t) for t in env.targets) \
+            and not apt.stale(known):
         return LockResult(env.name, warnings=tuple(warn0))
+
+    def background() -> tuple[dict[str, str | None], dict[str, dict[str, dict[str, str]]]]:
+        final = pins(functools.cache(lookup)) if asked else known
+        return final, apt.lock(final)
+
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        # Registry look-ups (once per image: docker and wsl2 often share one) run while uv
-        # resolves; either failing writes nothing.
-        pinning = pool.submit(pins, functools.cache(lookup)) if asked else None
+        # Registry look-ups (once per image: docker and wsl2 often share one), then the apt
+        # resolution on the pinned bases, run while uv resolves; any failing writes nothing.
+        job = pool.submit(background)
         new_pylocks, warnings = _resolve_targets(project, env, indexes, to_resolve, old,
                                                  options, progress)
-        final = pinning.result() if pinning is not None else known
-    return _write_env(project, env, spec_hash, previous, new_pylocks, final,
-                      tuple(to_resolve), (*warn0, *warnings))
+        final, apt_pins = job.result()
+    return _write_env(project, env, spec_hash, previous, new_pylocks, final, apt_pins,
+                      tuple(to_resolve), (*warn0, *warnings, *apt.warnings))
+
+
+class _AptLocking:
+    """Which targets' apt versions to keep from the previous lock and which to resolve again:
+    again when the base image changed, when --upgrade/--refresh-base asks, or when the pins no
+    longer cover what the plan installs (envbuilder.aptlock)."""
+
+    def __init__(self, env: EnvSpec, old: Mapping[str, TargetLock], options: LockOptions,
+                 wanted: set[str], resolver: AptResolver) -> None:
+        self.old, self.resolver, self.warnings = old, resolver, list[str]()
+        self.base_digest = options.base_digest
+        self.stages: dict[str, list[aptlock.AptStage]] = {
+            t: aptlock.plan_apt_stages(env, t) for t in env.targets}
+        again = options.upgrade or options.refresh_base or options.refresh_apt
+        self.refresh = {t for t in wanted if again}
+
+    def _usable(self, target: str, base: str | None) -> bool:
+        """Whether the previous lock's pins of `target` still fit: same base, full coverage."""
+        previous = self.old.get(target)
+        return (previous is not None and previous.base_image == base
+                and aptlock.coverage_problem(self.stages[target], previous.apt) is None)
+
+    def _keep(self, target: str, base: str | None) -> bool:
+        return self._usable(target, base) and target not in self.refresh
+
+    def stale(self, bases: Mapping[str, str | None]) -> bool:
+        """True when some target's apt pins must be resolved (or dropped) again."""
+        return any(self.stages[t] and not self._keep(t, bases[t]) for t in self.stages)
+
+    def lock(self, bases: Mapping[str, str | None]) -> dict[str, dict[str, dict[str, str]]]:
+        """target -> stage -> package -> version, for every target of the env. Known pins are
+        never dropped for want of an engine (as base digests are not)."""
+        out: dict[str, dict[str, dict[str, str]]] = {t: {} for t in self.stages}
+        groups: dict[str, dict[str, list[aptlock.AptStage]]] = {}
+        for target, stages in self.stages.items():
+            base = bases[target]
+            if not stages:
+                continue
+            can_resolve = bool(base and "@sha256:" in base and self.base_digest)
+            if self._keep(target, base) or (self._usable(target, base) and not can_resolve):
+                out[target] = self._previous(target)
+            elif base and can_resolve:
+                groups.setdefault(base, {})[target] = stages
+            else:
+                self.warnings.append(
+                    f"{target}: the apt versions are not locked (its base image {base} has no "
+                    "digest here, or --no-base-digest: no engine); lock again with a Docker "
+                    "engine (`envbuilder lock --refresh-base`)")
+        for base, requests in groups.items():  # one container per base image
+            try:
+                out.update(self.resolver(base, requests))
+            except aptlock.NoEngineError as exc:  # as a base by digest, locked without engine
+                for target in requests:
+                    out[target] = self._previous(target) if self._usable(target, base) else {}
+                self.warnings.append(
+                    f"{', '.join(sorted(requests))}: the apt versions were not resolved ({exc});"
+                    " known pins are kept, and `envbuilder lock --check` fails while a stage "
+                    "has none, until `envbuilder lock` runs with a Docker engine")
+        return out
+
+    def _previous(self, target: str) -> dict[str, dict[str, str]]:
+        return {k: dict(v) for k, v in self.old[target].apt.items()}
 
 
 def _same_base(entry: TargetLock, pinned: str | None) -> bool:
@@ -281,6 +356,7 @@ def _resolve_targets(
 def _write_env(
     project: Project, env: EnvSpec, spec_hash: str, previous: EnvLock | None,
     new_pylocks: Mapping[str, bytes], pins: Mapping[str, str | None],
+    apt: Mapping[str, Mapping[str, Mapping[str, str]]],
     resolved: tuple[str, ...], warnings: tuple[str, ...],
 ) -> LockResult:
     old = previous.targets if previous else {}
@@ -293,7 +369,8 @@ def _write_env(
             data = (project.lockfiles / old[t].pylock).read_bytes()
         contents[t] = data
         targets[t] = TargetLock(platform(t), target_python(env, t), name, sha256_bytes(data),
-                                pins[t], unpinned_reason(pins[t]), system_file(env, t))
+                                pins[t], unpinned_reason(pins[t]), system_file(env, t),
+                                {k: dict(v) for k, v in apt.get(t, {}).items()})
     artifacts = {t: v for t, v in (previous.artifacts if previous else {}).items()
                  if t in targets and old.get(t) == targets[t]}
     lock = EnvLock(LOCK_VERSION, env.name, spec_hash, __version__,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, ClassVar, Literal, TypeVar
 
 from envbuilder.compat import RocmRelease
@@ -44,10 +44,13 @@ class Step:
 
 @dataclass(frozen=True)
 class AptInstall(Step):
-    """`apt-get update && install --no-install-recommends PACKAGES && rm -rf lists`, one RUN."""
+    """`apt-get update && install --no-install-recommends PACKAGES && rm -rf lists`, one RUN.
+    `versions` (from the lock, envbuilder.aptlock): every package the step installs, pinned
+    (name, version); the template then writes `name=version` for each instead of `packages`."""
 
     kind: ClassVar[str] = "apt-install"
     packages: tuple[str, ...]
+    versions: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -396,6 +399,7 @@ class LockPins:
     pylock: str | None = None  # pylock file name
     pylock_sha256: str | None = None
     system_file: str | None = None  # "<url>#sha256=<hex>" (lockfile.TargetLock.system_file)
+    apt: Mapping[str, Mapping[str, str]] | None = None  # stage -> package -> version (aptlock)
 
     @property
     def locked(self) -> bool:
@@ -414,6 +418,25 @@ class PlanInputs:
 
 
 # --- pieces several targets' plans share ---------------------------------------------------------
+
+def pin_apt(p: Plan, apt: Mapping[str, Mapping[str, str]] | None) -> Plan:
+    """Each named stage's apt-install steps with the lock's versions for that stage (a stage
+    the lock does not pin stays unpinned; `envbuilder lock --check` reports it). Applied to
+    every target's plan by envbuilder.render, so a descriptor's plan names packages only."""
+    if not apt:
+        return p
+
+    def pinned(st: Stage) -> Stage:
+        versions = apt.get(st.name) if st.name is not None else None
+        if versions is None:
+            return st
+        pins = tuple(sorted(versions.items()))
+        return replace(st, steps=tuple(replace(step, versions=pins)
+                                       if isinstance(step, AptInstall) else step
+                                       for step in st.steps))
+
+    return replace(p, stages=tuple(pinned(st) for st in p.stages))
+
 
 def from_image(image_tag: str, lock: LockPins) -> tuple[str, bool]:
     """The FROM reference: the lock's pin when it has a digest (a lock made without an engine may

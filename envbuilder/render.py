@@ -115,7 +115,8 @@ def _lock_inputs(project: Project, env: str, target: str, spec_hash: str | None)
     if lock is None or target not in lock.targets:
         return _LockInputs(plan.LockPins(), None)
     t = lock.targets[target]
-    return _LockInputs(plan.LockPins(t.base_image, t.pylock, t.pylock_sha256, t.system_file),
+    return _LockInputs(plan.LockPins(t.base_image, t.pylock, t.pylock_sha256, t.system_file,
+                                     t.apt or None),
                        lock.source_date_epoch)
 
 
@@ -128,7 +129,8 @@ def build_plan(env: EnvSpec, target: str, *, rocm: RocmRelease | None, lock: pla
     descriptor = registry.get(target)
     if descriptor.plan is None:
         raise RenderError(f"target {target!r} has no plan (and no rendered files)")
-    return descriptor.plan(env, plan.PlanInputs(rocm, lock, variables))
+    # The lock's apt versions go into every target's apt-install steps (envbuilder.aptlock).
+    return plan.pin_apt(descriptor.plan(env, plan.PlanInputs(rocm, lock, variables)), lock.apt)
 
 
 def plan_for(project: Project, env: EnvSpec, target: str,

@@ -46,12 +46,23 @@ def test_no_cache_is_only_for_image_targets(capsys: pytest.CaptureFixture[str]) 
         capsys.readouterr().err)
 
 
+def test_verify_is_only_for_targets_whose_lock_predicts_an_image(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run("build", "--target", "native", "--env", "cpu", "--verify") == 2
+    assert ("--verify applies to the targets whose lock predicts an image (docker, wsl2), "
+            "not native") in capsys.readouterr().err
+    args = argparse.Namespace(target="docker", path=None, env=["cpu"], no_cache=False,
+                              force=False, verify=True)
+    assert build_command.build_options(args) == BuildOptions(verify=True)
+
+
 @pytest.mark.parametrize("target", registry.with_capability("no_cache"))
 def test_no_cache_reaches_image_targets(target: str) -> None:
     """The option passes for docker and wsl2 (the targets with the no_cache capability), as
     the typed BuildOptions their builders take."""
     assert registry.with_capability("no_cache") == ("docker", "wsl2")
-    args = argparse.Namespace(target=target, path=None, env=["cpu"], no_cache=True, force=False)
+    args = argparse.Namespace(target=target, path=None, env=["cpu"], no_cache=True, force=False,
+                              verify=False)
     assert build_command.build_options(args) == BuildOptions(no_cache=True)
 
 

@@ -39,7 +39,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                   "envbuilder.pyfinder", "envbuilder.compare", "envbuilder.compare_html",
                   "envbuilder.fleet", "envbuilder.slurm",
                   "envbuilder.explain",
-                  "envbuilder.doctor", "envbuilder.reprotar", "envbuilder.ociimage")),
+                  "envbuilder.doctor", "envbuilder.reprotar", "envbuilder.ociimage",
+                  "envbuilder.aptlock", "envbuilder.repro")),
     ("builders", ("envbuilder.builders", "envbuilder.slurm.run")),
     ("edge", ("envbuilder.commands", "envbuilder.cli", "envbuilder.__main__")),
 )

@@ -180,11 +180,14 @@ def test_upgrade_without_an_engine_keeps_the_known_digest(
     project = tiny_project(tmp_path / "proj")
     spec = str(project.spec_path)
     assert cli(capsys, "-q", "lock", "--spec", spec, "--no-base-digest")[0] == 0
-    # The previous generation of the lock pinned the base (made where an engine answered).
+    # The previous generation of the lock pinned the base (made where an engine answered), and
+    # the apt versions on it (envbuilder.aptlock).
     lock = project.env_lock("small")
     text = lock.read_text(encoding="utf-8")
     text = re.sub(r'base_image = "debian:bookworm-slim"\n(base_digest_missing = .*\n)?',
                   f'base_image = "{PIN}"\n', text)
+    text += ('\n[targets.docker.apt.build]\npython3 = "1"\npython3-venv = "1"\n'
+             '\n[targets.docker.apt.runtime]\npython3 = "1"\n')
     lock.write_text(text, encoding="utf-8")
 
     code, out = cli(capsys, "lock", "--spec", spec, "--upgrade", "--no-base-digest")
@@ -192,6 +195,7 @@ def test_upgrade_without_an_engine_keeps_the_known_digest(
     assert code == 0, out
     docker = read_env_lock(lock).targets["docker"]
     assert (docker.base_image, docker.base_digest_missing) == (PIN, None)
+    assert docker.apt["runtime"] == {"python3": "1"}  # nor the apt pins
     code, out = cli(capsys, "lock", "--spec", spec, "--check")
     assert code == 0 and "not pinned" not in out, out
 

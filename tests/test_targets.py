@@ -24,7 +24,8 @@ def test_the_builtin_targets_in_their_order() -> None:
 
 @pytest.mark.parametrize(("capability", "targets"), [
     ("push", ("docker", "wsl2")), ("pull", ("docker", "wsl2")), ("path", ("windows", "native")),
-    ("no_cache", ("docker", "wsl2")), ("cluster", ("docker", "native")),
+    ("no_cache", ("docker", "wsl2")), ("verify", ("docker", "wsl2")),
+    ("cluster", ("docker", "native")),
     ("needs_docker", ("docker", "wsl2")),
     ("build", ("docker", "wsl2", "windows", "native")),
 ])

@@ -6,6 +6,10 @@ labelled `org.envbuilder.lock-sha256` (that pylock's sha256) and `org.envbuilder
 (everything that decides its content; an image whose label matches is not rebuilt). The lock's
 `[artifacts.docker]` records `image_id`, `tag` and, after a push, `repo_digest`.
 
+Reproducible: the tagged image is the one envbuilder writes from the engine's build
+(envbuilder.repro): its id depends only on the lock and the base image's digest, and the lock
+records it (`image_id`, `layers`, `repro_format`) as the prediction `build --verify` checks.
+
 Corporate networks: HTTP(S)_PROXY / NO_PROXY (and lower-case) from the environment are passed as
 Docker's predefined build args, which `docker history` never shows; an extra CA bundle (the
 spec's `docker.ca_bundle` or $ENVBUILDER_CA_BUNDLE) goes into the build stage only.
@@ -21,7 +25,7 @@ from typing import Any
 import docker
 import docker.errors
 
-from envbuilder import docker_engine, lockfile
+from envbuilder import docker_engine, lockfile, repro
 from envbuilder.buildcontext import ca_bundle_path
 from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes
 from envbuilder.compat import HostKind
@@ -138,8 +142,14 @@ class DockerBuilder:
         details["changed"] is "no" when an image built from the same context already had the
         tag (nothing was built). Raises LockError/RenderError-style BuildError before building
         when inputs are missing, BuildError with the failing step's output when a step fails.
+        `options.verify`: rebuild without any cache and fail (BuildError naming the first
+        differing layer and file, the lock left as it was) unless the image is the one the lock
+        records.
         """
-        _lock, target = _docker_lock(project, env.name)
+        lock, target = _docker_lock(project, env.name)
+        expected = repro.require_prediction(
+            lock.artifacts, TARGET, env.name, f"lockfiles/{env.name}.lock.toml"
+        ) if options.verify else None
         tag = image_tag(env.name, target.pylock_sha256)
         client = docker_engine.connect()
         if target.base_image:
@@ -154,15 +164,23 @@ class DockerBuilder:
             tag=tag,
             labels={LOCK_LABEL: target.pylock_sha256, ENV_LABEL: env.name},
             build_args={**proxy_build_args(os.environ), LOCK_SHA_ARG: target.pylock_sha256},
-            progress=progress, ca_bundle=ca, indexes=env.indexes, nocache=options.no_cache,
+            progress=progress, ca_bundle=ca, indexes=env.indexes,
+            nocache=options.no_cache or options.verify,
+            deterministic=repro.Deterministic(target.base_image, lock.source_date_epoch),
         )
-        return self._record(project, env.name, tag, image_id, changed=built)
+        actual = repro.observe(client, image_id, target.base_image)
+        if expected is not None:
+            repro.check_prediction(client, expected, actual, env=env.name, target=TARGET,
+                                   base=target.base_image, workdir=project.cache)
+        note = repro.prediction_note(repro.recorded(lock.artifacts, TARGET), actual)
+        return self._record(project, env.name, tag, actual, changed=built, note=note)
 
     @staticmethod
-    def _record(project: Project, env: str, tag: str, image_id: str, changed: bool) -> Artifact:
-        lockfile.record_artifact(project, env, TARGET, image_id=image_id, tag=tag)
-        return Artifact(TARGET, env, tag, image_id,
-                        {"changed": "yes" if changed else "no", "tag": tag})
+    def _record(project: Project, env: str, tag: str, image: repro.Prediction, changed: bool,
+                note: str) -> Artifact:
+        lockfile.record_artifact(project, env, TARGET, tag=tag, **image.artifacts())
+        return Artifact(TARGET, env, tag, image.image_id,
+                        {"changed": "yes" if changed else "no", "tag": tag, "prediction": note})
 
     # --- validate ------------------------------------------------------------------------
 
@@ -201,6 +219,15 @@ class DockerBuilder:
         report = project.report(env.name, TARGET)
         atomic_write_bytes(report, files[report_in])
         return report
+
+    def image_status(self, project: Project, env: EnvSpec) -> list[tuple[bool, str]]:
+        """(ok, line): whether the engine's image of the env is the one the lock predicts."""
+        lock, target = _docker_lock(project, env.name)
+        tag = image_tag(env.name, target.pylock_sha256)
+        image = docker_engine.existing_image(docker_engine.connect(), tag)
+        return [repro.status_line(env.name, TARGET, f"image {tag}",
+                                  str(image.id) if image is not None else None,
+                                  repro.recorded(lock.artifacts, TARGET))]
 
     # --- push / pull ---------------------------------------------------------------------
 

@@ -13,6 +13,9 @@ validate  runs the probe inside exactly that file. Linux: the `.wsl` is `docker 
           then starts as (`[oobe] defaultUid`), through a login shell so /etc/profile.d sets the
           env's variables as it does for a WSL login.
 push      pushes the rootfs image (the same registry code as the docker target).
+          The rootfs image is the one envbuilder writes from the engine's build
+          (envbuilder.repro): its id depends only on the lock and the base image's digest; the
+          lock records it with the `.wsl`'s sha256, and `build --verify` checks both.
 pull      pulls that image by digest and turns it into the `.wsl` without building; the sha256
           must equal the one the lock recorded for the build.
 
@@ -33,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from envbuilder import wslexe, wsltar
+from envbuilder import repro, wslexe, wsltar
 from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes
 from envbuilder.errors import BuildError, EngineError, LockError, ValidationError
 from envbuilder.fsutil import atomic_write_bytes, sha256_file
@@ -133,6 +136,8 @@ def build_rootfs_image(client: docker.DockerClient, project: Project, env: EnvSp
         labels={LOCK_LABEL: pylock_sha, ENV_LABEL: env.name, TARGET_LABEL: TARGET},
         build_args=build_args(lock), progress=progress,
         ca_bundle=ca_bundle_path(None, project), indexes=env.indexes, nocache=nocache,
+        deterministic=repro.Deterministic(lock.targets[TARGET].base_image,
+                                          lock.source_date_epoch),
     )
 
 
@@ -408,38 +413,51 @@ class Wsl2Builder:
               progress: ProgressFn) -> Artifact:
         """Build, export and normalize into dist/<env>.wsl; record its sha256 in the lock; on
         Windows also install it. Two builds from one lock give the same sha256. Nothing is
-        exported again when the image is up to date and the file is the recorded one."""
+        exported again when the image is up to date and the file is the recorded one.
+        `options.verify`: rebuild without any cache and fail (BuildError, the lock left as it
+        was) unless the rootfs image and the `.wsl` are the ones the lock records."""
         _require_wsl2(env)
         lock = _require_lock(project, env)
+        recorded = lock.artifacts.get(TARGET, {})
+        expected = repro.require_prediction(
+            lock.artifacts, TARGET, env.name, f"lockfiles/{env.name}.lock.toml"
+        ) if options.verify else None
         client = self._docker()
         image_id, built = build_rootfs_image(client, project, env, lock, progress,
-                                             nocache=options.no_cache)
+                                             nocache=options.no_cache or options.verify)
+        base = lock.targets[TARGET].base_image
+        image = repro.observe(client, image_id, base)
+        if expected is not None:
+            repro.check_prediction(client, expected, image, env=env.name, target=TARGET,
+                                   base=base, workdir=project.cache)
         path = wsl_path(project, env.name)
-        recorded = lock.artifacts.get(TARGET, {})
+        note = repro.prediction_note(repro.recorded(lock.artifacts, TARGET), image)
         if (not built and path.is_file() and recorded.get("image_id") == image_id
                 and recorded.get("format") == wsltar.FORMAT
                 and recorded.get("sha256") == sha256_file(path)):
             progress(f"{env.name}/wsl2: {path.name} is up to date", 1, 1)
             return Artifact(TARGET, env.name, str(path), recorded["sha256"],
-                            {"changed": "no", "image_id": image_id})
-        return self._write(project, env, lock, client, image_id, progress,
-                           {"changed": "yes", "image_id": image_id})
+                            {"changed": "no", "image_id": image_id, "prediction": note})
+        return self._write(project, env, lock, client, image, progress,
+                           {"changed": "yes", "image_id": image_id, "prediction": note},
+                           expected_sha256=recorded.get("sha256") if options.verify else None)
 
-    def _write(self, project: Project, env: EnvSpec, lock: EnvLock, client: Any, image: str,
-               progress: ProgressFn, details: dict[str, str],
+    def _write(self, project: Project, env: EnvSpec, lock: EnvLock, client: Any,
+               image: repro.Prediction, progress: ProgressFn, details: dict[str, str],
                expected_sha256: str | None = None) -> Artifact:
         from envbuilder.lockfile import record_artifact
 
-        progress(f"{env.name}/wsl2: exporting {image[:19]} to {wsl_path(project, env.name)}",
-                 0, None)
-        result = export_image(client, image, wsl_path(project, env.name),
+        image_id = image.image_id
+        progress(f"{env.name}/wsl2: exporting {image_id[:19]} to "
+                 f"{wsl_path(project, env.name)}", 0, None)
+        result = export_image(client, image_id, wsl_path(project, env.name),
                               lock.source_date_epoch, progress)
         if expected_sha256 and expected_sha256 != result.sha256:
-            raise BuildError(f"{result.path} made from {details.get('pulled', image)} has sha256 "
-                             f"{result.sha256}, but the lock recorded {expected_sha256} for the "
-                             "build; the lock is left as it was")
-        record_artifact(project, env.name, TARGET, sha256=result.sha256, image_id=image,
-                        format=wsltar.FORMAT)
+            raise BuildError(f"{result.path} made from {details.get('pulled', image_id)} has "
+                             f"sha256 {result.sha256}, but the lock recorded {expected_sha256} "
+                             "for the build; the lock is left as it was")
+        record_artifact(project, env.name, TARGET, sha256=result.sha256,
+                        format=wsltar.FORMAT, **image.artifacts())
         details = {**details, "size": str(result.size), "entries": str(result.stats.entries),
                    "dropped": str(len(result.stats.dropped))}
         way = _install_on_windows(env, result.path)
@@ -482,6 +500,31 @@ class Wsl2Builder:
         dest = project.report(env.name, TARGET)
         atomic_write_bytes(dest, report)
         return dest
+
+    def image_status(self, project: Project, env: EnvSpec) -> list[tuple[bool, str]]:
+        """(ok, line): whether dist/<env>.wsl and the engine's rootfs image are the ones the
+        lock records (the `.wsl`'s sha256; the image's id, its prediction)."""
+        from envbuilder import docker_engine
+
+        lock = _require_lock(project, env)
+        recorded = lock.artifacts.get(TARGET, {})
+        lines: list[tuple[bool, str]] = []
+        path = wsl_path(project, env.name)
+        if path.is_file():
+            sha = sha256_file(path)
+            want = recorded.get("sha256")
+            same = want == sha
+            lines.append((same or not want, f"{env.name}/{TARGET}: {path.name} sha256 {sha} "
+                          + ("is the one the lock records" if same else
+                             f"is NOT the one the lock records ({want})" if want else
+                             "(the lock records none)")))
+        tag = image_tag(env.name, lock.targets[TARGET].pylock_sha256)
+        image = docker_engine.existing_image(self._docker(), tag)
+        if image is not None:
+            lines.append(repro.status_line(env.name, TARGET, f"rootfs image {tag}",
+                                           str(image.id), repro.recorded(lock.artifacts,
+                                                                         TARGET)))
+        return lines
 
     def _engine(self, env: EnvSpec, path: Path, sha: str, progress: ProgressFn) -> Engine:
         table = env.table(Wsl2Table)
@@ -526,7 +569,12 @@ class Wsl2Builder:
                             f"--env {env.name} --registry HOST/PATH` where it was built")
         client = self._docker()
         image_id = docker_engine.pull_image(client, ref, progress)
-        artifact = self._write(project, env, lock, client, image_id, progress,
+        # Tagged as a build would, so `validate`/`pull` can say whether it is the predicted one.
+        client.images.get(image_id).tag(*docker_engine.split_reference(
+            image_tag(env.name, lock.targets[TARGET].pylock_sha256)))
+        image = repro.observe(client, image_id, lock.targets[TARGET].base_image,
+                              repro.recorded(lock.artifacts, TARGET))
+        artifact = self._write(project, env, lock, client, image, progress,
                                {"changed": "yes", "image_id": image_id, "pulled": ref},
                                expected_sha256=recorded.get("sha256"))
         return f"{artifact.reference} sha256:{artifact.digest}"

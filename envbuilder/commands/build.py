@@ -41,6 +41,13 @@ only with --force.
 
 Building again with nothing changed builds nothing. Prints one line per artifact on stdout:
     <env> <target> <reference> <digest> (built|up to date)
+
+Reproducible images (docker, wsl2): the engine runs the steps, envbuilder writes the final image
+(sorted layers, fixed times, no logs or caches), so its digest (the image id) depends only on
+the lock and the base image's digest; the lock records it ([artifacts.<target>] image_id,
+layers). A build whose digest differs from the recorded one says so. --verify rebuilds without
+any cache and fails unless the digest is the recorded one, naming the first differing layer and
+file (docs/reproducibility.md).
 """
 
 
@@ -55,6 +62,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-cache", action="store_true",
                         help="image targets (docker, wsl2): build every step again "
                              "(no layer cache, no up-to-date check)")
+    parser.add_argument("--verify", action="store_true",
+                        help="image targets (docker, wsl2): rebuild from the lock without any "
+                             "cache and fail unless the image digest is the one the lock "
+                             "records, naming the first differing layer and file")
 
 
 def build_options(args: argparse.Namespace) -> BuildOptions:
@@ -65,9 +76,14 @@ def build_options(args: argparse.Namespace) -> BuildOptions:
     if args.no_cache:
         require(args.target, "no_cache",
                 "--no-cache applies to the image targets ({have}), not {target}")
+    if args.verify:
+        require(args.target, "verify",
+                "--verify applies to the targets whose lock predicts an image ({have}), "
+                "not {target}")
     if args.force:
         require(args.target, "path", PATH_REFUSAL.replace("{option}", "--force"))
-    return BuildOptions(path=path, force=args.force, no_cache=args.no_cache)
+    return BuildOptions(path=path, force=args.force, no_cache=args.no_cache,
+                        verify=args.verify)
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:
@@ -79,6 +95,12 @@ def run(args: argparse.Namespace, ui: UI) -> int:
         with progress_for(ui) as progress:
             artifact = builder.build(project, env, options, progress)
         state = "up to date" if artifact.details.get("changed") == "no" else "built"
+        if options.verify:
+            state += ", verified: the digest the lock records"
+        note = artifact.details.get("prediction", "")
+        if note.startswith("differs"):
+            ui.warn(f"{env.name}/{artifact.target}: the image {note}; the lock now records "
+                    "this one (`envbuilder build --verify` checks a recorded digest)")
         ui.print(f"{env.name} {artifact.target} {artifact.reference} "
                  f"{artifact.digest or '-'} ({state})")
         built.append(artifact)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from envbuilder.cli import add_common_arguments, add_json_argument
@@ -31,13 +32,21 @@ re-resolves the named packages only, --upgrade everything (and re-reads base ima
 A base image's digest is kept while its tag stays the same in the spec; --refresh-base re-reads
 it from the registry (the tag now names another image) without re-resolving any package.
 
+The apt packages the rendered Dockerfiles install on a base image are locked too: their exact
+versions per build stage ([targets.<t>.apt.<stage>]), resolved in a container of the pinned base
+(`apt-get install --simulate`; needs the Docker engine and the base's package archive), kept
+while the base stays the same; --refresh-apt resolves them again on the same base (do that when
+a build says the archive no longer serves a locked version), as do --refresh-base and --upgrade.
+docs/reproducibility.md.
+
 --no-base-digest (no Docker engine) records a new base image by tag, with the reason
 (base_digest_missing), and never drops a known digest, --upgrade included.
 
 --check reads only local files: it exits 1 naming each env/target whose lock is stale (the spec
 changed, a pylock was edited by hand, is missing or malformed, a lock names a file outside
-lockfiles/, a base image lost its digest pin). An env that was never locked is reported as a note
-and does not fail the check; so is a base recorded by tag with --no-base-digest.
+lockfiles/, a base image lost its digest pin, apt packages a stage installs are not pinned). An
+env that was never locked is reported as a note and does not fail the check; so is a base
+recorded by tag with --no-base-digest.
 
 A lock naming files outside lockfiles/ (or another env's lock) is never replaced: restore it
 from version control, or delete it and lock again.
@@ -64,7 +73,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="re-resolve everything and re-read base image digests")
     parser.add_argument("--refresh-base", action="store_true",
                         help="re-read the base images' digests from their registries (the tag "
-                             "now names another image); the pylocks are not re-resolved")
+                             "now names another image) and resolve the apt versions on them "
+                             "again; the pylocks are not re-resolved")
+    parser.add_argument("--refresh-apt", action="store_true",
+                        help="resolve the apt versions on the locked base images again (the "
+                             "archive no longer serves a locked one); nothing else changes")
     parser.add_argument("--no-base-digest", action="store_true",
                         help="no Docker engine: keep known digests (also with --upgrade), "
                              "record new base images by tag (render then uses the tag; "
@@ -73,12 +86,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:
-    if args.check and (args.upgrade or args.upgrade_package or args.refresh_base):
-        raise UsageError(
-            "--check cannot be combined with --upgrade, --upgrade-package or --refresh-base")
-    if args.refresh_base and args.no_base_digest:
-        raise UsageError("--refresh-base reads digests; it cannot be combined with "
-                         "--no-base-digest")
+    if args.check and (args.upgrade or args.upgrade_package or args.refresh_base
+                       or args.refresh_apt):
+        raise UsageError("--check cannot be combined with --upgrade, --upgrade-package, "
+                         "--refresh-base or --refresh-apt")
+    if (args.refresh_base or args.refresh_apt) and args.no_base_digest:
+        flag = "--refresh-base reads digests" if args.refresh_base else \
+            "--refresh-apt runs a container of the base"
+        raise UsageError(f"{flag}; it cannot be combined with --no-base-digest")
     project = Project.from_spec(args.spec)
     spec = load_spec(project.spec_path)
     envs = spec.select(args.env)
@@ -94,6 +109,9 @@ def _check(project: Project, spec: Spec, envs: list[EnvSpec], args: argparse.Nam
     for env in envs:
         outcome = check_env(project, env.name, spec.env_hash(env.name), env.targets,
                             only=args.target or None)
+        apt_stale, apt_notes = _check_apt(project, env, args.target)
+        outcome = replace(outcome, stale=(*outcome.stale, *apt_stale),
+                          notes=(*outcome.notes, *apt_notes))
         outcomes.append(outcome)
         for note in outcome.notes:
             ui.info(f"note: {note}")
@@ -107,6 +125,18 @@ def _check(project: Project, spec: Spec, envs: list[EnvSpec], args: argparse.Nam
     if args.json:
         ui.json(_check_json(outcomes))
     return 1 if failed else 0
+
+
+def _check_apt(project: Project, env: EnvSpec, wanted: list[str]) -> tuple[list[str], list[str]]:
+    """The apt pins' findings (envbuilder.aptlock) for a lock that is otherwise readable."""
+    from envbuilder.aptlock import check_lock
+    from envbuilder.lockfile import load_env_lock
+
+    try:
+        lock = load_env_lock(project, env.name)
+    except EnvbuilderError:
+        return [], []  # check_env reports what is wrong with the file
+    return check_lock(env, lock, wanted or None) if lock is not None else ([], [])
 
 
 def _check_json(outcomes: list[CheckOutcome]) -> dict[str, Any]:
@@ -123,7 +153,7 @@ def _lock(project: Project, spec: Spec, envs: list[EnvSpec], args: argparse.Name
     options = LockOptions(
         targets=tuple(args.target) or None, upgrade=args.upgrade,
         upgrade_packages=tuple(args.upgrade_package), base_digest=not args.no_base_digest,
-        refresh_base=args.refresh_base,
+        refresh_base=args.refresh_base, refresh_apt=args.refresh_apt,
     )
     failures = 0
     entries: list[dict[str, Any]] = []

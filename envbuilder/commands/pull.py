@@ -10,6 +10,7 @@ from envbuilder.commands._targets import (
     registry_builder,
     selected,
 )
+from envbuilder.repro import image_report
 from envbuilder.targets.base import PullOptions
 from envbuilder.ui import UI
 
@@ -27,6 +28,8 @@ lockfiles/<env>.lock.toml, so that `envbuilder validate` runs on it without a bu
             have it: a mismatch is an error (the file stays, for inspection).
             Prints <env> <path> sha256:<hex>.
 
+Then says (stderr) whether the image at hand is the one the lock predicts (its digest,
+recorded by the build: docs/reproducibility.md).
 The venv targets (native, windows) have no registry. Credentials come from the Docker config, as
 for `docker pull`.
 """
@@ -44,6 +47,8 @@ def run(args: argparse.Namespace, ui: UI) -> int:
         with progress_for(ui, bytes_=True) as progress:
             image_id = builder.pull(project, env, PullOptions(), progress)
         ui.print(f"{env.name} {image_id}")
+        for ok, line in image_report(builder, project, env):
+            (ui.info if ok else ui.warn)(line)
         pulled.append(_pulled_json(env.name, args.target, image_id))
     if args.json:
         ui.json({"command": "pull", "ok": True, "target": args.target, "pulled": pulled})

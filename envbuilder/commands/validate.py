@@ -14,6 +14,7 @@ from envbuilder.commands._targets import (
     selected,
 )
 from envbuilder.errors import UsageError, ValidationError
+from envbuilder.repro import image_report
 from envbuilder.targets import registry
 from envbuilder.targets.base import ValidateOptions
 from envbuilder.ui import UI
@@ -35,7 +36,9 @@ pylock, and write reports/<env>.<target>.json:
   native    the venv's Python (--path DIR as for build)
   windows   the venv's Scripts\\python.exe (on Windows only)
 
-Prints one line per report on stdout: <env> <target> pass|fail <report path>.
+Prints one line per report on stdout: <env> <target> pass|fail <report path>. For docker and
+wsl2 it also says (stderr) whether the image (the `.wsl`) at hand is the one the lock predicts
+(docs/reproducibility.md).
 Exit 0 when every probe passed, 1 when any failed.
 
 With --slurm (a target that runs on a cluster: docker, native; one env): on every node of a
@@ -97,6 +100,8 @@ def run(args: argparse.Namespace, ui: UI) -> int:
             report = builder.validate(project, env, options, progress)
         status = report_status(report)
         failed += status != "pass"
+        for ok, line in image_report(builder, project, env):
+            (ui.info if ok else ui.warn)(line)
         ui.print(f"{env.name} {args.target} {status} {report}")
         reports.append({"env": env.name, "target": args.target, "status": status,
                         "report": str(report)})

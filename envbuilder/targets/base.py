@@ -31,7 +31,8 @@ Schema = Mapping[str, Any]
 #: refusal(value) says why that quoting cannot carry `value` (None: it can).
 VariableQuoting = tuple[tuple[str, Callable[[str], str | None]], ...]
 #: The capability names, as `Capabilities` fields and `registry.with_capability` takes them.
-Capability = Literal["build", "push", "pull", "path", "no_cache", "cluster", "needs_docker"]
+Capability = Literal["build", "push", "pull", "path", "no_cache", "verify", "cluster",
+                     "needs_docker"]
 #: The ROCm location a Linux target's activation sets for a ROCm env.
 LINUX_ROCM_PATH = "/opt/rocm"
 #: Ubuntu release -> codename, for AMD's amdgpu-install package paths
@@ -66,6 +67,7 @@ class Capabilities:
     pull: bool = False  # `envbuilder pull`
     path: bool = False  # build/validate take --path DIR and build takes --force (venv targets)
     no_cache: bool = False  # build takes --no-cache (image targets)
+    verify: bool = False  # the lock predicts the artifact's image; build takes --verify
     cluster: bool = False  # can run on a cluster (Slurm; issue 16)
     needs_docker: bool = False  # building needs a Docker engine (doctor checks it for such envs)
     host: tuple[str, ...] = ("linux",)  # where `envbuilder build` runs for it: linux, windows
@@ -98,6 +100,7 @@ class BuildOptions:
     path: Path | None = None  # capability `path`: where the venv goes
     force: bool = False  # capability `path`: replace a venv envbuilder did not make
     no_cache: bool = False  # capability `no_cache`: build every step again
+    verify: bool = False  # capability `verify`: rebuild without cache, fail unless predicted
 
 
 @dataclass(frozen=True)

@@ -156,7 +156,7 @@ DESCRIPTOR = registry.register(TargetDescriptor(
     platforms=("x86_64-manylinux_2_28",),
     os="linux",
     builder="envbuilder.builders.docker:DockerBuilder",
-    capabilities=Capabilities(push=True, pull=True, no_cache=True, cluster=True,
+    capabilities=Capabilities(push=True, pull=True, no_cache=True, verify=True, cluster=True,
                               needs_docker=True),
     base_image=base_image,
     variables=image_variables,

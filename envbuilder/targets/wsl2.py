@@ -247,7 +247,7 @@ DESCRIPTOR = registry.register(TargetDescriptor(
     platforms=("x86_64-manylinux_2_28",),
     os="linux",
     builder="envbuilder.builders.wsl2:Wsl2Builder",
-    capabilities=Capabilities(push=True, pull=True, no_cache=True, needs_docker=True,
+    capabilities=Capabilities(push=True, pull=True, no_cache=True, verify=True, needs_docker=True,
                               host=("linux", "windows")),
     base_image=base_image,
     system_file=system_file,

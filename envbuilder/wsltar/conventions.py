@@ -9,6 +9,13 @@ import posixpath
 from envbuilder.compat import load_compat
 from envbuilder.errors import BuildError
 
+# Shared with the image layer normaliser (envbuilder.reprotar); re-exported for this package.
+from envbuilder.reprotar import CHUNK as CHUNK
+from envbuilder.reprotar import DAY as DAY
+from envbuilder.reprotar import SHADOW_FILES as SHADOW_FILES
+from envbuilder.reprotar import clean_name as clean_name
+from envbuilder.reprotar import sort_key as sort_key
+
 # The facts below follow microsoft/WSL distributions/validate-modern.py (at 3e27a6a, 2026-08).
 #: Keys Microsoft's validator accepts in /etc/wsl-distribution.conf (section.key, lower case).
 DISTRIBUTION_CONF_KEYS = frozenset(
@@ -42,10 +49,7 @@ COMPRESSLEVEL = 6
 #: Version of the bytes this module writes: bump it whenever the same rootfs would give other
 #: bytes (a rule, the tar layout, the compressor), so builds know a recorded file is stale.
 FORMAT = "2"
-CHUNK = 1 << 20
 SYSTEMD_BINARIES = ("usr/lib/systemd/systemd", "lib/systemd/systemd")
-SHADOW_FILES = ("etc/shadow", "etc/shadow-", "etc/gshadow", "etc/gshadow-")
-DAY = 86400
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -72,26 +76,6 @@ def parse_passwd(data: bytes) -> dict[int, list[str]]:
         if len(fields) == 7 and fields[2].isdigit():
             users.setdefault(int(fields[2]), fields)
     return users
-
-
-def sort_key(name: str) -> tuple[str, ...]:
-    """Order of entries: by path components, so a directory precedes everything inside it."""
-    return tuple(name.split("/"))
-
-
-def clean_name(raw: str) -> str:
-    """A member name relative to the root ('' for the root itself). Raises BuildError for a
-    name that would escape the root."""
-    name = raw
-    while name.startswith("./"):
-        name = name[2:]
-    name = name.lstrip("/")
-    norm = posixpath.normpath(name) if name else ""
-    if norm in (".", ""):
-        return ""
-    if norm == ".." or norm.startswith("../"):
-        raise BuildError(f"the exported rootfs has a member outside its root: {raw!r}")
-    return norm
 
 
 def is_kernel(name: str) -> bool:

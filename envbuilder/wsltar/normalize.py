@@ -1,24 +1,37 @@
-"""The normaliser: a `docker export` stream in, a reproducible, rule-abiding `.wsl` out."""
+"""The normaliser: a `docker export` stream in, a reproducible, rule-abiding `.wsl` out.
+
+The deterministic-tar primitives (entries, spool, noise rules, shadow days, pyc headers, hard
+links, writing) are envbuilder.reprotar's, shared with the image layer normaliser; this module
+adds Microsoft's rules for a WSL rootfs."""
 
 from __future__ import annotations
 
-import io
 import os
-import posixpath
-import re
 import tarfile
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
 from envbuilder.errors import BuildError
 from envbuilder.progress import ProgressFn, no_progress
+from envbuilder.reprotar import (
+    Entry,
+    IterStream,
+    Spool,
+    add_missing_parents,
+    drop_orphans,
+    entry_of,
+    noise_reason,
+    pyc_header_fix,
+    resolve_hardlinks,
+    rewrite_shadow,
+    rewrites_content,
+    write_entries,
+)
 from envbuilder.wsltar.conventions import (
-    CHUNK,
     COMPRESSLEVEL,
-    DAY,
     DISTRIBUTION_CONF,
     SHADOW_FILES,
     SYSTEMD_BINARIES,
@@ -28,38 +41,19 @@ from envbuilder.wsltar.conventions import (
     is_kernel,
     parse_conf,
     parse_passwd,
-    sort_key,
 )
 from envbuilder.wsltar.gzipwriter import HashingWriter, ParallelGzipWriter
 
-# ----------------------------------------------------------------------------- entries
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One tar member after normalization. File data lives in the spool at `offset`."""
-
-    name: str  # "etc/passwd"; directories without a trailing slash
-    type: bytes  # tarfile.REGTYPE, DIRTYPE, SYMTYPE, LNKTYPE, CHRTYPE, BLKTYPE, FIFOTYPE
-    mode: int
-    uid: int
-    gid: int
-    size: int = 0
-    offset: int = 0
-    linkname: str = ""
-    devmajor: int = 0
-    devminor: int = 0
-    xattrs: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def key(self) -> tuple[str, ...]:
-        return sort_key(self.name)
-
+#: Re-exported: the package face (envbuilder.wsltar) offers them.
+__all__ = ["Entry", "IterStream", "NormalizeStats", "WslResult", "drop_reason", "mask_entries",
+           "normalize", "pyc_header_fix", "rewrite_content", "scrub_shadow", "write_wsl"]
 
 # ----------------------------------------------------------------------------- rules
 
 
 DropReason = str
+#: What the tars this module reads are, in messages.
+_WHAT = "the exported rootfs"
 
 
 def drop_reason(name: str, member_type: bytes, size: int) -> DropReason | None:
@@ -77,36 +71,11 @@ def drop_reason(name: str, member_type: bytes, size: int) -> DropReason | None:
         return "Microsoft: no kernel in the rootfs (WSL brings its own)"
     if member_type == tarfile.DIRTYPE:
         return None
-    return _noise_reason(name)
-
-
-_NOISE = (
-    (re.compile(r"var/log/.+"), "build log"),
-    (re.compile(r"var/lib/apt/lists/.+"), "apt package lists (fetched at build time)"),
-    (re.compile(r"var/cache/apt/.+"), "apt cache"),
-    (re.compile(r"var/cache/ldconfig/aux-cache"), "ldconfig cache (rebuilt on demand)"),
-    (re.compile(r"var/cache/debconf/.+-old"), "debconf backup"),
-    (re.compile(r"var/lib/dpkg/[^/]+-old"), "dpkg backup"),
-    (re.compile(r"(tmp|var/tmp)/.+"), "temporary file"),
-    (re.compile(r"(root|home/[^/]+)/\.cache/.+"), "user cache"),
-    (re.compile(r".*/__pycache__/[^/]+\.pyc\.\d+"), "half-written pyc"),
-)
-
-
-def _noise_reason(name: str) -> DropReason | None:
-    for pattern, reason in _NOISE:
-        if pattern.fullmatch(name):
-            return f"build noise: {reason}"
-    return None
-
-
-def _rewrites_content(name: str) -> bool:
-    """Members whose content is changed (they are read whole; all are small)."""
-    return name in SHADOW_FILES or name in ("etc/machine-id", "var/lib/dbus/machine-id")
+    return noise_reason(name)
 
 
 def rewrite_content(name: str, data: bytes, source_date_epoch: int) -> bytes:
-    """The normalized content of a member for which `_rewrites_content` is true."""
+    """The normalized content of a member for which `rewrites_content` is true."""
     if name in SHADOW_FILES:
         return scrub_shadow(data, source_date_epoch if "gshadow" not in name else None)
     return b""  # machine-id: empty, so each installed distro makes its own on first boot
@@ -116,35 +85,7 @@ def scrub_shadow(data: bytes, source_date_epoch: int | None) -> bytes:
     """/etc/shadow (or gshadow) without password hashes: `!...` -> `!`, any other non-empty,
     non-`*` value -> `*`; with `source_date_epoch` (shadow, not gshadow) the
     "last change" day is clamped to that day, since useradd writes the build day."""
-    out = []
-    for line in data.decode("utf-8", "surrogateescape").split("\n"):
-        fields = line.split(":")
-        if len(fields) < 2:
-            out.append(line)
-            continue
-        fields[1] = _scrub_password(fields[1])
-        if source_date_epoch is not None and len(fields) > 2 and fields[2].isdigit():
-            fields[2] = str(min(int(fields[2]), source_date_epoch // DAY))
-        out.append(":".join(fields))
-    return "\n".join(out).encode("utf-8", "surrogateescape")
-
-
-def _scrub_password(value: str) -> str:
-    if value in ("*", "!", "!*", "x"):
-        return value
-    if value.startswith("!"):
-        return "!"
-    return "*"
-
-
-def pyc_header_fix(name: str, head: bytes, source_date_epoch: int) -> bytes:
-    """The first 16 bytes of a `.pyc` with a timestamp-based header (PEP 552 flags 0) carrying
-    SOURCE_DATE_EPOCH as the source mtime; other headers unchanged."""
-    if not name.endswith(".pyc") or "/__pycache__/" not in f"/{name}" or len(head) < 16:
-        return head
-    if int.from_bytes(head[4:8], "little") != 0:
-        return head  # hash-based pyc: already independent of mtimes
-    return head[:8] + (source_date_epoch & 0xFFFFFFFF).to_bytes(4, "little") + head[12:]
+    return rewrite_shadow(data, source_date_epoch, scrub_passwords=True)
 
 
 def mask_entries(entries: dict[str, Entry]) -> list[Entry]:
@@ -161,70 +102,6 @@ def mask_entries(entries: dict[str, Entry]) -> list[Entry]:
 # ----------------------------------------------------------------------------- reading
 
 
-class IterStream(io.RawIOBase):
-    """A read-only file over an iterator of byte chunks (the docker SDK's export generator),
-    counting bytes and reporting them to `progress`."""
-
-    def __init__(self, chunks: Iterable[bytes], progress: ProgressFn = no_progress,
-                 label: str = "export", total: int | None = None) -> None:
-        self._it: Iterator[bytes] = iter(chunks)
-        self._buf = memoryview(b"")
-        self._pos = 0
-        self.count = 0
-        self._progress = progress
-        self._label = label
-        self._total = total
-        self._reported = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b: memoryview | bytearray) -> int:  # type: ignore[override]
-        while self._pos >= len(self._buf):
-            try:
-                self._buf = memoryview(next(self._it))
-            except StopIteration:
-                self._progress(self._label, self.count, self._total)
-                return 0
-            self._pos = 0
-        n = min(len(b), len(self._buf) - self._pos)
-        b[:n] = self._buf[self._pos:self._pos + n]
-        self._pos += n
-        self.count += n
-        if self.count - self._reported >= CHUNK:
-            self._reported = self.count
-            self._progress(self._label, self.count, self._total)
-        return n
-
-
-@dataclass
-class _Spool:
-    """Exported file data, appended to a temp file; entries keep (offset, size)."""
-
-    fh: IO[bytes]
-    pos: int = 0
-
-    def add(self, src: IO[bytes] | None, size: int, head: bytes = b"") -> int:
-        offset = self.pos
-        if head:
-            self.fh.write(head)
-        remaining = size - len(head)
-        while remaining > 0 and src is not None:
-            chunk = src.read(min(CHUNK, remaining))
-            if not chunk:
-                raise BuildError("the exported rootfs ended in the middle of a file")
-            self.fh.write(chunk)
-            remaining -= len(chunk)
-        self.pos += size
-        return offset
-
-    def add_bytes(self, data: bytes) -> int:
-        offset = self.pos
-        self.fh.write(data)
-        self.pos += len(data)
-        return offset
-
-
 @dataclass
 class NormalizeStats:
     """What normalization did (for the build's details and for tests)."""
@@ -235,7 +112,7 @@ class NormalizeStats:
     changed: dict[str, str] = field(default_factory=dict)  # name -> what changed
 
 
-def _read_members(source: IO[bytes], spool: _Spool, source_date_epoch: int,
+def _read_members(source: IO[bytes], spool: Spool, source_date_epoch: int,
                   stats: NormalizeStats) -> dict[str, Entry]:
     """Pass 1: every kept member of the export, by clean name, data spooled."""
     entries: dict[str, Entry] = {}
@@ -253,41 +130,26 @@ def _read_members(source: IO[bytes], spool: _Spool, source_date_epoch: int,
 
 
 def _take_member(tar: tarfile.TarFile, member: tarfile.TarInfo, entries: dict[str, Entry],
-                 spool: _Spool, source_date_epoch: int, stats: NormalizeStats) -> None:
+                 spool: Spool, source_date_epoch: int, stats: NormalizeStats) -> None:
     name = clean_name(member.name)
     if not name:
         return  # the root directory itself
-    mtype = tarfile.DIRTYPE if member.isdir() else member.type
-    if mtype == tarfile.AREGTYPE:
-        mtype = tarfile.REGTYPE
-    if mtype not in (tarfile.REGTYPE, tarfile.DIRTYPE, tarfile.SYMTYPE, tarfile.LNKTYPE,
-                     tarfile.CHRTYPE, tarfile.BLKTYPE, tarfile.FIFOTYPE):
-        raise BuildError(f"the exported rootfs has an unsupported member type at {name!r}")
-    reason = drop_reason(name, mtype, member.size)
+    entry = entry_of(member, name, _WHAT)
+    reason = drop_reason(name, entry.type, member.size)
     if reason:
         stats.dropped[name] = reason
         entries.pop(name, None)
         return
-    entry = Entry(
-        name=name, type=mtype, mode=member.mode & 0o7777, uid=member.uid, gid=member.gid,
-        devmajor=member.devmajor, devminor=member.devminor,
-        xattrs=tuple(sorted((k, v) for k, v in member.pax_headers.items()
-                            if k.startswith("SCHILY.xattr."))),
-    )
-    if mtype == tarfile.SYMTYPE:
-        entry = replace(entry, linkname=member.linkname)
-    elif mtype == tarfile.LNKTYPE:
-        entry = replace(entry, linkname=clean_name(member.linkname))
-    elif mtype == tarfile.REGTYPE:
+    if entry.type == tarfile.REGTYPE:
         entry = _spool_file(tar, member, entry, spool, source_date_epoch, stats)
     entries[name] = entry
 
 
-def _spool_file(tar: tarfile.TarFile, member: tarfile.TarInfo, entry: Entry, spool: _Spool,
+def _spool_file(tar: tarfile.TarFile, member: tarfile.TarInfo, entry: Entry, spool: Spool,
                 source_date_epoch: int, stats: NormalizeStats) -> Entry:
     src = tar.extractfile(member)
     name = entry.name
-    if _rewrites_content(name):
+    if rewrites_content(name):
         data = src.read() if src else b""
         new = rewrite_content(name, data, source_date_epoch)
         if new != data:
@@ -338,88 +200,7 @@ def _check_passwd(entries: dict[str, Entry], spool_read: Callable[[Entry], bytes
         raise BuildError("/etc/passwd in the rootfs has no `root` user with uid 0; WSL needs it")
 
 
-def _resolve_hardlinks(entries: dict[str, Entry]) -> None:
-    """Make each hard-link group point at its first member in the final order (tar needs the
-    target before the link): that member carries the data, the others link to it."""
-    groups: dict[str, list[str]] = {}
-    for name, entry in entries.items():
-        if entry.type == tarfile.LNKTYPE:
-            groups.setdefault(entry.linkname, []).append(name)
-    for target, links in groups.items():
-        head = entries.get(target)
-        members = sorted(([target] if head else []) + links, key=sort_key)
-        data = head
-        if data is None or data.type != tarfile.REGTYPE:
-            raise BuildError(f"the exported rootfs hard-links to {target!r}, which is not a "
-                             "regular file in it")
-        first = members[0]
-        entries[first] = replace(entries[first], type=tarfile.REGTYPE, linkname="",
-                                 size=data.size, offset=data.offset)
-        for name in members[1:]:
-            entries[name] = replace(entries[name], type=tarfile.LNKTYPE, linkname=first,
-                                    size=0, offset=0)
-
-
-def _drop_orphans(entries: dict[str, Entry], stats: NormalizeStats) -> None:
-    """Drop hard links whose target was dropped (build noise has no other names worth
-    keeping)."""
-    for name, entry in list(entries.items()):
-        if entry.type == tarfile.LNKTYPE and entry.linkname not in entries:
-            stats.dropped[name] = f"hard link to dropped {entry.linkname}"
-            del entries[name]
-
-
 # ----------------------------------------------------------------------------- writing
-
-
-def _tarinfo(entry: Entry, source_date_epoch: int) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(entry.name)
-    info.type = entry.type
-    info.mode = entry.mode
-    info.uid, info.gid = entry.uid, entry.gid
-    info.uname = info.gname = ""
-    info.mtime = source_date_epoch
-    info.size = entry.size if entry.type == tarfile.REGTYPE else 0
-    info.linkname = entry.linkname
-    info.devmajor, info.devminor = entry.devmajor, entry.devminor
-    info.pax_headers = dict(entry.xattrs)
-    return info
-
-
-def _write_tar(out: IO[bytes], entries: list[Entry], spool: IO[bytes], source_date_epoch: int,
-               progress: ProgressFn, total: int) -> None:
-    done = 0
-    reported = 0
-    with tarfile.TarFile(fileobj=out, mode="w", format=tarfile.PAX_FORMAT, encoding="utf-8",
-                         errors="surrogateescape", copybufsize=CHUNK) as tar:
-        for entry in entries:
-            info = _tarinfo(entry, source_date_epoch)
-            if entry.type == tarfile.REGTYPE:
-                spool.seek(entry.offset)
-                tar.addfile(info, _Window(spool, entry.size))
-                done += entry.size
-            else:
-                tar.addfile(info)
-            if done - reported >= CHUNK:
-                reported = done
-                progress("compress", done, total)
-    progress("compress", total, total)
-
-
-class _Window(io.RawIOBase):
-    """`size` bytes of `fh` from its current position (the spool region of one file)."""
-
-    def __init__(self, fh: IO[bytes], size: int) -> None:
-        self.fh, self.left = fh, size
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, n: int = -1) -> bytes:
-        n = self.left if n < 0 else min(n, self.left)
-        data = self.fh.read(n)
-        self.left -= len(data)
-        return data
 
 
 @dataclass(frozen=True)
@@ -441,7 +222,7 @@ def normalize(source: IO[bytes], out: IO[bytes], *, source_date_epoch: int, spoo
         raise BuildError("SOURCE_DATE_EPOCH must not be negative")
     stats = NormalizeStats()
     with tempfile.TemporaryFile(dir=spool_dir, prefix=".wsl-spool-") as fh:
-        spool = _Spool(fh)
+        spool = Spool(fh)
         entries = _read_members(source, spool, source_date_epoch, stats)
 
         def spool_read(entry: Entry) -> bytes:
@@ -451,26 +232,17 @@ def normalize(source: IO[bytes], out: IO[bytes], *, source_date_epoch: int, spoo
         fh.flush()
         _fix_conf_files(entries, spool_read, stats)
         _check_passwd(entries, spool_read)
-        _drop_orphans(entries, stats)
-        _resolve_hardlinks(entries)
+        drop_orphans(entries, stats.dropped)
+        resolve_hardlinks(entries)
         for mask in mask_entries(entries):
             entries[mask.name] = mask
             stats.changed[mask.name] = "masked"
-        _add_missing_parents(entries)
+        add_missing_parents(entries)
         ordered = sorted(entries.values(), key=lambda e: e.key)
         stats.entries = len(ordered)
         stats.bytes_in = spool.pos
-        _write_tar(out, ordered, fh, source_date_epoch, progress, spool.pos)
+        write_entries(out, ordered, fh, source_date_epoch, progress, spool.pos)
     return stats
-
-
-def _add_missing_parents(entries: dict[str, Entry]) -> None:
-    """Directories every entry needs, root:root 0755, when the export left them out."""
-    for name in list(entries):
-        parent = posixpath.dirname(name)
-        while parent and parent not in entries:
-            entries[parent] = Entry(name=parent, type=tarfile.DIRTYPE, mode=0o755, uid=0, gid=0)
-            parent = posixpath.dirname(parent)
 
 
 def write_wsl(source: IO[bytes], dest: Path, *, source_date_epoch: int,
