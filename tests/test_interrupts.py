@@ -308,7 +308,7 @@ def lock_case(workdir: Path) -> Case:
 def render_case(workdir: Path) -> Case:
     """The shipped spec, its locks, and rendered files that are all out of date (a line added
     to each): `render` rewrites the files of every env (all the checkout has). Offline.
-    (Changing the spec instead would make the cpu lock older than the spec, which render refuses.)"""
+    (Changing the spec instead would make the cpu lock older than the spec: render refuses.)"""
     template = _copy_repo(workdir / "render-template",
                           ["environments.toml", "lockfiles", *RENDERED])
     stale = [f for folder in RENDERED for f in (template / folder).rglob("*") if f.is_file()]
