@@ -68,7 +68,7 @@ def _venv_build_and_validate(session: nox.Session, target: str, default_env: str
     path: list[str] = []
     if "--path" in extra:  # build takes --path too; the rest is for validate only
         i = extra.index("--path")
-        path = extra[i:i + 2]
+        path = extra[i : i + 2]
     path += [a for a in extra if a.startswith("--path=")]
     _install(session)
     for env in names:
@@ -82,8 +82,10 @@ def build_native(session: nox.Session) -> None:
     import sys
 
     if sys.platform != "linux":
-        session.error(f"build-native builds a Linux venv; this is {sys.platform}. "
-                      "On Windows use `nox -s build-windows -- ENV`.")
+        session.error(
+            f"build-native builds a Linux venv; this is {sys.platform}. "
+            "On Windows use `nox -s build-windows -- ENV`."
+        )
     _venv_build_and_validate(session, "native", "cpu")
 
 
@@ -97,7 +99,8 @@ def build_windows(session: nox.Session) -> None:
             f"build-windows needs Windows (this is {sys.platform}): it creates the venv with "
             "the `py` launcher's Python and installs the env's Windows wheels. Run it on the "
             "Windows machine; here use `nox -s build-native -- ENV` (a Linux venv), "
-            "build-docker or build-wsl2.")
+            "build-docker or build-wsl2."
+        )
     _venv_build_and_validate(session, "windows", "rocm714")
 
 
@@ -136,8 +139,10 @@ def compare(session: nox.Session) -> None:
     first_opt = next((i for i, a in enumerate(args) if a.startswith("-")), len(args))
     words, extra = args[:first_opt], args[first_opt:]
     if len(words) < 3:
-        session.error("usage: nox -s compare -- ENV TARGET TARGET [...] [--no-build] "
-                      "[validate options]; e.g. nox -s compare -- cpu docker native")
+        session.error(
+            "usage: nox -s compare -- ENV TARGET TARGET [...] [--no-build] "
+            "[validate options]; e.g. nox -s compare -- cpu docker native"
+        )
     env, targets = words[0], words[1:]
     build = "--no-build" not in extra
     extra = [a for a in extra if a != "--no-build"]
@@ -149,8 +154,17 @@ def compare(session: nox.Session) -> None:
             session.run("envbuilder", "build", "--target", target, "--env", env)
         session.run("envbuilder", "validate", "--target", target, "--env", env, *extra)
     out = f"reports/compare/{env}.{'-vs-'.join(targets)}"
-    session.run("envbuilder", "compare", *(f"reports/{env}.{t}.json" for t in targets),
-                "--markdown", f"{out}.md", "--json", f"{out}.json", "--html", f"{out}")
+    session.run(
+        "envbuilder",
+        "compare",
+        *(f"reports/{env}.{t}.json" for t in targets),
+        "--markdown",
+        f"{out}.md",
+        "--json",
+        f"{out}.json",
+        "--html",
+        f"{out}",
+    )
 
 
 # --- render (issue 2; docs/render.md) ---

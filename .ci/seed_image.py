@@ -59,12 +59,21 @@ CREATED_BY = "debootstrap --variant=minbase bookworm (envbuilder CI seed, .ci/se
 
 #: Files that only record the run (time, inode numbers, the previous state): removed.
 VOLATILE = (
-    "var/log/dpkg.log", "var/log/bootstrap.log", "var/log/alternatives.log",
-    "var/cache/ldconfig/aux-cache", "var/cache/debconf/config.dat-old",
-    "var/cache/debconf/templates.dat-old", "var/cache/debconf/passwords.dat-old",
-    "var/lib/dpkg/status-old", "var/lib/dpkg/available-old", "var/lib/dpkg/diversions-old",
-    "var/lib/dpkg/statoverride-old", "etc/machine-id", "var/lib/dbus/machine-id",
-    "run/mount/utab", "etc/.pwd.lock",
+    "var/log/dpkg.log",
+    "var/log/bootstrap.log",
+    "var/log/alternatives.log",
+    "var/cache/ldconfig/aux-cache",
+    "var/cache/debconf/config.dat-old",
+    "var/cache/debconf/templates.dat-old",
+    "var/cache/debconf/passwords.dat-old",
+    "var/lib/dpkg/status-old",
+    "var/lib/dpkg/available-old",
+    "var/lib/dpkg/diversions-old",
+    "var/lib/dpkg/statoverride-old",
+    "etc/machine-id",
+    "var/lib/dbus/machine-id",
+    "run/mount/utab",
+    "etc/.pwd.lock",
 )
 #: Login records: kept, emptied (like the official image).
 TRUNCATE = ("var/log/lastlog", "var/log/faillog", "var/log/wtmp", "var/log/btmp")
@@ -149,7 +158,9 @@ def build_image(root: Path, out: Path) -> tuple[Blob, Blob, Blob]:
     tar_path.unlink()
     layer = file_blob(out / "layer.tar.gz")
     config_doc = image_config(
-        created=CREATED, config={"Env": [ENV_PATH], "Cmd": ["bash"]}, diff_ids=[diff_id],
+        created=CREATED,
+        config={"Env": [ENV_PATH], "Cmd": ["bash"]},
+        diff_ids=[diff_id],
         history=[{"created": CREATED, "created_by": CREATED_BY}],
     )
     (out / "config.json").write_bytes(canonical_json(config_doc))
@@ -161,8 +172,9 @@ def build_image(root: Path, out: Path) -> tuple[Blob, Blob, Blob]:
 # --- registry HTTP API (no auth: the local open registry) ---------------------------------------
 
 
-def _request(method: str, url: str, data: bytes | None = None,
-             headers: dict[str, str] | None = None) -> tuple[int, dict[str, str]]:
+def _request(
+    method: str, url: str, data: bytes | None = None, headers: dict[str, str] | None = None
+) -> tuple[int, dict[str, str]]:
     req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
     try:
         with urllib.request.urlopen(req, timeout=300) as resp:
@@ -183,10 +195,12 @@ def push_blob(base: str, name: str, blob: Blob) -> None:
     _status, headers = _request("POST", f"{base}/v2/{name}/blobs/uploads/")
     location = urllib.parse.urljoin(f"{base}/", headers["Location"])
     sep = "&" if "?" in location else "?"
-    _request("PUT", f"{location}{sep}digest={urllib.parse.quote(blob.digest)}",
-             data=blob.path.read_bytes(),
-             headers={"Content-Type": "application/octet-stream",
-                      "Content-Length": str(blob.size)})
+    _request(
+        "PUT",
+        f"{location}{sep}digest={urllib.parse.quote(blob.digest)}",
+        data=blob.path.read_bytes(),
+        headers={"Content-Type": "application/octet-stream", "Content-Length": str(blob.size)},
+    )
 
 
 def push_image(registry: str, name: str, tag: str, blobs: tuple[Blob, Blob, Blob]) -> str:
@@ -195,13 +209,17 @@ def push_image(registry: str, name: str, tag: str, blobs: tuple[Blob, Blob, Blob
     layer, config, manifest = blobs
     push_blob(base, name, layer)
     push_blob(base, name, config)
-    _status, headers = _request("PUT", f"{base}/v2/{name}/manifests/{tag}",
-                                data=manifest.path.read_bytes(),
-                                headers={"Content-Type": MANIFEST_TYPE})
+    _status, headers = _request(
+        "PUT",
+        f"{base}/v2/{name}/manifests/{tag}",
+        data=manifest.path.read_bytes(),
+        headers={"Content-Type": MANIFEST_TYPE},
+    )
     served = {k.lower(): v for k, v in headers.items()}.get("docker-content-digest", "")
     if served != manifest.digest:
-        raise SystemExit(f"seed_image: the registry stored {served or 'no digest'}, "
-                         f"expected {manifest.digest}")
+        raise SystemExit(
+            f"seed_image: the registry stored {served or 'no digest'}, expected {manifest.digest}"
+        )
     return manifest.digest
 
 
@@ -219,8 +237,12 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     build = sub.add_parser("build", help="normalize ROOTFS in place and write the image files")
     build.add_argument("rootfs", type=Path, help="debootstrap tree (normalized in place)")
-    build.add_argument("--out", type=Path, required=True,
-                       help="folder for layer.tar.gz, config.json, manifest.json")
+    build.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="folder for layer.tar.gz, config.json, manifest.json",
+    )
     push = sub.add_parser("push", help="upload the files `build` wrote to a registry")
     push.add_argument("folder", type=Path)
     push.add_argument("--registry", required=True, help="host:port, plain HTTP, no auth")

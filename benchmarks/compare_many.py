@@ -42,19 +42,50 @@ def make_report(n: int, target: str, offset: int, scale: float) -> dict[str, Any
     for i in range(offset, offset + n):
         base = scale * (i % 97 + 1)
         samples = [base * 0.99, base, base * 1.01]
-        checks[CHECKS[i % len(CHECKS)]].append({
-            "name": f"metric{i}", "value": base, "unit": "GB/s", "dtype": "fp32",
-            "size": str(1 << (i % 20)), "samples": samples, "higher_is_better": True})
+        checks[CHECKS[i % len(CHECKS)]].append(
+            {
+                "name": f"metric{i}",
+                "value": base,
+                "unit": "GB/s",
+                "dtype": "fp32",
+                "size": str(1 << (i % 20)),
+                "samples": samples,
+                "higher_is_better": True,
+            }
+        )
     return {
-        "schema_version": 1, "tool": "envbuilder-probe", "probe_version": "0.1.0",
-        "started_at": "2026-12-02T14:00:00Z", "duration_s": 1.0, "status": "pass",
+        "schema_version": 1,
+        "tool": "envbuilder-probe",
+        "probe_version": "0.1.0",
+        "started_at": "2026-12-02T14:00:00Z",
+        "duration_s": 1.0,
+        "status": "pass",
         "options": {"level": "quick", "expect": "cpu", "repeat": 3},
         "labels": {"env": "cpu", "target": target},
-        "fingerprint": {"python": "3.11.2", "torch": "2.13.0+cpu", "hip": None, "cuda": None,
-                        "driver": None, "devices": [], "host_os": "Debian 12", "kernel": "6.1",
-                        "wsl": False, "lock_sha256": "a" * 64, "env_vars": {}},
-        "checks": [{"name": c, "status": "pass", "reason": None, "duration_s": 1.0,
-                    "details": {}, "metrics": ms} for c, ms in checks.items()],
+        "fingerprint": {
+            "python": "3.11.2",
+            "torch": "2.13.0+cpu",
+            "hip": None,
+            "cuda": None,
+            "driver": None,
+            "devices": [],
+            "host_os": "Debian 12",
+            "kernel": "6.1",
+            "wsl": False,
+            "lock_sha256": "a" * 64,
+            "env_vars": {},
+        },
+        "checks": [
+            {
+                "name": c,
+                "status": "pass",
+                "reason": None,
+                "duration_s": 1.0,
+                "details": {},
+                "metrics": ms,
+            }
+            for c, ms in checks.items()
+        ],
     }
 
 
@@ -65,14 +96,31 @@ def timed(fn: Callable[[], object]) -> float:
 
 
 def run_cli(folder: Path, a: Path, b: Path) -> float:
-    cmd = [sys.executable, "-m", "envbuilder", "compare", str(a), str(b),
-           "--json", str(folder / "c.json"), "--markdown", str(folder / "c.md")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "envbuilder",
+        "compare",
+        str(a),
+        str(b),
+        "--json",
+        str(folder / "c.json"),
+        "--markdown",
+        str(folder / "c.md"),
+    ]
     with (folder / "stdout.txt").open("w") as out:
         start = time.perf_counter()
         # cwd: the temp folder, so `-m envbuilder` is the interpreter's installed one, not a
         # checkout that happens to be the current folder.
-        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.PIPE, text=True, env=BASE_ENV,
-                              cwd=folder, check=False)
+        proc = subprocess.run(
+            cmd,
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=BASE_ENV,
+            cwd=folder,
+            check=False,
+        )
         took = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"compare failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -117,13 +165,16 @@ def main() -> None:
             for name, took in one_run(folder, a, b, args.html).items():
                 rows.setdefault(name, []).append(took)
         size = a.stat().st_size
-    print(f"{args.metrics} metrics per report ({shared} shared), report {size / 1e6:.1f} MB; "
-          f"{platform.python_version()}, {os.cpu_count()} cores, load "
-          f"{os.getloadavg()[0]:.1f}")
+    print(
+        f"{args.metrics} metrics per report ({shared} shared), report {size / 1e6:.1f} MB; "
+        f"{platform.python_version()}, {os.cpu_count()} cores, load "
+        f"{os.getloadavg()[0]:.1f}"
+    )
     print("\n| stage | median s | min s | max s |\n| --- | --- | --- | --- |")
     for name, values in rows.items():
-        print(f"| {name} | {statistics.median(values):.2f} | {min(values):.2f} | "
-              f"{max(values):.2f} |")
+        print(
+            f"| {name} | {statistics.median(values):.2f} | {min(values):.2f} | {max(values):.2f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -53,11 +53,26 @@ def _quiet(what: str, done: int, total: int | None) -> None:
 
 def _cli_noop(project: Project, env: str) -> float:
     """Wall time of `envbuilder build` as a process (interpreter and CLI start-up included)."""
-    command = [sys.executable, "-m", "envbuilder", "-q", "build", "--target", "docker",
-               "--env", env, "--spec", str(project.spec_path)]
+    command = [
+        sys.executable,
+        "-m",
+        "envbuilder",
+        "-q",
+        "build",
+        "--target",
+        "docker",
+        "--env",
+        env,
+        "--spec",
+        str(project.spec_path),
+    ]
     start = time.perf_counter()
-    subprocess.run(command, check=True, capture_output=True,
-                   env={**os.environ, "ENVBUILDER_CACHE": str(project.cache)})
+    subprocess.run(
+        command,
+        check=True,
+        capture_output=True,
+        env={**os.environ, "ENVBUILDER_CACHE": str(project.cache)},
+    )
     return time.perf_counter() - start
 
 
@@ -67,8 +82,11 @@ def _du_in_image(client: Any, image: str, path: str) -> int:
 
 
 def _layers(client: Any, image: str) -> list[dict[str, Any]]:
-    return [{"size": h["Size"], "created_by": h["CreatedBy"][:90]}
-            for h in client.images.get(image).history() if h["Size"]]
+    return [
+        {"size": h["Size"], "created_by": h["CreatedBy"][:90]}
+        for h in client.images.get(image).history()
+        if h["Size"]
+    ]
 
 
 def measure(env_name: str) -> dict[str, Any]:
@@ -123,7 +141,8 @@ def measure(env_name: str) -> dict[str, Any]:
             "second_target_downloaded_bytes": shared,
         }
     result["overhead_vs_base_plus_site"] = round(
-        result["image_bytes"] / (result["base_bytes"] + result["site_packages_bytes"]) - 1, 4)
+        result["image_bytes"] / (result["base_bytes"] + result["site_packages_bytes"]) - 1, 4
+    )
     return result
 
 
@@ -139,16 +158,22 @@ def markdown(r: dict[str, Any]) -> str:
     """The result as the Markdown table docs/benchmarks.md keeps."""
     base_site = r["base_bytes"] + r["site_packages_bytes"]
     rows = [
-        ("cold build (empty wheel cache, no layer cache)",
-         f"{r['fetch_s'] + r['cold_build_s']:.0f} s (fetch {r['fetch_s']:.0f} s + "
-         f"build {r['cold_build_s']:.0f} s; {_mb(r['downloaded_bytes_cold'])} fetched, "
-         f"{r['wheels']} wheels)"),
-        ("no-op rebuild (goal <= 5 s)",
-         f"{r['noop_rebuild_s']:.2f} s in-process, {r['noop_rebuild_cli_s']:.2f} s as "
-         f"`envbuilder build` ({r['noop_rebuild_cli_s'] / r['cold_build_s']:.4f} x cold)"),
-        ("image / (base + site-packages) (goal <= 1.05)",
-         f"{_mb(r['image_bytes'])} / ({_mb(r['base_bytes'])} + "
-         f"{_mb(r['site_packages_bytes'])}) = {r['image_bytes'] / base_site:.3f}"),
+        (
+            "cold build (empty wheel cache, no layer cache)",
+            f"{r['fetch_s'] + r['cold_build_s']:.0f} s (fetch {r['fetch_s']:.0f} s + "
+            f"build {r['cold_build_s']:.0f} s; {_mb(r['downloaded_bytes_cold'])} fetched, "
+            f"{r['wheels']} wheels)",
+        ),
+        (
+            "no-op rebuild (goal <= 5 s)",
+            f"{r['noop_rebuild_s']:.2f} s in-process, {r['noop_rebuild_cli_s']:.2f} s as "
+            f"`envbuilder build` ({r['noop_rebuild_cli_s'] / r['cold_build_s']:.4f} x cold)",
+        ),
+        (
+            "image / (base + site-packages) (goal <= 1.05)",
+            f"{_mb(r['image_bytes'])} / ({_mb(r['base_bytes'])} + "
+            f"{_mb(r['site_packages_bytes'])}) = {r['image_bytes'] / base_site:.3f}",
+        ),
     ]
     for other, n in r["second_target_downloaded_bytes"].items():
         rows.append((f"bytes downloaded for `{r['env']}`/{other} after /docker (goal 0)", str(n)))
@@ -157,8 +182,10 @@ def markdown(r: dict[str, Any]) -> str:
     lines.append("")
     lines.append("Layers of the final image (non-empty):")
     lines.append("")
-    lines += [f"- {_mb(layer['size'])}: `{layer['created_by'] or '(base image)'}`"
-              for layer in r["layers"]]
+    lines += [
+        f"- {_mb(layer['size'])}: `{layer['created_by'] or '(base image)'}`"
+        for layer in r["layers"]
+    ]
     return "\n".join(lines)
 
 
@@ -170,10 +197,16 @@ def main() -> int:
     result = measure(args.env)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True, check=False).stdout.strip()
-    print(f"# docker_build.py, env {args.env}, {result['machine']}, Docker {result['engine']}, "
-          f"commit {commit or '?'}\n")
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    print(
+        f"# docker_build.py, env {args.env}, {result['machine']}, Docker {result['engine']}, "
+        f"commit {commit or '?'}\n"
+    )
     print(markdown(result))
     return 0
 

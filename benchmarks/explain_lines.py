@@ -49,15 +49,23 @@ def timed_match(*lines: str) -> float:
 def timed_cli(line: str) -> float:
     with tempfile.TemporaryDirectory() as tmp:  # cwd: not a checkout (see compare_many.py)
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "envbuilder", "explain", "-"], cwd=tmp,
-                       input=line.encode(), capture_output=True, check=False)
+        subprocess.run(
+            [sys.executable, "-m", "envbuilder", "explain", "-"],
+            cwd=tmp,
+            input=line.encode(),
+            capture_output=True,
+            check=False,
+        )
         return time.perf_counter() - start
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", default="65536,131072,1048576",
-                        help="line lengths in characters, comma-separated")
+    parser.add_argument(
+        "--sizes",
+        default="65536,131072,1048576",
+        help="line lengths in characters, comma-separated",
+    )
     parser.add_argument("--cli", action="store_true", help="also time the CLI on the kfd line")
     args = parser.parse_args()
     explain.load_errors()  # parse the data file before timing
@@ -66,8 +74,11 @@ def main() -> None:
     print("\n" + header + (" CLI on the kfd line, s |" if args.cli else ""))
     print("| --- | --- | --- |" + (" --- |" if args.cli else ""))
     for size in (int(s) for s in args.sizes.split(",")):
-        cells = [f"{size:,}", f"{timed_match(kfd_line(size)):.3f}",
-                 f"{timed_match(*prefix_lines(size)):.3f}"]
+        cells = [
+            f"{size:,}",
+            f"{timed_match(kfd_line(size)):.3f}",
+            f"{timed_match(*prefix_lines(size)):.3f}",
+        ]
         if args.cli:
             cells.append(f"{timed_cli(kfd_line(size)):.3f}")
         print("| " + " | ".join(cells) + " |", flush=True)

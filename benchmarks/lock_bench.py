@@ -75,9 +75,18 @@ def _copy_project(spec: Path, dest: Path) -> Path:
 def _offline_env() -> dict[str, str]:
     env = dict(BASE_ENV)
     dead = "http://127.0.0.1:9"  # discard port: nothing listens
-    env.update({"HTTP_PROXY": dead, "HTTPS_PROXY": dead, "http_proxy": dead,
-                "https_proxy": dead, "NO_PROXY": "", "no_proxy": "", "UV_OFFLINE": "1",
-                "DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    env.update(
+        {
+            "HTTP_PROXY": dead,
+            "HTTPS_PROXY": dead,
+            "http_proxy": dead,
+            "https_proxy": dead,
+            "NO_PROXY": "",
+            "no_proxy": "",
+            "UV_OFFLINE": "1",
+            "DOCKER_HOST": "unix:///nonexistent/docker.sock",
+        }
+    )
     return env
 
 
@@ -88,9 +97,14 @@ def _raw_uv(spec: Path, env_name: str, work: Path, previous: Path | None = None)
     env = loaded.env(env_name)
     seen = []
     for target in env.targets:
-        request, _ = make_request(lock_platform(target), target_python(env, target),
-                                  env.packages_for(target), env.index_pins_for(target),
-                                  loaded.indexes, spec.parent)
+        request, _ = make_request(
+            lock_platform(target),
+            target_python(env, target),
+            env.packages_for(target),
+            env.index_pins_for(target),
+            loaded.indexes,
+            spec.parent,
+        )
         if request not in seen:
             seen.append(request)
     if len(seen) != 1:
@@ -98,10 +112,26 @@ def _raw_uv(spec: Path, env_name: str, work: Path, previous: Path | None = None)
     (work / "pyproject.toml").write_text(pyproject_for(seen[0]), encoding="utf-8")
     if previous is not None:
         shutil.copy(previous, work / "pylock.toml")
-    return [uv_bin(), "pip", "compile", "pyproject.toml", "--format", "pylock.toml",
-            "--output-file", "pylock.toml", "--python-version", seen[0].python,
-            "--python-platform", seen[0].platform, "--generate-hashes", "--no-header",
-            "--no-config", "--quiet", "--python", sys.executable]
+    return [
+        uv_bin(),
+        "pip",
+        "compile",
+        "pyproject.toml",
+        "--format",
+        "pylock.toml",
+        "--output-file",
+        "pylock.toml",
+        "--python-version",
+        seen[0].python,
+        "--python-platform",
+        seen[0].platform,
+        "--generate-hashes",
+        "--no-header",
+        "--no-config",
+        "--quiet",
+        "--python",
+        sys.executable,
+    ]
 
 
 def _run_measured(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
@@ -117,8 +147,9 @@ def _run_measured(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float
     return wall, cpu
 
 
-def _paired(a: list[str], a_cwd: Path, b: list[str], b_cwd: Path, runs: int,
-            env: dict[str, str]) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+def _paired(
+    a: list[str], a_cwd: Path, b: list[str], b_cwd: Path, runs: int, env: dict[str, str]
+) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
     """A and B in turn (one warm-up each, then `runs` pairs): their (wall, CPU) lists."""
     _run_measured(a, a_cwd, env)
     _run_measured(b, b_cwd, env)
@@ -145,32 +176,43 @@ def startup(spec: Path, env_name: str, runs: int) -> None:
         first = loaded.env(env_name).targets[0]
         uv_dir = root / "uv"
         uv_dir.mkdir()
-        uv_cmd = _raw_uv(spec, env_name, uv_dir,
-                         previous=project / "lockfiles" / f"pylock.{env_name}-{first}.toml")
+        uv_cmd = _raw_uv(
+            spec,
+            env_name,
+            uv_dir,
+            previous=project / "lockfiles" / f"pylock.{env_name}-{first}.toml",
+        )
         noop = [*CONSOLE, "lock", "--env", env_name]
         relock = [*noop, "--upgrade-package", "torch"]
         env = dict(BASE_ENV)
         lock_runs, uv_runs = _paired(noop, project, uv_cmd, uv_dir, runs, env)
-        relock_runs, uv2_runs = _paired(relock, project,
-                                        [*uv_cmd, "--upgrade-package", "torch"], uv_dir, runs, env)
+        relock_runs, uv2_runs = _paired(
+            relock, project, [*uv_cmd, "--upgrade-package", "torch"], uv_dir, runs, env
+        )
         helps = [_run_measured([*CONSOLE, "--help"], project, env) for _ in range(runs)]
-    print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
-          f"load {os.getloadavg()[0]:.1f}, Python {platform.python_version()}, runs={runs} "
-          f"(pairs, after one warm-up each), env={env_name}, "
-          f"PYTHONPATH={os.environ.get('PYTHONPATH', '')!r}")
+    print(
+        f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
+        f"load {os.getloadavg()[0]:.1f}, Python {platform.python_version()}, runs={runs} "
+        f"(pairs, after one warm-up each), env={env_name}, "
+        f"PYTHONPATH={os.environ.get('PYTHONPATH', '')!r}"
+    )
     print(f"uv command: {' '.join(uv_cmd)}")
     print()
     print("| what | median s | min s | max s |")
     print("| --- | --- | --- | --- |")
-    walls = {"`envbuilder lock` nothing to do, wall": lock_runs,
-             "`uv pip compile` (envbuilder's command), wall": uv_runs,
-             "`envbuilder lock --upgrade-package torch` (uv runs), wall": relock_runs,
-             "`uv pip compile ... --upgrade-package torch` (its command), wall": uv2_runs,
-             "`envbuilder --help`, wall": helps}
+    walls = {
+        "`envbuilder lock` nothing to do, wall": lock_runs,
+        "`uv pip compile` (envbuilder's command), wall": uv_runs,
+        "`envbuilder lock --upgrade-package torch` (uv runs), wall": relock_runs,
+        "`uv pip compile ... --upgrade-package torch` (its command), wall": uv2_runs,
+        "`envbuilder --help`, wall": helps,
+    }
     for name, pairs in walls.items():
         print(_row(name, [w for w, _ in pairs]))
-    for name, pairs in (("`envbuilder lock` nothing to do, CPU", lock_runs),
-                        ("`uv pip compile`, CPU", uv_runs)):
+    for name, pairs in (
+        ("`envbuilder lock` nothing to do, CPU", lock_runs),
+        ("`uv pip compile`, CPU", uv_runs),
+    ):
         print(_row(name, [c for _, c in pairs]))
     print()
     ratio = [a[0] / b[0] for a, b in zip(lock_runs, uv_runs, strict=True)]
@@ -182,13 +224,15 @@ def startup(spec: Path, env_name: str, runs: int) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--spec", default="environments.toml", type=Path)
     parser.add_argument("--env", default="cpu")
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--startup", action="store_true",
-                        help="only section 4: CLI start-up against uv pip compile")
+    parser.add_argument(
+        "--startup", action="store_true", help="only section 4: CLI start-up against uv pip compile"
+    )
     args = parser.parse_args()
     spec = args.spec.resolve()
     if args.startup:
@@ -200,8 +244,10 @@ def main() -> int:
         _timed([*ENVBUILDER, "-q", "lock", "--env", args.env], locked.parent)  # warm uv cache
         lock_cmd = [*ENVBUILDER, "-q", "lock", "--env", args.env]
         nochange = [_timed(lock_cmd, locked.parent, _offline_env()) for _ in range(args.runs)]
-        check = [_timed([*ENVBUILDER, "-q", "lock", "--check"], locked.parent, _offline_env())
-                 for _ in range(args.runs)]
+        check = [
+            _timed([*ENVBUILDER, "-q", "lock", "--check"], locked.parent, _offline_env())
+            for _ in range(args.runs)
+        ]
         raw_dir = root / "raw"
         raw_dir.mkdir()
         raw_cmd = _raw_uv(spec, args.env, raw_dir)
@@ -214,8 +260,12 @@ def main() -> int:
             raw.append(_timed(raw_cmd, raw_dir))
             other = _copy_project(spec, root / f"inproc{i}")
             start = time.perf_counter()
-            lock_env(Project.from_spec(other), loaded.env(args.env), loaded.env_hash(args.env),
-                     loaded.indexes)
+            lock_env(
+                Project.from_spec(other),
+                loaded.env(args.env),
+                loaded.env_hash(args.env),
+                loaded.indexes,
+            )
             inproc.append(time.perf_counter() - start)
         cache = root / "cache"
         project = Project.from_spec(locked, cache=cache)
@@ -227,23 +277,31 @@ def main() -> int:
         second = fetch_locked(project, args.env, "wsl2", indexes=indexes)
         t_second = time.perf_counter() - start
     med = statistics.median
-    print(f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
-          f"Python {platform.python_version()}, runs={args.runs}, env={args.env}")
+    print(
+        f"machine: {platform.node()} {platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, runs={args.runs}, env={args.env}"
+    )
     print()
     print("| what | median s | min s | max s |")
     print("| --- | --- | --- | --- |")
-    for name, xs in (("`lock` nothing changed (no network, no Docker)", nochange),
-                     ("`lock --check` (all envs)", check),
-                     ("`lock` full (fresh folder: uv + base digests)", full),
-                     ("`locking.lock_env()` full, in-process (no CLI start-up)", inproc),
-                     ("raw `uv pip compile`, same inputs", raw)):
+    for name, xs in (
+        ("`lock` nothing changed (no network, no Docker)", nochange),
+        ("`lock --check` (all envs)", check),
+        ("`lock` full (fresh folder: uv + base digests)", full),
+        ("`locking.lock_env()` full, in-process (no CLI start-up)", inproc),
+        ("raw `uv pip compile`, same inputs", raw),
+    ):
         print(f"| {name} | {med(xs):.3f} | {min(xs):.3f} | {max(xs):.3f} |")
     print()
-    print(f"full lock / raw uv = {med(full) / med(raw):.2f}x; "
-          f"lock_env() in-process / raw uv = {med(inproc) / med(raw):.2f}x")
-    print(f"wheel cache: docker target brought in {downloaded_bytes(first)} bytes "
-          f"({len(first)} files, {t_first:.2f} s); wsl2 target (same wheels) "
-          f"{downloaded_bytes(second)} bytes ({t_second:.2f} s)")
+    print(
+        f"full lock / raw uv = {med(full) / med(raw):.2f}x; "
+        f"lock_env() in-process / raw uv = {med(inproc) / med(raw):.2f}x"
+    )
+    print(
+        f"wheel cache: docker target brought in {downloaded_bytes(first)} bytes "
+        f"({len(first)} files, {t_first:.2f} s); wsl2 target (same wheels) "
+        f"{downloaded_bytes(second)} bytes ({t_second:.2f} s)"
+    )
     return 0
 
 

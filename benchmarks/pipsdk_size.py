@@ -50,14 +50,18 @@ def main() -> None:
     print(f"{'lock':<{width}}  {'bytes':>14}  size")
     for label, n in rows:
         print(f"{label:<{width}}  {n:>14,}  {gb(n)}")
-    print(f"device-all / device-gfx942 (SDK only): {everything / narrowed:.2f}x; "
-          f"saved {gb(everything - narrowed)}")
+    print(
+        f"device-all / device-gfx942 (SDK only): {everything / narrowed:.2f}x; "
+        f"saved {gb(everything - narrowed)}"
+    )
     mean = all_devices / 25
     print(f"mean device wheel: {gb(int(mean))} (gfx942: {gb(gfx942)})")
     note = s["amd-torch-device-gfx1100"]
     print(f"gfx1100 (approximate, {note['version']}): {note['note']}")
-    print("sources: tests/data/replica/SOURCES.md "
-          f"({', '.join(sorted({e['source'] for e in s.values()}))})")
+    print(
+        "sources: tests/data/replica/SOURCES.md "
+        f"({', '.join(sorted({e['source'] for e in s.values()}))})"
+    )
 
 
 if __name__ == "__main__":

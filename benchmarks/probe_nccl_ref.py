@@ -27,8 +27,9 @@ def _rank(rank: int, world: int, uid: Any, nbytes: int, iters: int, out: Any) ->
     stream = cupy.cuda.Stream(non_blocking=True)
 
     def once() -> None:
-        comm.allReduce(buf.data.ptr, buf.data.ptr, buf.size, nccl.NCCL_FLOAT32, nccl.NCCL_SUM,
-                       stream.ptr)
+        comm.allReduce(
+            buf.data.ptr, buf.data.ptr, buf.size, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, stream.ptr
+        )
 
     for _ in range(5):
         once()
@@ -41,8 +42,7 @@ def _rank(rank: int, world: int, uid: Any, nbytes: int, iters: int, out: Any) ->
     end.synchronize()
     seconds = cupy.cuda.get_elapsed_time(start, end) / 1000.0 / iters
     check = cupy.ones(7, dtype=cupy.float32)
-    comm.allReduce(check.data.ptr, check.data.ptr, 7, nccl.NCCL_FLOAT32, nccl.NCCL_SUM,
-                   stream.ptr)
+    comm.allReduce(check.data.ptr, check.data.ptr, 7, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, stream.ptr)
     stream.synchronize()
     out.put((rank, seconds, float(check[0])))
 
@@ -60,8 +60,10 @@ def main() -> int:
     uid = nccl.get_unique_id()
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    procs = [ctx.Process(target=_rank, args=(r, world, uid, args.bytes, args.iters, queue))
-             for r in range(world)]
+    procs = [
+        ctx.Process(target=_rank, args=(r, world, uid, args.bytes, args.iters, queue))
+        for r in range(world)
+    ]
     for p in procs:
         p.start()
     results = sorted(queue.get(timeout=300) for _ in procs)
@@ -69,11 +71,21 @@ def main() -> int:
         p.join()
     seconds = sum(r[1] for r in results) / world
     algbw = args.bytes / seconds / 1e9
-    print(json.dumps({"tool": "cupy.cuda.nccl", "nccl_version": nccl.get_version(),
-                      "ranks": world, "bytes": args.bytes, "iters": args.iters,
-                      "time_us": seconds * 1e6, "algbw_GBps": algbw,
-                      "busbw_GBps": algbw * 2 * (world - 1) / world,
-                      "sum_right": all(r[2] == world for r in results)}))
+    print(
+        json.dumps(
+            {
+                "tool": "cupy.cuda.nccl",
+                "nccl_version": nccl.get_version(),
+                "ranks": world,
+                "bytes": args.bytes,
+                "iters": args.iters,
+                "time_us": seconds * 1e6,
+                "algbw_GBps": algbw,
+                "busbw_GBps": algbw * 2 * (world - 1) / world,
+                "sum_right": all(r[2] == world for r in results),
+            }
+        )
+    )
     return 0
 
 

@@ -67,14 +67,29 @@ def _du(client: Any, image: str, *paths: str) -> int:
     return int(out.decode().split()[-2])
 
 
-def _engine_build(client: Any, project: Project, env: str, tag: str, pylock_sha: str,
-                  deterministic: repro.Deterministic | None) -> str:
+def _engine_build(
+    client: Any,
+    project: Project,
+    env: str,
+    tag: str,
+    pylock_sha: str,
+    deterministic: repro.Deterministic | None,
+) -> str:
     image_id, _ = build_rendered_image(
-        client, project, env, "docker", DESCRIPTOR.rendered_folder(project, env), tag=tag,
+        client,
+        project,
+        env,
+        "docker",
+        DESCRIPTOR.rendered_folder(project, env),
+        tag=tag,
         labels={LOCK_LABEL: pylock_sha, ENV_LABEL: env},
-        build_args={LOCK_SHA_ARG: pylock_sha}, progress=_quiet, ca_bundle=None,
-        indexes=load_spec(project.spec_path).env(env).indexes, nocache=True,
-        deterministic=deterministic)
+        build_args={LOCK_SHA_ARG: pylock_sha},
+        progress=_quiet,
+        ca_bundle=None,
+        indexes=load_spec(project.spec_path).env(env).indexes,
+        nocache=True,
+        deterministic=deterministic,
+    )
     return image_id
 
 
@@ -103,18 +118,26 @@ def measure(env: str, pairs: int) -> dict[str, Any]:
             for side in sides:
                 row[f"{side}_load"] = _load()
                 start = time.perf_counter()
-                image = _engine_build(client, project, env,
-                                      plain_tag if side == "plain" else tag,
-                                      target.pylock_sha256,
-                                      None if side == "plain" else inputs)
+                image = _engine_build(
+                    client,
+                    project,
+                    env,
+                    plain_tag if side == "plain" else tag,
+                    target.pylock_sha256,
+                    None if side == "plain" else inputs,
+                )
                 row[f"{side}_s"] = round(time.perf_counter() - start, 1)
                 row["plain_id" if side == "plain" else "image_id"] = image
             # The write step alone, again on the engine image this pair built.
             row["write_load"] = _load()
             start = time.perf_counter()
-            again = write_image(client, repro.engine_tag(tag), base=target.base_image,
-                                source_date_epoch=lock.source_date_epoch,
-                                workdir=project.cache)
+            again = write_image(
+                client,
+                repro.engine_tag(tag),
+                base=target.base_image,
+                source_date_epoch=lock.source_date_epoch,
+                workdir=project.cache,
+            )
             row["write_s"] = round(time.perf_counter() - start, 1)
             row["rewrite_id"] = again.image_id
             row["ratio"] = round(row["deterministic_s"] / row["plain_s"], 3)
@@ -126,32 +149,41 @@ def measure(env: str, pairs: int) -> dict[str, Any]:
         image = client.images.get(written).attrs["Size"]
         plain_size = client.images.get(plain_id).attrs["Size"]
         site = _du(client, written, f"/opt/venv/lib/python{target.python}/site-packages")
-        interpreter = _du(client, written, f"/usr/lib/python{target.python}",
-                          f"/usr/bin/python{target.python}")
+        interpreter = _du(
+            client, written, f"/usr/lib/python{target.python}", f"/usr/bin/python{target.python}"
+        )
         client.images.remove(plain_tag, force=True)
     predicted = repro.recorded(lock.artifacts, "docker")
     return {
-        "env": env, "machine": f"{platform.node()}, {os.cpu_count()} cores, "
-                               f"{_memory_gb():.0f} GB",
+        "env": env,
+        "machine": f"{platform.node()}, {os.cpu_count()} cores, {_memory_gb():.0f} GB",
         "load_before": [round(x, 1) for x in load_before],
         "load_after": [round(x, 1) for x in os.getloadavg()],
-        "engine": client.version()["Version"], "pairs": rows,
+        "engine": client.version()["Version"],
+        "pairs": rows,
         "median_ratio": statistics.median(r["ratio"] for r in rows),
         "one_digest": len({r["image_id"] for r in rows} | {r["rewrite_id"] for r in rows}) == 1,
         "committed_prediction": predicted.image_id if predicted else None,
-        "image_bytes": image, "plain_image_bytes": plain_size, "base_bytes": base,
-        "interpreter_bytes": interpreter, "site_packages_bytes": site,
+        "image_bytes": image,
+        "plain_image_bytes": plain_size,
+        "base_bytes": base,
+        "interpreter_bytes": interpreter,
+        "site_packages_bytes": site,
     }
 
 
 def markdown(r: dict[str, Any]) -> str:
-    lines = ["| pair | first | plain engine build s (load) | deterministic path s, build + write "
-             "(load) | write alone s (load) | ratio deterministic / plain |",
-             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    lines = [
+        "| pair | first | plain engine build s (load) | deterministic path s, build + write "
+        "(load) | write alone s (load) | ratio deterministic / plain |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
+    ]
     for i, row in enumerate(r["pairs"], 1):
-        lines.append(f"| {i} | {row['first']} | {row['plain_s']} ({row['plain_load']}) "
-                     f"| {row['deterministic_s']} ({row['deterministic_load']}) "
-                     f"| {row['write_s']} ({row['write_load']}) | {row['ratio']:.2f}x |")
+        lines.append(
+            f"| {i} | {row['first']} | {row['plain_s']} ({row['plain_load']}) "
+            f"| {row['deterministic_s']} ({row['deterministic_load']}) "
+            f"| {row['write_s']} ({row['write_load']}) | {row['ratio']:.2f}x |"
+        )
     parts = r["base_bytes"] + r["interpreter_bytes"] + r["site_packages_bytes"]
     digests = sorted({row["image_id"] for row in r["pairs"]})
     lines += [
@@ -175,8 +207,12 @@ def markdown(r: dict[str, Any]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--env", default="cpu")
-    parser.add_argument("--pairs", type=int, default=3,
-                        help="plain/deterministic pairs, alternating which goes first")
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        default=3,
+        help="plain/deterministic pairs, alternating which goes first",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.pairs < 1:
@@ -184,11 +220,17 @@ def main() -> int:
     result = measure(args.env, args.pairs)
     if args.json:
         atomic_write_bytes(args.json, (json.dumps(result, indent=2) + "\n").encode())
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True, check=False).stdout.strip()
-    print(f"# repro_build.py, env {args.env}, {result['machine']}, Docker {result['engine']}, "
-          f"commit {commit or '?'}; load average (1, 5, 15 min) {result['load_before']} "
-          f"before, {result['load_after']} after\n")
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    print(
+        f"# repro_build.py, env {args.env}, {result['machine']}, Docker {result['engine']}, "
+        f"commit {commit or '?'}; load average (1, 5, 15 min) {result['load_before']} "
+        f"before, {result['load_after']} after\n"
+    )
     print(markdown(result))
     return 0
 

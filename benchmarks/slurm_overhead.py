@@ -58,8 +58,13 @@ class Run:
 
 
 def envbuilder(spec: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "envbuilder", "-q", *args, "--spec", str(spec)],
-                          env=BASE_ENV, capture_output=True, text=True, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "envbuilder", "-q", *args, "--spec", str(spec)],
+        env=BASE_ENV,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
 
 def seconds(run_time: str) -> float:
@@ -101,8 +106,10 @@ def one(side: str, spec: Path, env: str, extra: list[str], run_dir: Path) -> Run
     result = envbuilder(spec, *args)
     wall = time.perf_counter() - start
     if result.returncode != 0:
-        sys.exit(f"envbuilder {' '.join(args)} failed ({result.returncode}):\n{result.stdout}"
-                 f"{result.stderr}")
+        sys.exit(
+            f"envbuilder {' '.join(args)} failed ({result.returncode}):\n{result.stdout}"
+            f"{result.stderr}"
+        )
     return Run(side, wall, load, job_seconds(result.stdout) if side == "slurm" else None)
 
 
@@ -111,42 +118,65 @@ def table(name: str, runs: list[Run]) -> str:
     local = [r for r in runs if r.side == "local"]
     slurm = [r for r in runs if r.side == "slurm"]
     ratios = [s.wall_s / lo.wall_s for lo, s in zip(local, slurm, strict=True)]
-    lines = [f"### {name}", "",
-             "| pair | first | local s | Slurm s | Slurm job RunTime s | Slurm / local | "
-             "load before (local, Slurm) |", "| ---: | --- | ---: | ---: | ---: | ---: | --- |"]
+    lines = [
+        f"### {name}",
+        "",
+        "| pair | first | local s | Slurm s | Slurm job RunTime s | Slurm / local | "
+        "load before (local, Slurm) |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | --- |",
+    ]
     for i, (lo, s) in enumerate(zip(local, slurm, strict=True)):
         first = "local" if i % 2 == 0 else "Slurm"
         job = f"{s.job_s:.0f}" if s.job_s is not None else "-"
-        lines.append(f"| {i + 1} | {first} | {lo.wall_s:.1f} | {s.wall_s:.1f} | {job} | "
-                     f"{ratios[i]:.2f} | {lo.load:.1f}, {s.load:.1f} |")
-    lines += ["", f"median Slurm / local: **{statistics.median(ratios):.2f}x** "
-                  f"(range {min(ratios):.2f}-{max(ratios):.2f}, {len(ratios)} pairs); median "
-                  f"local {statistics.median(r.wall_s for r in local):.1f} s, Slurm "
-                  f"{statistics.median(r.wall_s for r in slurm):.1f} s", ""]
+        lines.append(
+            f"| {i + 1} | {first} | {lo.wall_s:.1f} | {s.wall_s:.1f} | {job} | "
+            f"{ratios[i]:.2f} | {lo.load:.1f}, {s.load:.1f} |"
+        )
+    lines += [
+        "",
+        f"median Slurm / local: **{statistics.median(ratios):.2f}x** "
+        f"(range {min(ratios):.2f}-{max(ratios):.2f}, {len(ratios)} pairs); median "
+        f"local {statistics.median(r.wall_s for r in local):.1f} s, Slurm "
+        f"{statistics.median(r.wall_s for r in slurm):.1f} s",
+        "",
+    ]
     return "\n".join(lines)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n\n", 2)[2])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 2)[2],
+    )
     parser.add_argument("--env", default="cpu", help="the env (default: cpu)")
-    parser.add_argument("--spec", type=Path, default=ROOT / "environments.toml",
-                        help="the spec (default: the checkout's)")
-    parser.add_argument("--pairs", type=int, default=2,
-                        help="pairs of runs per comparison (default: 2)")
-    parser.add_argument("--rows", choices=("same-work", "acceptance", "both"), default="both",
-                        help="which comparisons (default: both)")
+    parser.add_argument(
+        "--spec",
+        type=Path,
+        default=ROOT / "environments.toml",
+        help="the spec (default: the checkout's)",
+    )
+    parser.add_argument(
+        "--pairs", type=int, default=2, help="pairs of runs per comparison (default: 2)"
+    )
+    parser.add_argument(
+        "--rows",
+        choices=("same-work", "acceptance", "both"),
+        default="both",
+        help="which comparisons (default: both)",
+    )
     args = parser.parse_args()
     if args.pairs < 1:
         parser.error("--pairs must be at least 1")
     if not os.environ.get("SLURM_CONF"):
-        parser.error("SLURM_CONF is not set: start the services (eval \"$(.ci/services.sh)\")")
+        parser.error('SLURM_CONF is not set: start the services (eval "$(.ci/services.sh)")')
     if not args.spec.is_file():
         parser.error(f"{args.spec}: no such spec")
     names = list(ROWS) if args.rows == "both" else [args.rows]
-    print(f"machine: {platform.node()}, {os.cpu_count()} cores, Python "
-          f"{platform.python_version()}; env {args.env}; {args.pairs} pair(s)\n")
+    print(
+        f"machine: {platform.node()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}; env {args.env}; {args.pairs} pair(s)\n"
+    )
     with tempfile.TemporaryDirectory(prefix="slurm-overhead-") as tmp:
         spec = copy_project(args.spec, Path(tmp) / "project")
         built = envbuilder(spec, "build", "--target", "docker", "--env", args.env)
@@ -160,8 +190,11 @@ def main() -> int:
                 for side in order:
                     extra = local_extra if side == "local" else slurm_extra
                     runs.append(one(side, spec, args.env, extra, Path(tmp) / "runs"))
-                    print(f"  {name} pair {pair + 1} {side}: {runs[-1].wall_s:.1f} s",
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"  {name} pair {pair + 1} {side}: {runs[-1].wall_s:.1f} s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
             print(table(name, runs), flush=True)
     return 0
 

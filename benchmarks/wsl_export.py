@@ -44,8 +44,10 @@ def default_image() -> str:
 
     lock = load_env_lock(Project.from_spec("environments.toml"), "cpu")
     if lock is None:
-        raise SystemExit("no lockfiles/cpu.lock.toml; run `envbuilder lock --env cpu` and "
-                         "`envbuilder build --target wsl2 --env cpu` first, or pass --image")
+        raise SystemExit(
+            "no lockfiles/cpu.lock.toml; run `envbuilder lock --env cpu` and "
+            "`envbuilder build --target wsl2 --env cpu` first, or pass --image"
+        )
     return wsl2.image_tag("cpu", lock.targets["wsl2"].pylock_sha256)
 
 
@@ -106,15 +108,19 @@ def main() -> None:
     finally:
         container.remove(force=True)
     base = statistics.median(times["plain"])
-    print(f"image {image}; {os.cpu_count()} cores; {platform.platform()}; gzip level "
-          f"{args.level}; {args.runs} runs each, interleaved\n")
+    print(
+        f"image {image}; {os.cpu_count()} cores; {platform.platform()}; gzip level "
+        f"{args.level}; {args.runs} runs each, interleaved\n"
+    )
     print("| way | rootfs MB | median s | MB/s | output MB | time vs plain |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for name in ways:
         med = statistics.median(times[name])
         mb = rootfs[name] / 1e6
-        print(f"| {name} | {mb:.0f} | {med:.1f} ({min(times[name]):.1f}-{max(times[name]):.1f})"
-              f" | {mb / med:.1f} | {sizes[name] / 1e6:.1f} | {med / base:.2f}x |")
+        print(
+            f"| {name} | {mb:.0f} | {med:.1f} ({min(times[name]):.1f}-{max(times[name]):.1f})"
+            f" | {mb / med:.1f} | {sizes[name] / 1e6:.1f} | {med / base:.2f}x |"
+        )
 
 
 if __name__ == "__main__":

@@ -32,30 +32,41 @@ def checked_variables(variables: Mapping[str, str]) -> dict[str, str]:
 
 def _check(name: str, value: str) -> None:
     if not _NAME.match(name):
-        raise BuildError(f"environment variable name {name!r} (environments.toml, env.*.env) is "
-                         f"not a valid name; use letters, digits and '_' (no leading digit)")
+        raise BuildError(
+            f"environment variable name {name!r} (environments.toml, env.*.env) is "
+            f"not a valid name; use letters, digits and '_' (no leading digit)"
+        )
     if "\n" in value or "\r" in value or "\0" in value:
-        raise BuildError(f"environment variable {name} (environments.toml) holds a line break or "
-                         f"NUL; activate scripts cannot carry it, write it on one line")
+        raise BuildError(
+            f"environment variable {name} (environments.toml) holds a line break or "
+            f"NUL; activate scripts cannot carry it, write it on one line"
+        )
 
 
 # --- bash (also zsh, which runs the same `activate`) -------------------------------------------
+
 
 def bash_block(variables: Mapping[str, str]) -> str:
     """Save each variable once per activation, set it, and wrap `deactivate` to restore it."""
     lines = [f"# {BEGIN}", 'if [ -z "${_ENVBUILDER_ACTIVE+x}" ]; then']
     for name in variables:
-        lines += [f"    unset _ENVBUILDER_OLD_{name}",
-                  f'    if [ -n "${{{name}+x}}" ]; then _ENVBUILDER_OLD_{name}="${name}"; fi']
+        lines += [
+            f"    unset _ENVBUILDER_OLD_{name}",
+            f'    if [ -n "${{{name}+x}}" ]; then _ENVBUILDER_OLD_{name}="${name}"; fi',
+        ]
     lines += ["    _ENVBUILDER_ACTIVE=1", "fi"]
     lines += [f"export {name}={quoting.sh_quote(value)}" for name, value in variables.items()]
     lines += ["_envbuilder_restore () {", '    if [ -n "${_ENVBUILDER_ACTIVE+x}" ]; then']
     for name in variables:
-        lines += [f'        if [ -n "${{_ENVBUILDER_OLD_{name}+x}}" ]; then '
-                  f'export {name}="$_ENVBUILDER_OLD_{name}"; '
-                  f"unset _ENVBUILDER_OLD_{name}; else unset {name}; fi"]
+        lines += [
+            f'        if [ -n "${{_ENVBUILDER_OLD_{name}+x}}" ]; then '
+            f'export {name}="$_ENVBUILDER_OLD_{name}"; '
+            f"unset _ENVBUILDER_OLD_{name}; else unset {name}; fi"
+        ]
     lines += [
-        "        unset _ENVBUILDER_ACTIVE", "    fi", "}",
+        "        unset _ENVBUILDER_ACTIVE",
+        "    fi",
+        "}",
         # Keep the venv's own deactivate under another name; `${f#deactivate}` works for the
         # text both bash and zsh print for `declare -f`.
         "_envbuilder_f=$(declare -f deactivate)",
@@ -74,6 +85,7 @@ def bash_block(variables: Mapping[str, str]) -> str:
 
 
 # --- PowerShell --------------------------------------------------------------------------------
+
 
 def powershell_block(variables: Mapping[str, str]) -> str:
     """The same for activate.ps1: old values kept in one global hashtable until deactivate."""
@@ -109,6 +121,7 @@ def powershell_block(variables: Mapping[str, str]) -> str:
 
 # --- cmd.exe -----------------------------------------------------------------------------------
 
+
 def cmd_activate_block(variables: Mapping[str, str]) -> str:
     """For activate.bat (cmd cannot tell unset from empty, so neither can the restore)."""
     lines = [f"@REM {BEGIN}", "@if defined _ENVBUILDER_ACTIVE @goto ENVBUILDER_SAVED"]
@@ -131,6 +144,7 @@ def cmd_deactivate_block(variables: Mapping[str, str]) -> str:
 
 # --- splicing into the scripts -----------------------------------------------------------------
 
+
 def splice(text: str, block: str) -> str:
     """`text` with its envbuilder block replaced by `block` (appended when there is none; removed
     when `block` is empty). The text's own line ending is kept."""
@@ -139,7 +153,7 @@ def splice(text: str, block: str) -> str:
     begin = next((i for i, line in enumerate(lines) if BEGIN in line), None)
     if begin is not None:
         end = next((i for i in range(begin, len(lines)) if END in lines[i]), len(lines) - 1)
-        del lines[begin:end + 1]
+        del lines[begin : end + 1]
     body = "".join(lines)
     if not block:
         return body
@@ -148,8 +162,9 @@ def splice(text: str, block: str) -> str:
     return body + block.replace("\r\n", "\n").replace("\n", newline)
 
 
-def script_blocks(scripts: Iterable[PurePath], variables: Mapping[str, str],
-                  windows: bool) -> dict[str, str]:
+def script_blocks(
+    scripts: Iterable[PurePath], variables: Mapping[str, str], windows: bool
+) -> dict[str, str]:
     """Which block goes into which script of a venv's bin/Scripts folder, keyed by file name as
     found there (uv writes `activate.ps1`, `python -m venv` writes `Activate.ps1`). cmd's
     activate.bat/deactivate.bat only for Windows venvs (on Linux nobody runs them, and a value
@@ -157,13 +172,16 @@ def script_blocks(scripts: Iterable[PurePath], variables: Mapping[str, str],
     (any old block is removed)."""
     found = {path.name.lower(): path.name for path in scripts}
     wanted: dict[str, Callable[[Mapping[str, str]], str]] = {
-        "activate": bash_block, "activate.ps1": powershell_block}
+        "activate": bash_block,
+        "activate.ps1": powershell_block,
+    }
     if windows:
         wanted |= {"activate.bat": cmd_activate_block, "deactivate.bat": cmd_deactivate_block}
     missing = [name for name in wanted if name not in found]
     if missing:
-        raise BuildError(f"the venv has no {', '.join(missing)} script; delete the venv folder and "
-                         f"build again")
+        raise BuildError(
+            f"the venv has no {', '.join(missing)} script; delete the venv folder and build again"
+        )
     return {found[key]: (render(variables) if variables else "") for key, render in wanted.items()}
 
 

@@ -60,28 +60,39 @@ def parse_apt_table(value: Any, where: str) -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     for stage, packages in value.items():
         if not STAGE_RE.fullmatch(stage) or not isinstance(packages, dict):
-            raise LockError(f"{where}.apt.{stage} must be a stage name with a table of "
-                            f"package = \"version\"; {relock}")
+            raise LockError(
+                f"{where}.apt.{stage} must be a stage name with a table of "
+                f'package = "version"; {relock}'
+            )
         for name, version in packages.items():
             if not PACKAGE_RE.fullmatch(name):
-                raise LockError(f"{where}.apt.{stage}: {name!r} is not a Debian package name; "
-                                f"{relock}")
+                raise LockError(
+                    f"{where}.apt.{stage}: {name!r} is not a Debian package name; {relock}"
+                )
             if not isinstance(version, str) or not VERSION_RE.fullmatch(version):
-                raise LockError(f"{where}.apt.{stage}.{name} = {version!r} is not a Debian "
-                                f"version; {relock}")
+                raise LockError(
+                    f"{where}.apt.{stage}.{name} = {version!r} is not a Debian version; {relock}"
+                )
         out[stage] = dict(sorted(packages.items()))
     return dict(sorted(out.items()))
 
 
 def json_schema() -> dict[str, Any]:
     """The JSON schema of a target's `apt` table (envbuilder.lockfile.json_schema embeds it)."""
+
     def anchored(pattern: re.Pattern[str]) -> str:
         return "^" + pattern.pattern.removesuffix("\\Z") + "$"
 
-    versions = {"type": "object", "propertyNames": {"pattern": anchored(PACKAGE_RE)},
-                "additionalProperties": {"type": "string", "pattern": anchored(VERSION_RE)}}
-    return {"type": "object", "propertyNames": {"pattern": anchored(STAGE_RE)},
-            "additionalProperties": versions}
+    versions = {
+        "type": "object",
+        "propertyNames": {"pattern": anchored(PACKAGE_RE)},
+        "additionalProperties": {"type": "string", "pattern": anchored(VERSION_RE)},
+    }
+    return {
+        "type": "object",
+        "propertyNames": {"pattern": anchored(STAGE_RE)},
+        "additionalProperties": versions,
+    }
 
 
 # ----------------------------------------------------------------------------- what a plan installs
@@ -102,8 +113,12 @@ def apt_stages(stages: Sequence[Any]) -> list[AptStage]:
     by_name = {s.name: s for s in stages if s.name}
     out: list[AptStage] = []
     for stage in stages:
-        names = tuple(p for step in stage.steps if getattr(step, "kind", "") == "apt-install"
-                      for p in step.packages)
+        names = tuple(
+            p
+            for step in stage.steps
+            if getattr(step, "kind", "") == "apt-install"
+            for p in step.packages
+        )
         if not stage.name or not names:
             continue
         below: list[str] = []
@@ -143,8 +158,9 @@ def coverage_problem(stages: Sequence[AptStage], pins: AptPins | None) -> str | 
             return f"the apt packages of stage {stage.name!r} are not locked"
         missing = [p for p in stage.packages if p not in locked]
         if missing:
-            return (f"stage {stage.name!r} installs {', '.join(missing)}, which the lock does "
-                    "not pin")
+            return (
+                f"stage {stage.name!r} installs {', '.join(missing)}, which the lock does not pin"
+            )
     extra = sorted(set(pins or {}) - {s.name for s in stages})
     if extra:
         return f"the lock pins apt packages of stage(s) {', '.join(extra)}, which the plan lacks"
@@ -172,8 +188,10 @@ def resolve_script(requests: Requests) -> str:
     for target, stages in sorted(requests.items()):
         for stage in stages:
             words = " ".join(shlex.quote(p) for p in _chain_packages(stages, stage))
-            lines += [f"echo '{_MARK}stage {target}/{stage.name}'",
-                      f"apt-get install --simulate --no-install-recommends -q {words}"]
+            lines += [
+                f"echo '{_MARK}stage {target}/{stage.name}'",
+                f"apt-get install --simulate --no-install-recommends -q {words}",
+            ]
     return "\n".join(lines) + "\n"
 
 
@@ -192,7 +210,7 @@ def _sections(output: str) -> dict[str, list[str]]:
     current: str | None = None
     for line in output.splitlines():
         if line.startswith(_MARK):
-            current = line[len(_MARK):].strip()
+            current = line[len(_MARK) :].strip()
             sections[current] = []
         elif current is not None:
             sections[current].append(line)
@@ -208,12 +226,18 @@ def parse_resolution(output: str, requests: Requests) -> dict[str, dict[str, dic
         parts = line.split()
         if len(parts) >= 3 and parts[2].startswith("ii"):
             installed[parts[0]] = parts[1]
-    return {target: _target_pins(target, stages, sections, installed)
-            for target, stages in requests.items()}
+    return {
+        target: _target_pins(target, stages, sections, installed)
+        for target, stages in requests.items()
+    }
 
 
-def _target_pins(target: str, stages: Sequence[AptStage], sections: Mapping[str, list[str]],
-                 installed: Mapping[str, str]) -> dict[str, dict[str, str]]:
+def _target_pins(
+    target: str,
+    stages: Sequence[AptStage],
+    sections: Mapping[str, list[str]],
+    installed: Mapping[str, str],
+) -> dict[str, dict[str, str]]:
     unions: dict[str, dict[str, str]] = {}
     pins: dict[str, dict[str, str]] = {}
     for stage in stages:
@@ -225,8 +249,10 @@ def _target_pins(target: str, stages: Sequence[AptStage], sections: Mapping[str,
         for package in stage.packages:
             version = before.get(package) or union.get(package) or installed.get(package)
             if version is None:
-                raise LockError(f"apt resolved no version of {package} (stage {stage.name} of "
-                                f"{target}); check the package name")
+                raise LockError(
+                    f"apt resolved no version of {package} (stage {stage.name} of "
+                    f"{target}); check the package name"
+                )
             added.setdefault(package, version)
         unions[stage.name] = union
         pins[stage.name] = dict(sorted(added.items()))
@@ -235,8 +261,9 @@ def _target_pins(target: str, stages: Sequence[AptStage], sections: Mapping[str,
 
 def _inst_lines(lines: list[str] | None, stage: str) -> dict[str, str]:
     if lines is None:
-        raise LockError(f"the apt resolution of stage {stage} gave no output (the container "
-                        "stopped early)")
+        raise LockError(
+            f"the apt resolution of stage {stage} gave no output (the container stopped early)"
+        )
     found: dict[str, str] = {}
     for line in lines:
         match = _INST.match(line)
@@ -245,8 +272,9 @@ def _inst_lines(lines: list[str] | None, stage: str) -> dict[str, str]:
     return found
 
 
-def resolve_apt(client: Any, base: str, requests: Requests,
-                environ: Mapping[str, str]) -> dict[str, dict[str, dict[str, str]]]:
+def resolve_apt(
+    client: Any, base: str, requests: Requests, environ: Mapping[str, str]
+) -> dict[str, dict[str, dict[str, str]]]:
     """Resolve the pins of `requests` (target -> stages) in one container of `base` (an image
     reference with digest, which the engine has or can pull). `environ`: the proxies to hand to
     apt. LockError saying what apt said when it cannot."""
@@ -261,17 +289,25 @@ def resolve_apt(client: Any, base: str, requests: Requests,
         if docker_engine.existing_image(client, base) is None:
             docker_engine.pull_image(client, base)
         code, output, _files = docker_engine.run_in_container(
-            client, base, ["/bin/sh", "-c", resolve_script(wanted)], user="0",
-            environment=proxies, network_mode="host" if needs_host_network(proxies) else None,
-            labels={ROLE_LABEL: "apt-lock"}, timeout_s=900)
+            client,
+            base,
+            ["/bin/sh", "-c", resolve_script(wanted)],
+            user="0",
+            environment=proxies,
+            network_mode="host" if needs_host_network(proxies) else None,
+            labels={ROLE_LABEL: "apt-lock"},
+            timeout_s=900,
+        )
     except EnvbuilderError as exc:
         raise LockError(f"cannot resolve the apt packages in {base}: {exc}") from None
     if code != 0:
         tail = "\n".join(f"    {line}" for line in output.strip().splitlines()[-15:])
-        raise LockError(f"resolving the apt packages in {base} failed (exit {code}); apt "
-                        f"said:\n{tail}\nCheck the package names in the spec (apt = [...]) and "
-                        "that the base image's package archive is reachable (proxies: "
-                        "HTTP_PROXY/HTTPS_PROXY)")
+        raise LockError(
+            f"resolving the apt packages in {base} failed (exit {code}); apt "
+            f"said:\n{tail}\nCheck the package names in the spec (apt = [...]) and "
+            "that the base image's package archive is reachable (proxies: "
+            "HTTP_PROXY/HTTPS_PROXY)"
+        )
     return {**{t: {} for t in requests}, **parse_resolution(output, wanted)}
 
 
@@ -315,14 +351,18 @@ def explain_build_failure(error: BuildError, env: str, target: str) -> BuildErro
         f"{env}/{target}: the package archive no longer serves {what}, which "
         f"lockfiles/{env}.lock.toml pins ([targets.{target}.apt]); lock the versions it serves "
         f"now with `envbuilder lock --env {env} --refresh-apt`, then `envbuilder render --env "
-        f"{env}` and build again (the image's digest changes with them).\n{text}")
+        f"{env}` and build again (the image's digest changes with them).\n{text}"
+    )
 
 
 # ----------------------------------------------------------------------------- lock --check
 
 
-def check_lock(env: Any, lock: Any, only: Sequence[str] | None = None,
-               ) -> tuple[list[str], list[str]]:
+def check_lock(
+    env: Any,
+    lock: Any,
+    only: Sequence[str] | None = None,
+) -> tuple[list[str], list[str]]:
     """(stale, notes) of `lock --check` about apt pins (no network): a target whose base is
     pinned by digest must pin every package its plan installs; one recorded by tag (no engine
     when it was locked) gets a note."""

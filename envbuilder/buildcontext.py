@@ -43,8 +43,9 @@ def ca_bundle_path(spec_value: str | None, project: Project) -> Path | None:
         path = project.root / path
     if not path.is_file():
         source = "the spec" if spec_value else f"${CA_BUNDLE_ENV}"
-        raise BuildError(f"the CA bundle {path} (from {source}) does not exist; "
-                         "give the path of a PEM file")
+        raise BuildError(
+            f"the CA bundle {path} (from {source}) does not exist; give the path of a PEM file"
+        )
     return path
 
 
@@ -114,8 +115,15 @@ def _inputs(project: Project, env: str, target: str, dockerfile_dir: Path) -> tu
 
 
 def _fill(
-    project: Project, env: str, target: str, dockerfile: Path, pylock: Path, context: Path,
-    progress: ProgressFn, ca_bundle: Path | None, indexes: Mapping[str, Index],
+    project: Project,
+    env: str,
+    target: str,
+    dockerfile: Path,
+    pylock: Path,
+    context: Path,
+    progress: ProgressFn,
+    ca_bundle: Path | None,
+    indexes: Mapping[str, Index],
 ) -> None:
     from envbuilder import wheelcache  # the lock helper's module; imported where it is needed
 

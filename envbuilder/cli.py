@@ -40,20 +40,19 @@ from envbuilder.ui import UI
 #: helpers). Each module's HELP must equal its line here.
 COMMANDS: dict[str, str] = {
     "check": "check environments.toml: errors exit 1, warnings are printed",
-    "lock": "resolve envs into lockfiles/ (PEP 751 pylocks + base image digests); --check "
-            "verifies",
+    "lock": "resolve envs into lockfiles/ (PEP 751 pylocks + base image digests); --check verifies",
     "render": "render Dockerfiles, WSL rootfs files and Windows scripts; --check verifies them",
     "build": "build the locked, rendered envs for a target (docker image, .wsl, venv)",
     "push": "push built images (docker, wsl2) to a registry; records the repository digest in "
-            "the lock",
+    "the lock",
     "pull": "pull the pushed images (docker, wsl2) the lock records, by digest (refuses a "
-            "mismatch)",
+    "mismatch)",
     "validate": "run the validation probe inside built envs; writes reports/<env>.<target>.json",
     "compare": "compare validation reports: ratios, loss %, spread over repeats, noise verdicts",
     "fleet": "the fleet report of a cluster validation: one row per node, outliers, collectives",
     "probe": "run the validation suite (the probe) in this environment",
     "doctor": "check this host (OS, RAM, disk, Docker, GPU devices, drivers, WSL, Python) for "
-              "an env",
+    "an env",
     "explain": "explain a known ROCm/PyTorch error message: cause, fix, sources",
 }
 
@@ -83,15 +82,20 @@ def _command_modules() -> list[tuple[str, ModuleType]]:
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """Options every command that reads the spec shares."""
     parser.add_argument(
-        "--spec", default="environments.toml", metavar="PATH",
+        "--spec",
+        default="environments.toml",
+        metavar="PATH",
         help="the spec file (default: ./environments.toml); outputs go beside it",
     )
 
 
 def add_json_argument(parser: argparse.ArgumentParser, what: str) -> None:
     """--json: print `what` as one JSON object on stdout (docs/cli.md gives every shape)."""
-    parser.add_argument("--json", action="store_true",
-                        help=f"print {what} as one JSON object on stdout (shape: docs/cli.md)")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help=f"print {what} as one JSON object on stdout (shape: docs/cli.md)",
+    )
 
 
 def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
@@ -106,18 +110,22 @@ def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
             "venvs -> built -> validated by the same probe -> compared."
         ),
         epilog="Exit codes: 0 ok, 1 findings or failure, 2 usage error, 130 interrupted "
-               "(Ctrl-C), 143 terminated (SIGTERM). --json: one JSON object on stdout.",
+        "(Ctrl-C), 143 terminated (SIGTERM). --json: one JSON object on stdout.",
     )
     parser.add_argument("--version", action="version", version=f"envbuilder {__version__}")
     parser.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, help_line in COMMANDS.items():
         # argparse %-formats help strings; a literal "%" in a HELP must not crash --help.
-        p = sub.add_parser(name, help=help_line.replace("%", "%%"),
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p = sub.add_parser(
+            name,
+            help=help_line.replace("%", "%%"),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         # SUPPRESS: without -q here, the value given before the command name stays.
-        p.add_argument("-q", "--quiet", action="store_true", default=argparse.SUPPRESS,
-                       help=QUIET_HELP)
+        p.add_argument(
+            "-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=QUIET_HELP
+        )
         if name in loaded:
             _load_command(p, name)
     return parser
@@ -171,14 +179,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         restore()
 
 
-def _json_error(ui: UI, args: argparse.Namespace | None, kind: str, message: str,
-                code: int) -> None:
+def _json_error(
+    ui: UI, args: argparse.Namespace | None, kind: str, message: str, code: int
+) -> None:
     """With --json, an error also gives the one JSON object on stdout, unless the command
     already wrote its result."""
     if not wants_json(args) or ui.json_written:
         return
-    ui.json({"command": getattr(args, "command", None), "ok": False,
-             "error": {"kind": kind, "message": message, "exit_code": code}})
+    ui.json(
+        {
+            "command": getattr(args, "command", None),
+            "ok": False,
+            "error": {"kind": kind, "message": message, "exit_code": code},
+        }
+    )
 
 
 def _finish_interrupted_writes(args: argparse.Namespace, ui: UI) -> None:

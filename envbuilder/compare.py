@@ -47,9 +47,7 @@ SUPPORTED_SCHEMA_VERSIONS = (1,)
 PROBE_TOOL = "envbuilder-probe"
 DEFAULT_NOISE_FLOOR_PCT = 2.0
 
-Verdict = Literal[
-    "baseline", "faster", "slower", "within noise", "noise unknown", "no comparison"
-]
+Verdict = Literal["baseline", "faster", "slower", "within noise", "noise unknown", "no comparison"]
 MetricKey = tuple[str, str, str | None, str | None]  # (check, name, dtype, size)
 
 
@@ -203,8 +201,9 @@ def _kind(value: object) -> str:
 
 
 def _wrong_type(where: str, key: str, wanted: str, value: object) -> CompareError:
-    return CompareError(f"{where}: {key!r} must be {wanted}, not {_kind(value)} "
-                        f"({_preview(value)})")
+    return CompareError(
+        f"{where}: {key!r} must be {wanted}, not {_kind(value)} ({_preview(value)})"
+    )
 
 
 def _name(value: object, where: str, key: str) -> str:
@@ -212,11 +211,14 @@ def _name(value: object, where: str, key: str) -> str:
     if not isinstance(value, str):
         raise _wrong_type(where, key, "a string", value)
     if len(value) > MAX_NAME_CHARS:
-        raise CompareError(f"{where}: {key!r} is {len(value)} characters long; at most "
-                           f"{MAX_NAME_CHARS}")
+        raise CompareError(
+            f"{where}: {key!r} is {len(value)} characters long; at most {MAX_NAME_CHARS}"
+        )
     if bad := _CONTROL.search(value):
-        raise CompareError(f"{where}: {key!r} contains the control character {bad.group()!r}; "
-                           "it must be one line of plain text")
+        raise CompareError(
+            f"{where}: {key!r} contains the control character {bad.group()!r}; "
+            "it must be one line of plain text"
+        )
     return value
 
 
@@ -263,8 +265,11 @@ def _metric_from(check: str, status: str, raw: object, where: str) -> Metric:
     value = _finite(_number(raw.get("value"), where, "value"))
     problem = None
     if value is None:
-        problem = ("value is missing" if raw.get("value") is None
-                   else f"value is not a finite number ({_preview(raw['value'])})")
+        problem = (
+            "value is missing"
+            if raw.get("value") is None
+            else f"value is not a finite number ({_preview(raw['value'])})"
+        )
     elif len(samples) < len(raw_samples):
         bad = len(raw_samples) - len(samples)
         problem = f"{bad} of {len(raw_samples)} samples are NaN/inf, ignored"
@@ -272,11 +277,16 @@ def _metric_from(check: str, status: str, raw: object, where: str) -> Metric:
     if not isinstance(higher, bool):
         raise _wrong_type(where, "higher_is_better", "true or false", higher)
     return Metric(
-        check=check, name=name,
+        check=check,
+        name=name,
         dtype=_optional_name(raw.get("dtype"), where, "dtype"),
         size=_optional_name(raw.get("size"), where, "size"),
-        value=value, unit=_optional_name(raw.get("unit"), where, "unit") or "",
-        samples=samples, higher_is_better=higher, check_status=status, problem=problem,
+        value=value,
+        unit=_optional_name(raw.get("unit"), where, "unit") or "",
+        samples=samples,
+        higher_is_better=higher,
+        check_status=status,
+        problem=problem,
     )
 
 
@@ -298,8 +308,10 @@ def _labels(data: Mapping[str, Any], where: str) -> dict[str, str]:
 def _check_version(data: Mapping[str, Any], where: str) -> int:
     version = data.get("schema_version")
     if version is None:
-        raise CompareError(f"{where}: not a probe report (no schema_version); pass the JSON "
-                           "files `envbuilder validate` or `envbuilder probe --json` wrote")
+        raise CompareError(
+            f"{where}: not a probe report (no schema_version); pass the JSON "
+            "files `envbuilder validate` or `envbuilder probe --json` wrote"
+        )
     # `type(...) is int`: JSON true would otherwise pass as 1.
     if type(version) is not int or version not in SUPPORTED_SCHEMA_VERSIONS:
         raise CompareError(
@@ -308,8 +320,7 @@ def _check_version(data: Mapping[str, Any], where: str) -> int:
             "this envbuilder, or compare with the envbuilder that wrote it"
         )
     if data.get("tool") not in (PROBE_TOOL, None):
-        raise CompareError(f"{where}: written by {_preview(data.get('tool'))}, not by "
-                           f"{PROBE_TOOL}")
+        raise CompareError(f"{where}: written by {_preview(data.get('tool'))}, not by {PROBE_TOOL}")
     return version
 
 
@@ -338,8 +349,10 @@ def _read_checks(
         for raw in raw_metrics:
             m = _metric_from(name, status, raw, cwhere)
             if m.key in metrics:
-                notes.append(f"{where}: metric {' '.join(p for p in m.key if p)} appears twice; "
-                             "the first is used")
+                notes.append(
+                    f"{where}: metric {' '.join(p for p in m.key if p)} appears twice; "
+                    "the first is used"
+                )
                 continue
             metrics[m.key] = m
     return metrics, failed, notes
@@ -359,11 +372,16 @@ def parse_report(data: object, path: Path) -> Report:
     labels = _labels(data, where)
     label = "/".join(labels[k] for k in ("env", "target") if k in labels) or path.stem
     return Report(
-        path=path, label=label, schema_version=version,
+        path=path,
+        label=label,
+        schema_version=version,
         status=_optional_name(data.get("status"), where, "status") or "",
-        fingerprint=_object(data, "fingerprint", where), labels=labels,
-        options=_object(data, "options", where), metrics=metrics,
-        failed_checks=tuple(failed), notes=tuple(notes),
+        fingerprint=_object(data, "fingerprint", where),
+        labels=labels,
+        options=_object(data, "options", where),
+        metrics=metrics,
+        failed_checks=tuple(failed),
+        notes=tuple(notes),
     )
 
 
@@ -376,23 +394,32 @@ def json_nesting_depth(text: str) -> int:
     return max(0, max(itertools.accumulate(map(_DEPTH_STEP.__getitem__, brackets))))
 
 
-_FILE_KINDS = ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
-               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+_FILE_KINDS = (
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 def _check_regular_file(path: Path, info: os.stat_result) -> None:
     """Refuse, at once, anything that is not a regular file of report size: reading a FIFO
     waits for a writer, a device may never end."""
     if stat.S_ISDIR(info.st_mode):
-        raise CompareError(f"{path}: is a folder; pass report files, e.g. "
-                           "reports/<env>.<target>.json")
+        raise CompareError(
+            f"{path}: is a folder; pass report files, e.g. reports/<env>.<target>.json"
+        )
     if not stat.S_ISREG(info.st_mode):
         kind = next((word for test, word in _FILE_KINDS if test(info.st_mode)), "special")
-        raise CompareError(f"{path}: is {kind}, not a regular file; compare reads report "
-                           "files (reports/<env>.<target>.json)")
+        raise CompareError(
+            f"{path}: is {kind}, not a regular file; compare reads report "
+            "files (reports/<env>.<target>.json)"
+        )
     if info.st_size > MAX_REPORT_BYTES:
-        raise CompareError(f"{path}: is {info.st_size:,} bytes; a probe report is at most "
-                           f"{MAX_REPORT_BYTES >> 20} MiB")
+        raise CompareError(
+            f"{path}: is {info.st_size:,} bytes; a probe report is at most "
+            f"{MAX_REPORT_BYTES >> 20} MiB"
+        )
 
 
 def _read_report_bytes(path: Path) -> bytes:
@@ -401,11 +428,14 @@ def _read_report_bytes(path: Path) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
-        raise CompareError(f"{path}: no such report; `envbuilder validate` writes them to "
-                           "reports/<env>.<target>.json") from None
+        raise CompareError(
+            f"{path}: no such report; `envbuilder validate` writes them to "
+            "reports/<env>.<target>.json"
+        ) from None
     except IsADirectoryError:
-        raise CompareError(f"{path}: is a folder; pass report files, e.g. "
-                           "reports/<env>.<target>.json") from None
+        raise CompareError(
+            f"{path}: is a folder; pass report files, e.g. reports/<env>.<target>.json"
+        ) from None
     except OSError as exc:
         raise CompareError(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:
@@ -417,8 +447,9 @@ def _read_report_bytes(path: Path) -> bytes:
     finally:
         os.close(fd)
     if len(data) > MAX_REPORT_BYTES:  # it grew after the fstat
-        raise CompareError(f"{path}: is over {MAX_REPORT_BYTES >> 20} MiB; a probe report is "
-                           "smaller")
+        raise CompareError(
+            f"{path}: is over {MAX_REPORT_BYTES >> 20} MiB; a probe report is smaller"
+        )
     return data
 
 
@@ -429,11 +460,14 @@ def load_report(path: Path) -> Report:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise CompareError(f"{path}: not UTF-8 text (byte {exc.start}); a probe report is UTF-8 "
-                           "JSON") from None
+        raise CompareError(
+            f"{path}: not UTF-8 text (byte {exc.start}); a probe report is UTF-8 JSON"
+        ) from None
     if (depth := json_nesting_depth(text)) > MAX_JSON_DEPTH:
-        raise CompareError(f"{path}: JSON nested {depth} levels deep; a probe report nests a "
-                           f"few levels (at most {MAX_JSON_DEPTH} are read)")
+        raise CompareError(
+            f"{path}: JSON nested {depth} levels deep; a probe report nests a "
+            f"few levels (at most {MAX_JSON_DEPTH} are read)"
+        )
     try:
         decoded = json.loads(text)  # Python's json accepts NaN/Infinity, which we then report
     except json.JSONDecodeError as exc:
@@ -455,8 +489,12 @@ _FP_FIELDS: tuple[tuple[str, bool, str], ...] = (
     ("gfx", True, "different GPU architectures"),
     ("driver", True, "different drivers"),
     ("packages_sha256", True, "different installed packages (name==version)"),
-    ("lock_sha256", True, "different lock files (each target has its own pylock: check that "
-                          "the pinned versions match)"),
+    (
+        "lock_sha256",
+        True,
+        "different lock files (each target has its own pylock: check that "
+        "the pinned versions match)",
+    ),
     ("python", True, "different Python versions"),
     ("nccl", True, "different NCCL/RCCL versions (collectives)"),
     ("cpu_count", True, "different CPU counts visible"),
@@ -512,10 +550,12 @@ def _lock_diff(reports: Sequence[Report], values: tuple[str, ...]) -> Fingerprin
     if not _all_have_packages(reports):
         return FingerprintDiff("lock_sha256", values, True, _FP_WHY["lock_sha256"])
     if len(set(packages)) == 1:
-        return FingerprintDiff("lock_sha256", values, False,
-                               "different pylock files, same installed packages")
-    return FingerprintDiff("lock_sha256", values, False,
-                           "different pylock files (see packages_sha256)")
+        return FingerprintDiff(
+            "lock_sha256", values, False, "different pylock files, same installed packages"
+        )
+    return FingerprintDiff(
+        "lock_sha256", values, False, "different pylock files (see packages_sha256)"
+    )
 
 
 def fingerprint_diffs(reports: Sequence[Report]) -> list[FingerprintDiff]:
@@ -575,8 +615,13 @@ def _compare_cell(base: Metric, other: Metric, label: str, floor_pct: float) -> 
         return Cell(label, other.value, spread, note=_out_of_range(other.value, base.value))
     relative = _relative(ratio, base.higher_is_better)
     if relative is None:
-        return Cell(label, other.value, spread, ratio=ratio,
-                    note="value is 0 where lower is better; no ratio")
+        return Cell(
+            label,
+            other.value,
+            spread,
+            ratio=ratio,
+            note="value is 0 where lower is better; no ratio",
+        )
     if not _representable(relative) or not _representable((1.0 - relative) * 100.0):
         return Cell(label, other.value, spread, note=_out_of_range(other.value, base.value))
     bs, os_ = _spread(base), spread
@@ -587,7 +632,8 @@ def _compare_cell(base: Metric, other: Metric, label: str, floor_pct: float) -> 
     separated = os_.min > bs.max or os_.max < bs.min
     better = diff > 0 if base.higher_is_better else diff < 0
     direction: Literal["faster", "slower", "same"] = (
-        "same" if diff == 0 else ("faster" if better else "slower"))
+        "same" if diff == 0 else ("faster" if better else "slower")
+    )
     verdict: Verdict
     if bs.n < 2 or os_.n < 2:
         verdict = "noise unknown"
@@ -599,9 +645,18 @@ def _compare_cell(base: Metric, other: Metric, label: str, floor_pct: float) -> 
     if other.check_status in ("fail", "error"):
         notes.append(f"check {other.check} {other.check_status}ed here")
     return Cell(
-        label, other.value, spread, ratio=ratio, relative=relative, relative_low=low,
-        relative_high=high, loss_pct=(1.0 - relative) * 100.0, verdict=verdict,
-        direction=direction, noise=noise, note="; ".join(notes) or None,
+        label,
+        other.value,
+        spread,
+        ratio=ratio,
+        relative=relative,
+        relative_low=low,
+        relative_high=high,
+        loss_pct=(1.0 - relative) * 100.0,
+        verdict=verdict,
+        direction=direction,
+        noise=noise,
+        note="; ".join(notes) or None,
     )
 
 
@@ -611,8 +666,10 @@ def _representable(x: float) -> bool:
 
 
 def _out_of_range(value: float, base: float) -> str:
-    return (f"{value:.4g} / {base:.4g} is beyond floating-point range "
-            f"({sys.float_info.min:.3g} .. {sys.float_info.max:.3g}); no ratio")
+    return (
+        f"{value:.4g} / {base:.4g} is beyond floating-point range "
+        f"({sys.float_info.min:.3g} .. {sys.float_info.max:.3g}); no ratio"
+    )
 
 
 def _range_ratio(
@@ -637,9 +694,15 @@ def _baseline_cell(m: Metric | None, label: str) -> Cell:
     note = m.problem
     if m.check_status in ("fail", "error"):
         note = "; ".join(n for n in (note, f"check {m.check} {m.check_status}ed here") if n)
-    return Cell(label, m.value, _spread(m), ratio=1.0 if m.value else None,
-                relative=1.0 if m.value else None,
-                verdict="baseline", note=note)
+    return Cell(
+        label,
+        m.value,
+        _spread(m),
+        ratio=1.0 if m.value else None,
+        relative=1.0 if m.value else None,
+        verdict="baseline",
+        note=note,
+    )
 
 
 def noise_rule_text(floor_pct: float) -> str:
@@ -684,16 +747,28 @@ def compare_reports(
             if om is None:
                 cells.append(Cell(r.label, None, None, note=f"missing in {r.label}"))
             elif bm is None:
-                cells.append(Cell(r.label, om.value, _spread(om),
-                                  note="not in the baseline; no ratio"))
+                cells.append(
+                    Cell(r.label, om.value, _spread(om), note="not in the baseline; no ratio")
+                )
             else:
                 shared = True
                 cells.append(_compare_cell(bm, om, r.label, noise_floor_pct))
-        rows.append(Row(first.check, first.name, first.dtype, first.size, first.unit,
-                        first.higher_is_better, tuple(cells)))
+        rows.append(
+            Row(
+                first.check,
+                first.name,
+                first.dtype,
+                first.size,
+                first.unit,
+                first.higher_is_better,
+                tuple(cells),
+            )
+        )
     if not rows:
-        raise CompareError("none of the reports holds a metric; run `envbuilder validate` with a "
-                           "level that measures (e.g. --level quick or standard)")
+        raise CompareError(
+            "none of the reports holds a metric; run `envbuilder validate` with a "
+            "level that measures (e.g. --level quick or standard)"
+        )
     if not base.metrics:
         only = base.options.get("only") or []
         raise CompareError(
@@ -709,15 +784,20 @@ def compare_reports(
         )
     for r in ordered:
         for check, reason in r.failed_checks:
-            notes.append(f"{r.label}: check {check} failed: {reason or 'no reason given'}"
-                         + _explain_hint(reason))
+            notes.append(
+                f"{r.label}: check {check} failed: {reason or 'no reason given'}"
+                + _explain_hint(reason)
+            )
         missing = [k for k in base.metrics if k not in r.metrics]
         if r is not base and missing:
             notes.append(f"{r.label}: {len(missing)} metric(s) of the baseline are missing")
     return Comparison(
-        reports=tuple(ordered), rows=tuple(rows),
-        fingerprint_diffs=tuple(fingerprint_diffs(ordered)), notes=tuple(notes),
-        noise_floor_pct=noise_floor_pct, noise_rule=noise_rule_text(noise_floor_pct),
+        reports=tuple(ordered),
+        rows=tuple(rows),
+        fingerprint_diffs=tuple(fingerprint_diffs(ordered)),
+        notes=tuple(notes),
+        noise_floor_pct=noise_floor_pct,
+        noise_rule=noise_rule_text(noise_floor_pct),
     )
 
 
@@ -779,12 +859,18 @@ def table_rows(comp: Comparison) -> list[list[str]]:
     out = []
     for row in comp.rows:
         for i, c in enumerate(row.cells):
-            out.append([
-                f"{row.check}: {row.label}" if i == 0 else "", c.report,
-                f"{fmt_num(c.value)} {row.unit}".strip() if c.value is not None else "-",
-                spread_text(c.spread), fmt_num(c.ratio, 3), fmt_pct(c.loss_pct),
-                cell_verdict(c), c.note or "",
-            ])
+            out.append(
+                [
+                    f"{row.check}: {row.label}" if i == 0 else "",
+                    c.report,
+                    f"{fmt_num(c.value)} {row.unit}".strip() if c.value is not None else "-",
+                    spread_text(c.spread),
+                    fmt_num(c.ratio, 3),
+                    fmt_pct(c.loss_pct),
+                    cell_verdict(c),
+                    c.note or "",
+                ]
+            )
     return out
 
 
@@ -830,14 +916,21 @@ def to_markdown(comp: Comparison) -> str:
 
 def _cell_json(c: Cell) -> dict[str, Any]:
     return {
-        "report": c.report, "value": c.value,
+        "report": c.report,
+        "value": c.value,
         "min": c.spread.min if c.spread else None,
         "median": c.spread.median if c.spread else None,
         "max": c.spread.max if c.spread else None,
         "n": c.spread.n if c.spread else 0,
-        "ratio": c.ratio, "relative": c.relative, "relative_low": c.relative_low,
-        "relative_high": c.relative_high, "loss_pct": c.loss_pct, "verdict": c.verdict,
-        "direction": c.direction, "noise": c.noise, "note": c.note,
+        "ratio": c.ratio,
+        "relative": c.relative,
+        "relative_low": c.relative_low,
+        "relative_high": c.relative_high,
+        "loss_pct": c.loss_pct,
+        "verdict": c.verdict,
+        "direction": c.direction,
+        "noise": c.noise,
+        "note": c.note,
     }
 
 
@@ -858,9 +951,15 @@ def to_json(comp: Comparison) -> dict[str, Any]:
             for d in comp.fingerprint_diffs
         ],
         "metrics": [
-            {"check": row.check, "name": row.name, "dtype": row.dtype, "size": row.size,
-             "unit": row.unit, "higher_is_better": row.higher_is_better,
-             "results": [_cell_json(c) for c in row.cells]}
+            {
+                "check": row.check,
+                "name": row.name,
+                "dtype": row.dtype,
+                "size": row.size,
+                "unit": row.unit,
+                "higher_is_better": row.higher_is_better,
+                "results": [_cell_json(c) for c in row.cells],
+            }
             for row in comp.rows
         ],
         "notes": list(comp.notes),

@@ -61,8 +61,11 @@ def _plottable(x: float | None) -> bool:
 
 
 def _largest_difference(row: Row) -> float:
-    return max(abs(math.log(c.relative)) for c in row.cells[1:]
-               if c.relative is not None and _plottable(c.relative))
+    return max(
+        abs(math.log(c.relative))
+        for c in row.cells[1:]
+        if c.relative is not None and _plottable(c.relative)
+    )
 
 
 def chart_groups(comp: Comparison) -> dict[str, tuple[list[Row], int]]:
@@ -77,8 +80,9 @@ def chart_groups(comp: Comparison) -> dict[str, tuple[list[Row], int]]:
     for check, rows in groups.items():
         shown = rows
         if len(rows) > CHART_MAX_ROWS:
-            keep = set(map(id, sorted(rows, key=_largest_difference,
-                                      reverse=True)[:CHART_MAX_ROWS]))
+            keep = set(
+                map(id, sorted(rows, key=_largest_difference, reverse=True)[:CHART_MAX_ROWS])
+            )
             shown = [r for r in rows if id(r) in keep]
         out[check] = (shown, len(rows))
     return out
@@ -106,8 +110,13 @@ def _draw_chart(comp: Comparison, check: str, rows: Sequence[Row], dest: Path) -
     fig_h = max(2.4, 1.3 + n_rows * (0.35 + 0.3 * n_rep))
     fig, ax = plt.subplots(figsize=(9, fig_h), dpi=100)
     floor = comp.noise_floor_pct / 100.0
-    ax.axvspan(1 - floor, 1 + floor, color="0.88", zorder=0,
-               label=f"noise floor ±{comp.noise_floor_pct:g}%")
+    ax.axvspan(
+        1 - floor,
+        1 + floor,
+        color="0.88",
+        zorder=0,
+        label=f"noise floor ±{comp.noise_floor_pct:g}%",
+    )
     ax.axvline(1.0, color="0.3", linewidth=1, zorder=1)
     colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
     lo_x, hi_x = 1 - 2 * floor, 1 + 2 * floor
@@ -128,8 +137,18 @@ def _draw_chart(comp: Comparison, check: str, rows: Sequence[Row], dest: Path) -
             hi.append(max(high - c.relative, 0.0))
             lo_x, hi_x = min(lo_x, low), max(hi_x, high)
             labels_at.append((high, y, f"{-(c.loss_pct or 0.0):+.1f}%  {cell_verdict(c)}"))
-        ax.errorbar(xs, ys, xerr=[lo, hi], fmt="o", color=colors[j % len(colors)], label=label,
-                    capsize=4, markersize=7, elinewidth=1.5, zorder=3)
+        ax.errorbar(
+            xs,
+            ys,
+            xerr=[lo, hi],
+            fmt="o",
+            color=colors[j % len(colors)],
+            label=label,
+            capsize=4,
+            markersize=7,
+            elinewidth=1.5,
+            zorder=3,
+        )
     # Ratios are multiplicative: when they span more than 3x, a log axis keeps 0.5 and 2 the
     # same distance from 1.
     log = lo_x > 0 and hi_x / lo_x > 3
@@ -146,8 +165,10 @@ def _draw_chart(comp: Comparison, check: str, rows: Sequence[Row], dest: Path) -
     ax.set_yticklabels([f"{r.label} [{r.unit}]" if r.unit else r.label for r in reversed(rows)])
     for k in range(1, n_rows):
         ax.axhline(k - 0.5, color="0.9", linewidth=0.8, zorder=0)
-    ax.set_xlabel(f"performance relative to {comp.baseline.label}  (> 1 is better; whiskers: "
-                  f"worst..best over the repeats{'; log scale' if log else ''})")
+    ax.set_xlabel(
+        f"performance relative to {comp.baseline.label}  (> 1 is better; whiskers: "
+        f"worst..best over the repeats{'; log scale' if log else ''})"
+    )
     ax.set_title(f"{check}: compared with {comp.baseline.label}")
     # The legend sits in a strip of fixed height under the axes, whatever the figure's height.
     fig.tight_layout(rect=(0, 0.32 / fig_h, 1, 1))
@@ -162,7 +183,8 @@ def is_html_output(name: str) -> bool:
     """Whether `write_html` may write a file of this name into its folder (the page, a chart,
     a chart's temp file): an input there would be overwritten."""
     return name == "index.html" or (
-        name.startswith(("chart-", ".chart-")) and name.endswith((".png", ".png.tmp")))
+        name.startswith(("chart-", ".chart-")) and name.endswith((".png", ".png.tmp"))
+    )
 
 
 def write_html(comp: Comparison, out_dir: Path) -> Path:
@@ -186,12 +208,17 @@ def write_html(comp: Comparison, out_dir: Path) -> Path:
         charts.append({"check": check, "file": name, "shown": len(rows), "total": total})
     env = Environment(
         loader=PackageLoader("envbuilder", "templates/compare"),
-        autoescape=select_autoescape(["html", "j2"]), undefined=StrictUndefined,
+        autoescape=select_autoescape(["html", "j2"]),
+        undefined=StrictUndefined,
         keep_trailing_newline=True,
     )
     page = env.get_template("index.html.j2").render(
-        comp=comp, charts=charts, header=TABLE_HEADER, rows=table_rows(comp),
-        fingerprint=fingerprint_lines(comp), verdict_column=VERDICT_COLUMN,
+        comp=comp,
+        charts=charts,
+        header=TABLE_HEADER,
+        rows=table_rows(comp),
+        fingerprint=fingerprint_lines(comp),
+        verdict_column=VERDICT_COLUMN,
     )
     path = out_dir / "index.html"
     atomic_write_text(path, page)

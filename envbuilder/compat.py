@@ -270,8 +270,7 @@ class PipSdkNames:
 
     def for_devices(self, devices: tuple[str, ...]) -> tuple[str, ...]:
         """Every name for these gfx targets, in a fixed order."""
-        return (*self.names, *(n.replace("{gfx}", d) for d in devices
-                               for n in self.device_names))
+        return (*self.names, *(n.replace("{gfx}", d) for d in devices for n in self.device_names))
 
 
 @dataclass(frozen=True)
@@ -333,10 +332,17 @@ class Compat:
             want = _as_float_key(Version(version))
         except InvalidVersion:
             want = 0.0
-        ok = [r for r in self.releases
-              if r.wsl_stack is not None and r.install_model == "amdgpu-install"]
-        ok.sort(key=lambda r: (abs(_as_float_key(Version(r.version)) - want),
-                               -_as_float_key(Version(r.version))))
+        ok = [
+            r
+            for r in self.releases
+            if r.wsl_stack is not None and r.install_model == "amdgpu-install"
+        ]
+        ok.sort(
+            key=lambda r: (
+                abs(_as_float_key(Version(r.version)) - want),
+                -_as_float_key(Version(r.version)),
+            )
+        )
         return [r.version for r in ok]
 
     def torch_indexes(self, torch_version: str) -> list[TorchIndexEntry]:
@@ -380,19 +386,19 @@ class Compat:
         exact = [w for w in self.windows_wheels if Version(w.rocm) == want]
         if exact:
             return exact[0]
-        line = [w for w in self.windows_wheels
-                if Version(w.rocm).release[:2] == want.release[:2]]
+        line = [w for w in self.windows_wheels if Version(w.rocm).release[:2] == want.release[:2]]
         return max(line, key=lambda w: Version(w.rocm)) if line else None
 
     def base_image(self, reference: str) -> BaseImage | None:
         """What envbuilder knows about a base image reference's python3, if anything."""
-        return next((b for b in self.base_images if fnmatch.fnmatchcase(reference, b.match)),
-                    None)
+        return next((b for b in self.base_images if fnmatch.fnmatchcase(reference, b.match)), None)
 
     def device_flags(self, host_kind: HostKind) -> DeviceFlags:
         if host_kind not in self.flags:
-            raise CompatDataError(f"no Docker device flags for host kind {host_kind!r}; "
-                                  f"known: {', '.join(self.flags)}")
+            raise CompatDataError(
+                f"no Docker device flags for host kind {host_kind!r}; "
+                f"known: {', '.join(self.flags)}"
+            )
         return self.flags[host_kind]
 
 
@@ -416,8 +422,10 @@ class _Reader:
         self.seen: set[str] = set()
 
     def _fail(self, key: str, what: str) -> CompatDataError:
-        return CompatDataError(f"envbuilder/data/{self.file}: {self.where}.{key}: {what} "
-                               "(envbuilder's shipped data is malformed; please report it)")
+        return CompatDataError(
+            f"envbuilder/data/{self.file}: {self.where}.{key}: {what} "
+            "(envbuilder's shipped data is malformed; please report it)"
+        )
 
     def get(self, key: str, kind: type[T], default: T | None = None) -> T:
         self.seen.add(key)
@@ -512,19 +520,33 @@ def _gpu(r: _Reader) -> Gpu:
     for key, value in (("linux_official_since", since), ("wsl_since", wsl_since)):
         if value is not None:
             r.version(key)
-    return Gpu(names=r.strs("names"), gfx=gfx, wsl=r.get("wsl", bool),
-               windows=r.get("windows", bool), linux_official_since=since,
-               hsa_override=override, source=r.get("source", str),
-               unverified=r.get("unverified", bool, False), wsl_since=wsl_since,
-               linux_official_known=since_known, hsa_override_known=override_known)
+    return Gpu(
+        names=r.strs("names"),
+        gfx=gfx,
+        wsl=r.get("wsl", bool),
+        windows=r.get("windows", bool),
+        linux_official_since=since,
+        hsa_override=override,
+        source=r.get("source", str),
+        unverified=r.get("unverified", bool, False),
+        wsl_since=wsl_since,
+        linux_official_known=since_known,
+        hsa_override_known=override_known,
+    )
 
 
 def _install_models(r: _Reader) -> tuple[InstallModel, ...]:
     models = r.strs("install")
-    if not models or len(set(models)) != len(models) \
-            or any(m not in INSTALL_MODELS for m in models):
-        raise r._fail("install", f"expected distinct install models out of "
-                      f"{', '.join(INSTALL_MODELS)}, got {list(models)}")
+    if (
+        not models
+        or len(set(models)) != len(models)
+        or any(m not in INSTALL_MODELS for m in models)
+    ):
+        raise r._fail(
+            "install",
+            f"expected distinct install models out of "
+            f"{', '.join(INSTALL_MODELS)}, got {list(models)}",
+        )
     return cast(tuple[InstallModel, ...], models)
 
 
@@ -538,11 +560,16 @@ def _release(r: _Reader) -> RocmRelease:
     release = RocmRelease(
         version=r.version("version"),
         wsl_stack=None if stack == "none" else cast(WslStack, stack),
-        ubuntu=r.strs("ubuntu"), amdgpu_install=r.opt("amdgpu_install"),
-        amdgpu_install_path=r.opt("amdgpu_install_path"), libhsa_fix=cast(LibhsaFix | None, fix),
-        docker_images=r.str_map("docker_images"), source=r.get("source", str),
-        unverified=r.get("unverified", bool, False), install=_install_models(r),
-        pip_index=r.opt("pip_index", optional=True))
+        ubuntu=r.strs("ubuntu"),
+        amdgpu_install=r.opt("amdgpu_install"),
+        amdgpu_install_path=r.opt("amdgpu_install_path"),
+        libhsa_fix=cast(LibhsaFix | None, fix),
+        docker_images=r.str_map("docker_images"),
+        source=r.get("source", str),
+        unverified=r.get("unverified", bool, False),
+        install=_install_models(r),
+        pip_index=r.opt("pip_index", optional=True),
+    )
     _check_release(r, release)
     return release
 
@@ -553,16 +580,23 @@ def _check_release(r: _Reader, release: RocmRelease) -> None:
     apt = "amdgpu-install" in release.install
     path = release.amdgpu_install_path
     if apt and (release.amdgpu_install is None or path is None or "{codename}" not in path):
-        raise r._fail("amdgpu_install_path", "an amdgpu-install release needs amdgpu_install "
-                      "and a path with {codename}")
+        raise r._fail(
+            "amdgpu_install_path",
+            "an amdgpu-install release needs amdgpu_install and a path with {codename}",
+        )
     if not apt and (release.amdgpu_install or path):
         raise r._fail("amdgpu_install", f"set, but install is {list(release.install)}")
     if ("pip-sdk" in release.install) != (release.pip_index is not None):
         raise r._fail("pip_index", "a pip-sdk release needs pip_index, others have none")
-    if path and release.amdgpu_install and not path.endswith(
-            f"amdgpu-install_{release.amdgpu_install}_all.deb"):
-        raise r._fail("amdgpu_install_path", f"does not end in amdgpu-install_"
-                      f"{release.amdgpu_install}_all.deb")
+    if (
+        path
+        and release.amdgpu_install
+        and not path.endswith(f"amdgpu-install_{release.amdgpu_install}_all.deb")
+    ):
+        raise r._fail(
+            "amdgpu_install_path",
+            f"does not end in amdgpu-install_{release.amdgpu_install}_all.deb",
+        )
 
 
 def _gfx_sets(data: Any) -> dict[str, GfxSet]:
@@ -571,8 +605,9 @@ def _gfx_sets(data: Any) -> dict[str, GfxSet]:
     sets: dict[str, GfxSet] = {}
     for name, table in data.items():
         r = _Reader("torch.toml", f"gfx_set.{name}", table)
-        sets[name] = GfxSet(name, r.gfx_list("targets"), r.get("source", str),
-                            r.get("unverified", bool, False))
+        sets[name] = GfxSet(
+            name, r.gfx_list("targets"), r.get("source", str), r.get("unverified", bool, False)
+        )
         r.done()
     return sets
 
@@ -586,49 +621,74 @@ def _index(sets: Mapping[str, GfxSet]) -> Callable[[_Reader], TorchIndexEntry]:
             raise r._fail("gfx", f"no [gfx_set.{gfx_name}] (known: {', '.join(sets)})")
         gfx_set = sets[gfx_name] if gfx_name else None
         entry = TorchIndexEntry(
-            torch=r.spec("torch"), index=index, url=r.get("url", str), python=r.spec("python"),
-            source=r.get("source", str), versions=r.strs("versions"),
-            local=r.get("local", str, index), gfx=gfx_set.targets if gfx_set else (),
-            rocm=r.get("rocm", str, derived) or None, unverified=r.get("unverified", bool, False),
-            gfx_set=gfx_set)
+            torch=r.spec("torch"),
+            index=index,
+            url=r.get("url", str),
+            python=r.spec("python"),
+            source=r.get("source", str),
+            versions=r.strs("versions"),
+            local=r.get("local", str, index),
+            gfx=gfx_set.targets if gfx_set else (),
+            rocm=r.get("rocm", str, derived) or None,
+            unverified=r.get("unverified", bool, False),
+            gfx_set=gfx_set,
+        )
         for v in entry.versions:
             if not entry.torch.contains(v, prereleases=True):
                 raise r._fail("versions", f"{v} is outside torch {entry.torch}")
         return entry
+
     return make
 
 
 def _windows(r: _Reader) -> WindowsWheels:
-    w = WindowsWheels(rocm=r.version("rocm"), url=r.get("url", str), python=r.spec("python"),
-                      wheels=r.strs("wheels"), source=r.get("source", str),
-                      unverified=r.get("unverified", bool, False), sdk=r.strs("sdk"),
-                      index=r.get("index", bool, False), gfx=r.gfx_list("gfx", ()),
-                      driver=r.opt("driver", optional=True))
+    w = WindowsWheels(
+        rocm=r.version("rocm"),
+        url=r.get("url", str),
+        python=r.spec("python"),
+        wheels=r.strs("wheels"),
+        source=r.get("source", str),
+        unverified=r.get("unverified", bool, False),
+        sdk=r.strs("sdk"),
+        index=r.get("index", bool, False),
+        gfx=r.gfx_list("gfx", ()),
+        driver=r.opt("driver", optional=True),
+    )
     if not w.url.endswith("/") or w.index == bool(w.wheels):
-        raise r._fail("url", "expected a folder URL ending in '/' with wheels, or an index "
-                      "(index = true) without")
+        raise r._fail(
+            "url",
+            "expected a folder URL ending in '/' with wheels, or an index (index = true) without",
+        )
     return w
 
 
 def _flags(kind: str, r: _Reader) -> DeviceFlags:
     vols = r.get("volumes", list)
-    if not all(isinstance(v, list) and len(v) == 2 and all(isinstance(x, str) for x in v)
-               for v in vols):
+    if not all(
+        isinstance(v, list) and len(v) == 2 and all(isinstance(x, str) for x in v) for v in vols
+    ):
         raise r._fail("volumes", "expected [host, container] pairs")
     return DeviceFlags(
-        host_kind=cast(HostKind, kind), devices=r.strs("devices"),
-        volumes=tuple((v[0], v[1]) for v in vols), environment=r.str_map("environment"),
-        group_add=r.strs("group_add"), security_opt=r.strs("security_opt"),
-        cap_add=r.strs("cap_add"), ipc_mode=r.opt("ipc_mode") if "ipc_mode" in r.table else None,
+        host_kind=cast(HostKind, kind),
+        devices=r.strs("devices"),
+        volumes=tuple((v[0], v[1]) for v in vols),
+        environment=r.str_map("environment"),
+        group_add=r.strs("group_add"),
+        security_opt=r.strs("security_opt"),
+        cap_add=r.strs("cap_add"),
+        ipc_mode=r.opt("ipc_mode") if "ipc_mode" in r.table else None,
         shm_size=r.opt("shm_size") if "shm_size" in r.table else None,
-        gpu_request=r.get("gpu_request", bool), source=r.get("source", str))
+        gpu_request=r.get("gpu_request", bool),
+        source=r.get("source", str),
+    )
 
 
 def _device_flags(data: dict[str, Any]) -> dict[str, DeviceFlags]:
     hosts = data.get("host")
     if not isinstance(hosts, dict) or set(hosts) != set(HOST_KINDS):
-        raise CompatDataError(f"envbuilder/data/docker.toml: [host.*] must be exactly "
-                              f"{', '.join(HOST_KINDS)}")
+        raise CompatDataError(
+            f"envbuilder/data/docker.toml: [host.*] must be exactly {', '.join(HOST_KINDS)}"
+        )
     flags: dict[str, DeviceFlags] = {}
     for kind in HOST_KINDS:
         r = _Reader("docker.toml", f"host.{kind}", hosts[kind])
@@ -659,20 +719,27 @@ def load_compat() -> Compat:
     releases = _rows("rocm.toml", rocm_data, "release", _release)
     sets, matrix, windows = _torch_data()
     wsl = _read("wsl.toml")
-    return Compat(gpus=tuple(gpus), releases=tuple(releases), torch_matrix=tuple(matrix),
-                  windows_wheels=tuple(windows), flags=_device_flags(_read("docker.toml")),
-                  rccl=_rccl(_read("rccl.toml")), gfx_sets=sets,
-                  base_images=tuple(_rows("images.toml", _read("images.toml"), "image",
-                                          _base_image)),
-                  wsl_units=_wsl_units(wsl), dxg=_dxg(wsl.get("dxg")),
-                  librocdxg=tuple(_rows("wsl.toml", wsl, "librocdxg", _librocdxg)),
-                  pip_sdk=_pip_sdk(rocm_data.get("pip_sdk")))
+    return Compat(
+        gpus=tuple(gpus),
+        releases=tuple(releases),
+        torch_matrix=tuple(matrix),
+        windows_wheels=tuple(windows),
+        flags=_device_flags(_read("docker.toml")),
+        rccl=_rccl(_read("rccl.toml")),
+        gfx_sets=sets,
+        base_images=tuple(_rows("images.toml", _read("images.toml"), "image", _base_image)),
+        wsl_units=_wsl_units(wsl),
+        dxg=_dxg(wsl.get("dxg")),
+        librocdxg=tuple(_rows("wsl.toml", wsl, "librocdxg", _librocdxg)),
+        pip_sdk=_pip_sdk(rocm_data.get("pip_sdk")),
+    )
 
 
 def _pip_sdk(table: Any) -> PipSdkNames:
     r = _Reader("rocm.toml", "pip_sdk", table)
-    names = PipSdkNames(names=r.strs("names"), device_names=r.strs("device_names"),
-                        source=r.get("source", str))
+    names = PipSdkNames(
+        names=r.strs("names"), device_names=r.strs("device_names"), source=r.get("source", str)
+    )
     r.done()
     if "torch" not in names.names or not all("{gfx}" in n for n in names.device_names):
         raise r._fail("device_names", "expected torch in names and {gfx} in every device name")
@@ -687,12 +754,17 @@ def _wsl_units(data: dict[str, Any]) -> WslUnits:
     if unknown:
         raise CompatDataError(f"envbuilder/data/wsl.toml: unknown table [{sorted(unknown)[0]}]")
     r = _Reader("wsl.toml", "systemd", data.get("systemd"))
-    units = WslUnits(discouraged=r.strs("discouraged_units"), also_masked=r.strs("also_masked"),
-                     source=r.get("source", str))
+    units = WslUnits(
+        discouraged=r.strs("discouraged_units"),
+        also_masked=r.strs("also_masked"),
+        source=r.get("source", str),
+    )
     r.get("also_masked_source", str)
     r.done()
-    for key, names in (("discouraged_units", units.discouraged),
-                       ("also_masked", units.also_masked)):
+    for key, names in (
+        ("discouraged_units", units.discouraged),
+        ("also_masked", units.also_masked),
+    ):
         bad = [n for n in names if not _UNIT.fullmatch(n)]
         if bad or len(set(names)) != len(names):
             raise r._fail(key, f"expected distinct systemd unit names, got {bad or list(names)}")
@@ -703,10 +775,13 @@ def _wsl_units(data: dict[str, Any]) -> WslUnits:
 
 def _dxg(table: Any) -> DxgFacts:
     r = _Reader("wsl.toml", "dxg", table)
-    facts = DxgFacts(detection_default_from=r.version("detection_default_from"),
-                     dids_conf_host=r.get("dids_conf_host", str),
-                     dids_conf_container=r.get("dids_conf_container", str),
-                     ubuntu=r.strs("ubuntu"), source=r.get("detection_source", str))
+    facts = DxgFacts(
+        detection_default_from=r.version("detection_default_from"),
+        dids_conf_host=r.get("dids_conf_host", str),
+        dids_conf_container=r.get("dids_conf_container", str),
+        ubuntu=r.strs("ubuntu"),
+        source=r.get("detection_source", str),
+    )
     for key in ("dids_conf_source", "ubuntu_source"):
         r.get(key, str)
     r.done()
@@ -716,10 +791,16 @@ def _dxg(table: Any) -> DxgFacts:
 
 
 def _librocdxg(r: _Reader) -> Librocdxg:
-    lib = Librocdxg(version=r.version("version"), deb=r.get("deb", str), url=r.get("url", str),
-                    sha256=r.opt("sha256"), dids_conf=r.get("dids_conf", bool),
-                    rocm=r.opt("rocm"), source=r.get("source", str),
-                    unverified=r.get("unverified", bool, False))
+    lib = Librocdxg(
+        version=r.version("version"),
+        deb=r.get("deb", str),
+        url=r.get("url", str),
+        sha256=r.opt("sha256"),
+        dids_conf=r.get("dids_conf", bool),
+        rocm=r.opt("rocm"),
+        source=r.get("source", str),
+        unverified=r.get("unverified", bool, False),
+    )
     if not lib.url.endswith("/" + lib.deb) or not lib.url.startswith("https://"):
         raise r._fail("url", f"expected an https URL ending in /{lib.deb}")
     if lib.sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", lib.sha256):
@@ -728,16 +809,18 @@ def _librocdxg(r: _Reader) -> Librocdxg:
 
 
 def _base_image(r: _Reader) -> BaseImage:
-    return BaseImage(match=r.get("match", str), python=r.get("python", str),
-                     source=r.get("source", str))
+    return BaseImage(
+        match=r.get("match", str), python=r.get("python", str), source=r.get("source", str)
+    )
 
 
 def _knob_names(r: _Reader, key: str, prefixes: tuple[str, ...]) -> tuple[str, ...]:
     names = r.strs(key)
     bad = [n for n in names if not n.startswith(prefixes) or not re.fullmatch(r"[A-Z0-9_]+", n)]
     if bad or len(set(names)) != len(names):
-        raise r._fail(key, f"expected distinct {'/'.join(prefixes)}* names, got "
-                      f"{bad or list(names)}")
+        raise r._fail(
+            key, f"expected distinct {'/'.join(prefixes)}* names, got {bad or list(names)}"
+        )
     return names
 
 
@@ -750,11 +833,19 @@ def _rccl(data: dict[str, Any]) -> RcclKnobs:
     m = _Reader("rccl.toml", "misspelled", data.get("misspelled"))
     p = _Reader("rccl.toml", "pytorch", data.get("pytorch"))
     also = _knob_names(n, "documented", ("NCCL_",)) + _knob_names(r, "also_read", ("RCCL_",))
-    knobs = RcclKnobs(nccl=_knob_names(n, "names", ("NCCL_",)),
-                      rccl=_knob_names(r, "names", ("RCCL_",)), misspelled=m.str_map("map"),
-                      source=m.get("source", str), also_read=also, pytorch=p.str_map("map"))
-    for reader, keys in ((n, ("source", "documented_source")), (r, ("source", "also_read_source")),
-                         (p, ("source",))):
+    knobs = RcclKnobs(
+        nccl=_knob_names(n, "names", ("NCCL_",)),
+        rccl=_knob_names(r, "names", ("RCCL_",)),
+        misspelled=m.str_map("map"),
+        source=m.get("source", str),
+        also_read=also,
+        pytorch=p.str_map("map"),
+    )
+    for reader, keys in (
+        (n, ("source", "documented_source")),
+        (r, ("source", "also_read_source")),
+        (p, ("source",)),
+    ):
         for key in keys:
             reader.get(key, str)
     for reader in (n, r, m, p):

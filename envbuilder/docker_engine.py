@@ -46,8 +46,13 @@ TAIL_LINES = 40
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 #: Per-layer statuses worth a line (the rest, "Preparing", "Waiting", ..., is noise).
-_FINAL_LAYER_STATUS = ("Pushed", "Pull complete", "Already exists", "Layer already exists",
-                       "Mounted from")
+_FINAL_LAYER_STATUS = (
+    "Pushed",
+    "Pull complete",
+    "Already exists",
+    "Layer already exists",
+    "Mounted from",
+)
 #: Terminal colour codes that RUN output carries (apt, pip): dropped from messages.
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -152,8 +157,9 @@ class _SshProcessSocket(sshconn.SSHSocket):
 
 
 class _SshConnection(sshconn.SSHConnection):
-    def __init__(self, registry: weakref.WeakSet[_SshProcessSocket], timeout: int,
-                 host: str) -> None:
+    def __init__(
+        self, registry: weakref.WeakSet[_SshProcessSocket], timeout: int, host: str
+    ) -> None:
         super().__init__(None, timeout, host)
         self._registry = registry
         self._host = host
@@ -167,8 +173,9 @@ class _SshConnection(sshconn.SSHConnection):
 
 
 class _SshConnectionPool(sshconn.SSHConnectionPool):
-    def __init__(self, registry: weakref.WeakSet[_SshProcessSocket], timeout: int, maxsize: int,
-                 host: str) -> None:
+    def __init__(
+        self, registry: weakref.WeakSet[_SshProcessSocket], timeout: int, maxsize: int, host: str
+    ) -> None:
         super().__init__(None, timeout, maxsize, host)
         self._registry = registry
         self._host = host
@@ -185,13 +192,11 @@ class _SshAdapter(sshconn.SSHHTTPAdapter):
     every ssh process its requests started and that is still open."""
 
     def __init__(self, ssh_host: str, timeout: int, max_pool_size: int) -> None:
-        super().__init__(f"ssh://{ssh_host}", timeout, max_pool_size=max_pool_size,
-                         shell_out=True)
+        super().__init__(f"ssh://{ssh_host}", timeout, max_pool_size=max_pool_size, shell_out=True)
         self._sockets: weakref.WeakSet[_SshProcessSocket] = weakref.WeakSet()
 
     def get_connection(self, url: str | bytes, proxies: Any = None) -> _SshConnectionPool:
-        return _SshConnectionPool(self._sockets, self.timeout, self.max_pool_size,
-                                  self.ssh_host)
+        return _SshConnectionPool(self._sockets, self.timeout, self.max_pool_size, self.ssh_host)
 
     def close(self) -> None:
         super().close()
@@ -309,8 +314,9 @@ def _on_build_text(text: str, state: _BuildState, progress: ProgressFn) -> None:
             state.step, state.steps = int(match[1]), int(match[2])
             state.instruction = match[3]
             state.step_output.clear()
-            progress(f"step {state.step}/{state.steps}: {_shorten(match[3])}", state.step,
-                     state.steps)
+            progress(
+                f"step {state.step}/{state.steps}: {_shorten(match[3])}", state.step, state.steps
+            )
         elif line.strip():
             state.step_output.append(line.rstrip())
 
@@ -476,23 +482,30 @@ def run_in_container(
     env = {**options.pop("environment", {}), **(environment or {})}
     try:
         container = client.containers.create(
-            image, command, user=user, environment=env, network_mode=network_mode,
-            labels=dict(labels or {}), detach=True, **options,
+            image,
+            command,
+            user=user,
+            environment=env,
+            network_mode=network_mode,
+            labels=dict(labels or {}),
+            detach=True,
+            **options,
         )
     except docker.errors.ImageNotFound:
-        raise EngineError(f"image {image} does not exist on the engine at {_engine_where()}") \
-            from None
+        raise EngineError(
+            f"image {image} does not exist on the engine at {_engine_where()}"
+        ) from None
     except docker.errors.APIError as exc:
-        raise EngineError(f"the engine refused to create a container of {image}: {_explain(exc)}") \
-            from None
+        raise EngineError(
+            f"the engine refused to create a container of {image}: {_explain(exc)}"
+        ) from None
     try:
         if files_in:
             container.put_archive("/", files_tar(files_in, _owner(user)))
         try:
             container.start()
         except docker.errors.APIError as exc:
-            raise EngineError(f"a container of {image} could not start: {_explain(exc)}") \
-                from None
+            raise EngineError(f"a container of {image} could not start: {_explain(exc)}") from None
         _follow(container, progress)
         code = _wait(container, timeout_s)
         # The followed stream may miss an unterminated last line: read the whole log again.
@@ -556,7 +569,7 @@ _REPOSITORY = re.compile(rf"(?:{_DOMAIN}(?::[0-9]+)?/)?{_PATH}(?:/{_PATH})*")
 
 
 def registry_repository(registry: str, name: str) -> str:
-    """"`registry`/`name`", the repository an image is pushed to. UsageError naming --registry
+    """ "`registry`/`name`", the repository an image is pushed to. UsageError naming --registry
     when `registry` is not HOST[:PORT]/PATH (a scheme, a digest, spaces, upper case in the path)."""
     if "://" in registry or "@" in registry:
         raise UsageError(f"--registry {registry}: give HOST[:PORT]/PATH, without a scheme")
@@ -594,8 +607,9 @@ def _login_hint(repository: str) -> str:
     )
 
 
-def _stream_registry(events: Iterator[Mapping[str, Any]], action: str, ref: str,
-                     progress: ProgressFn) -> list[Mapping[str, Any]]:
+def _stream_registry(
+    events: Iterator[Mapping[str, Any]], action: str, ref: str, progress: ProgressFn
+) -> list[Mapping[str, Any]]:
     """Consume a push/pull JSON stream, turning errors into RegistryError."""
     seen: list[Mapping[str, Any]] = []
     for event in events:
@@ -612,7 +626,10 @@ def _stream_registry(events: Iterator[Mapping[str, Any]], action: str, ref: str,
 
 
 def push_image(
-    client: docker.DockerClient, image: str, repository: str, tag: str,
+    client: docker.DockerClient,
+    image: str,
+    repository: str,
+    tag: str,
     progress: ProgressFn = no_progress,
 ) -> str:
     """Tag `image` as repository:tag, push it, and return the repo digest "repository@sha256:...".

@@ -55,8 +55,13 @@ def parse_rocminfo(text: str) -> RocmInfo:
 
     def flush() -> None:
         if current.get("Name"):
-            agents.append(RocmAgent(current["Name"], current.get("Marketing Name", ""),
-                                    current.get("Device Type", "")))
+            agents.append(
+                RocmAgent(
+                    current["Name"],
+                    current.get("Marketing Name", ""),
+                    current.get("Device Type", ""),
+                )
+            )
 
     for line in text.splitlines():
         if re.match(r"^\s*Agent \d+\s*$", line):
@@ -100,8 +105,11 @@ def parse_nvidia_smi_csv(text: str) -> list[NvidiaGpu]:
             continue
         rec = dict(zip(header, (c.strip() for c in row), strict=True))
         mem = re.match(r"(\d+)", rec.get("memory.total", ""))
-        gpus.append(NvidiaGpu(rec["name"], rec.get("driver_version", ""),
-                              int(mem.group(1)) if mem else None))
+        gpus.append(
+            NvidiaGpu(
+                rec["name"], rec.get("driver_version", ""), int(mem.group(1)) if mem else None
+            )
+        )
     return gpus
 
 
@@ -177,9 +185,14 @@ def parse_hipinfo(text: str) -> list[HipDevice]:
         if "device#" in block:
             arch = re.match(r"(gfx[0-9a-f]+)", block.get("gcnArchName", ""))
             mem = re.match(r"([\d.]+)\s*GB", block.get("totalGlobalMem", ""))
-            devices.append(HipDevice(int(block["device#"]), block.get("Name", ""),
-                                     arch.group(1) if arch else None,
-                                     float(mem.group(1)) if mem else None))
+            devices.append(
+                HipDevice(
+                    int(block["device#"]),
+                    block.get("Name", ""),
+                    arch.group(1) if arch else None,
+                    float(mem.group(1)) if mem else None,
+                )
+            )
 
     for line in text.splitlines():
         m = re.match(r"^(device#|Name:|gcnArchName:|totalGlobalMem:)\s*(.*?)\s*$", line)

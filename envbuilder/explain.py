@@ -40,8 +40,13 @@ class Explanation:
         )
 
     def as_dict(self) -> dict[str, object]:
-        return {"id": self.id, "title": self.title, "cause": self.cause, "fix": self.fix,
-                "sources": list(self.sources)}
+        return {
+            "id": self.id,
+            "title": self.title,
+            "cause": self.cause,
+            "fix": self.fix,
+            "sources": list(self.sources),
+        }
 
 
 _UNBOUNDED = re.compile(r"[*+]|\{\d*,\}")
@@ -90,8 +95,10 @@ def _compile(entry_id: str, values: object, key: str) -> tuple[re.Pattern[str], 
         raise CompatDataError(f"errors.toml: [[error]] {entry_id}: {key} must be a list of strings")
     for v in values:
         if risk := backtracking_risk(v):
-            raise CompatDataError(f"errors.toml: [[error]] {entry_id}: {key} regex {v!r} must "
-                                  f"take linear time on long lines: {risk}")
+            raise CompatDataError(
+                f"errors.toml: [[error]] {entry_id}: {key} regex {v!r} must "
+                f"take linear time on long lines: {risk}"
+            )
     try:
         return tuple(re.compile(v, re.IGNORECASE) for v in values)
     except re.error as exc:
@@ -118,14 +125,19 @@ def parse_errors(data: dict[str, object]) -> tuple[Explanation, ...]:
         sources = e.get("sources")
         if not isinstance(sources, list) or not sources:
             raise CompatDataError(f"errors.toml: [[error]] {eid}: sources must name at least one")
-        if (unknown := set(e) - {"id", "title", "patterns", "requires", "cause", "fix", "sources"}):
+        if unknown := set(e) - {"id", "title", "patterns", "requires", "cause", "fix", "sources"}:
             raise CompatDataError(f"errors.toml: [[error]] {eid}: unknown keys {sorted(unknown)}")
-        out.append(Explanation(
-            id=eid, title=e["title"], patterns=_compile(eid, e.get("patterns"), "patterns"),
-            requires=_compile(eid, e.get("requires", []), "requires"),
-            cause=" ".join(e["cause"].split()), fix=" ".join(e["fix"].split()),
-            sources=tuple(str(s) for s in sources),
-        ))
+        out.append(
+            Explanation(
+                id=eid,
+                title=e["title"],
+                patterns=_compile(eid, e.get("patterns"), "patterns"),
+                requires=_compile(eid, e.get("requires", []), "requires"),
+                cause=" ".join(e["cause"].split()),
+                fix=" ".join(e["fix"].split()),
+                sources=tuple(str(s) for s in sources),
+            )
+        )
     if len({x.id for x in out}) != len(out):
         raise CompatDataError("errors.toml: duplicate ids")
     return tuple(out)

@@ -143,11 +143,15 @@ class Fleet:
         """One line per failed node, and one for the collectives across nodes."""
         lines = [f"{n.node}: {'; '.join(n.problems) or n.status}" for n in self.nodes if n.failed]
         if self.cross.failed:
-            lines.append(f"collectives across {','.join(self.cross.nodes) or 'the nodes'}: "
-                         f"{'; '.join(self.cross.problems) or 'failed'}")
+            lines.append(
+                f"collectives across {','.join(self.cross.nodes) or 'the nodes'}: "
+                f"{'; '.join(self.cross.problems) or 'failed'}"
+            )
         if not self.nodes:
-            lines.append(f"no node ran (job {self.job.job_id} {self.job.state or 'unknown'}"
-                         f"{': ' + self.job.reason if self.job.reason else ''})")
+            lines.append(
+                f"no node ran (job {self.job.job_id} {self.job.state or 'unknown'}"
+                f"{': ' + self.job.reason if self.job.reason else ''})"
+            )
         return lines
 
 
@@ -199,8 +203,10 @@ def _node_row(job_dir: Path, node: str, job: JobInfo) -> tuple[NodeRow, Report |
         report = compare.load_report(path)
     except CompareError as exc:
         return NodeRow(node, "no report", path, (f"unreadable report: {exc}",)), None
-    problems = tuple(f"{check}: {reason}" if reason else f"{check} failed"
-                     for check, reason in report.failed_checks)
+    problems = tuple(
+        f"{check}: {reason}" if reason else f"{check} failed"
+        for check, reason in report.failed_checks
+    )
     status = "pass" if report.status == "pass" else "fail"
     if status == "fail" and not problems:
         problems = (f"the probe says {report.status}",)
@@ -218,10 +224,16 @@ def _label(key: MetricKey) -> str:
 
 def _pooled(others: Sequence[Metric]) -> Metric:
     """The other nodes as one baseline: every sample of theirs, the median of their values."""
-    samples = tuple(s for m in others
-                    for s in (m.samples or ((m.value,) if m.value is not None else ())))
-    return replace(others[0], value=_median([m.value for m in others]), samples=samples,
-                   check_status="pass", problem=None)
+    samples = tuple(
+        s for m in others for s in (m.samples or ((m.value,) if m.value is not None else ()))
+    )
+    return replace(
+        others[0],
+        value=_median([m.value for m in others]),
+        samples=samples,
+        check_status="pass",
+        problem=None,
+    )
 
 
 def _median(values: Sequence[float | None]) -> float | None:
@@ -233,38 +245,53 @@ def _median(values: Sequence[float | None]) -> float | None:
     return ordered[mid] if len(ordered) % 2 else ordered[mid - 1] / 2 + ordered[mid] / 2
 
 
-def _judge(rows: Sequence[NodeRow], floor_pct: float) -> tuple[dict[str, list[Outlier]],
-                                                                 list[str]]:
+def _judge(rows: Sequence[NodeRow], floor_pct: float) -> tuple[dict[str, list[Outlier]], list[str]]:
     """Outliers per node, and notes (two nodes that differ; noise unknown)."""
     outliers: dict[str, list[Outlier]] = {}
     notes: list[str] = []
     unknown: list[str] = []
     keys = dict.fromkeys(k for r in rows for k in r.metrics if _judged(k))
     for key in keys:
-        have = {r.node: r.metrics[key] for r in rows
-                if key in r.metrics and r.metrics[key].value is not None}
+        have = {
+            r.node: r.metrics[key]
+            for r in rows
+            if key in r.metrics and r.metrics[key].value is not None
+        }
         if len(have) < 2:
             continue
-        cells = {node: compare._compare_cell(  # compare's noise rule, node vs the others
-                     _pooled([m for n, m in have.items() if n != node]), metric, node, floor_pct)
-                 for node, metric in have.items()}
+        cells = {
+            node: compare._compare_cell(  # compare's noise rule, node vs the others
+                _pooled([m for n, m in have.items() if n != node]), metric, node, floor_pct
+            )
+            for node, metric in have.items()
+        }
         beyond = {n: c for n, c in cells.items() if c.verdict in ("faster", "slower")}
         if all(c.verdict == "noise unknown" for c in cells.values()):
             unknown.append(_label(key))
         elif len(have) == 2 and beyond:
             a, b = sorted(have)
-            notes.append(f"{a} and {b} differ in {_label(key)} ({compare.fmt_num(have[a].value)}"
-                         f" vs {compare.fmt_num(have[b].value)} {have[a].unit}), beyond noise; "
-                         "with two nodes neither is called the outlier")
+            notes.append(
+                f"{a} and {b} differ in {_label(key)} ({compare.fmt_num(have[a].value)}"
+                f" vs {compare.fmt_num(have[b].value)} {have[a].unit}), beyond noise; "
+                "with two nodes neither is called the outlier"
+            )
         elif len(have) >= 3:
             for node, cell in beyond.items():
                 base = _pooled([m for n, m in have.items() if n != node])
-                outliers.setdefault(node, []).append(Outlier(
-                    _label(key), cell.verdict, float(have[node].value or 0.0),
-                    float(base.value or 0.0), have[node].unit))
+                outliers.setdefault(node, []).append(
+                    Outlier(
+                        _label(key),
+                        cell.verdict,
+                        float(have[node].value or 0.0),
+                        float(base.value or 0.0),
+                        have[node].unit,
+                    )
+                )
     if unknown:
-        notes.append(f"outliers not judged for {len(unknown)} metric(s): noise unknown with one "
-                     "sample per node; validate with --repeat 3 to judge them")
+        notes.append(
+            f"outliers not judged for {len(unknown)} metric(s): noise unknown with one "
+            "sample per node; validate with --repeat 3 to judge them"
+        )
     return outliers, notes
 
 
@@ -286,17 +313,21 @@ def _collectives_entry(report: Report, path: Path) -> tuple[str, str | None, dic
         return report.status, None, {}
 
 
-def _cross(job_dir: Path, nodes: Sequence[str], rows: Sequence[NodeRow],
-           job: JobInfo) -> CrossNode:
+def _cross(job_dir: Path, nodes: Sequence[str], rows: Sequence[NodeRow], job: JobInfo) -> CrossNode:
     folder = job_dir / "collectives"
     phase = (_read_text(job_dir / "phase") or "").strip()
     reports = _rank_reports(folder)
     ran = [n for n in nodes if (folder / f"{n}.exit").exists() or (folder / f"{n}.log").exists()]
     if not reports and not ran:
         if phase in ("probe", "collectives") or not phase:
-            return CrossNode("fail" if phase == "collectives" else "not run", nodes=tuple(nodes),
-                             problems=(f"the job ended before the collectives across nodes ran "
-                                       f"(job {job.state or 'unknown'})",))
+            return CrossNode(
+                "fail" if phase == "collectives" else "not run",
+                nodes=tuple(nodes),
+                problems=(
+                    f"the job ended before the collectives across nodes ran "
+                    f"(job {job.state or 'unknown'})",
+                ),
+            )
         return CrossNode("not run", nodes=tuple(nodes), problems=("not requested",))
     ranks: list[RankRow] = []
     problems: list[str] = []
@@ -321,15 +352,19 @@ def _cross(job_dir: Path, nodes: Sequence[str], rows: Sequence[NodeRow],
     for node in nodes:
         code = (_read_text(folder / f"{node}.exit") or "").strip()
         if code not in ("", "0"):
-            problems.append(f"{node}: torchrun exited with {code}; output: "
-                            f"{_tail(folder / f'{node}.log')}")
+            problems.append(
+                f"{node}: torchrun exited with {code}; output: {_tail(folder / f'{node}.log')}"
+            )
         elif not code and node in ran:
             problems.append(f"{node}: did not finish (job {job.state or 'unknown'})")
     bad = [r for r in ranks if r.status != "pass"]
     if bad:
         first = next((r for r in bad if r.reason), bad[0])
-        problems.insert(0, f"{len(bad)} of {len(ranks)} rank(s) did not pass; rank {first.rank} "
-                           f"on {first.node}: {first.reason or first.status}")
+        problems.insert(
+            0,
+            f"{len(bad)} of {len(ranks)} rank(s) did not pass; rank {first.rank} "
+            f"on {first.node}: {first.reason or first.status}",
+        )
     if not reports:
         problems.insert(0, "no rank wrote a report")
     sizes = _sizes(rank0, rows)
@@ -338,8 +373,11 @@ def _cross(job_dir: Path, nodes: Sequence[str], rows: Sequence[NodeRow],
 
 
 def _busbw(metrics: Mapping[MetricKey, Metric]) -> dict[str, Metric]:
-    return {k[3]: m for k, m in metrics.items()
-            if k[0] == "collectives" and k[1] == "busbw" and k[3] and m.value is not None}
+    return {
+        k[3]: m
+        for k, m in metrics.items()
+        if k[0] == "collectives" and k[1] == "busbw" and k[3] and m.value is not None
+    }
 
 
 def _sizes(rank0: Report | None, rows: Sequence[NodeRow]) -> tuple[SizeRow, ...]:
@@ -364,13 +402,17 @@ def _env_target(reports: Sequence[Report]) -> tuple[str | None, str | None]:
     return None, None
 
 
-def read_job_dir(job_dir: Path, job: JobInfo | None = None,
-                 noise_floor_pct: float = compare.DEFAULT_NOISE_FLOOR_PCT) -> Fleet:
+def read_job_dir(
+    job_dir: Path,
+    job: JobInfo | None = None,
+    noise_floor_pct: float = compare.DEFAULT_NOISE_FLOOR_PCT,
+) -> Fleet:
     """The fleet report of one job folder. A node without a report is a failed row saying why
     (its exit code and output, or the job's state); reports that are not probe reports too."""
     if not job_dir.is_dir():
-        raise CompareError(f"{job_dir}: no such job folder (validate.sbatch writes "
-                           "RUN_DIR/job-<id>/)")
+        raise CompareError(
+            f"{job_dir}: no such job folder (validate.sbatch writes RUN_DIR/job-<id>/)"
+        )
     info = job or JobInfo(job_dir.name.removeprefix("job-"))
     nodes = _job_nodes(job_dir, info)
     read = [_node_row(job_dir, node, info) for node in nodes]
@@ -380,14 +422,32 @@ def read_job_dir(job_dir: Path, job: JobInfo | None = None,
     rows = [replace(r, outliers=tuple(outliers.get(r.node, ()))) for r in rows]
     rows.sort(key=lambda r: (0 if r.failed else 1 if r.outliers else 2, r.node))
     if len(reports) >= 2:
-        notes += [f"nodes: {line}" for line in compare.fingerprint_lines(
-            compare.Comparison(tuple(reports), (), tuple(compare.fingerprint_diffs(reports)),
-                               (), noise_floor_pct))]
+        notes += [
+            f"nodes: {line}"
+            for line in compare.fingerprint_lines(
+                compare.Comparison(
+                    tuple(reports),
+                    (),
+                    tuple(compare.fingerprint_diffs(reports)),
+                    (),
+                    noise_floor_pct,
+                )
+            )
+        ]
     env, target = _env_target(reports)
     if info.note:
         notes.insert(0, info.note)
-    return Fleet(job_dir, info, env, target, tuple(rows), _cross(job_dir, nodes, rows, info),
-                 tuple(notes), noise_floor_pct, compare.noise_rule_text(noise_floor_pct))
+    return Fleet(
+        job_dir,
+        info,
+        env,
+        target,
+        tuple(rows),
+        _cross(job_dir, nodes, rows, info),
+        tuple(notes),
+        noise_floor_pct,
+        compare.noise_rule_text(noise_floor_pct),
+    )
 
 
 # --------------------------------------------------------------------------- output
@@ -423,57 +483,114 @@ def _metric_text(m: Metric | None) -> str:
 
 
 def _outlier_text(o: Outlier) -> str:
-    return (f"{o.metric} {o.verdict} ({compare.fmt_num(o.value)} vs "
-            f"{compare.fmt_num(o.others_median)} {o.unit})")
+    return (
+        f"{o.metric} {o.verdict} ({compare.fmt_num(o.value)} vs "
+        f"{compare.fmt_num(o.others_median)} {o.unit})"
+    )
 
 
 def table_rows(fleet: Fleet) -> list[list[str]]:
-    return [[r.node, r.status, _metric_text(headline_matmul(r.metrics)),
-             _metric_text(headline_busbw(r.metrics)),
-             "; ".join(_outlier_text(o) for o in r.outliers) or "-",
-             "; ".join(r.problems) or "-"] for r in fleet.nodes]
+    return [
+        [
+            r.node,
+            r.status,
+            _metric_text(headline_matmul(r.metrics)),
+            _metric_text(headline_busbw(r.metrics)),
+            "; ".join(_outlier_text(o) for o in r.outliers) or "-",
+            "; ".join(r.problems) or "-",
+        ]
+        for r in fleet.nodes
+    ]
 
 
 def cross_rows(fleet: Fleet) -> list[list[str]]:
-    return [[row.size, f"{compare.fmt_num(row.all_nodes)} {row.unit}",
-             f"{compare.fmt_num(row.one_node)} {row.unit}", compare.fmt_num(row.ratio, 3)]
-            for row in fleet.cross.sizes]
+    return [
+        [
+            row.size,
+            f"{compare.fmt_num(row.all_nodes)} {row.unit}",
+            f"{compare.fmt_num(row.one_node)} {row.unit}",
+            compare.fmt_num(row.ratio, 3),
+        ]
+        for row in fleet.cross.sizes
+    ]
 
 
 def summary_line(fleet: Fleet) -> str:
     failed = fleet.failed_nodes
-    text = (f"{len(fleet.nodes)} node(s), {len(failed)} failed"
-            + (f" ({', '.join(failed)})" if failed else ""))
+    text = f"{len(fleet.nodes)} node(s), {len(failed)} failed" + (
+        f" ({', '.join(failed)})" if failed else ""
+    )
     return text + f"; collectives across nodes: {fleet.cross.status}"
 
 
 def to_json(fleet: Fleet) -> dict[str, Any]:
     def metric(m: Metric) -> dict[str, Any]:
-        return {"check": m.check, "name": m.name, "dtype": m.dtype, "size": m.size,
-                "value": m.value, "unit": m.unit, "samples": list(m.samples)}
+        return {
+            "check": m.check,
+            "name": m.name,
+            "dtype": m.dtype,
+            "size": m.size,
+            "value": m.value,
+            "unit": m.unit,
+            "samples": list(m.samples),
+        }
 
     return {
-        "tool": TOOL, "format_version": FORMAT_VERSION,
+        "tool": TOOL,
+        "format_version": FORMAT_VERSION,
         "status": "pass" if fleet.ok else "fail",
-        "env": fleet.env, "target": fleet.target, "job_dir": str(fleet.job_dir),
-        "job": {"id": fleet.job.job_id, "state": fleet.job.state, "reason": fleet.job.reason,
-                "run_time": fleet.job.run_time, "note": fleet.job.note},
+        "env": fleet.env,
+        "target": fleet.target,
+        "job_dir": str(fleet.job_dir),
+        "job": {
+            "id": fleet.job.job_id,
+            "state": fleet.job.state,
+            "reason": fleet.job.reason,
+            "run_time": fleet.job.run_time,
+            "note": fleet.job.note,
+        },
         "failed_nodes": list(fleet.failed_nodes),
-        "noise_rule": fleet.noise_rule, "noise_floor_pct": fleet.noise_floor_pct,
-        "nodes": [{"node": r.node, "status": r.status,
-                   "report": str(r.report) if r.report else None, "problems": list(r.problems),
-                   "outliers": [{"metric": o.metric, "verdict": o.verdict, "value": o.value,
-                                 "others_median": o.others_median, "unit": o.unit}
-                                for o in r.outliers],
-                   "metrics": [metric(m) for k, m in r.metrics.items() if _judged(k)]}
-                  for r in fleet.nodes],
+        "noise_rule": fleet.noise_rule,
+        "noise_floor_pct": fleet.noise_floor_pct,
+        "nodes": [
+            {
+                "node": r.node,
+                "status": r.status,
+                "report": str(r.report) if r.report else None,
+                "problems": list(r.problems),
+                "outliers": [
+                    {
+                        "metric": o.metric,
+                        "verdict": o.verdict,
+                        "value": o.value,
+                        "others_median": o.others_median,
+                        "unit": o.unit,
+                    }
+                    for o in r.outliers
+                ],
+                "metrics": [metric(m) for k, m in r.metrics.items() if _judged(k)],
+            }
+            for r in fleet.nodes
+        ],
         "collectives_across_nodes": {
-            "status": fleet.cross.status, "world_size": fleet.cross.world_size,
-            "nodes": list(fleet.cross.nodes), "problems": list(fleet.cross.problems),
-            "ranks": [{"rank": r.rank, "node": r.node, "status": r.status, "reason": r.reason}
-                      for r in fleet.cross.ranks],
-            "busbw": [{"size": s.size, "all_nodes": s.all_nodes, "one_node": s.one_node,
-                       "ratio": s.ratio, "unit": s.unit} for s in fleet.cross.sizes],
+            "status": fleet.cross.status,
+            "world_size": fleet.cross.world_size,
+            "nodes": list(fleet.cross.nodes),
+            "problems": list(fleet.cross.problems),
+            "ranks": [
+                {"rank": r.rank, "node": r.node, "status": r.status, "reason": r.reason}
+                for r in fleet.cross.ranks
+            ],
+            "busbw": [
+                {
+                    "size": s.size,
+                    "all_nodes": s.all_nodes,
+                    "one_node": s.one_node,
+                    "ratio": s.ratio,
+                    "unit": s.unit,
+                }
+                for s in fleet.cross.sizes
+            ],
         },
         "notes": list(fleet.notes),
     }
@@ -487,8 +604,9 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]
     def cell(text: str) -> str:
         return compare.printable(text).replace("|", "\\|")
 
-    return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-            + ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows])
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
+        "| " + " | ".join(cell(c) for c in row) + " |" for row in rows
+    ]
 
 
 def _title(fleet: Fleet) -> str:
@@ -498,18 +616,32 @@ def _title(fleet: Fleet) -> str:
 
 def to_markdown(fleet: Fleet) -> str:
     job = fleet.job
-    lines = [f"# {_title(fleet)}", "",
-             f"Result: **{'pass' if fleet.ok else 'FAIL'}**: {summary_line(fleet)}.", "",
-             f"Job {job.job_id}: {job.state or 'state unknown'}"
-             + (f" ({job.reason})" if job.reason and job.reason != "None" else "")
-             + (f", ran {job.run_time}" if job.run_time else "") + f"; folder `{fleet.job_dir}`.",
-             "", "## Nodes", "", f"Noise rule: {fleet.noise_rule}", ""]
+    lines = [
+        f"# {_title(fleet)}",
+        "",
+        f"Result: **{'pass' if fleet.ok else 'FAIL'}**: {summary_line(fleet)}.",
+        "",
+        f"Job {job.job_id}: {job.state or 'state unknown'}"
+        + (f" ({job.reason})" if job.reason and job.reason != "None" else "")
+        + (f", ran {job.run_time}" if job.run_time else "")
+        + f"; folder `{fleet.job_dir}`.",
+        "",
+        "## Nodes",
+        "",
+        f"Noise rule: {fleet.noise_rule}",
+        "",
+    ]
     lines += _md_table(TABLE_HEADER, table_rows(fleet))
     cross = fleet.cross
-    lines += ["", "## Collectives across nodes", "",
-              f"Status: **{cross.status}**"
-              + (f", world size {cross.world_size}" if cross.world_size else "")
-              + (f", nodes {', '.join(cross.nodes)}" if cross.nodes else "") + "."]
+    lines += [
+        "",
+        "## Collectives across nodes",
+        "",
+        f"Status: **{cross.status}**"
+        + (f", world size {cross.world_size}" if cross.world_size else "")
+        + (f", nodes {', '.join(cross.nodes)}" if cross.nodes else "")
+        + ".",
+    ]
     lines += [f"- {p}" for p in cross.problems]
     if cross.sizes:
         lines += ["", *_md_table(CROSS_HEADER, cross_rows(fleet))]
@@ -522,21 +654,34 @@ def write_html(fleet: Fleet, dest: Path) -> Path:
     """One self-contained page (no scripts, no network)."""
     from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
-    env = Environment(loader=PackageLoader("envbuilder", "templates/fleet"),
-                      autoescape=select_autoescape(["html", "j2"]), undefined=StrictUndefined,
-                      keep_trailing_newline=True)
+    env = Environment(
+        loader=PackageLoader("envbuilder", "templates/fleet"),
+        autoescape=select_autoescape(["html", "j2"]),
+        undefined=StrictUndefined,
+        keep_trailing_newline=True,
+    )
     page = env.get_template("index.html.j2").render(
-        title=_title(fleet), fleet=fleet, ok=fleet.ok, summary=summary_line(fleet),
-        header=TABLE_HEADER, rows=table_rows(fleet), failed=[r.failed for r in fleet.nodes],
-        cross_header=CROSS_HEADER, cross_rows=cross_rows(fleet))
+        title=_title(fleet),
+        fleet=fleet,
+        ok=fleet.ok,
+        summary=summary_line(fleet),
+        header=TABLE_HEADER,
+        rows=table_rows(fleet),
+        failed=[r.failed for r in fleet.nodes],
+        cross_header=CROSS_HEADER,
+        cross_rows=cross_rows(fleet),
+    )
     atomic_write_text(dest, page)
     return dest
 
 
 def write_reports(fleet: Fleet, folder: Path) -> dict[str, Path]:
     """fleet.json, fleet.md and fleet.html in `folder` (each written atomically)."""
-    paths = {"json": folder / "fleet.json", "markdown": folder / "fleet.md",
-             "html": folder / "fleet.html"}
+    paths = {
+        "json": folder / "fleet.json",
+        "markdown": folder / "fleet.md",
+        "html": folder / "fleet.html",
+    }
     atomic_write_text(paths["json"], dumps_json(fleet))
     atomic_write_text(paths["markdown"], to_markdown(fleet))
     write_html(fleet, paths["html"])

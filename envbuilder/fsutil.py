@@ -59,11 +59,13 @@ def write_error(path: Path, exc: OSError, verb: str = "write") -> WriteError:
     """`exc` (raised while writing `path`) as a WriteError saying what is in the way or why."""
     blocker = _file_in_the_way(path)
     if blocker is not None:
-        return WriteError(path, f"{blocker} is a file, not a folder; move it away or choose "
-                                "another path", verb)
+        return WriteError(
+            path, f"{blocker} is a file, not a folder; move it away or choose another path", verb
+        )
     if exc.errno == errno.EISDIR or (path.is_dir() and not path.is_symlink()):
-        return WriteError(path, "it is a folder, not a file; move it away or choose another path",
-                          verb)
+        return WriteError(
+            path, "it is a folder, not a file; move it away or choose another path", verb
+        )
     cause = os.strerror(exc.errno) if exc.errno else str(exc)
     cause = cause[:1].lower() + cause[1:]
     hint = _HINTS.get(exc.errno or 0)
@@ -176,8 +178,11 @@ def temp_dir(prefix: str, parent: Path | None = None) -> Iterator[Path]:
             try:
                 path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
             except OSError as exc:
-                raise write_error(Path(parent or tempfile.gettempdir()) / f"{prefix}*", exc,
-                                  "create a temp folder") from None
+                raise write_error(
+                    Path(parent or tempfile.gettempdir()) / f"{prefix}*",
+                    exc,
+                    "create a temp folder",
+                ) from None
         yield path
     finally:
         if path is not None:
@@ -186,6 +191,7 @@ def temp_dir(prefix: str, parent: Path | None = None) -> Iterator[Path]:
 
 
 # --- several files as one step ------------------------------------------------------------------
+
 
 def write_together(files: Mapping[Path, bytes], mode: int | None = None) -> None:
     """Write several files, anywhere, so that an error writes none of them: each goes to a temp
@@ -198,11 +204,16 @@ def write_together(files: Mapping[Path, bytes], mode: int | None = None) -> None
     try:
         for entry in entries:
             if entry.path.is_dir() and not entry.path.is_symlink():
-                raise WriteError(entry.path, "it is a folder, not a file; move it away or "
-                                             "choose another path")
+                raise WriteError(
+                    entry.path, "it is a folder, not a file; move it away or choose another path"
+                )
             created += _make_parents(entry.path)
-            _write_temp(entry.path, entry.temp(token), files[entry.path],
-                        _default_mode() if mode is None else mode)
+            _write_temp(
+                entry.path,
+                entry.temp(token),
+                files[entry.path],
+                _default_mode() if mode is None else mode,
+            )
         with deferred():
             for entry in entries:
                 try:
@@ -251,8 +262,9 @@ def commit_files(
         created = _make_parents(root / JOURNAL)
     except WriteError as exc:  # name the user's file, not the journal
         first = min(changes)
-        raise WriteError(first, exc.cause, "write" if changes[first] is not None
-                         else "remove") from None
+        raise WriteError(
+            first, exc.cause, "write" if changes[first] is not None else "remove"
+        ) from None
     try:
         with _exclusive(root):
             _recover(root)
@@ -263,34 +275,44 @@ def commit_files(
         raise
 
 
-def _commit(root: Path, changes: Mapping[Path, bytes | None],
-            mode: int | Callable[[Path], int] | None) -> None:
+def _commit(
+    root: Path, changes: Mapping[Path, bytes | None], mode: int | Callable[[Path], int] | None
+) -> None:
     token = secrets.token_hex(6)
     entries = [_Entry(path, data is not None) for path, data in sorted(changes.items())]
     for entry in entries:
         if entry.path.is_dir() and not entry.path.is_symlink():
-            raise WriteError(entry.path, "it is a folder, not a file; move it away or choose "
-                                         "another path", "write" if entry.new else "remove")
+            raise WriteError(
+                entry.path,
+                "it is a folder, not a file; move it away or choose another path",
+                "write" if entry.new else "remove",
+            )
     folders = _missing_folders(root, entries)
     committed = False
     try:
         try:
             _write_journal(root, "prepared", token, entries, folders)
         except WriteError as exc:  # name the user's file, not the journal
-            raise WriteError(entries[0].path, exc.cause,
-                             "write" if entries[0].new else "remove") from None
+            raise WriteError(
+                entries[0].path, exc.cause, "write" if entries[0].new else "remove"
+            ) from None
         for folder in folders:
             try:
                 folder.mkdir()
             except OSError as exc:
-                raise write_error(next(e.path for e in entries if folder in e.path.parents),
-                                  exc) from None
+                raise write_error(
+                    next(e.path for e in entries if folder in e.path.parents), exc
+                ) from None
         for entry in entries:
             data = changes[entry.path]
             if data is not None:
                 file_mode = mode(entry.path) if callable(mode) else mode
-                _write_temp(entry.path, entry.temp(token), data,
-                            _default_mode() if file_mode is None else file_mode)
+                _write_temp(
+                    entry.path,
+                    entry.temp(token),
+                    data,
+                    _default_mode() if file_mode is None else file_mode,
+                )
         with deferred():  # from the commit point to the end: held against interrupts
             _write_journal(root, "committed", token, entries, folders)
             committed = True
@@ -314,8 +336,10 @@ def _missing_folders(root: Path, entries: Sequence[_Entry]) -> list[Path]:
             continue
         blocker = _file_in_the_way(entry.path)
         if blocker is not None:
-            raise WriteError(entry.path, f"{blocker} is a file, not a folder; move it away or "
-                                         "choose another path")
+            raise WriteError(
+                entry.path,
+                f"{blocker} is a file, not a folder; move it away or choose another path",
+            )
         for parent in reversed(entry.path.parents):
             if root in parent.parents and not parent.is_dir() and parent not in missing:
                 missing.append(parent)
@@ -334,10 +358,13 @@ def _write_temp(target: Path, tmp: Path, data: bytes, mode: int) -> None:
         raise write_error(target, exc) from None
 
 
-def _write_journal(root: Path, state: str, token: str, entries: Sequence[_Entry],
-                   folders: Sequence[Path]) -> None:
+def _write_journal(
+    root: Path, state: str, token: str, entries: Sequence[_Entry], folders: Sequence[Path]
+) -> None:
     data = {
-        "version": JOURNAL_VERSION, "state": state, "token": token,
+        "version": JOURNAL_VERSION,
+        "state": state,
+        "token": token,
         "files": [{"path": _rel(root, e.path), "new": e.new} for e in entries],
         "folders": [_rel(root, f) for f in folders],
     }
@@ -370,8 +397,7 @@ def _roll_forward(root: Path, token: str, entries: Sequence[_Entry]) -> None:
         raise write_error(root / JOURNAL, exc, "remove") from None
 
 
-def _roll_back(root: Path, token: str, entries: Sequence[_Entry],
-               folders: Sequence[Path]) -> None:
+def _roll_back(root: Path, token: str, entries: Sequence[_Entry], folders: Sequence[Path]) -> None:
     """Remove every temp file, the folders the commit made (when empty) and the journal."""
     for entry in entries:
         with contextlib.suppress(OSError):
@@ -421,27 +447,36 @@ def _recover(root: Path) -> str | None:
     with deferred():
         if state == "committed":
             _roll_forward(root, token, entries)
-            return (f"finished an interrupted write of {len(entries)} file(s) in {root} "
-                    "(the new version is now complete)")
+            return (
+                f"finished an interrupted write of {len(entries)} file(s) in {root} "
+                "(the new version is now complete)"
+            )
         _roll_back(root, token, entries, folders)
     return f"removed the temp files of an interrupted write in {root} (the old version stays)"
 
 
-def _read_journal(root: Path,
-                  journal: Path) -> tuple[str, str, list[_Entry], list[Path]]:
+def _read_journal(root: Path, journal: Path) -> tuple[str, str, list[_Entry], list[Path]]:
     """The journal's state, token, entries and folders; each path checked to lie below `root`."""
+
     def bad(why: str) -> EnvbuilderError:
-        return EnvbuilderError(f"{journal}: {why}; it is not an envbuilder commit journal "
-                               "that can be finished. Check the files it names, then remove it")
+        return EnvbuilderError(
+            f"{journal}: {why}; it is not an envbuilder commit journal "
+            "that can be finished. Check the files it names, then remove it"
+        )
 
     try:
         data: Any = json.loads(journal.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise bad(f"unreadable ({exc})") from None
-    if not isinstance(data, dict) or data.get("version") != JOURNAL_VERSION \
-            or data.get("state") not in ("prepared", "committed") \
-            or not isinstance(data.get("token"), str) or not _TOKEN.match(data["token"]) \
-            or not isinstance(data.get("files"), list) or not isinstance(data.get("folders"), list):
+    if (
+        not isinstance(data, dict)
+        or data.get("version") != JOURNAL_VERSION
+        or data.get("state") not in ("prepared", "committed")
+        or not isinstance(data.get("token"), str)
+        or not _TOKEN.match(data["token"])
+        or not isinstance(data.get("files"), list)
+        or not isinstance(data.get("folders"), list)
+    ):
         raise bad("unknown format")
     entries: list[_Entry] = []
     for item in data["files"]:

@@ -63,8 +63,9 @@ SHELL_META = frozenset("'\"`$;\\")
 PYLOCK_FILE_RE = re.compile(r"pylock\.([^.]+)\.toml")
 #: Device names Windows reserves in every folder (with any extension): a folder or file with one
 #: of these names cannot be created there, so a checkout with dockerfiles/<env> fails.
-WINDOWS_RESERVED = frozenset({"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)),
-                              *(f"lpt{i}" for i in range(10))})
+WINDOWS_RESERVED = frozenset(
+    {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lpt{i}" for i in range(10))}
+)
 
 
 def unsafe_char(value: str, allowed: str = "") -> str | None:
@@ -85,13 +86,16 @@ def unsafe_char(value: str, allowed: str = "") -> str | None:
 
 # --- names -----------------------------------------------------------------------------------
 
+
 def env_name_problem(name: str) -> str | None:
     """Why `name` cannot be an env name (a Docker image name/tag and WSL distro name part)."""
     if ENV_NAME_RE.fullmatch(name) and len(name) <= ENV_NAME_MAX:
         return None
-    return ("environment name cannot be a Docker image name/tag or WSL distro name; use "
-            "lower-case letters, digits and single '.', '_' or '-' between them (at most 63 "
-            "characters), e.g. 'rocm64'")
+    return (
+        "environment name cannot be a Docker image name/tag or WSL distro name; use "
+        "lower-case letters, digits and single '.', '_' or '-' between them (at most 63 "
+        "characters), e.g. 'rocm64'"
+    )
 
 
 def env_name_problems(env: str, pylock_names: Sequence[str]) -> list[str]:
@@ -100,13 +104,17 @@ def env_name_problems(env: str, pylock_names: Sequence[str]) -> list[str]:
     out = []
     bad = [n for n in pylock_names if not PYLOCK_FILE_RE.fullmatch(n)]
     if bad:
-        out.append(f"env name has a dot: its lock files ({bad[0]}, ...) would not be PEP 751 "
-                   "names (pylock.<name>.toml, no dot in <name>), which pip and uv refuse; use "
-                   f"{env.replace('.', '-')!r}")
+        out.append(
+            f"env name has a dot: its lock files ({bad[0]}, ...) would not be PEP 751 "
+            "names (pylock.<name>.toml, no dot in <name>), which pip and uv refuse; use "
+            f"{env.replace('.', '-')!r}"
+        )
     if env in WINDOWS_RESERVED:
-        out.append(f"{env!r} is a device name Windows reserves: the env's folders "
-                   f"(dockerfiles/{env}, windows/{env}) cannot exist in a Windows checkout; use "
-                   f"e.g. '{env}-env'")
+        out.append(
+            f"{env!r} is a device name Windows reserves: the env's folders "
+            f"(dockerfiles/{env}, windows/{env}) cannot exist in a Windows checkout; use "
+            f"e.g. '{env}-env'"
+        )
     return out
 
 
@@ -125,16 +133,20 @@ def package_name_problem(name: str) -> str | None:
 def apt_problem(name: str) -> str | None:
     if APT_NAME_RE.fullmatch(name):
         return None
-    return (f"{name!r} is not a Debian package name (lower-case letters, digits, '+', '-', '.'; "
-            "at least two characters, e.g. \"libnuma1\")")
+    return (
+        f"{name!r} is not a Debian package name (lower-case letters, digits, '+', '-', '.'; "
+        'at least two characters, e.g. "libnuma1")'
+    )
 
 
 def user_problem(user: str) -> str | None:
     if not USER_RE.fullmatch(user):
-        return (f"{user!r} is not a valid user name; use lower-case letters, digits, '_' and "
-                "'-', starting with a letter (e.g. \"envbuilder\")")
+        return (
+            f"{user!r} is not a valid user name; use lower-case letters, digits, '_' and "
+            "'-', starting with a letter (e.g. \"envbuilder\")"
+        )
     if user == "root":
-        return "must not be root: the image's user has uid 1000; use e.g. \"envbuilder\""
+        return 'must not be root: the image\'s user has uid 1000; use e.g. "envbuilder"'
     return None
 
 
@@ -143,27 +155,35 @@ def distro_problem(env: str, distro: str, derived: bool = False) -> str | None:
     if DISTRO_RE.fullmatch(distro):
         return None
     if derived:
-        return (f"the default distro name {distro!r} (from the env name) is longer than 64 "
-                f"characters, WSL's limit; set [env.{env}.wsl2] distro = \"...\" or use a "
-                "shorter env name")
-    return (f"{distro!r} cannot be a WSL distro name; use letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit, at most 64 characters (e.g. "
-            "\"envbuilder-rocm64\")")
+        return (
+            f"the default distro name {distro!r} (from the env name) is longer than 64 "
+            f'characters, WSL\'s limit; set [env.{env}.wsl2] distro = "..." or use a '
+            "shorter env name"
+        )
+    return (
+        f"{distro!r} cannot be a WSL distro name; use letters, digits, '.', '_' or '-', "
+        "starting with a letter or digit, at most 64 characters (e.g. "
+        '"envbuilder-rocm64")'
+    )
 
 
 def interpreter_problem(python: str) -> str | None:
     if INTERPRETER_RE.fullmatch(python):
         return None
-    return (f"{python!r} is not an interpreter name or absolute path; write e.g. \"python3\" or "
-            "\"/usr/bin/python3.12\"")
+    return (
+        f'{python!r} is not an interpreter name or absolute path; write e.g. "python3" or '
+        '"/usr/bin/python3.12"'
+    )
 
 
 def image_problem(image: str) -> str | None:
     """Why `image` is not an image reference (an error)."""
     if IMAGE_RE.fullmatch(image):
         return None
-    return (f"{image!r} is not a Docker image reference; write NAME:TAG, e.g. "
-            "\"debian:bookworm-slim\" or \"rocm/dev-ubuntu-24.04:6.4.1\"")
+    return (
+        f"{image!r} is not a Docker image reference; write NAME:TAG, e.g. "
+        '"debian:bookworm-slim" or "rocm/dev-ubuntu-24.04:6.4.1"'
+    )
 
 
 def image_untagged(image: str) -> str | None:
@@ -171,11 +191,14 @@ def image_untagged(image: str) -> str | None:
     m = IMAGE_RE.fullmatch(image)
     if m is None or m.group("tag") is not None or m.group("digest") is not None:
         return None
-    return (f"{image!r} has no tag (it would mean :latest, which moves); write NAME:TAG, e.g. "
-            "\"debian:bookworm-slim\"")
+    return (
+        f"{image!r} has no tag (it would mean :latest, which moves); write NAME:TAG, e.g. "
+        '"debian:bookworm-slim"'
+    )
 
 
 # --- text, URLs, paths ----------------------------------------------------------------------
+
 
 def text_problem(value: str) -> str | None:
     """Free text that lands in labels and comments: one printable line."""
@@ -187,10 +210,15 @@ def url_problem(url: str) -> str | None:
     """An http(s) URL with nothing a shell line could trip over."""
     bad = unsafe_char(url)
     parts = urlsplit(url) if bad is None else None
-    if bad or parts is None or parts.scheme not in ("http", "https") or not parts.netloc \
-            or " " in url:
+    if (
+        bad
+        or parts is None
+        or parts.scheme not in ("http", "https")
+        or not parts.netloc
+        or " " in url
+    ):
         what = f"contains {bad}" if bad else "is not an http(s) URL"
-        return f"{what}; write e.g. \"https://download.pytorch.org/whl/rocm6.4\""
+        return f'{what}; write e.g. "https://download.pytorch.org/whl/rocm6.4"'
     return None
 
 
@@ -201,7 +229,7 @@ def mirror_problem(mirror: str) -> str | None:
     bad = unsafe_char(mirror)
     if bad or not mirror.startswith("/"):
         what = f"contains {bad}" if bad else "is neither an absolute folder nor an http(s) URL"
-        return f"{what}; write e.g. \"/opt/wheels\" or \"https://mirror.example/simple\""
+        return f'{what}; write e.g. "/opt/wheels" or "https://mirror.example/simple"'
     return None
 
 
@@ -209,33 +237,38 @@ def windows_path_problem(value: str) -> str | None:
     bad = unsafe_char(value, allowed="\\")
     if bad or not WINDOWS_PATH_RE.fullmatch(value):
         what = f"contains {bad}" if bad else "is not an absolute Windows path"
-        return f"{what}; write e.g. \"C:\\Program Files\\AMD\\ROCm\\6.4\\\""
+        return f'{what}; write e.g. "C:\\Program Files\\AMD\\ROCm\\6.4\\"'
     return None
 
 
 # --- requirements and variables -------------------------------------------------------------
 
+
 def requirement_problem(spec: str) -> str | None:
     """PEP 508 strings; quotes and ';' only inside an environment marker."""
     bad = unsafe_char(spec, allowed="'\";")
     if bad:
-        return f"contains {bad}; a requirement is one line of PEP 508 (e.g. \"torch==2.9.1\")"
+        return f'contains {bad}; a requirement is one line of PEP 508 (e.g. "torch==2.9.1")'
     try:
         req = Requirement(spec)
     except InvalidRequirement as exc:
         first = str(exc).splitlines()[0]
-        return f"not a valid PEP 508 requirement ({first}); write e.g. \"torch==2.9.1\""
+        return f'not a valid PEP 508 requirement ({first}); write e.g. "torch==2.9.1"'
     head = spec if req.marker is None else _before_marker(spec)
     if any(ch in head for ch in "'\";"):
-        return ("quotes or ';' outside an environment marker; write "
-                "\"name==1.0; python_version < '3.13'\"")
+        return (
+            "quotes or ';' outside an environment marker; write "
+            "\"name==1.0; python_version < '3.13'\""
+        )
     if req.url is not None and req.url.startswith("file:"):
         # `envbuilder lock` refuses it: a lock names public URLs, never this machine's files
-        return ("a direct reference to a local file cannot be locked (a lock records public "
-                "URLs); put the file in a folder, make that folder an index's mirror and pin "
-                "the package to that index")
+        return (
+            "a direct reference to a local file cannot be locked (a lock records public "
+            "URLs); put the file in a folder, make that folder an index's mirror and pin "
+            "the package to that index"
+        )
     if req.url is not None and not req.url.startswith(("https://", "http://")):
-        return "a direct reference must be an http(s) URL; write \"name @ https://...\""
+        return 'a direct reference must be an http(s) URL; write "name @ https://..."'
     return None
 
 
@@ -257,8 +290,10 @@ def requirements(packages: Sequence[str]) -> tuple[tuple[str, ...], list[str]]:
             continue
         name = str(canonicalize_name(Requirement(spec).name))
         if name in seen:
-            problems.append(f"{spec!r}: {name} is already required by {seen[name]!r}; write one "
-                            "requirement per package")
+            problems.append(
+                f"{spec!r}: {name} is already required by {seen[name]!r}; write one "
+                "requirement per package"
+            )
             continue
         seen[name] = spec
     return tuple(seen.values()), problems
@@ -268,9 +303,13 @@ def env_var_problem(name: str, value: str) -> str | None:
     """Names are what `quoting.env_name` takes; values are one printable line (renderers quote;
     what each target's quoting refuses beyond that: the target descriptors' variable quoting)."""
     if quoting.env_name_refusal(name):
-        return ("is not a valid environment variable name; use letters, digits and '_', not "
-                "starting with a digit (e.g. NCCL_DEBUG)")
+        return (
+            "is not a valid environment variable name; use letters, digits and '_', not "
+            "starting with a digit (e.g. NCCL_DEBUG)"
+        )
     if any(ch in ("\n", "\r", "\x00") or (not ch.isprintable() and ch != " ") for ch in value):
-        return ("value contains a newline, NUL or control character; an environment value must "
-                "be one printable line")
+        return (
+            "value contains a newline, NUL or control character; an environment value must "
+            "be one printable line"
+        )
     return None

@@ -23,9 +23,19 @@ from envbuilder.project import Project
 
 
 def build_rendered_image(
-    client: Any, project: Project, env: str, target: str, rendered: Path, *, tag: str,
-    labels: Mapping[str, str], build_args: Mapping[str, str], progress: ProgressFn,
-    ca_bundle: Path | None, indexes: Mapping[str, Index], nocache: bool = False,
+    client: Any,
+    project: Project,
+    env: str,
+    target: str,
+    rendered: Path,
+    *,
+    tag: str,
+    labels: Mapping[str, str],
+    build_args: Mapping[str, str],
+    progress: ProgressFn,
+    ca_bundle: Path | None,
+    indexes: Mapping[str, Index],
+    nocache: bool = False,
     deterministic: repro.Deterministic | None = None,
 ) -> tuple[str, bool]:
     """Build `rendered` as `tag` (or find it up to date: the tag's image carries this context's
@@ -34,27 +44,37 @@ def build_rendered_image(
     whether a build ran). The assembled context is removed in every case, an interrupt
     included."""
     progress(f"{env}/{target}: assembling the build context", 0, None)
-    with buildcontext.assembled(project, env, target, rendered, progress,
-                                indexes=indexes, ca_bundle=ca_bundle) as context:
+    with buildcontext.assembled(
+        project, env, target, rendered, progress, indexes=indexes, ca_bundle=ca_bundle
+    ) as context:
         if deterministic is not None:
             repro.normalize_context_modes(context)
         digest = buildcontext.context_digest(context)
         current = None if nocache else docker_engine.existing_image(client, tag)
-        if current is not None and current.labels.get(CONTEXT_LABEL) == digest and (
-                deterministic is None or current.labels.get(REPRO_LABEL) == REPRO_FORMAT):
+        if (
+            current is not None
+            and current.labels.get(CONTEXT_LABEL) == digest
+            and (deterministic is None or current.labels.get(REPRO_LABEL) == REPRO_FORMAT)
+        ):
             progress(f"{env}/{target}: {tag} is up to date", 1, 1)
             return str(current.id), False
         build_tag = tag if deterministic is None else repro.engine_tag(tag)
         try:
             image_id = docker_engine.build_image(
-                client, context, build_tag, {CONTEXT_LABEL: digest, **labels},
-                dict(build_args), progress, nocache=nocache,
+                client,
+                context,
+                build_tag,
+                {CONTEXT_LABEL: digest, **labels},
+                dict(build_args),
+                progress,
+                nocache=nocache,
                 network_mode="host" if needs_host_network(build_args) else None,
             )
         except BuildError as exc:  # a locked apt version the archive no longer serves
             raise aptlock.explain_build_failure(exc, env, target) from None
         if deterministic is not None:
             progress(f"{env}/{target}: writing the reproducible image", 0, None)
-            image_id = repro.write_deterministic(client, image_id, tag, deterministic,
-                                                 project.cache, progress)
+            image_id = repro.write_deterministic(
+                client, image_id, tag, deterministic, project.cache, progress
+            )
         return image_id, True

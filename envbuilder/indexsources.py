@@ -108,8 +108,9 @@ def index_source(
     return IndexSource(index.name, index.url, str(folder), True, True), None
 
 
-def mirrored_sources(indexes: Mapping[str, Index], root: Path,
-                     environ: Mapping[str, str] | None = None) -> list[IndexSource]:
+def mirrored_sources(
+    indexes: Mapping[str, Index], root: Path, environ: Mapping[str, str] | None = None
+) -> list[IndexSource]:
     """The indexes of `indexes` that have a usable mirror on this machine (spec mirrors and
     ENVBUILDER_MIRROR_* overrides), in the order of `indexes`."""
     sources = (index_source(index, root, environ)[0] for index in indexes.values())

@@ -130,8 +130,9 @@ class deferred:  # lower case: used like a function, `with deferred():`
         if self.active:
             _state.depth += 1
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if not self.active:
             return
         _state.depth -= 1
@@ -142,7 +143,10 @@ class deferred:  # lower case: used like a function, `with deferred():`
 
 
 def run(
-    cmd: Sequence[str], *, cwd: Path | None = None, env: Mapping[str, str] | None = None,
+    cmd: Sequence[str],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
     timeout: float | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """`subprocess.run(cmd, capture_output=True, text=True)` with the child in a new session
@@ -164,19 +168,33 @@ def run(
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def _start(cmd: Sequence[str], cwd: Path | None,
-           env: Mapping[str, str] | None) -> subprocess.Popen[str]:
+def _start(
+    cmd: Sequence[str], cwd: Path | None, env: Mapping[str, str] | None
+) -> subprocess.Popen[str]:
     import subprocess
 
     environ = dict(env) if env is not None else None
     if sys.platform == "win32":
         return subprocess.Popen(
-            list(cmd), cwd=cwd, env=environ, text=True, stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            creationflags=subprocess.CREATE_NEW_PROCESS_GROUP)
+            list(cmd),
+            cwd=cwd,
+            env=environ,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            creationflags=subprocess.CREATE_NEW_PROCESS_GROUP,
+        )
     return subprocess.Popen(
-        list(cmd), cwd=cwd, env=environ, text=True, stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        list(cmd),
+        cwd=cwd,
+        env=environ,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
 
 
 def _end_group(proc: subprocess.Popen[str]) -> None:
@@ -203,6 +221,7 @@ def _end_group(proc: subprocess.Popen[str]) -> None:
 
 
 if sys.platform != "win32":
+
     def _signal_group(pgid: int, signum: int) -> None:
         import contextlib
 

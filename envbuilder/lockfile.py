@@ -110,10 +110,25 @@ class EnvLock:
     artifacts: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
 
 
-_TOP_KEYS = {"version": int, "env": str, "spec_hash": str, "envbuilder_version": str,
-             "source_date_epoch": int, "targets": dict, "artifacts": dict}
-_TARGET_KEYS = {"platform": str, "python": str, "pylock": str, "pylock_sha256": str,
-                "base_image": str, "base_digest_missing": str, "system_file": str, "apt": dict}
+_TOP_KEYS = {
+    "version": int,
+    "env": str,
+    "spec_hash": str,
+    "envbuilder_version": str,
+    "source_date_epoch": int,
+    "targets": dict,
+    "artifacts": dict,
+}
+_TARGET_KEYS = {
+    "platform": str,
+    "python": str,
+    "pylock": str,
+    "pylock_sha256": str,
+    "base_image": str,
+    "base_digest_missing": str,
+    "system_file": str,
+    "apt": dict,
+}
 _OPTIONAL = {"artifacts", "base_image", "base_digest_missing", "system_file", "apt"}
 #: A pinned system file: an https URL and the sha256 its bytes must have.
 SYSTEM_FILE_RE = re.compile(r"https://[^\s#]+#sha256=[0-9a-f]{64}")
@@ -141,8 +156,9 @@ def unpinned_reason(base_image: str | None) -> str | None:
 def _check_table(data: Mapping[str, Any], schema: Mapping[str, type], where: str) -> None:
     for key in data:
         if key not in schema:
-            raise LockError(f"{where}: unknown key {key!r} (known: {', '.join(schema)}); "
-                            f"remove it or {_RELOCK}")
+            raise LockError(
+                f"{where}: unknown key {key!r} (known: {', '.join(schema)}); remove it or {_RELOCK}"
+            )
     for key, kind in schema.items():
         if key not in data:
             if key in _OPTIONAL:
@@ -160,29 +176,39 @@ def parse_env_lock(data: Mapping[str, Any], where: str) -> EnvLock:
         newer = version > LOCK_VERSION
         raise LockError(
             f"{where}: lock format version {version} is "
-            + (f"newer than this envbuilder reads ({LOCK_VERSION}); upgrade envbuilder" if newer
-               else f"not supported (this envbuilder reads {LOCK_VERSION}); {_RELOCK}")
+            + (
+                f"newer than this envbuilder reads ({LOCK_VERSION}); upgrade envbuilder"
+                if newer
+                else f"not supported (this envbuilder reads {LOCK_VERSION}); {_RELOCK}"
+            )
         )
     _check_table(data, _TOP_KEYS, where)
     if not ENV_NAME_RE.fullmatch(data["env"]):
-        raise UntrustedLockError(f"{where}: env = {data['env']!r} is not an env name; "
-                                 f"{_untrusted_fix(None)}")
+        raise UntrustedLockError(
+            f"{where}: env = {data['env']!r} is not an env name; {_untrusted_fix(None)}"
+        )
     targets: dict[str, TargetLock] = {}
     for name, table in data["targets"].items():
         if name not in registry.names():
-            raise LockError(f"{where}: unknown target {name!r} in [targets] "
-                            f"(known: {', '.join(registry.names())}); {_RELOCK}")
+            raise LockError(
+                f"{where}: unknown target {name!r} in [targets] "
+                f"(known: {', '.join(registry.names())}); {_RELOCK}"
+            )
         if not isinstance(table, dict):
             raise LockError(f"{where}: targets.{name} must be a table; {_RELOCK}")
         _check_table(table, _TARGET_KEYS, f"{where}: targets.{name}")
         _check_pylock_name(table["pylock"], data["env"], name, where)
         _check_base_reason(table, f"{where}: targets.{name}")
         if "system_file" in table and not SYSTEM_FILE_RE.fullmatch(table["system_file"]):
-            raise LockError(f"{where}: targets.{name}.system_file must be "
-                            f"'https://...#sha256=<64 hex digits>'; {_RELOCK}")
+            raise LockError(
+                f"{where}: targets.{name}.system_file must be "
+                f"'https://...#sha256=<64 hex digits>'; {_RELOCK}"
+            )
         if "apt" in table:
-            table = {**table, "apt": aptlock.parse_apt_table(table["apt"],
-                                                             f"{where}: targets.{name}")}
+            table = {
+                **table,
+                "apt": aptlock.parse_apt_table(table["apt"], f"{where}: targets.{name}"),
+            }
         targets[name] = TargetLock(**table)
     artifacts: dict[str, dict[str, str]] = {}
     for name, table in data.get("artifacts", {}).items():
@@ -190,16 +216,22 @@ def parse_env_lock(data: Mapping[str, Any], where: str) -> EnvLock:
             raise LockError(f"{where}: artifacts.{name} must be a table of strings; {_RELOCK}")
         artifacts[name] = dict(table)
     return EnvLock(
-        version=data["version"], env=data["env"], spec_hash=data["spec_hash"],
+        version=data["version"],
+        env=data["env"],
+        spec_hash=data["spec_hash"],
         envbuilder_version=data["envbuilder_version"],
-        source_date_epoch=data["source_date_epoch"], targets=targets, artifacts=artifacts,
+        source_date_epoch=data["source_date_epoch"],
+        targets=targets,
+        artifacts=artifacts,
     )
 
 
 def _untrusted_fix(env: str | None) -> str:
     lock = "envbuilder lock" + (f" --env {env}" if env else "")
-    return ("nothing it names was read, written or removed. Restore the file from version "
-            f"control (e.g. `git checkout lockfiles/`), or delete it and run `{lock}`")
+    return (
+        "nothing it names was read, written or removed. Restore the file from version "
+        f"control (e.g. `git checkout lockfiles/`), or delete it and run `{lock}`"
+    )
 
 
 def _check_pylock_name(value: str, env: str, target: str, where: str) -> None:
@@ -210,7 +242,8 @@ def _check_pylock_name(value: str, env: str, target: str, where: str) -> None:
     if value != expected or Path(value).name != value or "\\" in value:
         raise UntrustedLockError(
             f"{where}: targets.{target}.pylock = {value!r} is not allowed: a lock names its "
-            f"pylock by the file name {expected!r} (inside lockfiles/); {_untrusted_fix(env)}")
+            f"pylock by the file name {expected!r} (inside lockfiles/); {_untrusted_fix(env)}"
+        )
 
 
 def _check_base_reason(table: Mapping[str, Any], where: str) -> None:
@@ -218,12 +251,16 @@ def _check_base_reason(table: Mapping[str, Any], where: str) -> None:
     if reason is None:
         return
     if reason not in DIGEST_MISSING_REASONS:
-        raise LockError(f"{where}: base_digest_missing = {reason!r} is not one of "
-                        f"{', '.join(map(repr, DIGEST_MISSING_REASONS))}; {_RELOCK}")
+        raise LockError(
+            f"{where}: base_digest_missing = {reason!r} is not one of "
+            f"{', '.join(map(repr, DIGEST_MISSING_REASONS))}; {_RELOCK}"
+        )
     base = table.get("base_image")
     if base is None or "@sha256:" in base:
-        raise LockError(f"{where}: base_digest_missing is only allowed beside a base_image "
-                        f"recorded by tag, not {base!r}; {_RELOCK}")
+        raise LockError(
+            f"{where}: base_digest_missing is only allowed beside a base_image "
+            f"recorded by tag, not {base!r}; {_RELOCK}"
+        )
 
 
 _JSON_TYPES = {str: "string", int: "integer", dict: "object"}
@@ -240,6 +277,7 @@ def json_schema() -> dict[str, Any]:
     strict reader uses and the targets registered now; `envbuilder/schemas/lock.schema.json` is
     this (for the built-in targets), and a test fails when the two drift."""
     targets = registry.names()
+
     def props(schema: Mapping[str, type]) -> dict[str, Any]:
         return {k: {"type": _JSON_TYPES[v]} for k, v in schema.items()}
 
@@ -248,20 +286,31 @@ def json_schema() -> dict[str, Any]:
     target_props["base_digest_missing"] = {"enum": list(DIGEST_MISSING_REASONS)}
     target_props["system_file"]["pattern"] = "^" + SYSTEM_FILE_RE.pattern + "$"
     target_props["apt"] = aptlock.json_schema()
-    target = {"type": "object", "additionalProperties": False, "properties": target_props,
-              "required": [k for k in _TARGET_KEYS if k not in _OPTIONAL]}
+    target = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": target_props,
+        "required": [k for k in _TARGET_KEYS if k not in _OPTIONAL],
+    }
     top = props(_TOP_KEYS)
     top["version"] = {"const": LOCK_VERSION}
-    top["targets"] = {"type": "object", "additionalProperties": False,
-                      "properties": {t: {"$ref": "#/$defs/target"} for t in targets}}
-    top["artifacts"] = {"type": "object", "propertyNames": {"enum": list(targets)},
-                        "additionalProperties": {"type": "object",
-                                                 "additionalProperties": {"type": "string"}}}
+    top["targets"] = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {t: {"$ref": "#/$defs/target"} for t in targets},
+    }
+    top["artifacts"] = {
+        "type": "object",
+        "propertyNames": {"enum": list(targets)},
+        "additionalProperties": {"type": "object", "additionalProperties": {"type": "string"}},
+    }
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "urn:envbuilder:lock:1",
         "title": "envbuilder env lock (lockfiles/<env>.lock.toml)",
-        "type": "object", "additionalProperties": False, "properties": top,
+        "type": "object",
+        "additionalProperties": False,
+        "properties": top,
         "required": [k for k in _TOP_KEYS if k not in _OPTIONAL],
         "$defs": {"target": target},
     }
@@ -290,7 +339,8 @@ def load_env_lock(project: Project, env: str) -> EnvLock | None:
     if lock.env != env:
         raise UntrustedLockError(
             f"{_rel(project, path)}: env = {lock.env!r}: this is the lock of env {lock.env!r}, "
-            f"not of {env!r}; {_untrusted_fix(env)}")
+            f"not of {env!r}; {_untrusted_fix(env)}"
+        )
     return lock
 
 
@@ -306,7 +356,8 @@ def require_current(project: Project, lock: EnvLock, spec_hash: str | None) -> N
         raise LockError(
             f"{_rel(project, project.env_lock(lock.env))}: the lock is older than the spec: run "
             f"`envbuilder lock --env {lock.env}` (its spec_hash is not that of env.{lock.env} "
-            f"in {project.spec_path.name} now; the spec changed after locking)")
+            f"in {project.spec_path.name} now; the spec changed after locking)"
+        )
 
 
 def load_current_lock(project: Project, env: str, spec_hash: str | None) -> EnvLock | None:
@@ -335,9 +386,14 @@ def dump_env_lock(lock: EnvLock) -> bytes:
     ]
     for name in sorted(lock.targets, key=_target_order):
         t = lock.targets[name]
-        lines += ["", f"[targets.{name}]", f"platform = {_s(t.platform)}",
-                  f"python = {_s(t.python)}", f"pylock = {_s(t.pylock)}",
-                  f"pylock_sha256 = {_s(t.pylock_sha256)}"]
+        lines += [
+            "",
+            f"[targets.{name}]",
+            f"platform = {_s(t.platform)}",
+            f"python = {_s(t.python)}",
+            f"pylock = {_s(t.pylock)}",
+            f"pylock_sha256 = {_s(t.pylock_sha256)}",
+        ]
         if t.base_image is not None:
             lines.append(f"base_image = {_s(t.base_image)}")
         if t.base_digest_missing is not None:
@@ -413,8 +469,10 @@ def record_artifact(project: Project, env: str, target: str, **values: str) -> N
     with _exclusive(project.lockfiles):
         lock = load_env_lock(project, env)
         if lock is None or target not in lock.targets:
-            raise LockError(f"env {env!r} target {target!r} is not locked; "
-                            f"run `envbuilder lock --env {env}` first")
+            raise LockError(
+                f"env {env!r} target {target!r} is not locked; "
+                f"run `envbuilder lock --env {env}` first"
+            )
         artifacts = {k: dict(v) for k, v in lock.artifacts.items()}
         artifacts.setdefault(target, {}).update(values)
         write_env_lock(project, replace(lock, artifacts=artifacts))
@@ -453,26 +511,37 @@ class PylockError(LockError):
         self.short = short
 
 
-def verify_pylock(project: Project, env: str, target: str, entry: TargetLock | None,
-                  ) -> VerifiedPylock:
+def verify_pylock(
+    project: Project,
+    env: str,
+    target: str,
+    entry: TargetLock | None,
+) -> VerifiedPylock:
     """Read the pylock `entry` names (a bare name inside lockfiles/: read_env_lock checked it),
     check its sha256 against the entry and its content with parse_pylock. PylockError
     otherwise, saying which file, what is wrong and what to run."""
     lock_file = _rel(project, project.env_lock(env))
     relock = f"`envbuilder lock --env {env}`"
     if entry is None:
-        raise PylockError(f"env {env!r} is not locked for target {target!r} ({lock_file} has "
-                          f"no [targets.{target}]); run {relock} first", "target not locked")
+        raise PylockError(
+            f"env {env!r} is not locked for target {target!r} ({lock_file} has "
+            f"no [targets.{target}]); run {relock} first",
+            "target not locked",
+        )
     path = project.lockfiles / entry.pylock
     name = _rel(project, path)
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise PylockError(f"{name} is missing (named by {lock_file}, targets.{target}.pylock); "
-                          f"run {relock}", f"{name} is missing") from None
+        raise PylockError(
+            f"{name} is missing (named by {lock_file}, targets.{target}.pylock); run {relock}",
+            f"{name} is missing",
+        ) from None
     except OSError as exc:
-        raise PylockError(f"{name} cannot be read ({exc.strerror}); check its permissions",
-                          f"{name} cannot be read ({exc.strerror})") from None
+        raise PylockError(
+            f"{name} cannot be read ({exc.strerror}); check its permissions",
+            f"{name} cannot be read ({exc.strerror})",
+        ) from None
     actual = sha256_bytes(data)
     if actual != entry.pylock_sha256:
         raise PylockError(
@@ -481,7 +550,8 @@ def verify_pylock(project: Project, env: str, target: str, entry: TargetLock | N
             f"edited after locking. Nothing was changed. Restore it (`git checkout {name}`) or "
             f"lock again: {relock}",
             f"{name} was changed by hand (sha256 differs from the lock); run `envbuilder lock` "
-            "to re-resolve it")
+            "to re-resolve it",
+        )
     try:
         doc = parse_pylock(data, name)
     except LockError as exc:
@@ -489,12 +559,17 @@ def verify_pylock(project: Project, env: str, target: str, entry: TargetLock | N
             f"{exc}. Its sha256 is the one {lock_file} records, so the lock was written or "
             f"edited with this content. Nothing was changed. Restore both files (`git checkout "
             f"lockfiles/`) or lock again: {relock}",
-            f"{exc}; run `envbuilder lock` to re-resolve it") from None
+            f"{exc}; run `envbuilder lock` to re-resolve it",
+        ) from None
     return VerifiedPylock(env, target, entry, path, data, doc)
 
 
-def load_verified_lock(project: Project, env: str, target: str, spec_hash: str | None,
-                       ) -> VerifiedLock:
+def load_verified_lock(
+    project: Project,
+    env: str,
+    target: str,
+    spec_hash: str | None,
+) -> VerifiedLock:
     """The env's lock and the target's verified pylock, for anything that builds from them.
 
     Refuses (LockError, nothing touched): an env never locked, a malformed lock, one naming
@@ -503,8 +578,10 @@ def load_verified_lock(project: Project, env: str, target: str, spec_hash: str |
     a pylock that is missing, edited after locking or malformed (PylockError)."""
     lock = load_env_lock(project, env)
     if lock is None:
-        raise LockError(f"env {env!r} is not locked (no {_rel(project, project.env_lock(env))});"
-                        f" run `envbuilder lock --env {env}` first")
+        raise LockError(
+            f"env {env!r} is not locked (no {_rel(project, project.env_lock(env))});"
+            f" run `envbuilder lock --env {env}` first"
+        )
     if spec_hash is not None:
         require_current(project, lock, spec_hash)
     return VerifiedLock(lock, verify_pylock(project, env, target, lock.targets.get(target)))
@@ -534,8 +611,9 @@ def parse_pylock(data: bytes, where: str) -> dict[str, Any]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise LockError(f"{where}: not UTF-8 text (byte {exc.start} is "
-                        f"{data[exc.start:exc.start + 1]!r})") from None
+        raise LockError(
+            f"{where}: not UTF-8 text (byte {exc.start} is {data[exc.start : exc.start + 1]!r})"
+        ) from None
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -561,11 +639,13 @@ def _check_package(package: Mapping[str, Any], where: str, key: str) -> None:
         try:
             Marker(marker)
         except InvalidMarker as exc:
-            raise LockError(f"{where}: {key}.marker {marker!r} is not a PEP 508 marker: "
-                            f"{exc}") from None
+            raise LockError(
+                f"{where}: {key}.marker {marker!r} is not a PEP 508 marker: {exc}"
+            ) from None
     index = package.get("index")  # the wheel cache may ask this URL for the package's files
-    if index is not None and (not isinstance(index, str)
-                              or not index.startswith(("https://", "http://"))):
+    if index is not None and (
+        not isinstance(index, str) or not index.startswith(("https://", "http://"))
+    ):
         raise _bad(where, f"{key}.index", "the http(s) URL of the package's index", index)
     wheels = package.get("wheels", [])
     if not isinstance(wheels, list) or not all(isinstance(w, dict) for w in wheels):
@@ -582,8 +662,11 @@ def _check_package(package: Mapping[str, Any], where: str, key: str) -> None:
 
 
 _ARTIFACT_TYPES: dict[str, tuple[type, str]] = {
-    "url": (str, "a string"), "path": (str, "a string"), "name": (str, "a string"),
-    "size": (int, "an integer"), "upload-time": (datetime.datetime, "a date-time"),
+    "url": (str, "a string"),
+    "path": (str, "a string"),
+    "name": (str, "a string"),
+    "size": (int, "an integer"),
+    "upload-time": (datetime.datetime, "a date-time"),
 }
 
 
@@ -595,8 +678,11 @@ def _check_artifact(art: Mapping[str, Any], where: str, key: str, *, is_wheel: b
     if "url" not in art and "path" not in art:
         raise LockError(f"{where}: {key} has neither url nor path")
     hashes = art.get("hashes")
-    if not isinstance(hashes, dict) or not hashes \
-            or not all(isinstance(v, str) for v in hashes.values()):
+    if (
+        not isinstance(hashes, dict)
+        or not hashes
+        or not all(isinstance(v, str) for v in hashes.values())
+    ):
         raise _bad(where, f"{key}.hashes", 'a table like { sha256 = "<64 hex digits>" }', hashes)
     if "sha256" in hashes and not _SHA256.match(hashes["sha256"]):
         raise _bad(where, f"{key}.hashes.sha256", "64 lower-case hex digits", hashes["sha256"])
@@ -605,8 +691,10 @@ def _check_artifact(art: Mapping[str, Any], where: str, key: str, *, is_wheel: b
         try:
             parse_wheel_filename(filename)
         except InvalidWheelFilename as exc:
-            raise LockError(f"{where}: {key}: {filename!r} is not a wheel file name "
-                            f"(<name>-<version>-<python>-<abi>-<platform>.whl): {exc}") from None
+            raise LockError(
+                f"{where}: {key}: {filename!r} is not a wheel file name "
+                f"(<name>-<version>-<python>-<abi>-<platform>.whl): {exc}"
+            ) from None
 
 
 # --- lock --check ------------------------------------------------------------------------------
@@ -622,7 +710,10 @@ class CheckOutcome:
 
 
 def check_env(
-    project: Project, env: str, spec_hash: str, targets: Sequence[str],
+    project: Project,
+    env: str,
+    spec_hash: str,
+    targets: Sequence[str],
     only: Sequence[str] | None = None,
 ) -> CheckOutcome:
     """Compare the env's lock with the spec (by hash; `targets` are the spec's targets of the
@@ -666,12 +757,16 @@ def _check_base(env: str, target: str, t: TargetLock | None) -> tuple[list[str],
     if t is None or t.base_image is None or "@sha256:" in t.base_image:
         return [], []
     if t.base_digest_missing is not None:
-        return [], [f"{env}/{target}: base image {t.base_image} is not pinned by digest "
-                    f"(locked with --{t.base_digest_missing})"]
-    return [f"{env}/{target}: base image {t.base_image} is recorded without a digest and "
-            "without base_digest_missing: its pin was lost; pin it again with `envbuilder lock "
-            f"--env {env} --refresh-base` (needs the Docker engine), or record the tag on "
-            f"purpose with `envbuilder lock --env {env} --no-base-digest`"], []
+        return [], [
+            f"{env}/{target}: base image {t.base_image} is not pinned by digest "
+            f"(locked with --{t.base_digest_missing})"
+        ]
+    return [
+        f"{env}/{target}: base image {t.base_image} is recorded without a digest and "
+        "without base_digest_missing: its pin was lost; pin it again with `envbuilder lock "
+        f"--env {env} --refresh-base` (needs the Docker engine), or record the tag on "
+        f"purpose with `envbuilder lock --env {env} --no-base-digest`"
+    ], []
 
 
 def _rel(project: Project, path: Path) -> str:

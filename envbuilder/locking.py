@@ -94,8 +94,7 @@ def registry_digest(ref: str) -> str:
 
     try:
         return str(connect().images.get_registry_data(ref).id)
-    except (EngineError, docker.errors.DockerException, requests.RequestException,
-            OSError) as exc:
+    except (EngineError, docker.errors.DockerException, requests.RequestException, OSError) as exc:
         raise LockError(
             f"cannot read the digest of base image {ref} from its registry: {exc}\nThe lock "
             "pins base images by digest, asking the registry through the Docker engine: check "
@@ -118,7 +117,11 @@ def base_ref(env: EnvSpec, target: str) -> str | None:
 
 
 def pin_base(
-    ref: str | None, previous: str | None, *, refresh: bool, base_digest: bool,
+    ref: str | None,
+    previous: str | None,
+    *,
+    refresh: bool,
+    base_digest: bool,
     lookup: DigestLookup,
 ) -> str | None:
     """`ref@sha256:<hex>`: kept from the previous lock while `ref` is unchanged (no engine
@@ -129,8 +132,11 @@ def pin_base(
         return None
     if "@sha256:" in ref:
         return ref
-    known = previous if previous and previous.split("@", 1)[0] == ref \
-        and "@sha256:" in previous else None
+    known = (
+        previous
+        if previous and previous.split("@", 1)[0] == ref and "@sha256:" in previous
+        else None
+    )
     if known is not None and (not refresh or not base_digest):
         return known
     if not base_digest:
@@ -194,9 +200,13 @@ def lock_env(
 
     def pins(look: DigestLookup) -> dict[str, str | None]:
         return {
-            t: pin_base(base_ref(env, t), old[t].base_image if t in old else None,
-                        refresh=(options.upgrade or options.refresh_base) and t in wanted,
-                        base_digest=options.base_digest, lookup=look)
+            t: pin_base(
+                base_ref(env, t),
+                old[t].base_image if t in old else None,
+                refresh=(options.upgrade or options.refresh_base) and t in wanted,
+                base_digest=options.base_digest,
+                lookup=look,
+            )
             for t in env.targets
         }
 
@@ -208,10 +218,14 @@ def lock_env(
 
     known = pins(dry)  # exact when no registry had to be asked
     apt = _AptLocking(env, old, options, wanted, apt_resolver)
-    if not asked and not to_resolve and set(old) == set(env.targets) \
-            and all(_same_base(old[t], known[t]) for t in env.targets) \
-            and all(old[t].system_file == system_file(env, t) for t in env.targets) \
-            and not apt.stale(known):
+    if (
+        not asked
+        and not to_resolve
+        and set(old) == set(env.targets)
+        and all(_same_base(old[t], known[t]) for t in env.targets)
+        and all(old[t].system_file == system_file(env, t) for t in env.targets)
+        and not apt.stale(known)
+    ):
         return LockResult(env.name, warnings=tuple(warn0))
 
     def background() -> tuple[dict[str, str | None], dict[str, dict[str, dict[str, str]]]]:
@@ -222,11 +236,21 @@ def lock_env(
         # Registry look-ups (once per image: docker and wsl2 often share one), then the apt
         # resolution on the pinned bases, run while uv resolves; any failing writes nothing.
         job = pool.submit(background)
-        new_pylocks, warnings = _resolve_targets(project, env, indexes, to_resolve, old,
-                                                 options, progress)
+        new_pylocks, warnings = _resolve_targets(
+            project, env, indexes, to_resolve, old, options, progress
+        )
         final, apt_pins = job.result()
-    return _write_env(project, env, spec_hash, previous, new_pylocks, final, apt_pins,
-                      tuple(to_resolve), (*warn0, *warnings, *apt.warnings))
+    return _write_env(
+        project,
+        env,
+        spec_hash,
+        previous,
+        new_pylocks,
+        final,
+        apt_pins,
+        tuple(to_resolve),
+        (*warn0, *warnings, *apt.warnings),
+    )
 
 
 class _AptLocking:
@@ -234,20 +258,30 @@ class _AptLocking:
     again when the base image changed, when --upgrade/--refresh-base asks, or when the pins no
     longer cover what the plan installs (envbuilder.aptlock)."""
 
-    def __init__(self, env: EnvSpec, old: Mapping[str, TargetLock], options: LockOptions,
-                 wanted: set[str], resolver: AptResolver) -> None:
+    def __init__(
+        self,
+        env: EnvSpec,
+        old: Mapping[str, TargetLock],
+        options: LockOptions,
+        wanted: set[str],
+        resolver: AptResolver,
+    ) -> None:
         self.old, self.resolver, self.warnings = old, resolver, list[str]()
         self.base_digest = options.base_digest
         self.stages: dict[str, list[aptlock.AptStage]] = {
-            t: aptlock.plan_apt_stages(env, t) for t in env.targets}
+            t: aptlock.plan_apt_stages(env, t) for t in env.targets
+        }
         again = options.upgrade or options.refresh_base or options.refresh_apt
         self.refresh = {t for t in wanted if again}
 
     def _usable(self, target: str, base: str | None) -> bool:
         """Whether the previous lock's pins of `target` still fit: same base, full coverage."""
         previous = self.old.get(target)
-        return (previous is not None and previous.base_image == base
-                and aptlock.coverage_problem(self.stages[target], previous.apt) is None)
+        return (
+            previous is not None
+            and previous.base_image == base
+            and aptlock.coverage_problem(self.stages[target], previous.apt) is None
+        )
 
     def _keep(self, target: str, base: str | None) -> bool:
         return self._usable(target, base) and target not in self.refresh
@@ -274,7 +308,8 @@ class _AptLocking:
                 self.warnings.append(
                     f"{target}: the apt versions are not locked (its base image {base} has no "
                     "digest here, or --no-base-digest: no engine); lock again with a Docker "
-                    "engine (`envbuilder lock --refresh-base`)")
+                    "engine (`envbuilder lock --refresh-base`)"
+                )
         for base, requests in groups.items():  # one container per base image
             try:
                 out.update(self.resolver(base, requests))
@@ -284,7 +319,8 @@ class _AptLocking:
                 self.warnings.append(
                     f"{', '.join(sorted(requests))}: the apt versions were not resolved ({exc});"
                     " known pins are kept, and `envbuilder lock --check` fails while a stage "
-                    "has none, until `envbuilder lock` runs with a Docker engine")
+                    "has none, until `envbuilder lock` runs with a Docker engine"
+                )
         return out
 
     def _previous(self, target: str) -> dict[str, dict[str, str]]:
@@ -298,8 +334,12 @@ def _same_base(entry: TargetLock, pinned: str | None) -> bool:
 
 
 def _stale_targets(
-    project: Project, env: EnvSpec, spec_hash: str, previous: EnvLock | None,
-    options: LockOptions, wanted: set[str],
+    project: Project,
+    env: EnvSpec,
+    spec_hash: str,
+    previous: EnvLock | None,
+    options: LockOptions,
+    wanted: set[str],
 ) -> list[str]:
     """The targets uv must resolve: all of them when the spec changed (a half-updated env would
     hide staleness), those whose pylock is missing or edited, and those asked to upgrade."""
@@ -307,15 +347,23 @@ def _stale_targets(
     current = previous is not None and previous.spec_hash == spec_hash
     refresh = options.upgrade or bool(options.upgrade_packages)
     return [
-        t for t in env.targets
-        if not current or not _pylock_ok(project, env.name, t, old.get(t))
-        or old[t].platform != platform(t) or (refresh and t in wanted)
+        t
+        for t in env.targets
+        if not current
+        or not _pylock_ok(project, env.name, t, old.get(t))
+        or old[t].platform != platform(t)
+        or (refresh and t in wanted)
     ]
 
 
 def _resolve_targets(
-    project: Project, env: EnvSpec, indexes: Mapping[str, Index], targets: Sequence[str],
-    old: Mapping[str, TargetLock], options: LockOptions, progress: ProgressFn,
+    project: Project,
+    env: EnvSpec,
+    indexes: Mapping[str, Index],
+    targets: Sequence[str],
+    old: Mapping[str, TargetLock],
+    options: LockOptions,
+    progress: ProgressFn,
 ) -> tuple[dict[str, bytes], list[str]]:
     """Resolve `targets`, running uv once per distinct request (docker, wsl2 and native share
     one platform and usually one request)."""
@@ -325,20 +373,35 @@ def _resolve_targets(
         # A pip-SDK release adds the env's device extras and the SDK's names (envbuilder.pipsdk).
         packages, pins = lock_inputs(env, target)
         request, warns = make_request(
-            platform(target), target_python(env, target), packages, pins, indexes,
+            platform(target),
+            target_python(env, target),
+            packages,
+            pins,
+            indexes,
             project.root,
         )
         warnings += [w for w in warns if w not in warnings]
         groups.setdefault(request, []).append(target)
     out: dict[str, bytes] = {}
     for n, (request, members) in enumerate(groups.items()):
-        progress(f"resolving {env.name} for {request.platform} (Python {request.python})",
-                 n, len(groups))
-        preferred = next((project.lockfiles / old[t].pylock for t in members
-                          if _pylock_ok(project, env.name, t, old.get(t))), None)
+        progress(
+            f"resolving {env.name} for {request.platform} (Python {request.python})", n, len(groups)
+        )
+        preferred = next(
+            (
+                project.lockfiles / old[t].pylock
+                for t in members
+                if _pylock_ok(project, env.name, t, old.get(t))
+            ),
+            None,
+        )
         try:
-            raw = run_uv(request, preferred.read_bytes() if preferred else None,
-                         upgrade=options.upgrade, upgrade_packages=options.upgrade_packages)
+            raw = run_uv(
+                request,
+                preferred.read_bytes() if preferred else None,
+                upgrade=options.upgrade,
+                upgrade_packages=options.upgrade_packages,
+            )
         except LockError as exc:  # the mirror warnings often explain the failure
             raise LockError("\n".join([*(f"warning: {w}" for w in warnings), str(exc)])) from None
         body = postprocess(raw, request, "")
@@ -346,18 +409,28 @@ def _resolve_targets(
             out[target] = pylock_header(env.name, target).encode("utf-8") + body
             # A locked sdist (the pip SDK's `rocm`) is built at install time, offline: its
             # build backend must be among the wheels of the same pylock.
-            check_sdist_builds(project, tomllib.loads(body.decode("utf-8")),
-                               f"env {env.name!r}, target {target}", platform(target),
-                               target_python(env, target), indexes=indexes)
+            check_sdist_builds(
+                project,
+                tomllib.loads(body.decode("utf-8")),
+                f"env {env.name!r}, target {target}",
+                platform(target),
+                target_python(env, target),
+                indexes=indexes,
+            )
     progress(f"resolved {env.name}", len(groups), len(groups))
     return out, warnings
 
 
 def _write_env(
-    project: Project, env: EnvSpec, spec_hash: str, previous: EnvLock | None,
-    new_pylocks: Mapping[str, bytes], pins: Mapping[str, str | None],
+    project: Project,
+    env: EnvSpec,
+    spec_hash: str,
+    previous: EnvLock | None,
+    new_pylocks: Mapping[str, bytes],
+    pins: Mapping[str, str | None],
     apt: Mapping[str, Mapping[str, Mapping[str, str]]],
-    resolved: tuple[str, ...], warnings: tuple[str, ...],
+    resolved: tuple[str, ...],
+    warnings: tuple[str, ...],
 ) -> LockResult:
     old = previous.targets if previous else {}
     contents: dict[str, bytes] = {}
@@ -368,19 +441,37 @@ def _write_env(
         if data is None:
             data = (project.lockfiles / old[t].pylock).read_bytes()
         contents[t] = data
-        targets[t] = TargetLock(platform(t), target_python(env, t), name, sha256_bytes(data),
-                                pins[t], unpinned_reason(pins[t]), system_file(env, t),
-                                {k: dict(v) for k, v in apt.get(t, {}).items()})
-    artifacts = {t: v for t, v in (previous.artifacts if previous else {}).items()
-                 if t in targets and old.get(t) == targets[t]}
-    lock = EnvLock(LOCK_VERSION, env.name, spec_hash, __version__,
-                   source_date_epoch(list(contents.values())), targets, artifacts)
+        targets[t] = TargetLock(
+            platform(t),
+            target_python(env, t),
+            name,
+            sha256_bytes(data),
+            pins[t],
+            unpinned_reason(pins[t]),
+            system_file(env, t),
+            {k: dict(v) for k, v in apt.get(t, {}).items()},
+        )
+    artifacts = {
+        t: v
+        for t, v in (previous.artifacts if previous else {}).items()
+        if t in targets and old.get(t) == targets[t]
+    }
+    lock = EnvLock(
+        LOCK_VERSION,
+        env.name,
+        spec_hash,
+        __version__,
+        source_date_epoch(list(contents.values())),
+        targets,
+        artifacts,
+    )
     # One generation: the pylocks, the env lock and the removal of pylocks of dropped targets
     # are committed together, so an interrupt or a full disk leaves the old set or the new one.
     files = {project.lockfiles / targets[t].pylock: data for t, data in contents.items()}
     files[project.env_lock(env.name)] = dump_env_lock(lock)
     changes: dict[Path, bytes | None] = {
-        p: data for p, data in files.items() if not same_bytes(p, data)}
+        p: data for p, data in files.items() if not same_bytes(p, data)
+    }
     for gone, tl in old.items():
         stray = project.lockfiles / tl.pylock
         if gone not in targets and Path(tl.pylock).name == tl.pylock and stray.is_file():

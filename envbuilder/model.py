@@ -48,8 +48,9 @@ class FindingSink(Protocol):
         """An error on a file-level dotted key ("indexes.x.url", "env.NAME")."""
         ...
 
-    def env_finding(self, env: str, path: Sequence[str], message: str,
-                    severity: Severity = "error") -> None:
+    def env_finding(
+        self, env: str, path: Sequence[str], message: str, severity: Severity = "error"
+    ) -> None:
         """A finding on key `path` of env `env` (relative to [env.NAME])."""
         ...
 
@@ -134,7 +135,7 @@ class EnvSpec:
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """" (did you mean 'x'?)" for the closest of `choices`, or "" when none is close."""
+    """ " (did you mean 'x'?)" for the closest of `choices`, or "" when none is close."""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -157,8 +158,10 @@ class Spec:
         """The env called `name`; UsageError naming the known envs when there is none."""
         if name not in self.envs:
             hint = did_you_mean(name, self.envs)
-            raise UsageError(f"{self.path}: no environment {name!r}{hint}; "
-                             f"known: {', '.join(self.envs) or '(none)'}")
+            raise UsageError(
+                f"{self.path}: no environment {name!r}{hint}; "
+                f"known: {', '.join(self.envs) or '(none)'}"
+            )
         return self.envs[name]
 
     def select(self, names: Sequence[str] | None) -> list[EnvSpec]:
@@ -185,6 +188,7 @@ class Spec:
             "spec": self.merged.get(name, {}),
             "indexes": {n: ix.url for n, ix in self.indexes_for(name).items()},
         }
-        text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                          default=str)
+        text = json.dumps(
+            payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str
+        )
         return sha256_bytes(text.encode("utf-8"))

@@ -57,12 +57,16 @@ def lock_inputs(env: EnvSpec, target: str) -> tuple[tuple[str, ...], dict[str, s
     where = f"env {env.name!r} (ROCm {release.version}, the pip SDK)"
     devices = env.gfx_targets
     if not devices:
-        raise LockError(f"{where}: the lock holds the device code of the env's GPUs only; set "
-                        'gpu = "RX 7900 XTX" (or a gfx target, or a list of them)')
+        raise LockError(
+            f"{where}: the lock holds the device code of the env's GPUs only; set "
+            'gpu = "RX 7900 XTX" (or a gfx target, or a list of them)'
+        )
     index = pins.get("torch")
     if index is None:
-        raise LockError(f"{where}: torch has no index pin; pin it to the SDK's index "
-                        f"({release.pip_index}): index_pins = {{ torch = \"<index name>\" }}")
+        raise LockError(
+            f"{where}: torch has no index pin; pin it to the SDK's index "
+            f'({release.pip_index}): index_pins = {{ torch = "<index name>" }}'
+        )
     out: list[str] = []
     have: set[str] = set()
     for spec in packages:

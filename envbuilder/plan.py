@@ -35,6 +35,7 @@ GPU_GROUPS = ("video", "render")
 
 # --- steps ---------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Step:
     """Base of all steps; `kind` is what templates branch on."""
@@ -282,6 +283,7 @@ class RunAsUser(Step):
 
 # venv steps (windows: rendered into PowerShell; native: carried out by envbuilder.builders.venv)
 
+
 @dataclass(frozen=True)
 class FindPython(Step):
     """Find Python `version` (Windows: the py launcher; Linux: uv's interpreter discovery); fail
@@ -378,8 +380,11 @@ class Plan:
 
 def _canonical(value: Any) -> Any:
     if is_dataclass(value) and not isinstance(value, type):
-        out = {f.name: _canonical(getattr(value, f.name)) for f in fields(value)
-               if not (f.metadata.get(OMIT_DEFAULT) and getattr(value, f.name) == f.default)}
+        out = {
+            f.name: _canonical(getattr(value, f.name))
+            for f in fields(value)
+            if not (f.metadata.get(OMIT_DEFAULT) and getattr(value, f.name) == f.default)
+        }
         out["__kind__"] = getattr(value, "kind", type(value).__name__)
         return out
     if isinstance(value, Mapping):
@@ -390,6 +395,7 @@ def _canonical(value: Any) -> Any:
 
 
 # --- inputs from the lock ------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class LockPins:
@@ -419,6 +425,7 @@ class PlanInputs:
 
 # --- pieces several targets' plans share ---------------------------------------------------------
 
+
 def pin_apt(p: Plan, apt: Mapping[str, Mapping[str, str]] | None) -> Plan:
     """Each named stage's apt-install steps with the lock's versions for that stage (a stage
     the lock does not pin stays unpinned; `envbuilder lock --check` reports it). Applied to
@@ -431,9 +438,13 @@ def pin_apt(p: Plan, apt: Mapping[str, Mapping[str, str]] | None) -> Plan:
         if versions is None:
             return st
         pins = tuple(sorted(versions.items()))
-        return replace(st, steps=tuple(replace(step, versions=pins)
-                                       if isinstance(step, AptInstall) else step
-                                       for step in st.steps))
+        return replace(
+            st,
+            steps=tuple(
+                replace(step, versions=pins) if isinstance(step, AptInstall) else step
+                for step in st.steps
+            ),
+        )
 
     return replace(p, stages=tuple(pinned(st) for st in p.stages))
 
@@ -461,8 +472,12 @@ def build_stage(base_stage: str, python: str, version: str, *, sdists: bool = Fa
         CopyContext(f"{CONTEXT_DIR}/"),
         CreateVenv(python, VENV),
         CheckPython(venv_python, version),
-        InstallLocked(VENV, f"{CONTEXT_DIR}/requirements.txt", CONTEXT_DIR,
-                      f"{CONTEXT_DIR}/wheels" if sdists else None),
+        InstallLocked(
+            VENV,
+            f"{CONTEXT_DIR}/requirements.txt",
+            CONTEXT_DIR,
+            f"{CONTEXT_DIR}/wheels" if sdists else None,
+        ),
     ]
     return Stage("build", base_stage, True, tuple(steps))
 
@@ -476,5 +491,3 @@ def labels(env: EnvSpec, lock: LockPins) -> Labels:
         (ENV_LABEL, env.name),
     )
     return Labels(pairs, ((LOCK_LABEL, LOCK_SHA_ARG),))
-
-

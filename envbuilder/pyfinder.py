@@ -44,7 +44,12 @@ def uv_find_command(uv_bin: str, version: str) -> list[str]:
     """uv's interpreter discovery: installed interpreters only (no download), ignoring any
     active virtualenv or project, so the venv's base is a real installation."""
     return [
-        uv_bin, "python", "find", "--system", "--no-project", "--no-python-downloads",
+        uv_bin,
+        "python",
+        "find",
+        "--system",
+        "--no-project",
+        "--no-python-downloads",
         check_version_request(version),
     ]
 
@@ -52,10 +57,14 @@ def uv_find_command(uv_bin: str, version: str) -> list[str]:
 def install_hint(version: str, windows: bool) -> str:
     """What a user can do when Python `version` is missing."""
     if windows:
-        return (f"install Python {version} for Windows (x64) so that `py -{version}` runs it "
-                f"(the python.org installer registers it with the py launcher)")
-    return (f"install Python {version} (your distribution's python{version} package, pyenv, "
-            f"or `uv python install {version}`)")
+        return (
+            f"install Python {version} for Windows (x64) so that `py -{version}` runs it "
+            f"(the python.org installer registers it with the py launcher)"
+        )
+    return (
+        f"install Python {version} (your distribution's python{version} package, pyenv, "
+        f"or `uv python install {version}`)"
+    )
 
 
 def _run(cmd: Sequence[str]) -> subprocess.CompletedProcess[str]:
@@ -95,16 +104,21 @@ def find_python(version: str, *, windows: bool) -> FoundPython:
         try:
             proc = _run(py_launcher_command(version))
         except EngineError as exc:
-            raise EngineError(f"Python {version} not found: the py launcher is missing ({exc}); "
-                              f"{hint}") from exc
+            raise EngineError(
+                f"Python {version} not found: the py launcher is missing ({exc}); {hint}"
+            ) from exc
         if proc.returncode != 0:
-            raise EngineError(f"Python {version} not found by the py launcher "
-                              f"({proc.stderr.strip() or proc.stdout.strip()}); {hint}")
+            raise EngineError(
+                f"Python {version} not found by the py launcher "
+                f"({proc.stderr.strip() or proc.stdout.strip()}); {hint}"
+            )
         return parse_report(proc.stdout, version)
     proc = _run(uv_find_command(uv_bin(), version))
     if proc.returncode != 0 or not proc.stdout.strip():
-        raise EngineError(f"Python {version} not found on this machine (uv python find: "
-                          f"{_last_line(proc.stderr)}); {hint}")
+        raise EngineError(
+            f"Python {version} not found on this machine (uv python find: "
+            f"{_last_line(proc.stderr)}); {hint}"
+        )
     exe = proc.stdout.strip().splitlines()[-1]
     return parse_report(_run([exe, "-c", _REPORT]).stdout, version)
 

@@ -53,8 +53,10 @@ def line_break_refusal(value: str, language: str) -> str | None:
     None."""
     for ch in LINE_BREAKS:
         if ch in value:
-            return (f"contains a line break or NUL ({ch!r}), which cannot be written on one "
-                    f"{language} line")
+            return (
+                f"contains a line break or NUL ({ch!r}), which cannot be written on one "
+                f"{language} line"
+            )
     return None
 
 
@@ -62,8 +64,10 @@ def env_name_refusal(name: str) -> str | None:
     """Why `name` is not a portable environment variable name, or None."""
     if _ENV_NAME.match(name):
         return None
-    return "is not a valid environment variable name (letters, digits and _, not starting " \
+    return (
+        "is not a valid environment variable name (letters, digits and _, not starting "
         "with a digit)"
+    )
 
 
 def sh_refusal(value: str) -> str | None:

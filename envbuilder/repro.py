@@ -74,13 +74,24 @@ def normalize_context_modes(context: Path) -> None:
         dirs.sort()
 
 
-def write_deterministic(client: Any, engine_image: str, tag: str, inputs: Deterministic,
-                        workdir: Path, progress: ProgressFn = no_progress) -> str:
+def write_deterministic(
+    client: Any,
+    engine_image: str,
+    tag: str,
+    inputs: Deterministic,
+    workdir: Path,
+    progress: ProgressFn = no_progress,
+) -> str:
     """Write the deterministic image of `engine_image` (see envbuilder.ociimage.writer), tag it
     `tag`, return its id."""
-    written = write_image(client, engine_image, base=inputs.base,
-                          source_date_epoch=inputs.source_date_epoch, workdir=workdir,
-                          progress=progress)
+    written = write_image(
+        client,
+        engine_image,
+        base=inputs.base,
+        source_date_epoch=inputs.source_date_epoch,
+        workdir=workdir,
+        progress=progress,
+    )
     repository, _, name = tag.rpartition(":")
     client.images.get(written.image_id).tag(repository, name)
     return written.image_id
@@ -111,8 +122,9 @@ class Prediction:
         return cls(values[IMAGE_ID], tuple(values.get(LAYERS, "").split()), values[FORMAT])
 
 
-def observe(client: Any, image: str, base: str | None,
-            hint: Prediction | None = None) -> Prediction:
+def observe(
+    client: Any, image: str, base: str | None, hint: Prediction | None = None
+) -> Prediction:
     """The Prediction that describes `image` as the engine has it (`base`: the image it was
     built on, whose layers are not counted; when the engine lacks it, as after a pull, the
     recorded prediction `hint` says how many layers lie above it)."""
@@ -140,25 +152,36 @@ def recorded(lock_artifacts: Mapping[str, Mapping[str, str]], target: str) -> Pr
     return Prediction.from_artifacts(lock_artifacts.get(target, {}))
 
 
-def require_prediction(lock_artifacts: Mapping[str, Mapping[str, str]], target: str,
-                       env: str, lock_file: str) -> Prediction:
+def require_prediction(
+    lock_artifacts: Mapping[str, Mapping[str, str]], target: str, env: str, lock_file: str
+) -> Prediction:
     """The recorded prediction, for `build --verify`; BuildError saying how to record one."""
     found = recorded(lock_artifacts, target)
     if found is None:
         raise BuildError(
             f"{lock_file} records no image digest for {env}/{target} ([artifacts.{target}] "
             f"{IMAGE_ID}, {LAYERS}, {FORMAT}) to verify against; build once without --verify "
-            f"(`envbuilder build --target {target} --env {env}`) and commit the lock")
+            f"(`envbuilder build --target {target} --env {env}`) and commit the lock"
+        )
     if found.format != REPRO_FORMAT:
         raise BuildError(
             f"{lock_file} records the image of {env}/{target} in repro format {found.format}, "
             f"this envbuilder writes format {REPRO_FORMAT}: the digests are not comparable; "
-            "build without --verify to record the new one")
+            "build without --verify to record the new one"
+        )
     return found
 
 
-def check_prediction(client: Any, expected: Prediction, actual: Prediction, *, env: str,
-                     target: str, base: str | None, workdir: Path) -> None:
+def check_prediction(
+    client: Any,
+    expected: Prediction,
+    actual: Prediction,
+    *,
+    env: str,
+    target: str,
+    base: str | None,
+    workdir: Path,
+) -> None:
     """Nothing when `actual` is the image `expected` predicts; otherwise BuildError naming the
     first differing layer (its Dockerfile step) and, when the predicted image is on this
     engine, the first differing file."""
@@ -167,14 +190,22 @@ def check_prediction(client: Any, expected: Prediction, actual: Prediction, *, e
     workdir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="verify-", dir=workdir))
     try:
-        detail = describe_difference(client, expected.image_id, expected.layers,
-                                     actual.image_id, actual.layers, base=base, workdir=tmp)
+        detail = describe_difference(
+            client,
+            expected.image_id,
+            expected.layers,
+            actual.image_id,
+            actual.layers,
+            base=base,
+            workdir=tmp,
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     raise BuildError(
         f"{env}/{target}: the rebuilt image is {actual.image_id}, but the lock predicts "
         f"{expected.image_id}: {detail}. The lock is left as it was; the rebuilt image is "
-        "tagged as the build's image, for inspection")
+        "tagged as the build's image, for inspection"
+    )
 
 
 def prediction_note(previous: Prediction | None, actual: Prediction) -> str:
@@ -186,19 +217,23 @@ def prediction_note(previous: Prediction | None, actual: Prediction) -> str:
     return f"differs from the lock's {previous.image_id}"
 
 
-def status_line(env: str, target: str, what: str, actual: str | None,
-                expected: Prediction | None) -> tuple[bool, str]:
+def status_line(
+    env: str, target: str, what: str, actual: str | None, expected: Prediction | None
+) -> tuple[bool, str]:
     """(ok, line) saying whether `what` (an image, with id `actual`) is the one the lock
     predicts."""
     if expected is None:
-        return True, (f"{env}/{target}: the lock records no image digest (build to record "
-                      "one); nothing to compare")
+        return True, (
+            f"{env}/{target}: the lock records no image digest (build to record "
+            "one); nothing to compare"
+        )
     if actual is None:
         return False, f"{env}/{target}: {what} is not on this engine"
     if actual == expected.image_id:
         return True, f"{env}/{target}: {what} {actual} is the image the lock predicts"
-    return False, (f"{env}/{target}: {what} {actual} is NOT the image the lock predicts "
-                   f"({expected.image_id})")
+    return False, (
+        f"{env}/{target}: {what} {actual} is NOT the image the lock predicts ({expected.image_id})"
+    )
 
 
 def image_report(target: object, project: object, env: object) -> list[tuple[bool, str]]:

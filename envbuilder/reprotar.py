@@ -88,8 +88,15 @@ class Entry:
 
 
 #: Member types a normalised tar may hold.
-KEPT_TYPES = (tarfile.REGTYPE, tarfile.DIRTYPE, tarfile.SYMTYPE, tarfile.LNKTYPE,
-              tarfile.CHRTYPE, tarfile.BLKTYPE, tarfile.FIFOTYPE)
+KEPT_TYPES = (
+    tarfile.REGTYPE,
+    tarfile.DIRTYPE,
+    tarfile.SYMTYPE,
+    tarfile.LNKTYPE,
+    tarfile.CHRTYPE,
+    tarfile.BLKTYPE,
+    tarfile.FIFOTYPE,
+)
 
 
 def entry_of(member: tarfile.TarInfo, name: str, what: str) -> Entry:
@@ -101,10 +108,16 @@ def entry_of(member: tarfile.TarInfo, name: str, what: str) -> Entry:
     if mtype not in KEPT_TYPES:
         raise BuildError(f"{what} has an unsupported member type at {name!r}")
     entry = Entry(
-        name=name, type=mtype, mode=member.mode & 0o7777, uid=member.uid, gid=member.gid,
-        devmajor=member.devmajor, devminor=member.devminor,
-        xattrs=tuple(sorted((k, v) for k, v in member.pax_headers.items()
-                            if k.startswith("SCHILY.xattr."))),
+        name=name,
+        type=mtype,
+        mode=member.mode & 0o7777,
+        uid=member.uid,
+        gid=member.gid,
+        devmajor=member.devmajor,
+        devminor=member.devminor,
+        xattrs=tuple(
+            sorted((k, v) for k, v in member.pax_headers.items() if k.startswith("SCHILY.xattr."))
+        ),
     )
     if mtype == tarfile.SYMTYPE:
         return replace(entry, linkname=member.linkname)
@@ -145,8 +158,7 @@ def rewrites_content(name: str) -> bool:
     return name in SHADOW_FILES or name in MACHINE_ID_FILES
 
 
-def rewrite_shadow(data: bytes, source_date_epoch: int | None, *,
-                   scrub_passwords: bool) -> bytes:
+def rewrite_shadow(data: bytes, source_date_epoch: int | None, *, scrub_passwords: bool) -> bytes:
     """A shadow (or gshadow) file with the "last change" day (field 3) clamped to
     `source_date_epoch`'s day (useradd writes the build day; None: left alone, gshadow has no
     such field) and, with `scrub_passwords`, no password hashes (`!...` -> `!`, any other
@@ -205,8 +217,9 @@ class Spool:
         self.fh = fh
         self.pos = 0
 
-    def add(self, src: IO[bytes] | None, size: int, head: bytes = b"",
-            what: str = "the exported rootfs") -> int:
+    def add(
+        self, src: IO[bytes] | None, size: int, head: bytes = b"", what: str = "the exported rootfs"
+    ) -> int:
         offset = self.pos
         if head:
             self.fh.write(head)
@@ -255,8 +268,13 @@ class IterStream(io.RawIOBase):
     """A read-only file over an iterator of byte chunks (the docker SDK's export and save
     generators), counting bytes and reporting them to `progress`."""
 
-    def __init__(self, chunks: Iterable[bytes], progress: ProgressFn = no_progress,
-                 label: str = "export", total: int | None = None) -> None:
+    def __init__(
+        self,
+        chunks: Iterable[bytes],
+        progress: ProgressFn = no_progress,
+        label: str = "export",
+        total: int | None = None,
+    ) -> None:
         self._it: Iterator[bytes] = iter(chunks)
         self._buf = memoryview(b"")
         self._pos = 0
@@ -278,7 +296,7 @@ class IterStream(io.RawIOBase):
                 return 0
             self._pos = 0
         n = min(len(b), len(self._buf) - self._pos)
-        b[:n] = self._buf[self._pos:self._pos + n]
+        b[:n] = self._buf[self._pos : self._pos + n]
         self._pos += n
         self.count += n
         if self.count - self._reported >= CHUNK:
@@ -311,14 +329,15 @@ def resolve_hardlinks(entries: dict[str, Entry], what: str = "the exported rootf
         members = sorted(([target] if head else []) + links, key=sort_key)
         data = head
         if data is None or data.type != tarfile.REGTYPE:
-            raise BuildError(f"{what} hard-links to {target!r}, which is not a regular file "
-                             "in it")
+            raise BuildError(f"{what} hard-links to {target!r}, which is not a regular file in it")
         first = members[0]
-        entries[first] = replace(entries[first], type=tarfile.REGTYPE, linkname="",
-                                 size=data.size, offset=data.offset)
+        entries[first] = replace(
+            entries[first], type=tarfile.REGTYPE, linkname="", size=data.size, offset=data.offset
+        )
         for name in members[1:]:
-            entries[name] = replace(entries[name], type=tarfile.LNKTYPE, linkname=first,
-                                    size=0, offset=0)
+            entries[name] = replace(
+                entries[name], type=tarfile.LNKTYPE, linkname=first, size=0, offset=0
+            )
 
 
 def add_missing_parents(entries: dict[str, Entry]) -> None:
@@ -348,15 +367,27 @@ def tarinfo(entry: Entry, source_date_epoch: int) -> tarfile.TarInfo:
     return info
 
 
-def write_entries(out: IO[bytes], entries: list[Entry], spool: IO[bytes],
-                  source_date_epoch: int, progress: ProgressFn = no_progress,
-                  total: int = 0, label: str = "compress") -> None:
+def write_entries(
+    out: IO[bytes],
+    entries: list[Entry],
+    spool: IO[bytes],
+    source_date_epoch: int,
+    progress: ProgressFn = no_progress,
+    total: int = 0,
+    label: str = "compress",
+) -> None:
     """Write `entries` (in their order) as a PAX tar to `out`, file data from `spool`.
     Progress: (`label`, data bytes written, `total`)."""
     done = 0
     reported = 0
-    with tarfile.TarFile(fileobj=out, mode="w", format=tarfile.PAX_FORMAT, encoding="utf-8",
-                         errors="surrogateescape", copybufsize=CHUNK) as tar:
+    with tarfile.TarFile(
+        fileobj=out,
+        mode="w",
+        format=tarfile.PAX_FORMAT,
+        encoding="utf-8",
+        errors="surrogateescape",
+        copybufsize=CHUNK,
+    ) as tar:
         for entry in entries:
             info = tarinfo(entry, source_date_epoch)
             if entry.type == tarfile.REGTYPE:

@@ -99,10 +99,18 @@ def check_spec(path: str | Path) -> SpecCheck:
 #: Kinds: "str", "bool", "list[str]", "map[str]", or a nested schema (a table). Each target's
 #: table ([env.NAME.<target>]) has the schema its descriptor declares (`env_keys`).
 BASE_ENV_KEYS: Schema = {
-    "description": "str", "accelerator": "str", "rocm": "str", "cuda": "str",
+    "description": "str",
+    "accelerator": "str",
+    "rocm": "str",
+    "cuda": "str",
     "gpu": "str|list[str]",
-    "python": "str", "packages": "list[str]", "index_pins": "map[str]", "targets": "list[str]",
-    "env": "map[str]", "apt": "list[str]", "rccl": "map[str]",
+    "python": "str",
+    "packages": "list[str]",
+    "index_pins": "map[str]",
+    "targets": "list[str]",
+    "env": "map[str]",
+    "apt": "list[str]",
+    "rccl": "map[str]",
 }
 INDEX_KEYS: Schema = {"url": "str", "mirror": "str"}
 TOP_KEYS = ("defaults", "env", "indexes")
@@ -112,12 +120,17 @@ def env_keys() -> Schema:
     """The schema of an [env.NAME] (and [defaults]) table: the env-level keys, then one table
     per registered target."""
     return {**BASE_ENV_KEYS, **{d.name: d.keys for d in registry.all()}}
+
+
 ACCELERATORS: tuple[Accelerator, ...] = ("rocm", "cuda", "cpu")
 
-_KIND_WORDS = {"str": "a string", "bool": "true or false", "list[str]": "a list of strings",
-               "map[str]": "a table of strings",
-               "str|list[str]": "a string or a list of strings"}
-
+_KIND_WORDS = {
+    "str": "a string",
+    "bool": "true or false",
+    "list[str]": "a list of strings",
+    "map[str]": "a table of strings",
+    "str|list[str]": "a string or a list of strings",
+}
 
 
 def _one_line(text: str) -> str:
@@ -142,8 +155,14 @@ def _kind_ok(value: Any, kind: str) -> bool:
 
 
 def _type_name(value: Any) -> str:
-    names = {str: "a string", bool: "a boolean", int: "an integer", float: "a float",
-             list: "an array", dict: "a table"}
+    names = {
+        str: "a string",
+        bool: "a boolean",
+        int: "an integer",
+        float: "a float",
+        list: "an array",
+        dict: "a table",
+    }
     return names.get(type(value), type(value).__name__)
 
 
@@ -166,17 +185,22 @@ class FindingCollector:
         self.add("error", key, message)
 
     def origin(self, env: str, *path: str) -> str:
-        """" (set in [defaults])" when the env's value at `path` came from [defaults]."""
-        return "" if _has(self.raw_envs.get(env, {}), path) or not _has(self.defaults, path) \
+        """ " (set in [defaults])" when the env's value at `path` came from [defaults]."""
+        return (
+            ""
+            if _has(self.raw_envs.get(env, {}), path) or not _has(self.defaults, path)
             else " (set in [defaults])"
+        )
 
-    def env_finding(self, env: str, path: Sequence[str], message: str,
-                    severity: Severity = "error") -> None:
+    def env_finding(
+        self, env: str, path: Sequence[str], message: str, severity: Severity = "error"
+    ) -> None:
         """A finding on env key `path`, noting when the value was inherited from [defaults].
         A "missing" finding is dropped when that key was already reported as mistyped."""
         dotted = ".".join(path)
-        if message.startswith("missing") and (dotted in self.bad.get(env, set())
-                                              or dotted in self.bad.get("", set())):
+        if message.startswith("missing") and (
+            dotted in self.bad.get(env, set()) or dotted in self.bad.get("", set())
+        ):
             return
         self.add(severity, ".".join(("env", env, *path)), message + self.origin(env, *path))
 
@@ -212,27 +236,36 @@ def _parse(path: Path, ctx: FindingCollector) -> dict[str, Any] | None:
         doc = tomlkit.parse(text)
         plain = doc.unwrap()
     except tomlkit.exceptions.ParseError as exc:
-        ctx.error(f"line {exc.line}", f"invalid TOML: {_parse_message(exc)}; fix the syntax "
-                  f"near column {exc.col} (strings need quotes, tables [name], arrays [a, b])")
+        ctx.error(
+            f"line {exc.line}",
+            f"invalid TOML: {_parse_message(exc)}; fix the syntax "
+            f"near column {exc.col} (strings need quotes, tables [name], arrays [a, b])",
+        )
         return None
     except (tomlkit.exceptions.TOMLKitError, ValueError, TypeError, OverflowError) as exc:
         where = _duplicate_line(text, str(exc))
-        ctx.error(where, f"invalid TOML: {str(exc).rstrip('.')}; each key may appear once per "
-                  "table: remove or rename the repeated one")
+        ctx.error(
+            where,
+            f"invalid TOML: {str(exc).rstrip('.')}; each key may appear once per "
+            "table: remove or rename the repeated one",
+        )
         return None
     ctx.doc = doc
     return plain
 
 
 def _duplicate_line(text: str, message: str) -> str:
-    """"line N" of the repeated key in tomlkit's 'Key "x" already exists.' (else "file")."""
+    """ "line N" of the repeated key in tomlkit's 'Key "x" already exists.' (else "file")."""
     m = re.search(r'Key "([^"]+)" already exists', message)
     if m is None:
         return "file"
     key = re.escape(m.group(1).split(".")[-1])
-    lines = [i for i, line in enumerate(text.splitlines(), 1)
-             if re.match(rf'\s*["\']?{key}["\']?\s*[=.]', line)
-             or re.match(rf"\s*\[+\s*([^\]]*\.)?{key}\s*\]", line)]
+    lines = [
+        i
+        for i, line in enumerate(text.splitlines(), 1)
+        if re.match(rf'\s*["\']?{key}["\']?\s*[=.]', line)
+        or re.match(rf"\s*\[+\s*([^\]]*\.)?{key}\s*\]", line)
+    ]
     return f"line {lines[1]}" if len(lines) > 1 else "file"
 
 
@@ -242,8 +275,14 @@ def _parse_message(exc: tomlkit.exceptions.ParseError) -> str:
     return re.sub(r" at line \d+ col \d+$", "", msg).replace("\x00", "end of file")
 
 
-def _clean_table(table: Any, schema: Schema, parts: tuple[str, ...], ctx: FindingCollector,
-                 bad: set[str], prefix: str = "") -> dict[str, Any]:
+def _clean_table(
+    table: Any,
+    schema: Schema,
+    parts: tuple[str, ...],
+    ctx: FindingCollector,
+    bad: set[str],
+    prefix: str = "",
+) -> dict[str, Any]:
     """Report unknown keys and wrong types in one table (recursively); return the table without
     them. `bad` collects the relative dotted keys that were rejected (and the keys a typo
     probably meant), so later "missing" findings for them are not reported twice."""
@@ -267,16 +306,20 @@ def _clean_table(table: Any, schema: Schema, parts: tuple[str, ...], ctx: Findin
             out[name] = _clean_map(value, (*parts, name), ctx)
         elif not _kind_ok(value, kind):
             written = _as_written(ctx.doc, (*parts, name))
-            ctx.error(where, f"must be {_KIND_WORDS[kind]}, not {_type_name(value)}"
-                      + _type_hint(value, kind, written))
+            ctx.error(
+                where,
+                f"must be {_KIND_WORDS[kind]}, not {_type_name(value)}"
+                + _type_hint(value, kind, written),
+            )
             bad.add(prefix + name)
         else:
             out[name] = value
     return out
 
 
-def _clean_map(table: dict[str, Any], parts: tuple[str, ...],
-               ctx: FindingCollector) -> dict[str, str]:
+def _clean_map(
+    table: dict[str, Any], parts: tuple[str, ...], ctx: FindingCollector
+) -> dict[str, str]:
     """A table of strings: each non-string entry is its own finding (and is dropped)."""
     out: dict[str, str] = {}
     for k, v in table.items():
@@ -284,8 +327,10 @@ def _clean_map(table: dict[str, Any], parts: tuple[str, ...],
             out[k] = v
             continue
         written = _as_written(ctx.doc, (*parts, k))
-        ctx.error(".".join((*parts, k)), f"must be a string, not {_type_name(v)}"
-                  + _type_hint(v, "str", written))
+        ctx.error(
+            ".".join((*parts, k)),
+            f"must be a string, not {_type_name(v)}" + _type_hint(v, "str", written),
+        )
     return out
 
 
@@ -306,8 +351,13 @@ def _type_hint(value: Any, kind: str, written: str | None = None) -> str:
         return f'; quote it: "{written or value}"'
     if kind == "list[str]" and isinstance(value, str):
         return f'; write ["{value}"]' if _printable(value) else "; write a list of strings"
-    examples = {"str": '"..."', "bool": "true or false", "list[str]": '["..."]',
-                "map[str]": '{ NAME = "value" }', "str|list[str]": '"RX 7900 XTX" or ["..."]'}
+    examples = {
+        "str": '"..."',
+        "bool": "true or false",
+        "list[str]": '["..."]',
+        "map[str]": '{ NAME = "value" }',
+        "str|list[str]": '"RX 7900 XTX" or ["..."]',
+    }
     return f"; write e.g. {examples[kind]}"
 
 
@@ -329,19 +379,24 @@ def _merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
 def _build(path: Path, doc: dict[str, Any], ctx: FindingCollector) -> Spec | None:
     for name in doc:
         if name not in TOP_KEYS:
-            ctx.error(name, f"unknown top-level key{did_you_mean(name, TOP_KEYS)}; known: "
-                      f"{', '.join(TOP_KEYS)} (an environment goes under [env.{name}])")
+            ctx.error(
+                name,
+                f"unknown top-level key{did_you_mean(name, TOP_KEYS)}; known: "
+                f"{', '.join(TOP_KEYS)} (an environment goes under [env.{name}])",
+            )
     indexes = _indexes(doc.get("indexes", {}), ctx)
     schema = env_keys()
-    defaults = _clean_table(doc.get("defaults", {}), schema, ("defaults",), ctx,
-                            ctx.bad.setdefault("", set()))
+    defaults = _clean_table(
+        doc.get("defaults", {}), schema, ("defaults",), ctx, ctx.bad.setdefault("", set())
+    )
     envs_raw = doc.get("env")
     if envs_raw is None:
         ctx.error("env", "no environments; add one, e.g. [env.cpu] (see docs/spec.md)")
         return None
     if not isinstance(envs_raw, dict):
-        ctx.error("env", f"must be a table of environments, not {_type_name(envs_raw)}; "
-                  "write [env.NAME]")
+        ctx.error(
+            "env", f"must be a table of environments, not {_type_name(envs_raw)}; write [env.NAME]"
+        )
         return None
     if not envs_raw:
         ctx.error("env", "no environments; add one, e.g. [env.cpu] (see docs/spec.md)")
@@ -370,8 +425,11 @@ def _build(path: Path, doc: dict[str, Any], ctx: FindingCollector) -> Spec | Non
 
 def _indexes(raw: Any, ctx: FindingCollector) -> dict[str, Index]:
     if not isinstance(raw, dict):
-        ctx.error("indexes", f"must be a table of indexes, not {_type_name(raw)}; write "
-                  "[indexes.NAME] with url = \"...\"")
+        ctx.error(
+            "indexes",
+            f"must be a table of indexes, not {_type_name(raw)}; write "
+            '[indexes.NAME] with url = "..."',
+        )
         return {}
     out: dict[str, Index] = {}
     for name, table in raw.items():
@@ -397,8 +455,9 @@ def _indexes(raw: Any, ctx: FindingCollector) -> dict[str, Index]:
     return out
 
 
-def _make_env(name: str, m: dict[str, Any], indexes: Mapping[str, Index],
-              ctx: FindingCollector) -> EnvSpec | None:
+def _make_env(
+    name: str, m: dict[str, Any], indexes: Mapping[str, Index], ctx: FindingCollector
+) -> EnvSpec | None:
     """Typed EnvSpec from the merged table; None (with findings) when a value it needs is
     unusable. The other values are still checked, so one run reports every mistake."""
     accelerator, python, rocm, cuda = _versions(name, m, ctx)
@@ -425,62 +484,90 @@ def _make_env(name: str, m: dict[str, Any], indexes: Mapping[str, Index],
     for descriptor in registry.all():  # registry order: findings come in a stable order
         if descriptor.name not in targets:
             continue
-        table = descriptor.parse(TableContext(descriptor.name, name, m.get(descriptor.name, {}),
-                                              accelerator, python, rocm, ctx))
+        table = descriptor.parse(
+            TableContext(
+                descriptor.name, name, m.get(descriptor.name, {}), accelerator, python, rocm, ctx
+            )
+        )
         if table is not None:
             tables[descriptor.name] = table
     if accelerator is None or python is None:
         return None
     return EnvSpec(
-        name=name, description=description, accelerator=accelerator, python=python,
-        packages=packages, index_pins=pins, targets=targets, rocm=rocm, cuda=cuda, gpu=gpu,
-        gfx=gfx, gfx_targets=gfx_targets, env=env_vars, rccl=rccl, apt=apt, tables=tables,
+        name=name,
+        description=description,
+        accelerator=accelerator,
+        python=python,
+        packages=packages,
+        index_pins=pins,
+        targets=targets,
+        rocm=rocm,
+        cuda=cuda,
+        gpu=gpu,
+        gfx=gfx,
+        gfx_targets=gfx_targets,
+        env=env_vars,
+        rccl=rccl,
+        apt=apt,
+        tables=tables,
         target_packages=tp,
-        target_index_pins=tpins, indexes=_used_indexes(indexes, pins, tpins))
+        target_index_pins=tpins,
+        indexes=_used_indexes(indexes, pins, tpins),
+    )
 
 
-def _used_indexes(indexes: Mapping[str, Index], pins: Mapping[str, str],
-                  target_pins: Mapping[str, Mapping[str, str]]) -> dict[str, Index]:
+def _used_indexes(
+    indexes: Mapping[str, Index],
+    pins: Mapping[str, str],
+    target_pins: Mapping[str, Mapping[str, str]],
+) -> dict[str, Index]:
     """The indexes an env's pins name (env-wide and per target), sorted by name."""
     used = set(pins.values()).union(*(p.values() for p in target_pins.values()))
     return {n: indexes[n] for n in sorted(used) if n in indexes}
 
 
-def _versions(name: str, m: dict[str, Any], ctx: FindingCollector
-              ) -> tuple[Accelerator | None, str | None, str | None, str | None]:
+def _versions(
+    name: str, m: dict[str, Any], ctx: FindingCollector
+) -> tuple[Accelerator | None, str | None, str | None, str | None]:
     """accelerator, python, rocm, cuda: each None when missing or unusable (with a finding)."""
     e = _env_err_fn(ctx, name)
     accelerator = m.get("accelerator")
     if accelerator is None:
         e(("accelerator",), 'missing; set accelerator = "rocm", "cuda" or "cpu"')
     elif accelerator not in ACCELERATORS:
-        e(("accelerator",), f"unknown accelerator {accelerator!r}"
-          f"{did_you_mean(accelerator, ACCELERATORS)}; use one of: {', '.join(ACCELERATORS)}")
+        e(
+            ("accelerator",),
+            f"unknown accelerator {accelerator!r}"
+            f"{did_you_mean(accelerator, ACCELERATORS)}; use one of: {', '.join(ACCELERATORS)}",
+        )
     python = m.get("python")
     if python is None:
         e(("python",), 'missing; set python = "3.12" (major.minor)')
     elif not PYTHON_RE.fullmatch(python):
-        e(("python",), f"{python!r} is not a Python major.minor version; write e.g. "
-          f'"{_major_minor(python) or "3.12"}"')
+        e(
+            ("python",),
+            f"{python!r} is not a Python major.minor version; write e.g. "
+            f'"{_major_minor(python) or "3.12"}"',
+        )
     rocm, cuda = m.get("rocm"), m.get("cuda")
     if accelerator == "rocm" and rocm is None:
         e(("rocm",), 'missing for accelerator "rocm"; set rocm = "6.4.1" (a ROCm release)')
     if rocm is not None and not ROCM_RE.fullmatch(rocm):
-        e(("rocm",), f"{rocm!r} is not a ROCm release number; write e.g. \"6.4.1\"")
+        e(("rocm",), f'{rocm!r} is not a ROCm release number; write e.g. "6.4.1"')
     if rocm is not None and accelerator in ("cpu", "cuda"):
-        e(("rocm",), f'set for accelerator "{accelerator}"; remove it, or set accelerator = '
-          '"rocm"')
+        e(("rocm",), f'set for accelerator "{accelerator}"; remove it, or set accelerator = "rocm"')
     if accelerator == "cuda" and cuda is None:
         e(("cuda",), 'missing for accelerator "cuda"; set cuda = "12.8"')
     if cuda is not None and not CUDA_RE.fullmatch(cuda):
-        e(("cuda",), f"{cuda!r} is not a CUDA major.minor version; write e.g. \"12.8\"")
+        e(("cuda",), f'{cuda!r} is not a CUDA major.minor version; write e.g. "12.8"')
     if cuda is not None and accelerator in ("cpu", "rocm"):
-        e(("cuda",), f'set for accelerator "{accelerator}"; remove it, or set accelerator = '
-          '"cuda"')
-    return (cast(Accelerator, accelerator) if accelerator in ACCELERATORS else None,
-            python if python is not None and PYTHON_RE.fullmatch(python) else None,
-            rocm if rocm is not None and ROCM_RE.fullmatch(rocm) else None,
-            cuda if cuda is not None and CUDA_RE.fullmatch(cuda) else None)
+        e(("cuda",), f'set for accelerator "{accelerator}"; remove it, or set accelerator = "cuda"')
+    return (
+        cast(Accelerator, accelerator) if accelerator in ACCELERATORS else None,
+        python if python is not None and PYTHON_RE.fullmatch(python) else None,
+        rocm if rocm is not None and ROCM_RE.fullmatch(rocm) else None,
+        cuda if cuda is not None and CUDA_RE.fullmatch(cuda) else None,
+    )
 
 
 def _env_err_fn(ctx: FindingCollector, name: str) -> Callable[[Sequence[str], str], None]:
@@ -503,29 +590,43 @@ def _targets(name: str, m: dict[str, Any], ctx: FindingCollector) -> tuple[str, 
     known = registry.names()
     raw = m.get("targets")
     if raw is None:
-        ctx.env_finding(name, ("targets",), f'missing; set targets = ["docker"] (any of: '
-                        f"{', '.join(known)})")
+        ctx.env_finding(
+            name, ("targets",), f'missing; set targets = ["docker"] (any of: {", ".join(known)})'
+        )
         return ()
     if not raw:
         ctx.env_finding(name, ("targets",), f"is empty; list at least one of: {', '.join(known)}")
     out: list[str] = []
     for t in raw:
         if t not in known:
-            ctx.env_finding(name, ("targets",), f"unknown target {t!r}{did_you_mean(t, known)}; "
-                            f"use any of: {', '.join(known)}")
+            ctx.env_finding(
+                name,
+                ("targets",),
+                f"unknown target {t!r}{did_you_mean(t, known)}; use any of: {', '.join(known)}",
+            )
         elif t in out:
             ctx.env_finding(name, ("targets",), f"{t!r} is listed twice; list it once")
         else:
             out.append(t)
     for t in known:
         if t in m and t not in out:
-            ctx.env_finding(name, (t,), f"[env.{name}.{t}] is set but {t!r} is not in targets; "
-                            f"add it to targets or remove the table", "warning")
+            ctx.env_finding(
+                name,
+                (t,),
+                f"[env.{name}.{t}] is set but {t!r} is not in targets; "
+                f"add it to targets or remove the table",
+                "warning",
+            )
     return tuple(out)
 
 
-def _pins(name: str, path: tuple[str, ...], raw: Mapping[str, str],
-          indexes: Mapping[str, Index], ctx: FindingCollector) -> dict[str, str]:
+def _pins(
+    name: str,
+    path: tuple[str, ...],
+    raw: Mapping[str, str],
+    indexes: Mapping[str, Index],
+    ctx: FindingCollector,
+) -> dict[str, str]:
     out: dict[str, str] = {}
     for pkg, index in raw.items():
         if problem := grammar.package_name_problem(pkg):
@@ -533,24 +634,30 @@ def _pins(name: str, path: tuple[str, ...], raw: Mapping[str, str],
             continue
         if index not in indexes:
             known = ", ".join(indexes) or "(none defined)"
-            ctx.env_finding(name, (*path, pkg), f"pins {pkg} to unknown index {index!r}"
-                            f"{did_you_mean(index, indexes)}; define [indexes.{index}] with a url "
-                            f"or use one of: {known}")
+            ctx.env_finding(
+                name,
+                (*path, pkg),
+                f"pins {pkg} to unknown index {index!r}"
+                f"{did_you_mean(index, indexes)}; define [indexes.{index}] with a url "
+                f"or use one of: {known}",
+            )
             continue
         out[str(canonicalize_name(pkg))] = index
     return out
 
 
 def _target_overrides(
-    name: str, m: dict[str, Any], indexes: Mapping[str, Index], ctx: FindingCollector,
+    name: str,
+    m: dict[str, Any],
+    indexes: Mapping[str, Index],
+    ctx: FindingCollector,
 ) -> tuple[dict[str, tuple[str, ...]], dict[str, dict[str, str]]]:
     packages: dict[str, tuple[str, ...]] = {}
     pins: dict[str, dict[str, str]] = {}
     for target in registry.names():
         table = m.get(target, {})
         if "packages" in table:
-            packages[target] = _requirements(name, (target, "packages"), table["packages"],
-                                             ctx)
+            packages[target] = _requirements(name, (target, "packages"), table["packages"], ctx)
         if "index_pins" in table:
             pins[target] = _pins(name, (target, "index_pins"), table["index_pins"], indexes, ctx)
     return packages, pins
@@ -558,8 +665,14 @@ def _target_overrides(
 
 # --- reporting grammar problems and loader helpers -------------------------------------------
 
-def report(sink: FindingSink, env: str, path: Sequence[str], problem: str | None,
-           severity: Severity = "error") -> None:
+
+def report(
+    sink: FindingSink,
+    env: str,
+    path: Sequence[str],
+    problem: str | None,
+    severity: Severity = "error",
+) -> None:
     """A finding on env key `path` when `problem` (a `grammar.*_problem` answer) is not None."""
     if problem is not None:
         sink.env_finding(env, path, problem, severity)
@@ -571,8 +684,9 @@ def report_image(sink: FindingSink, env: str, path: Sequence[str], image: str) -
     report(sink, env, path, grammar.image_untagged(image), "warning")
 
 
-def _requirements(env: str, path: Sequence[str], packages: Sequence[str],
-                  ctx: FindingSink) -> tuple[str, ...]:
+def _requirements(
+    env: str, path: Sequence[str], packages: Sequence[str], ctx: FindingSink
+) -> tuple[str, ...]:
     """The good PEP 508 requirements of `packages`; a finding for each refused one."""
     good, problems = grammar.requirements(packages)
     for problem in problems:
@@ -580,8 +694,9 @@ def _requirements(env: str, path: Sequence[str], packages: Sequence[str],
     return good
 
 
-def _variables(env: str, path: Sequence[str], values: Mapping[str, str],
-               ctx: FindingSink) -> dict[str, str]:
+def _variables(
+    env: str, path: Sequence[str], values: Mapping[str, str], ctx: FindingSink
+) -> dict[str, str]:
     """The good (name, value) pairs of an env table; a finding on each refused name."""
     good: dict[str, str] = {}
     for name, value in values.items():
@@ -599,12 +714,20 @@ def resolve_gfx(env: str, gpu: str, ctx: FindingSink) -> str | None:
     if found is not None:
         return found.gfx
     if re.fullmatch(r"gfx[0-9a-f]{3,4}", gpu):
-        ctx.env_finding(env, ("gpu",), f"{gpu} is not in envbuilder's GPU table; the GPU checks "
-                        "are skipped for it", "warning")
+        ctx.env_finding(
+            env,
+            ("gpu",),
+            f"{gpu} is not in envbuilder's GPU table; the GPU checks are skipped for it",
+            "warning",
+        )
         return gpu
     names = compat.gpu_names()
     close = difflib.get_close_matches(gpu, names, n=1, cutoff=0.5)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    ctx.env_finding(env, ("gpu",), f"unknown GPU {gpu!r}{hint}; write a marketing name such as "
-                    "\"RX 7900 XTX\" or a gfx target such as \"gfx1100\"")
+    ctx.env_finding(
+        env,
+        ("gpu",),
+        f"unknown GPU {gpu!r}{hint}; write a marketing name such as "
+        '"RX 7900 XTX" or a gfx target such as "gfx1100"',
+    )
     return None

@@ -159,8 +159,11 @@ class UI:
             TransferSpeedColumn,
         )
 
-        columns: list[ProgressColumn] = [TextColumn("{task.description}"), BarColumn(),
-                                         TaskProgressColumn()]
+        columns: list[ProgressColumn] = [
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TaskProgressColumn(),
+        ]
         if bytes_:
             columns += [DownloadColumn(), TransferSpeedColumn()]
         columns.append(TimeRemainingColumn())
@@ -243,6 +246,5 @@ class _LazyBars:
             if total is None:
                 self.ui.info(what)
                 return
-            self.view = ProgressView(self.stack.enter_context(self.ui._bars(self.bytes_)),
-                                     self.ui)
+            self.view = ProgressView(self.stack.enter_context(self.ui._bars(self.bytes_)), self.ui)
         self.view(what, done, total)

@@ -147,14 +147,27 @@ def run_uv(
         except OSError as exc:
             raise write_error(work / "pyproject.toml", exc) from None
         cmd = [
-            uv_bin(), "pip", "compile", "pyproject.toml",
-            "--format", "pylock.toml", "--output-file", out.name,
-            "--python-version", request.python, "--python-platform", request.platform,
-            "--generate-hashes", "--no-header", "--no-config", "--quiet",
+            uv_bin(),
+            "pip",
+            "compile",
+            "pyproject.toml",
+            "--format",
+            "pylock.toml",
+            "--output-file",
+            out.name,
+            "--python-version",
+            request.python,
+            "--python-platform",
+            request.platform,
+            "--generate-hashes",
+            "--no-header",
+            "--no-config",
+            "--quiet",
             # uv resolves for --python-version/--python-platform; the interpreter only builds
             # sdists that lack static metadata. Naming ours skips uv's interpreter discovery
             # (seconds per run where pyenv shims answer for versions that are not installed).
-            "--python", sys.executable,
+            "--python",
+            sys.executable,
         ]
         if upgrade:
             cmd.append("--upgrade")
@@ -179,8 +192,9 @@ def preferences_for_uv(previous: bytes, request: ResolveRequest) -> bytes:
     try:
         doc = tomlkit.parse(previous.decode("utf-8"))
     except (UnicodeDecodeError, tomlkit.exceptions.ParseError) as exc:
-        raise LockError(f"the earlier pylock handed to uv is not valid TOML ({exc}); "
-                        "delete it and lock again") from None
+        raise LockError(
+            f"the earlier pylock handed to uv is not valid TOML ({exc}); delete it and lock again"
+        ) from None
     pins = dict(request.index_pins)
     for pkg in doc.get("packages", []):
         name = str(canonicalize_name(str(pkg.get("name", ""))))
@@ -217,9 +231,7 @@ def _uv_failure(request: ResolveRequest, stderr: str) -> str:
         hint = "\nIf an index is unreachable from this machine, point it at a mirror: " + ", ".join(
             f"{mirror_env_var(s.name)}=/folder/of/wheels or URL" for s in unmirrored
         )
-    return (
-        f"uv could not resolve for {request.platform} / Python {request.python}:\n{tail}{hint}"
-    )
+    return f"uv could not resolve for {request.platform} / Python {request.python}:\n{tail}{hint}"
 
 
 def artifacts_of(package: Any) -> list[Any]:
@@ -249,12 +261,15 @@ def postprocess(raw: bytes, request: ResolveRequest, header: str) -> bytes:
                 array.extend(wheels)
                 pkg["wheels"] = array.multiline(len(wheels) > 1)
         if "directory" in pkg or "vcs" in pkg:
-            raise LockError(f"package {name} resolved to a directory or VCS checkout; "
-                            "locks record index artifacts only")
+            raise LockError(
+                f"package {name} resolved to a directory or VCS checkout; "
+                "locks record index artifacts only"
+            )
         if src is not None:  # PEP 751: where a mirror of the index can be asked for the file
             _set_index(pkg, src.canonical)
-    ordered = sorted(packages, key=lambda p: (str(canonicalize_name(str(p["name"]))),
-                                              str(p["version"])))
+    ordered = sorted(
+        packages, key=lambda p: (str(canonicalize_name(str(p["name"]))), str(p["version"]))
+    )
     if [id(p) for p in ordered] != [id(p) for p in packages]:
         fresh = tomlkit.aot()
         for pkg in ordered:

@@ -104,8 +104,13 @@ def _platform_tags(platform: str) -> list[str]:
     if platform.startswith("x86_64-manylinux_2_"):
         top = int(platform.rsplit("_", 1)[-1])
         tags = [f"manylinux_2_{minor}_x86_64" for minor in range(top, 4, -1)]
-        return [*tags, "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64",
-                "linux_x86_64"]
+        return [
+            *tags,
+            "manylinux2014_x86_64",
+            "manylinux2010_x86_64",
+            "manylinux1_x86_64",
+            "linux_x86_64",
+        ]
     raise LockError(f"no wheel tag rule for platform {platform!r}")
 
 
@@ -113,21 +118,28 @@ def target_tags(platform: str, python: str) -> list[Tag]:
     """The wheel tags an interpreter of `python` on `platform` accepts, most preferred first."""
     major, minor = (int(p) for p in python.split(".")[:2])
     platforms = _platform_tags(platform)
-    return [*cpython_tags((major, minor), platforms=platforms),
-            *compatible_tags((major, minor), f"cp{major}{minor}", platforms)]
+    return [
+        *cpython_tags((major, minor), platforms=platforms),
+        *compatible_tags((major, minor), f"cp{major}{minor}", platforms),
+    ]
 
 
 def marker_environment(platform: str, python: str) -> dict[str, str]:
     """PEP 508 marker values of the target, to evaluate `marker` entries of a pylock."""
     windows = platform.endswith("windows-msvc")
     return {
-        "implementation_name": "cpython", "implementation_version": f"{python}.0",
+        "implementation_name": "cpython",
+        "implementation_version": f"{python}.0",
         "os_name": "nt" if windows else "posix",
         "platform_machine": "AMD64" if windows else "x86_64",
-        "platform_python_implementation": "CPython", "platform_release": "",
-        "platform_system": "Windows" if windows else "Linux", "platform_version": "",
-        "python_full_version": f"{python}.0", "python_version": python,
-        "sys_platform": "win32" if windows else "linux", "extra": "",
+        "platform_python_implementation": "CPython",
+        "platform_release": "",
+        "platform_system": "Windows" if windows else "Linux",
+        "platform_version": "",
+        "python_full_version": f"{python}.0",
+        "python_version": python,
+        "sys_platform": "win32" if windows else "linux",
+        "extra": "",
     }
 
 
@@ -174,12 +186,14 @@ def locked_files(pylock: Path, platform: str, python: str) -> list[LockedFile]:
     """The files a target installs from `pylock` (one per package that applies), sorted by name:
     its best wheel, else its sdist (built at install time). Raises LockError for a malformed
     pylock (parse_pylock) and for a package with neither for the target."""
-    return _select_files(parse_pylock(pylock.read_bytes(), str(pylock)), pylock.name, platform,
-                         python)
+    return _select_files(
+        parse_pylock(pylock.read_bytes(), str(pylock)), pylock.name, platform, python
+    )
 
 
-def _select_files(doc: Mapping[str, Any], where: str, platform: str,
-                  python: str) -> list[LockedFile]:
+def _select_files(
+    doc: Mapping[str, Any], where: str, platform: str, python: str
+) -> list[LockedFile]:
     """locked_files on a pylock `doc` that parse_pylock checked (`where` names it)."""
     rank: dict[Tag, int] = {}
     for i, tag in enumerate(target_tags(platform, python)):
@@ -191,16 +205,28 @@ def _select_files(doc: Mapping[str, Any], where: str, platform: str,
             continue
         wheel = _best_wheel(pkg, rank) or _sdist(pkg)
         if wheel is None:
-            raise LockError(f"{where}: {pkg['name']} {pkg.get('version')} has no wheel for "
-                            f"{platform} / Python {python} and no sdist; a build installs "
-                            "wheels, and builds a locked sdist offline (docs/rocm.md)")
+            raise LockError(
+                f"{where}: {pkg['name']} {pkg.get('version')} has no wheel for "
+                f"{platform} / Python {python} and no sdist; a build installs "
+                "wheels, and builds a locked sdist offline (docs/rocm.md)"
+            )
         sha = wheel.get("hashes", {}).get("sha256")
         if not sha or "url" not in wheel:
-            raise LockError(f"{where}: {wheel['name']} lacks a url or a sha256 hash; "
-                            "run `envbuilder lock` to re-resolve")
-        out.append(LockedFile(str(canonicalize_name(pkg["name"])), str(pkg.get("version", "")),
-                              wheel["name"], wheel["url"], sha, wheel.get("size"),
-                              pkg.get("index")))
+            raise LockError(
+                f"{where}: {wheel['name']} lacks a url or a sha256 hash; "
+                "run `envbuilder lock` to re-resolve"
+            )
+        out.append(
+            LockedFile(
+                str(canonicalize_name(pkg["name"])),
+                str(pkg.get("version", "")),
+                wheel["name"],
+                wheel["url"],
+                sha,
+                wheel.get("size"),
+                pkg.get("index"),
+            )
+        )
     return sorted(out, key=lambda f: (f.name, f.filename))
 
 
@@ -218,18 +244,32 @@ def sdist_build_requires(path: Path) -> list[str]:
     try:
         if path.name.endswith(".zip"):
             with zipfile.ZipFile(path) as zf:
-                names = [n for n in zf.namelist() if n.count("/") == 1
-                         and n.endswith("/pyproject.toml")]
+                names = [
+                    n for n in zf.namelist() if n.count("/") == 1 and n.endswith("/pyproject.toml")
+                ]
                 data = zf.read(names[0])[:_PYPROJECT_LIMIT] if names else None
         else:
             with tarfile.open(path, "r:gz") as tar:
-                member = next((m for m in tar if m.isfile() and m.name.count("/") == 1
-                               and m.name.endswith("/pyproject.toml")), None)
+                member = next(
+                    (
+                        m
+                        for m in tar
+                        if m.isfile()
+                        and m.name.count("/") == 1
+                        and m.name.endswith("/pyproject.toml")
+                    ),
+                    None,
+                )
                 fh = tar.extractfile(member) if member is not None else None
                 data = fh.read(_PYPROJECT_LIMIT) if fh is not None else None
         doc = tomllib.loads(data.decode("utf-8")) if data is not None else {}
-    except (OSError, tarfile.TarError, zipfile.BadZipFile, UnicodeDecodeError,
-            tomllib.TOMLDecodeError) as exc:
+    except (
+        OSError,
+        tarfile.TarError,
+        zipfile.BadZipFile,
+        UnicodeDecodeError,
+        tomllib.TOMLDecodeError,
+    ) as exc:
         raise LockError(f"{path.name}: cannot read its pyproject.toml: {exc}") from None
     system = doc.get("build-system")
     if not isinstance(system, dict) or "requires" not in system:
@@ -240,8 +280,9 @@ def sdist_build_requires(path: Path) -> list[str]:
     return list(requires)
 
 
-def unmet_build_requires(doc: Mapping[str, Any], platform: str, python: str,
-                         requires: Sequence[str]) -> list[str]:
+def unmet_build_requires(
+    doc: Mapping[str, Any], platform: str, python: str, requires: Sequence[str]
+) -> list[str]:
     """The build requirements no wheel of the pylock `doc` satisfies for the target (name,
     version, marker; extras are not followed). Only the backend's direct requirements are
     checked: setuptools, the real `rocm` sdist's backend, has no dependencies."""
@@ -258,16 +299,26 @@ def unmet_build_requires(doc: Mapping[str, Any], platform: str, python: str,
         if req.marker is not None and not req.marker.evaluate(environment):
             continue
         name = canonicalize_name(req.name)
-        if not any(canonicalize_name(str(pkg.get("name", ""))) == name
-                   and _applies(pkg, environment) and _best_wheel(pkg, rank) is not None
-                   and req.specifier.contains(str(pkg.get("version", "")), prereleases=True)
-                   for pkg in doc.get("packages", [])):
+        if not any(
+            canonicalize_name(str(pkg.get("name", ""))) == name
+            and _applies(pkg, environment)
+            and _best_wheel(pkg, rank) is not None
+            and req.specifier.contains(str(pkg.get("version", "")), prereleases=True)
+            for pkg in doc.get("packages", [])
+        ):
             unmet.append(text)
     return unmet
 
 
-def check_sdist_builds(project: Project, doc: Mapping[str, Any], where: str, platform: str,
-                       python: str, *, indexes: Mapping[str, Index]) -> None:
+def check_sdist_builds(
+    project: Project,
+    doc: Mapping[str, Any],
+    where: str,
+    platform: str,
+    python: str,
+    *,
+    indexes: Mapping[str, Index],
+) -> None:
     """Refuse a pylock whose locked sdist could not be built offline: an install builds it in an
     isolated environment from the wheelhouse alone (`pip install --no-index --find-links`,
     `uv pip sync --offline --find-links`), so its build backend's requirements must be wheels of
@@ -286,7 +337,8 @@ def check_sdist_builds(project: Project, doc: Mapping[str, Any], where: str, pla
                 f"{f.name} {f.version} is locked as an sdist ({f.filename}), which the install "
                 f"builds offline from the locked wheels; its build backend needs "
                 f"{', '.join(unmet)}, which no wheel in this pylock satisfies: add "
-                f"{' and '.join(repr(u) for u in unmet)} to the env's packages and lock again")
+                f"{' and '.join(repr(u) for u in unmet)} to the env's packages and lock again"
+            )
     if problems:
         raise LockError(f"{where}: " + "\n".join(problems))
 
@@ -364,8 +416,10 @@ def _copy_verified(
                 done += len(chunk)
                 progress(f.filename, done, total)
         if digest.hexdigest() != f.sha256:
-            raise LockError(f"{f.filename}: sha256 {digest.hexdigest()} does not match the lock "
-                            f"({f.sha256}); the file was refused")
+            raise LockError(
+                f"{f.filename}: sha256 {digest.hexdigest()} does not match the lock "
+                f"({f.sha256}); the file was refused"
+            )
         Path(tmp).chmod(0o644)  # readable in a build context whatever user builds it
         Path(tmp).replace(dest)
     finally:
@@ -386,8 +440,7 @@ def _fetch_one(
         for where in _mirror_candidates(src, f):
             got = _try_fetch(where, dest, f, progress, refused)
             if got is not None:
-                return CachedArtifact(f.name, f.version, f.filename, f.sha256, dest, "mirror",
-                                      got)
+                return CachedArtifact(f.name, f.version, f.filename, f.sha256, dest, "mirror", got)
     got = _try_fetch(f.url, dest, f, progress, refused)
     if got is not None:
         return CachedArtifact(f.name, f.version, f.filename, f.sha256, dest, "download", got)
@@ -395,14 +448,17 @@ def _fetch_one(
     for where in _simple_page_links(f.index, f) if f.index else ():
         got = _try_fetch(where, dest, f, progress, refused)
         if got is not None:
-            return CachedArtifact(f.name, f.version, f.filename, f.sha256, dest, "download",
-                                  got)
-    raise LockError(f"cannot fetch {f.filename} (sha256 {f.sha256}):\n  " + "\n  ".join(refused)
-                    + "\nGive its index a mirror (ENVBUILDER_MIRROR_<INDEX_NAME>=folder or URL).")
+            return CachedArtifact(f.name, f.version, f.filename, f.sha256, dest, "download", got)
+    raise LockError(
+        f"cannot fetch {f.filename} (sha256 {f.sha256}):\n  "
+        + "\n  ".join(refused)
+        + "\nGive its index a mirror (ENVBUILDER_MIRROR_<INDEX_NAME>=folder or URL)."
+    )
 
 
-def _try_fetch(where: str, dest: Path, f: LockedFile, progress: ProgressFn,
-               refused: list[str]) -> int | None:
+def _try_fetch(
+    where: str, dest: Path, f: LockedFile, progress: ProgressFn, refused: list[str]
+) -> int | None:
     try:
         if "://" not in where:
             path = Path(where)
@@ -420,7 +476,11 @@ def _try_fetch(where: str, dest: Path, f: LockedFile, progress: ProgressFn,
 
 
 def fetch_locked(
-    project: Project, env: str | EnvSpec, target: str, progress: ProgressFn = no_progress, *,
+    project: Project,
+    env: str | EnvSpec,
+    target: str,
+    progress: ProgressFn = no_progress,
+    *,
     indexes: Mapping[str, Index],
 ) -> list[CachedArtifact]:
     """Make sure every wheel the target's pylock installs is in the cache; return them, sorted by
@@ -431,8 +491,7 @@ def fetch_locked(
     current for the spec is the caller's check (the targets make it before building)."""
     name = env if isinstance(env, str) else env.name
     pylock = load_verified_lock(project, name, target, spec_hash=None).pylock
-    files = _select_files(pylock.doc, pylock.path.name, pylock.entry.platform,
-                          pylock.entry.python)
+    files = _select_files(pylock.doc, pylock.path.name, pylock.entry.platform, pylock.entry.python)
     mirrors = mirrored_sources(indexes, project.root)
     return [_fetch_one(project, f, mirrors, progress) for f in files]
 

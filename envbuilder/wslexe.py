@@ -48,8 +48,9 @@ Runner = Callable[[Sequence[str], bytes | None, float | None], Completed]
 def subprocess_runner(argv: Sequence[str], stdin: bytes | None, timeout: float | None) -> Completed:
     """The real runner: a subprocess, output captured as bytes."""
     try:
-        proc = subprocess.run(list(argv), input=stdin, capture_output=True, timeout=timeout,
-                              check=False)
+        proc = subprocess.run(
+            list(argv), input=stdin, capture_output=True, timeout=timeout, check=False
+        )
     except FileNotFoundError as exc:
         raise EngineError(f"cannot run {argv[0]}: {exc}; install WSL with `wsl --install`") from exc
     except subprocess.TimeoutExpired as exc:
@@ -93,9 +94,11 @@ def parse_distro_list(text: str) -> list[str]:
 def check_distro_name(name: str) -> str:
     """`name` if WSL accepts it as a distro name; UsageError saying what is allowed otherwise."""
     if not _NAME.fullmatch(name):
-        raise UsageError(f"{name!r} is not a valid WSL distro name: use letters, digits, '.', "
-                         "'-' and '_' (at most 64, starting with a letter or digit); set it in "
-                         "environments.toml [env.NAME.wsl2] distro")
+        raise UsageError(
+            f"{name!r} is not a valid WSL distro name: use letters, digits, '.', "
+            "'-' and '_' (at most 64, starting with a letter or digit); set it in "
+            "environments.toml [env.NAME.wsl2] distro"
+        )
     return name
 
 
@@ -117,8 +120,17 @@ def list_cmd(exe: str) -> list[str]:
 
 def install_cmd(exe: str, file: str, name: str, location: str) -> list[str]:
     """Modern install (WSL 2.4.4+); `--no-launch` so no interactive first start happens here."""
-    return [exe, "--install", "--from-file", file, "--name", name, "--location", location,
-            "--no-launch"]
+    return [
+        exe,
+        "--install",
+        "--from-file",
+        file,
+        "--name",
+        name,
+        "--location",
+        location,
+        "--no-launch",
+    ]
 
 
 def import_cmd(exe: str, name: str, location: str, file: str) -> list[str]:
@@ -156,9 +168,11 @@ def find_wsl_exe() -> str:
         candidate = PureWindowsPath(system_root, "System32", "wsl.exe")
         found = str(candidate) if os.path.exists(candidate) else None  # noqa: PTH110
     if found is None:
-        raise EngineError("wsl.exe was not found: this needs Windows 11 with WSL (run "
-                          "`wsl --install --no-distribution` in an admin PowerShell); on Linux, "
-                          "`envbuilder validate --target wsl2` tests the .wsl with Docker instead")
+        raise EngineError(
+            "wsl.exe was not found: this needs Windows 11 with WSL (run "
+            "`wsl --install --no-distribution` in an admin PowerShell); on Linux, "
+            "`envbuilder validate --target wsl2` tests the .wsl with Docker instead"
+        )
     return found
 
 
@@ -182,8 +196,10 @@ class WslExe:
         result = self._call(version_cmd(self.exe))
         version = parse_version(decode_output(result.stdout)) if result.returncode == 0 else None
         if version is None:
-            raise EngineError("this WSL does not report a version (the inbox WSL of old Windows "
-                              "builds); run `wsl --update` to get WSL 2.4.4 or later")
+            raise EngineError(
+                "this WSL does not report a version (the inbox WSL of old Windows "
+                "builds); run `wsl --update` to get WSL 2.4.4 or later"
+            )
         return version
 
     def distros(self) -> list[str]:
@@ -195,8 +211,15 @@ class WslExe:
             return []
         return parse_distro_list(text)
 
-    def install(self, file: str, name: str, location: str, *, replace: bool = False,
-                allow_import: bool = True) -> str:
+    def install(
+        self,
+        file: str,
+        name: str,
+        location: str,
+        *,
+        replace: bool = False,
+        allow_import: bool = True,
+    ) -> str:
         """Register `file` as distro `name` stored in `location`. Returns "install" or "import"
         (the way used). EngineError when it exists (unless `replace`: unregistered first, its
         disk is deleted) or when WSL is too old and `allow_import` is False."""
@@ -204,14 +227,18 @@ class WslExe:
         version = self.version()
         modern = is_modern(version)
         if not modern and not allow_import:
-            raise EngineError(f"WSL {'.'.join(map(str, version))} is older than 2.4.4 and cannot "
-                              "install .wsl files; run `wsl --update`")
+            raise EngineError(
+                f"WSL {'.'.join(map(str, version))} is older than 2.4.4 and cannot "
+                "install .wsl files; run `wsl --update`"
+            )
         existing = {d.lower() for d in self.distros()}
         if name.lower() in existing:
             if not replace:
-                raise EngineError(f"a WSL distro named {name!r} already exists; pass --replace "
-                                  "to unregister it first (its files are deleted) or choose "
-                                  "another name")
+                raise EngineError(
+                    f"a WSL distro named {name!r} already exists; pass --replace "
+                    "to unregister it first (its files are deleted) or choose "
+                    "another name"
+                )
             self._checked(unregister_cmd(self.exe, name), f"unregister {name}")
         if modern:
             self._checked(install_cmd(self.exe, file, name, location), f"install {file}")
@@ -225,15 +252,20 @@ class WslExe:
             raise self._fail(what, result)
         return result
 
-    def run(self, name: str, user: str, argv: Sequence[str],
-            stdin: bytes | None = None) -> Completed:
+    def run(
+        self, name: str, user: str, argv: Sequence[str], stdin: bytes | None = None
+    ) -> Completed:
         """Run argv in the distro as `user`; the exit code is the command's."""
         return self._call(run_cmd(self.exe, name, user, argv), stdin)
 
     def put_file(self, name: str, path: str, data: bytes, user: str = "root") -> None:
-        self._checked(run_cmd(self.exe, name, user, put_file_argv(path)),
-                      f"copy {path} into {name}", stdin=data)
+        self._checked(
+            run_cmd(self.exe, name, user, put_file_argv(path)),
+            f"copy {path} into {name}",
+            stdin=data,
+        )
 
     def get_file(self, name: str, path: str, user: str = "root") -> bytes:
-        return self._checked(run_cmd(self.exe, name, user, get_file_argv(path)),
-                             f"read {path} from {name}").stdout
+        return self._checked(
+            run_cmd(self.exe, name, user, get_file_argv(path)), f"read {path} from {name}"
+        ).stdout

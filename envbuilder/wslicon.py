@@ -64,15 +64,33 @@ def icon_bytes() -> bytes:
     palette += b"\0" * (4 * (1 << _BITS) - len(palette))
     xor, mask = _xor_rows(), _and_rows()
     # BITMAPINFOHEADER: the height counts the XOR and AND bitmaps together.
-    dib = struct.pack("<IiiHHIIiiII", 40, SIZE, 2 * SIZE, 1, _BITS, 0, len(xor) + len(mask),
-                      0, 0, 1 << _BITS, 0) + palette + xor + mask
+    dib = (
+        struct.pack(
+            "<IiiHHIIiiII",
+            40,
+            SIZE,
+            2 * SIZE,
+            1,
+            _BITS,
+            0,
+            len(xor) + len(mask),
+            0,
+            0,
+            1 << _BITS,
+            0,
+        )
+        + palette
+        + xor
+        + mask
+    )
     header = struct.pack("<HHH", 0, 1, 1)
-    entry = struct.pack("<BBBBHHII", SIZE, SIZE, 1 << _BITS, 0, 1, _BITS, len(dib),
-                        len(header) + 16)
+    entry = struct.pack(
+        "<BBBBHHII", SIZE, SIZE, 1 << _BITS, 0, 1, _BITS, len(dib), len(header) + 16
+    )
     return header + entry + dib
 
 
 def icon_base64_lines(width: int = 76) -> tuple[str, ...]:
     """The icon as base64 text in lines of `width` characters (for a RUN line to decode)."""
     text = base64.b64encode(icon_bytes()).decode("ascii")
-    return tuple(text[i:i + width] for i in range(0, len(text), width))
+    return tuple(text[i : i + width] for i in range(0, len(text), width))

@@ -144,8 +144,13 @@ class SlurmCluster:
         """Run a Slurm command (sinfo, srun, sbatch, ...) against this cluster; never raises on
         a non-zero exit (tests assert on it), but a hang past `timeout` does raise."""
         return subprocess.run(
-            list(args), env=self.env(), cwd=cwd, capture_output=True, text=True,
-            timeout=timeout, check=False,
+            list(args),
+            env=self.env(),
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
 
     def node_states(self) -> dict[str, str]:

@@ -45,15 +45,18 @@ Inst python3 (3.11.2-1+b1 Debian:12.12/stable [amd64])
 Inst python3-venv (3.11.2-1+b1 Debian:12.12/stable [amd64])
 """
 
-STAGES = [aptlock.AptStage("runtime", (), ("python3", "ca-certificates")),
-          aptlock.AptStage("build", ("runtime",), ("python3", "python3-venv"))]
+STAGES = [
+    aptlock.AptStage("runtime", (), ("python3", "ca-certificates")),
+    aptlock.AptStage("build", ("runtime",), ("python3", "python3-venv")),
+]
 
 
 def test_stages_of_the_shipped_plans() -> None:
     env = load_spec(ROOT / "environments.toml").env("cpu")
     assert aptlock.plan_apt_stages(env, "docker") == [
         aptlock.AptStage("runtime", (), ("python3",)),
-        aptlock.AptStage("build", ("runtime",), ("python3", "python3-venv"))]
+        aptlock.AptStage("build", ("runtime",), ("python3", "python3-venv")),
+    ]
     wsl = aptlock.plan_apt_stages(env, "wsl2")
     assert [s.name for s in wsl] == ["rootfs", "build"]
     assert {"ca-certificates", "systemd"} <= set(wsl[0].packages)
@@ -65,8 +68,10 @@ def test_each_stage_pins_what_it_adds_and_what_it_names() -> None:
     assert pins["runtime"] == {
         "ca-certificates": "20230311",  # named, already in the base: its installed version
         "libc6": "2.36-9+deb12u10",  # an upgrade of a base package is pinned too
-        "libpython3.11-minimal": "3.11.2-6+deb12u6", "python3": "3.11.2-1+b1",
-        "python3.11-minimal": "3.11.2-6+deb12u6"}
+        "libpython3.11-minimal": "3.11.2-6+deb12u6",
+        "python3": "3.11.2-1+b1",
+        "python3.11-minimal": "3.11.2-6+deb12u6",
+    }
     # The build stage adds python3-venv; python3 (installed by runtime) keeps its version.
     assert pins["build"] == {"python3": "3.11.2-1+b1", "python3-venv": "3.11.2-1+b1"}
 
@@ -78,23 +83,30 @@ def test_a_package_apt_cannot_resolve_is_an_error() -> None:
 
 
 def test_coverage() -> None:
-    pins = {"runtime": {"python3": "1", "ca-certificates": "2"},
-            "build": {"python3": "1", "python3-venv": "1"}}
+    pins = {
+        "runtime": {"python3": "1", "ca-certificates": "2"},
+        "build": {"python3": "1", "python3-venv": "1"},
+    }
     assert aptlock.coverage_problem(STAGES, pins) is None
     assert "stage 'build' are not locked" in str(
-        aptlock.coverage_problem(STAGES, {"runtime": pins["runtime"]}))
+        aptlock.coverage_problem(STAGES, {"runtime": pins["runtime"]})
+    )
     assert "installs python3-venv" in str(
-        aptlock.coverage_problem(STAGES, {**pins, "build": {"python3": "1"}}))
+        aptlock.coverage_problem(STAGES, {**pins, "build": {"python3": "1"}})
+    )
     assert "which the plan lacks" in str(aptlock.coverage_problem(STAGES, {**pins, "x": {}}))
 
 
-@pytest.mark.parametrize(("table", "message"), [
-    ({"runtime": {"Python3": "1"}}, "'Python3' is not a Debian package name"),
-    ({"runtime": {"python3": "1 && rm -rf /"}}, "is not a Debian version"),
-    ({"runtime": {"python3": 3}}, "is not a Debian version"),
-    ({"Run time": {"python3": "1"}}, "must be a stage name"),
-    ("python3", "must be a table of stages"),
-])
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({"runtime": {"Python3": "1"}}, "'Python3' is not a Debian package name"),
+        ({"runtime": {"python3": "1 && rm -rf /"}}, "is not a Debian version"),
+        ({"runtime": {"python3": 3}}, "is not a Debian version"),
+        ({"Run time": {"python3": "1"}}, "must be a stage name"),
+        ("python3", "must be a table of stages"),
+    ],
+)
 def test_lock_tables_are_checked(table: object, message: str) -> None:
     with pytest.raises(LockError, match=message):
         aptlock.parse_apt_table(table, "cpu.lock.toml: targets.docker")
@@ -106,16 +118,20 @@ def test_lock_round_trip_with_apt_tables() -> None:
     again = lockfile.parse_env_lock(tomllib.loads(lockfile.dump_env_lock(lock).decode()), "x")
     assert again == lock
     text = lockfile.dump_env_lock(lock).decode()
-    assert '[targets.docker.apt.runtime]\n' in text and '"python3.11" = "' in text
+    assert "[targets.docker.apt.runtime]\n" in text and '"python3.11" = "' in text
 
 
 def test_unserved_version_message_names_the_package() -> None:
-    apt_said = BuildError("docker build failed at step 4/20 (RUN apt-get ...): returned 100\n"
-                          "  last output of that step:\n"
-                          "    E: Version '3.11.2-1+gone' for 'python3' was not found")
+    apt_said = BuildError(
+        "docker build failed at step 4/20 (RUN apt-get ...): returned 100\n"
+        "  last output of that step:\n"
+        "    E: Version '3.11.2-1+gone' for 'python3' was not found"
+    )
     explained = str(aptlock.explain_build_failure(apt_said, "cpu", "docker"))
-    assert explained.startswith("cpu/docker: the package archive no longer serves python3 "
-                                "3.11.2-1+gone, which lockfiles/cpu.lock.toml pins")
+    assert explained.startswith(
+        "cpu/docker: the package archive no longer serves python3 "
+        "3.11.2-1+gone, which lockfiles/cpu.lock.toml pins"
+    )
     assert "envbuilder lock --env cpu --refresh-apt" in explained
     other = BuildError("docker build failed at step 9/20: exit 1")
     assert aptlock.explain_build_failure(other, "cpu", "docker") is other
@@ -139,7 +155,9 @@ def test_resolve_in_a_container_of_the_base(docker_client: Any) -> None:
 def _apt_project(root: Path) -> Project:
     mirror = root / "mirror"
     make_wheel(mirror, "tinytorch", "1.0+cpu")
-    return write_spec(root / "proj", f"""
+    return write_spec(
+        root / "proj",
+        f"""
 [indexes.fake]
 url = "https://wheels.example.invalid/whl/fake"
 mirror = "{mirror}"
@@ -153,12 +171,14 @@ targets = ["docker"]
 
 [env.small.docker]
 base = "{BASE}"
-""")
+""",
+    )
 
 
 @pytest.mark.network
 def test_lock_records_apt_versions_and_check_requires_them(
-        docker_client: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    docker_client: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     project = _apt_project(tmp_path)
     spec = str(project.spec_path)
     assert main(["-q", "lock", "--spec", spec]) == 0
@@ -174,11 +194,12 @@ def test_lock_records_apt_versions_and_check_requires_them(
     # A lock without them (an older envbuilder, or an edit) is stale; `lock` writes them again.
     text = lock_path.read_text()
     start = text.index("[targets.docker.apt.build]")
-    lock_path.write_text(text[:start] + text[text.index("[targets.docker.apt.runtime]"):])
+    lock_path.write_text(text[:start] + text[text.index("[targets.docker.apt.runtime]") :])
     capsys.readouterr()
     assert main(["-q", "lock", "--spec", spec, "--check"]) == 1
-    assert "small/docker: the apt packages of stage 'build' are not locked" in \
-        capsys.readouterr().out
+    assert (
+        "small/docker: the apt packages of stage 'build' are not locked" in capsys.readouterr().out
+    )
     assert main(["-q", "lock", "--spec", spec]) == 0
     assert lock_path.read_text() == text
     # --refresh-apt resolves them again on the same base (the archive did not move meanwhile).
@@ -191,7 +212,8 @@ def test_lock_records_apt_versions_and_check_requires_them(
 @pytest.mark.slow
 @pytest.mark.network
 def test_build_fails_naming_a_version_the_archive_no_longer_serves(
-        docker_client: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    docker_client: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = tmp_path / "cpu"
     root.mkdir()
     shutil.copy(ROOT / "environments.toml", root / "environments.toml")
@@ -202,8 +224,9 @@ def test_build_fails_naming_a_version_the_archive_no_longer_serves(
     gone = version + "~gone"
     text = lock_path.read_text()
     runtime = text.index("[targets.docker.apt.runtime]")  # the first python3 pin after it
-    lock_path.write_text(text[:runtime] + text[runtime:].replace(
-        f'python3 = "{version}"', f'python3 = "{gone}"', 1))
+    lock_path.write_text(
+        text[:runtime] + text[runtime:].replace(f'python3 = "{version}"', f'python3 = "{gone}"', 1)
+    )
     assert main(["-q", "render", "--spec", spec, "--env", "cpu", "--target", "docker"]) == 0
     assert f"'python3={gone}'" in (root / "dockerfiles" / "cpu" / "Dockerfile").read_text()
     capsys.readouterr()

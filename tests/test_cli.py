@@ -43,7 +43,9 @@ def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) ->
 
 def test_module_entry_point_runs() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "envbuilder", "--version"], capture_output=True, text=True,
+        [sys.executable, "-m", "envbuilder", "--version"],
+        capture_output=True,
+        text=True,
         check=False,
     )
     assert proc.returncode == 0

@@ -49,47 +49,154 @@ def _reports(spec: Path) -> None:
 
 # (id, argv with {spec} and {dir}, needs the lock, setup, exit code, words the message holds)
 CASES = [
-    ("unknown-env", ["build", "--target", "docker", "--env", "nosuch"], False, None, 2,
-     "no environment 'nosuch'"),
-    ("env-without-target", ["build", "--target", "windows", "--env", "cpu"], False, None, 2,
-     "has no target 'windows'"),
-    ("spec-missing", ["build", "--target", "docker", "--spec", "{dir}/nope.toml"], False, None,
-     1, "not found"),
-    ("spec-is-dir", ["validate", "--target", "docker", "--spec", "{dir}"], False, None, 1,
-     "is a folder"),
+    (
+        "unknown-env",
+        ["build", "--target", "docker", "--env", "nosuch"],
+        False,
+        None,
+        2,
+        "no environment 'nosuch'",
+    ),
+    (
+        "env-without-target",
+        ["build", "--target", "windows", "--env", "cpu"],
+        False,
+        None,
+        2,
+        "has no target 'windows'",
+    ),
+    (
+        "spec-missing",
+        ["build", "--target", "docker", "--spec", "{dir}/nope.toml"],
+        False,
+        None,
+        1,
+        "not found",
+    ),
+    (
+        "spec-is-dir",
+        ["validate", "--target", "docker", "--spec", "{dir}"],
+        False,
+        None,
+        1,
+        "is a folder",
+    ),
     ("render-spec-is-dir", ["render", "--spec", "{dir}"], False, None, 1, "is a folder"),
-    ("lock-missing", ["build", "--target", "docker", "--env", "cpu"], False, None, 1,
-     "envbuilder lock --env cpu"),
-    ("lock-corrupt", ["validate", "--target", "docker", "--env", "cpu"], True, _corrupt_lock, 1,
-     "not valid TOML"),
-    ("pylock-edited", ["build", "--target", "docker", "--env", "cpu"], True, _edit_pylock, 1,
-     "does not match the sha256"),
-    ("validate-before-build-venv", ["validate", "--target", "native", "--env", "cpu"], True,
-     None, 1, "build it first"),
-    ("validate-before-build-wsl2", ["validate", "--target", "wsl2", "--env", "cpu"], True, None,
-     1, "does not exist"),
-    ("push-bad-registry", ["push", "--env", "cpu", "--registry", "bad registry//"], True, None,
-     2, "not a valid registry path"),
-    ("push-upper-case", ["push", "--env", "cpu", "--registry", "Host:5000/ML"], True, None, 2,
-     "in lower case"),
+    (
+        "lock-missing",
+        ["build", "--target", "docker", "--env", "cpu"],
+        False,
+        None,
+        1,
+        "envbuilder lock --env cpu",
+    ),
+    (
+        "lock-corrupt",
+        ["validate", "--target", "docker", "--env", "cpu"],
+        True,
+        _corrupt_lock,
+        1,
+        "not valid TOML",
+    ),
+    (
+        "pylock-edited",
+        ["build", "--target", "docker", "--env", "cpu"],
+        True,
+        _edit_pylock,
+        1,
+        "does not match the sha256",
+    ),
+    (
+        "validate-before-build-venv",
+        ["validate", "--target", "native", "--env", "cpu"],
+        True,
+        None,
+        1,
+        "build it first",
+    ),
+    (
+        "validate-before-build-wsl2",
+        ["validate", "--target", "wsl2", "--env", "cpu"],
+        True,
+        None,
+        1,
+        "does not exist",
+    ),
+    (
+        "push-bad-registry",
+        ["push", "--env", "cpu", "--registry", "bad registry//"],
+        True,
+        None,
+        2,
+        "not a valid registry path",
+    ),
+    (
+        "push-upper-case",
+        ["push", "--env", "cpu", "--registry", "Host:5000/ML"],
+        True,
+        None,
+        2,
+        "in lower case",
+    ),
     ("pull-no-digest", ["pull", "--env", "cpu"], True, _forget_push, 1, "records no pushed image"),
-    ("compare-missing", ["compare", "{dir}/a.json", "{dir}/b.json"], False, None, 1,
-     "no such report"),
-    ("compare-not-json", ["compare", "{dir}/bad.json", "{dir}/other.json"], False, _reports, 1,
-     "not valid JSON"),
-    ("compare-not-report", ["compare", "{dir}/other.json", "{dir}/other.json"], False, _reports,
-     1, "not a probe report"),
-    ("compare-json-list", ["compare", "{dir}/list.json", "{dir}/other.json"], False, _reports, 1,
-     "not a probe report"),
-    ("compare-folder", ["compare", "{dir}", "{dir}/other.json"], False, _reports, 1,
-     "is a folder"),
+    (
+        "compare-missing",
+        ["compare", "{dir}/a.json", "{dir}/b.json"],
+        False,
+        None,
+        1,
+        "no such report",
+    ),
+    (
+        "compare-not-json",
+        ["compare", "{dir}/bad.json", "{dir}/other.json"],
+        False,
+        _reports,
+        1,
+        "not valid JSON",
+    ),
+    (
+        "compare-not-report",
+        ["compare", "{dir}/other.json", "{dir}/other.json"],
+        False,
+        _reports,
+        1,
+        "not a probe report",
+    ),
+    (
+        "compare-json-list",
+        ["compare", "{dir}/list.json", "{dir}/other.json"],
+        False,
+        _reports,
+        1,
+        "not a probe report",
+    ),
+    ("compare-folder", ["compare", "{dir}", "{dir}/other.json"], False, _reports, 1, "is a folder"),
     ("compare-one", ["compare", "{dir}/other.json"], False, _reports, 2, "at least two reports"),
-    ("probe-json-folder", ["probe", "--expect", "cpu", "--json", "{dir}"], False, None, 2,
-     "is a folder"),
-    ("probe-lock-missing", ["probe", "--expect", "cpu", "--lock", "{dir}/nope.toml"], False,
-     None, 2, "no such file"),
-    ("validate-repeat-0", ["validate", "--target", "docker", "--repeat", "0"], False, None, 2,
-     "--repeat must be at least 1"),
+    (
+        "probe-json-folder",
+        ["probe", "--expect", "cpu", "--json", "{dir}"],
+        False,
+        None,
+        2,
+        "is a folder",
+    ),
+    (
+        "probe-lock-missing",
+        ["probe", "--expect", "cpu", "--lock", "{dir}/nope.toml"],
+        False,
+        None,
+        2,
+        "no such file",
+    ),
+    (
+        "validate-repeat-0",
+        ["validate", "--target", "docker", "--repeat", "0"],
+        False,
+        None,
+        2,
+        "--repeat must be at least 1",
+    ),
     ("explain-empty", ["explain", ""], False, None, 2, "empty"),
     ("explain-blank", ["explain", "  \n"], False, None, 2, "empty"),
 ]
@@ -111,11 +218,19 @@ def _message(err: str) -> str:
     return "\n".join(lines)
 
 
-@pytest.mark.parametrize(("argv", "needs_lock", "setup", "code", "words"),
-                         [case[1:] for case in CASES], ids=[case[0] for case in CASES])
+@pytest.mark.parametrize(
+    ("argv", "needs_lock", "setup", "code", "words"),
+    [case[1:] for case in CASES],
+    ids=[case[0] for case in CASES],
+)
 def test_mistake_is_one_clear_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], needs_lock: bool,
-    setup: object, code: int, words: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    needs_lock: bool,
+    setup: object,
+    code: int,
+    words: str,
 ) -> None:
     spec = _project(tmp_path, needs_lock)
     if callable(setup):
@@ -131,7 +246,9 @@ def test_mistake_is_one_clear_line(
 
 @pytest.mark.parametrize(("argv", "words"), ARGPARSE_CASES, ids=lambda v: str(v))
 def test_bad_option_is_a_usage_error(
-    capsys: pytest.CaptureFixture[str], argv: list[str], words: str,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    words: str,
 ) -> None:
     with pytest.raises(SystemExit) as exit_:
         main(argv)
@@ -142,7 +259,9 @@ def test_bad_option_is_a_usage_error(
 
 
 def test_dead_docker_socket_says_how_to_start_the_engine(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     spec = _project(tmp_path, locked=True)
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent")
@@ -153,7 +272,9 @@ def test_dead_docker_socket_says_how_to_start_the_engine(
 
 
 def test_unreachable_ssh_engine_is_one_clear_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # ssh:// goes through the system's ssh client (docker[ssh]); nothing listens on port 1.
     spec = _project(tmp_path, locked=True)
@@ -164,27 +285,48 @@ def test_unreachable_ssh_engine_is_one_clear_error(
     assert "paramiko" not in message
 
 
-@pytest.mark.parametrize("registry", ["127.0.0.1:5000", "127.0.0.1:5000/envbuilder-ci",
-                                      "registry.example.com/ml/", "localhost:5000/a/b_c",
-                                      "ghcr.io/my-org/sub.dir", "myuser"])
+@pytest.mark.parametrize(
+    "registry",
+    [
+        "127.0.0.1:5000",
+        "127.0.0.1:5000/envbuilder-ci",
+        "registry.example.com/ml/",
+        "localhost:5000/a/b_c",
+        "ghcr.io/my-org/sub.dir",
+        "myuser",
+    ],
+)
 def test_valid_registries_pass(registry: str) -> None:
     assert registry_repository(registry, "cpu-wsl2") == f"{registry.rstrip('/')}/cpu-wsl2"
 
 
-@pytest.mark.parametrize("registry", ["https://host/x", "host/x@sha256:ab", "host/UPPER",
-                                      "two words/x", "host//x", "host:port/x", "-host/x"])
+@pytest.mark.parametrize(
+    "registry",
+    [
+        "https://host/x",
+        "host/x@sha256:ab",
+        "host/UPPER",
+        "two words/x",
+        "host//x",
+        "host:port/x",
+        "-host/x",
+    ],
+)
 def test_invalid_registries_are_usage_errors(registry: str) -> None:
     with pytest.raises(UsageError, match="--registry"):
         registry_repository(registry, "cpu")
 
 
 def test_check_unknown_env_is_a_usage_error_even_when_the_spec_has_errors(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     # Filtering by an unknown name used to hide every env finding and report "ok" (exit 0).
     spec = tmp_path / "environments.toml"
-    spec.write_text('[env.x]\naccelerator = "cpu"\npython = "3.11"\npackages = ["numpy"]\n'
-                    'targets = ["native"]\nrccl = { RCCL_ALGO = "Ring" }\n')
+    spec.write_text(
+        '[env.x]\naccelerator = "cpu"\npython = "3.11"\npackages = ["numpy"]\n'
+        'targets = ["native"]\nrccl = { RCCL_ALGO = "Ring" }\n'
+    )
     assert main(["check", "--spec", str(spec), "--env", "nosuch"]) == 2
     assert "no environment 'nosuch'; known: x" in capsys.readouterr().err
     assert main(["check", "--spec", str(spec), "--env", "x"]) == 1

@@ -52,17 +52,29 @@ class Result:
     stderr: str
 
 
-def run_json(cwd: Path, *argv: str, env: dict[str, str] | None = None,
-             schema: dict[str, Any] | None = CLI_SCHEMA) -> Result:
+def run_json(
+    cwd: Path,
+    *argv: str,
+    env: dict[str, str] | None = None,
+    schema: dict[str, Any] | None = CLI_SCHEMA,
+) -> Result:
     """Run `envbuilder ARGV` in `cwd`; stdout must be one JSON object (valid against `schema`)."""
-    proc = subprocess.run([sys.executable, "-m", "envbuilder", *argv], cwd=cwd, env=env,
-                          capture_output=True, text=True, check=False, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "envbuilder", *argv],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
     assert "Traceback" not in proc.stderr, proc.stderr
     try:
         obj = json.loads(proc.stdout)  # one document: a second object would not parse
     except ValueError as exc:
-        raise AssertionError(f"stdout is not one JSON object ({exc}):\n{proc.stdout}\n"
-                             f"stderr:\n{proc.stderr}") from None
+        raise AssertionError(
+            f"stdout is not one JSON object ({exc}):\n{proc.stdout}\nstderr:\n{proc.stderr}"
+        ) from None
     assert isinstance(obj, dict), proc.stdout
     if schema is not None:
         jsonschema.validate(obj, schema, cls=jsonschema.Draft202012Validator)
@@ -95,7 +107,8 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str
     project = root / "project"
     project.mkdir()
     (project / "environments.toml").write_text(
-        SMALL_SPEC.format(url=FAKE_INDEX_URL, mirror=mirror), encoding="utf-8")
+        SMALL_SPEC.format(url=FAKE_INDEX_URL, mirror=mirror), encoding="utf-8"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENVBUILDER_MIRROR_")}
     env["ENVBUILDER_CACHE"] = str(root / "cache")
     return project, env
@@ -103,24 +116,32 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str
 
 # --- every command has it ------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", list(COMMANDS))
 def test_every_command_takes_json(name: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "envbuilder", name, "--help"],
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "envbuilder", name, "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "--json" in proc.stdout
 
 
 # --- check ---------------------------------------------------------------------------------------
 
+
 def test_check_json(shipped: Path) -> None:
     ok = run_json(shipped, "check", "--json")
     assert ok.code == 0 and ok.obj["ok"] is True
     assert ok.obj["envs"] == ["cpu", "rocm714", "mi300x"]
     assert [(m["env"], m["rocm"], m["install_model"]) for m in ok.obj["install_models"]] == [
-        ("rocm714", "7.14.1", "pip-sdk"), ("mi300x", "10.1.0", "pip-sdk")]
+        ("rocm714", "7.14.1", "pip-sdk"),
+        ("mi300x", "10.1.0", "pip-sdk"),
+    ]
     spec = shipped / "environments.toml"
-    spec.write_text(spec.read_text().replace('python = "3.11"', 'python = 3.11', 1))
+    spec.write_text(spec.read_text().replace('python = "3.11"', "python = 3.11", 1))
     bad = run_json(shipped, "check", "--json")
     assert bad.code == 1 and bad.obj["ok"] is False
     assert any(f["severity"] == "error" for f in bad.obj["findings"])
@@ -128,12 +149,27 @@ def test_check_json(shipped: Path) -> None:
 
 # --- lock ----------------------------------------------------------------------------------------
 
+
 def test_lock_with_nothing_to_do(shipped: Path) -> None:
     result = run_json(shipped, "lock", "--env", "cpu", "--json")
     assert result.code == 0
-    assert result.obj == {"command": "lock", "check": False, "ok": True, "envs": [
-        {"env": "cpu", "ok": True, "status": "current", "resolved": [], "written": [],
-         "removed": [], "warnings": [], "error": None}]}
+    assert result.obj == {
+        "command": "lock",
+        "check": False,
+        "ok": True,
+        "envs": [
+            {
+                "env": "cpu",
+                "ok": True,
+                "status": "current",
+                "resolved": [],
+                "written": [],
+                "removed": [],
+                "warnings": [],
+                "error": None,
+            }
+        ],
+    }
 
 
 def test_lock_check_json(shipped: Path) -> None:
@@ -155,13 +191,16 @@ def test_lock_writes_then_is_current(small: tuple[Path, dict[str, str]]) -> None
     assert first.code == 0, first.stderr
     entry = first.obj["envs"][0]
     assert entry["status"] == "written" and entry["resolved"] == ["native"]
-    assert sorted(entry["written"]) == ["lockfiles/pylock.small-native.toml",
-                                        "lockfiles/small.lock.toml"]
+    assert sorted(entry["written"]) == [
+        "lockfiles/pylock.small-native.toml",
+        "lockfiles/small.lock.toml",
+    ]
     again = run_json(project, "lock", "--json", env=env)
     assert again.obj["envs"][0]["status"] == "current"
 
 
 # --- render --------------------------------------------------------------------------------------
+
 
 def test_render_json(shipped: Path) -> None:
     current = run_json(shipped, "render", "--check", "--json")
@@ -177,23 +216,32 @@ def test_render_json(shipped: Path) -> None:
 
 # --- build and validate (a native venv of the small env) ---------------------------------------
 
+
 def test_build_and_validate_json(small: tuple[Path, dict[str, str]]) -> None:
     project, env = small
     assert run_json(project, "lock", "--json", env=env).code == 0
     built = run_json(project, "build", "--target", "native", "--env", "small", "--json", env=env)
     assert built.code == 0, built.stderr
     venv = project / ".envbuilder" / "venvs" / "small-native"
-    assert built.obj["artifacts"] == [{"env": "small", "target": "native",
-                                       "reference": str(venv), "digest": None,
-                                       "state": "built"}]
+    assert built.obj["artifacts"] == [
+        {
+            "env": "small",
+            "target": "native",
+            "reference": str(venv),
+            "digest": None,
+            "state": "built",
+        }
+    ]
     again = run_json(project, "build", "--target", "native", "--env", "small", "--json", env=env)
     assert again.obj["artifacts"][0]["state"] == "up to date"
     # The venv has no torch: the probe fails, and validate exits 1 with ok false.
-    checked = run_json(project, "validate", "--target", "native", "--env", "small", "--json",
-                       env=env)
+    checked = run_json(
+        project, "validate", "--target", "native", "--env", "small", "--json", env=env
+    )
     report = project / "reports" / "small.native.json"
-    assert checked.obj["reports"] == [{"env": "small", "target": "native", "status": "fail",
-                                       "report": str(report)}]
+    assert checked.obj["reports"] == [
+        {"env": "small", "target": "native", "status": "fail", "report": str(report)}
+    ]
     assert checked.code == 1 and checked.obj["ok"] is False
     assert json.loads(report.read_text())["status"] == "fail"
 
@@ -224,8 +272,9 @@ def test_build_push_pull_docker_json(tmp_path: Path, docker_client: Any, registr
     try:
         assert tag.startswith("envbuilder/demo:") and image_id.startswith("sha256:")
         repository = f"{registry}/envbuilder-p3-json"
-        pushed = run_json(project, "push", "--env", "demo", "--registry", repository, "--json",
-                          env=env)
+        pushed = run_json(
+            project, "push", "--env", "demo", "--registry", repository, "--json", env=env
+        )
         assert pushed.code == 0, pushed.stderr
         entry = pushed.obj["pushed"][0]
         assert entry["reference"].startswith(f"{repository}/demo@sha256:")
@@ -233,8 +282,9 @@ def test_build_push_pull_docker_json(tmp_path: Path, docker_client: Any, registr
         docker_client.images.remove(tag)  # pull must bring the tag back
         pulled = run_json(project, "pull", "--env", "demo", "--json", env=env)
         assert pulled.code == 0, pulled.stderr
-        assert pulled.obj["pulled"] == [{"env": "demo", "target": "docker",
-                                         "reference": image_id, "digest": image_id}]
+        assert pulled.obj["pulled"] == [
+            {"env": "demo", "target": "docker", "reference": image_id, "digest": image_id}
+        ]
         assert docker_client.images.get(tag).id == image_id
     finally:
         docker_client.images.remove(image_id, force=True)
@@ -242,12 +292,18 @@ def test_build_push_pull_docker_json(tmp_path: Path, docker_client: Any, registr
 
 # --- compare, probe, doctor, explain -------------------------------------------------------------
 
+
 def test_compare_json_to_stdout(tmp_path: Path) -> None:
-    reports = [str(ROOT / "tests" / "data" / "compare" / n)
-               for n in ("cpu.docker.json", "cpu.native.json")]
+    reports = [
+        str(ROOT / "tests" / "data" / "compare" / n) for n in ("cpu.docker.json", "cpu.native.json")
+    ]
     to_file = tmp_path / "c.json"
-    proc = subprocess.run([sys.executable, "-m", "envbuilder", "compare", *reports,
-                           "--json", str(to_file)], capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "envbuilder", "compare", *reports, "--json", str(to_file)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert "baseline:" in proc.stdout  # the table, as before
     result = run_json(tmp_path, "compare", *reports, "--json", "-", schema=None)
     assert result.code == 0
@@ -258,11 +314,19 @@ def test_compare_json_to_stdout(tmp_path: Path) -> None:
 def test_compare_write_error_gives_one_error_object(tmp_path: Path) -> None:
     """The comparison is printed after the files are written: a file that cannot be written
     gives the error object alone, not the result and then an error."""
-    reports = [str(ROOT / "tests" / "data" / "compare" / n)
-               for n in ("cpu.docker.json", "cpu.native.json")]
+    reports = [
+        str(ROOT / "tests" / "data" / "compare" / n) for n in ("cpu.docker.json", "cpu.native.json")
+    ]
     (tmp_path / "in-the-way").write_text("a file where a folder should be")
-    result = run_json(tmp_path, "compare", *reports, "--json", "-", "--markdown",
-                      str(tmp_path / "in-the-way" / "c.md"))
+    result = run_json(
+        tmp_path,
+        "compare",
+        *reports,
+        "--json",
+        "-",
+        "--markdown",
+        str(tmp_path / "in-the-way" / "c.md"),
+    )
     assert result.code == 1
     assert result.obj["command"] == "compare" and result.obj["error"]["exit_code"] == 1
     assert "in-the-way" in result.obj["error"]["message"]
@@ -271,8 +335,9 @@ def test_compare_write_error_gives_one_error_object(tmp_path: Path) -> None:
 
 def test_probe_json_to_stdout(tmp_path: Path) -> None:
     schema = json.loads((SCHEMAS / "probe-report.schema.json").read_text(encoding="utf-8"))
-    result = run_json(tmp_path, "probe", "--expect", "cpu", "--only", "device", "--json", "-",
-                      schema=schema)
+    result = run_json(
+        tmp_path, "probe", "--expect", "cpu", "--only", "device", "--json", "-", schema=schema
+    )
     assert result.code == (0 if result.obj["status"] == "pass" else 1)
     assert result.obj["options"]["only"] == ["device"]
     assert list(tmp_path.iterdir()) == []  # no file named "-"
@@ -296,22 +361,36 @@ def test_explain_json(tmp_path: Path) -> None:
 # --- errors --------------------------------------------------------------------------------------
 
 ERRORS: list[tuple[Sequence[str], int, str, str]] = [
-    (["build", "--target", "docker", "--env", "nosuch", "--json"], 2, "UsageError",
-     "no environment 'nosuch'"),
+    (
+        ["build", "--target", "docker", "--env", "nosuch", "--json"],
+        2,
+        "UsageError",
+        "no environment 'nosuch'",
+    ),
     (["lock", "--json", "--spec", "missing.toml"], 1, "SpecError", "not found"),
     (["lock", "--check", "--upgrade", "--json"], 2, "UsageError", "--check cannot be combined"),
-    (["render", "--json", "--env", "cpu", "--target", "windows"], 2, "UsageError",
-     "has none of the targets"),
+    (
+        ["render", "--json", "--env", "cpu", "--target", "windows"],
+        2,
+        "UsageError",
+        "has none of the targets",
+    ),
     (["explain", "--json"], 2, "UsageError", "give a MESSAGE"),
-    (["probe", "--expect", "cpu", "--lock", "none.toml", "--json", "-"], 2, "UsageError",
-     "no such file"),
+    (
+        ["probe", "--expect", "cpu", "--lock", "none.toml", "--json", "-"],
+        2,
+        "UsageError",
+        "no such file",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("argv", "code", "kind", "words"), ERRORS,
-                         ids=[" ".join(a[:2]) for a, *_ in ERRORS])
-def test_an_error_is_one_error_object(shipped: Path, argv: Sequence[str], code: int, kind: str,
-                                      words: str) -> None:
+@pytest.mark.parametrize(
+    ("argv", "code", "kind", "words"), ERRORS, ids=[" ".join(a[:2]) for a, *_ in ERRORS]
+)
+def test_an_error_is_one_error_object(
+    shipped: Path, argv: Sequence[str], code: int, kind: str, words: str
+) -> None:
     result = run_json(shipped, *argv)
     assert result.code == code
     assert result.obj["ok"] is False and result.obj["command"] == argv[0]
@@ -322,7 +401,11 @@ def test_an_error_is_one_error_object(shipped: Path, argv: Sequence[str], code: 
 
 
 def test_without_json_an_error_prints_nothing_on_stdout(shipped: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "envbuilder", "build", "--target", "docker",
-                           "--env", "nosuch"], cwd=shipped, capture_output=True, text=True,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "envbuilder", "build", "--target", "docker", "--env", "nosuch"],
+        cwd=shipped,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 2 and proc.stdout == ""

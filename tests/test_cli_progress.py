@@ -21,8 +21,14 @@ BAR = "\u2501"  # the character rich's BarColumn draws with
 
 def test_lock_on_a_pipe_prints_each_step_once_and_no_bar(tmp_path: Path) -> None:
     project, env = small_project(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "envbuilder", "lock"], cwd=project, env=env,
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "envbuilder", "lock"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.splitlines() == [
         "resolving small for x86_64-manylinux_2_28 (Python 3.11)",
@@ -34,11 +40,20 @@ def test_lock_on_a_pipe_prints_each_step_once_and_no_bar(tmp_path: Path) -> None
 
 def test_build_on_a_pipe_prints_plain_lines(tmp_path: Path) -> None:
     project, env = small_project(tmp_path)
-    assert subprocess.run([sys.executable, "-m", "envbuilder", "-q", "lock"], cwd=project,
-                          env=env, check=False).returncode == 0
-    proc = subprocess.run([sys.executable, "-m", "envbuilder", "build", "--target", "native",
-                           "--env", "small"], cwd=project, env=env, capture_output=True,
-                          text=True, check=False)
+    assert (
+        subprocess.run(
+            [sys.executable, "-m", "envbuilder", "-q", "lock"], cwd=project, env=env, check=False
+        ).returncode
+        == 0
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "envbuilder", "build", "--target", "native", "--env", "small"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.splitlines()
     # A file fetch reports its bytes many times (a bar on a terminal): here one line each.
@@ -52,9 +67,13 @@ def test_build_on_a_pipe_prints_plain_lines(tmp_path: Path) -> None:
 def _run_on_a_terminal(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str]:
     """Run envbuilder with stderr on a pseudo-terminal; (exit code, what the terminal got)."""
     controller, terminal = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "envbuilder", *argv], cwd=cwd,
-                            env={**env, "TERM": "xterm", "COLUMNS": "120"},
-                            stdout=subprocess.DEVNULL, stderr=terminal)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "envbuilder", *argv],
+        cwd=cwd,
+        env={**env, "TERM": "xterm", "COLUMNS": "120"},
+        stdout=subprocess.DEVNULL,
+        stderr=terminal,
+    )
     os.close(terminal)
     chunks = []
     while True:
@@ -92,7 +111,12 @@ def test_step_lines(capsys: pytest.CaptureFixture[str]) -> None:
     lines("a message", 0, None)
     lines("a message", 0, None)  # messages are not steps: each one prints
     assert capsys.readouterr().err.splitlines() == [
-        "step 1/2: FROM x", "pull abc", "step 2/2: RUN y", "a message", "a message"]
+        "step 1/2: FROM x",
+        "pull abc",
+        "step 2/2: RUN y",
+        "a message",
+        "a message",
+    ]
 
 
 def test_progress_with_quiet_prints_nothing(capsys: pytest.CaptureFixture[str]) -> None:

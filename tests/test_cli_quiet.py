@@ -30,10 +30,18 @@ targets = ["native"]
 """
 
 
-def envbuilder(cwd: Path, *argv: str,
-               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "envbuilder", *argv], cwd=cwd, env=env,
-                          capture_output=True, text=True, check=False, timeout=600)
+def envbuilder(
+    cwd: Path, *argv: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "envbuilder", *argv],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
 
 
 @pytest.fixture
@@ -52,19 +60,23 @@ def small_project(root: Path) -> tuple[Path, dict[str, str]]:
     project = root / "project"
     project.mkdir()
     (project / "environments.toml").write_text(
-        SMALL_SPEC.format(url=FAKE_INDEX_URL, mirror=mirror), encoding="utf-8")
+        SMALL_SPEC.format(url=FAKE_INDEX_URL, mirror=mirror), encoding="utf-8"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENVBUILDER_MIRROR_")}
     env["ENVBUILDER_CACHE"] = str(root / "cache")
     return project, env
 
 
-@pytest.mark.parametrize("argv", [
-    ["-q", "render", "--check"],
-    ["render", "-q", "--check"],
-    ["render", "--check", "-q"],
-    ["render", "--check", "--quiet"],
-    ["--quiet", "render", "--check"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-q", "render", "--check"],
+        ["render", "-q", "--check"],
+        ["render", "--check", "-q"],
+        ["render", "--check", "--quiet"],
+        ["--quiet", "render", "--check"],
+    ],
+)
 def test_quiet_before_or_after_the_command(shipped: Path, argv: list[str]) -> None:
     loud = envbuilder(shipped, "render", "--check")
     assert loud.returncode == 0 and "rendered files are up to date" in loud.stderr

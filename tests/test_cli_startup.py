@@ -38,8 +38,13 @@ HEAVY = ("docker", "jinja2", "rich", "matplotlib", "paramiko", "requests")
 
 def modules_after(cwd: Path, *argv: str) -> set[str]:
     out = cwd / "modules.json"
-    proc = subprocess.run([sys.executable, "-c", RUNNER, str(out), *argv], cwd=cwd,
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", RUNNER, str(out), *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert "Traceback" not in proc.stderr, proc.stderr
     names: list[str] = json.loads(out.read_text())
     out.unlink()
@@ -61,8 +66,9 @@ def test_help_imports_no_command(tmp_path: Path) -> None:
 
 
 def test_help_lists_every_command_with_its_help() -> None:
-    proc = subprocess.run([sys.executable, "-m", "envbuilder", "--help"], capture_output=True,
-                          text=True, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "envbuilder", "--help"], capture_output=True, text=True, check=True
+    )
     flat = " ".join(proc.stdout.split())
     for name, line in COMMANDS.items():
         assert f"{name} {line}" in flat

@@ -17,30 +17,73 @@ from envbuilder.errors import CompareError
 DATA = Path(__file__).parent / "data" / "compare"
 
 
-def report(metrics: list[dict[str, Any]], *, target: str = "docker", check: str = "matmul",
-           status: str = "pass", reason: str | None = None, **fp: Any) -> dict[str, Any]:
+def report(
+    metrics: list[dict[str, Any]],
+    *,
+    target: str = "docker",
+    check: str = "matmul",
+    status: str = "pass",
+    reason: str | None = None,
+    **fp: Any,
+) -> dict[str, Any]:
     """A probe report (contract schema_version 1) holding `metrics` under one check."""
     fingerprint: dict[str, Any] = {
-        "python": "3.11.2", "torch": "2.13.0+cpu", "hip": None, "cuda": None, "driver": None,
-        "devices": [], "host_os": "Debian 12", "kernel": "6.1", "wsl": False,
-        "lock_sha256": "a" * 64, "env_vars": {}}
+        "python": "3.11.2",
+        "torch": "2.13.0+cpu",
+        "hip": None,
+        "cuda": None,
+        "driver": None,
+        "devices": [],
+        "host_os": "Debian 12",
+        "kernel": "6.1",
+        "wsl": False,
+        "lock_sha256": "a" * 64,
+        "env_vars": {},
+    }
     fingerprint.update(fp)
     return {
-        "schema_version": 1, "tool": "envbuilder-probe", "probe_version": "0.1.0",
-        "started_at": "2026-12-02T14:00:00Z", "duration_s": 1.0, "status": status,
+        "schema_version": 1,
+        "tool": "envbuilder-probe",
+        "probe_version": "0.1.0",
+        "started_at": "2026-12-02T14:00:00Z",
+        "duration_s": 1.0,
+        "status": status,
         "options": {"level": "quick", "expect": "cpu", "repeat": 3},
-        "labels": {"env": "cpu", "target": target}, "fingerprint": fingerprint,
-        "checks": [{"name": check, "status": status, "reason": reason, "duration_s": 1.0,
-                    "details": {}, "metrics": metrics}],
+        "labels": {"env": "cpu", "target": target},
+        "fingerprint": fingerprint,
+        "checks": [
+            {
+                "name": check,
+                "status": status,
+                "reason": reason,
+                "duration_s": 1.0,
+                "details": {},
+                "metrics": metrics,
+            }
+        ],
     }
 
 
-def metric(samples: list[float], *, name: str = "tflops", dtype: str | None = "fp32",
-           size: str | None = "1024", higher: bool = True, value: Any = "median") -> dict[str, Any]:
+def metric(
+    samples: list[float],
+    *,
+    name: str = "tflops",
+    dtype: str | None = "fp32",
+    size: str | None = "1024",
+    higher: bool = True,
+    value: Any = "median",
+) -> dict[str, Any]:
     clean = sorted(s for s in samples if isinstance(s, float | int) and math.isfinite(s))
     med = clean[len(clean) // 2] if clean else None
-    return {"name": name, "value": med if value == "median" else value, "unit": "TFLOP/s",
-            "dtype": dtype, "size": size, "samples": samples, "higher_is_better": higher}
+    return {
+        "name": name,
+        "value": med if value == "median" else value,
+        "unit": "TFLOP/s",
+        "dtype": dtype,
+        "size": size,
+        "samples": samples,
+        "higher_is_better": higher,
+    }
 
 
 def write(tmp_path: Path, name: str, data: dict[str, Any] | str) -> Path:
@@ -49,11 +92,13 @@ def write(tmp_path: Path, name: str, data: dict[str, Any] | str) -> Path:
     return path
 
 
-def compare_two(tmp_path: Path, a: dict[str, Any], b: dict[str, Any],
-                floor: float = 2.0) -> compare.Comparison:
+def compare_two(
+    tmp_path: Path, a: dict[str, Any], b: dict[str, Any], floor: float = 2.0
+) -> compare.Comparison:
     pa, pb = write(tmp_path, "a.json", a), write(tmp_path, "b.json", b)
-    return compare.compare_reports([compare.load_report(pa), compare.load_report(pb)],
-                                   noise_floor_pct=floor)
+    return compare.compare_reports(
+        [compare.load_report(pa), compare.load_report(pb)], noise_floor_pct=floor
+    )
 
 
 def other_cell(comp: compare.Comparison, row: int = 0) -> compare.Cell:
@@ -64,8 +109,11 @@ def other_cell(comp: compare.Comparison, row: int = 0) -> compare.Cell:
 
 
 def test_clear_difference_beyond_both_spreads_is_faster(tmp_path: Path) -> None:
-    comp = compare_two(tmp_path, report([metric([10.0, 10.1, 10.2])]),
-                       report([metric([12.0, 12.1, 12.2])], target="native"))
+    comp = compare_two(
+        tmp_path,
+        report([metric([10.0, 10.1, 10.2])]),
+        report([metric([12.0, 12.1, 12.2])], target="native"),
+    )
     c = other_cell(comp)
     assert c.verdict == "faster"
     assert c.ratio == pytest.approx(12.1 / 10.1)
@@ -75,26 +123,36 @@ def test_clear_difference_beyond_both_spreads_is_faster(tmp_path: Path) -> None:
 
 def test_difference_inside_the_larger_spread_is_noise(tmp_path: Path) -> None:
     # 5 % apart, but the other run itself spread over 8 % and overlaps the baseline.
-    comp = compare_two(tmp_path, report([metric([10.0, 10.0, 10.1])]),
-                       report([metric([10.0, 10.5, 10.8])]))
+    comp = compare_two(
+        tmp_path, report([metric([10.0, 10.0, 10.1])]), report([metric([10.0, 10.5, 10.8])])
+    )
     assert other_cell(comp).verdict == "within noise"
     assert other_cell(comp).direction == "faster"
 
 
 def test_difference_below_the_floor_is_noise_even_with_tight_spreads(tmp_path: Path) -> None:
-    comp = compare_two(tmp_path, report([metric([10.0, 10.0, 10.0])]),
-                       report([metric([10.1, 10.1, 10.1])]), floor=2.0)
+    comp = compare_two(
+        tmp_path,
+        report([metric([10.0, 10.0, 10.0])]),
+        report([metric([10.1, 10.1, 10.1])]),
+        floor=2.0,
+    )
     assert other_cell(comp).verdict == "within noise"
     # the same numbers with a floor below the 1 % difference count
-    comp = compare_two(tmp_path, report([metric([10.0, 10.0, 10.0])]),
-                       report([metric([10.1, 10.1, 10.1])]), floor=0.5)
+    comp = compare_two(
+        tmp_path,
+        report([metric([10.0, 10.0, 10.0])]),
+        report([metric([10.1, 10.1, 10.1])]),
+        floor=0.5,
+    )
     assert other_cell(comp).verdict == "faster"
 
 
 def test_overlapping_ranges_are_noise_even_when_medians_differ_a_lot(tmp_path: Path) -> None:
     # medians 30 % apart, but one slow outlier in the other run reaches into the baseline's range
-    comp = compare_two(tmp_path, report([metric([10.0, 10.2, 10.4])]),
-                       report([metric([10.3, 13.0, 13.2])]))
+    comp = compare_two(
+        tmp_path, report([metric([10.0, 10.2, 10.4])]), report([metric([10.3, 13.0, 13.2])])
+    )
     assert other_cell(comp).verdict == "within noise"
     assert other_cell(comp).direction == "faster"
 
@@ -106,9 +164,11 @@ def test_a_bandwidth_and_its_time_get_the_same_verdict(tmp_path: Path) -> None:
     for bw_a, bw_b in ((base_bw, other_bw), ([0.1, 0.11, 0.12], [0.125, 0.13, 0.2])):
         t: dict[str, Any] = dict(name="time", dtype="fp32", size="256K", higher=False)
         b: dict[str, Any] = dict(name="busbw", dtype="fp32", size="256K", higher=True)
-        comp = compare_two(tmp_path,
-                           report([metric(bw_a, **b), metric([1 / x for x in bw_a], **t)]),
-                           report([metric(bw_b, **b), metric([1 / x for x in bw_b], **t)]))
+        comp = compare_two(
+            tmp_path,
+            report([metric(bw_a, **b), metric([1 / x for x in bw_a], **t)]),
+            report([metric(bw_b, **b), metric([1 / x for x in bw_b], **t)]),
+        )
         verdicts = {row.cells[1].verdict for row in comp.rows}
         assert len(verdicts) == 1, verdicts
     assert verdicts == {"faster"}
@@ -116,8 +176,11 @@ def test_a_bandwidth_and_its_time_get_the_same_verdict(tmp_path: Path) -> None:
 
 def test_lower_is_better_reverses_the_verdict(tmp_path: Path) -> None:
     m: dict[str, Any] = dict(name="step_time", dtype="fp32", size=None, higher=False)
-    comp = compare_two(tmp_path, report([metric([40.0, 41.0, 42.0], **m)]),
-                       report([metric([50.0, 51.0, 52.0], **m)]))
+    comp = compare_two(
+        tmp_path,
+        report([metric([40.0, 41.0, 42.0], **m)]),
+        report([metric([50.0, 51.0, 52.0], **m)]),
+    )
     c = other_cell(comp)
     assert c.verdict == "slower"
     assert c.ratio == pytest.approx(51 / 41)
@@ -163,8 +226,9 @@ def test_zero_baseline_gives_a_note_not_a_division(tmp_path: Path) -> None:
 
 def test_zero_where_lower_is_better(tmp_path: Path) -> None:
     m: dict[str, Any] = dict(name="step_time", higher=False)
-    comp = compare_two(tmp_path, report([metric([5.0, 5.0], **m)]),
-                       report([metric([0.0, 0.0], **m)]))
+    comp = compare_two(
+        tmp_path, report([metric([5.0, 5.0], **m)]), report([metric([0.0, 0.0], **m)])
+    )
     assert other_cell(comp).note == "value is 0 where lower is better; no ratio"
 
 
@@ -190,18 +254,32 @@ def test_null_value_is_reported(tmp_path: Path) -> None:
     assert other_cell(comp).note == "value is missing"
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    ("{not json", "not valid JSON"),
-    ("[1, 2]", "not a probe report"),
-    (json.dumps({"schema_version": 2, "checks": []}), "schema_version 2 is not supported"),
-    (json.dumps({"checks": []}), r"not a probe report \(no schema_version\)"),
-    (json.dumps({"schema_version": 1, "tool": "other"}), "written by 'other'"),
-    (json.dumps({"schema_version": 1}), "'checks' is missing"),
-    (json.dumps({"schema_version": 1, "checks": [{"name": "m", "metrics": [{"value": 1}]}]}),
-     "a metric has no name"),
-    (json.dumps({"schema_version": 1, "checks": [{"name": "m", "metrics": [
-        {"name": "x", "value": 1, "samples": "1"}]}]}), "'samples' must be a list"),
-])
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "not a probe report"),
+        (json.dumps({"schema_version": 2, "checks": []}), "schema_version 2 is not supported"),
+        (json.dumps({"checks": []}), r"not a probe report \(no schema_version\)"),
+        (json.dumps({"schema_version": 1, "tool": "other"}), "written by 'other'"),
+        (json.dumps({"schema_version": 1}), "'checks' is missing"),
+        (
+            json.dumps({"schema_version": 1, "checks": [{"name": "m", "metrics": [{"value": 1}]}]}),
+            "a metric has no name",
+        ),
+        (
+            json.dumps(
+                {
+                    "schema_version": 1,
+                    "checks": [
+                        {"name": "m", "metrics": [{"name": "x", "value": 1, "samples": "1"}]}
+                    ],
+                }
+            ),
+            "'samples' must be a list",
+        ),
+    ],
+)
 def test_bad_reports_raise_compare_error(tmp_path: Path, content: str, message: str) -> None:
     path = write(tmp_path, "bad.json", content)
     with pytest.raises(CompareError, match=message) as exc:
@@ -216,8 +294,9 @@ def test_missing_file(tmp_path: Path) -> None:
 
 def test_failed_check_is_noted_with_explain_pointer(tmp_path: Path) -> None:
     a = report([metric([1.0, 1.0])])
-    b = report([metric([1.0, 1.0])], status="fail",
-               reason="RuntimeError: No HIP GPUs are available")
+    b = report(
+        [metric([1.0, 1.0])], status="fail", reason="RuntimeError: No HIP GPUs are available"
+    )
     comp = compare_two(tmp_path, a, b)
     note = next(n for n in comp.notes if "failed" in n)
     assert "No HIP GPUs are available" in note and "envbuilder explain" in note
@@ -237,8 +316,14 @@ def test_duplicate_metric_is_noted(tmp_path: Path) -> None:
 def test_fingerprint_differences_unfair_first(tmp_path: Path) -> None:
     dev = [{"index": 0, "name": "AMD Radeon RX 7900 XTX", "gfx": "gfx1100", "memory_bytes": 1}]
     a = report([metric([1.0, 1.0])], kernel="6.1")
-    b = report([metric([1.0, 1.0])], kernel="5.15-microsoft", torch="2.12.0", devices=dev,
-               lock_sha256="b" * 64, wsl=True)
+    b = report(
+        [metric([1.0, 1.0])],
+        kernel="5.15-microsoft",
+        torch="2.12.0",
+        devices=dev,
+        lock_sha256="b" * 64,
+        wsl=True,
+    )
     comp = compare_two(tmp_path, a, b)
     fields = [d.field for d in comp.fingerprint_diffs]
     assert fields == ["torch", "gpu", "gfx", "lock_sha256", "wsl", "kernel"]
@@ -251,13 +336,15 @@ def test_fingerprint_differences_unfair_first(tmp_path: Path) -> None:
 def test_other_pylock_same_packages_is_only_a_note(tmp_path: Path) -> None:
     """docker vs native of one env: two pylock files, the same pins installed."""
     a = report([metric([1.0, 1.0])], lock_sha256="a" * 64, packages_sha256="c" * 64)
-    b = report([metric([1.0, 1.0])], target="native", lock_sha256="b" * 64,
-               packages_sha256="c" * 64)
+    b = report(
+        [metric([1.0, 1.0])], target="native", lock_sha256="b" * 64, packages_sha256="c" * 64
+    )
     comp = compare_two(tmp_path, a, b)
     assert [(d.field, d.unfair) for d in comp.fingerprint_diffs] == [("lock_sha256", False)]
     (line,) = compare.fingerprint_lines(comp)
-    assert line.startswith("note: lock_sha256 differs (different pylock files, same installed "
-                           "packages)")
+    assert line.startswith(
+        "note: lock_sha256 differs (different pylock files, same installed packages)"
+    )
 
 
 def test_other_installed_packages_are_unfair(tmp_path: Path) -> None:
@@ -265,7 +352,9 @@ def test_other_installed_packages_are_unfair(tmp_path: Path) -> None:
     b = report([metric([1.0, 1.0])], lock_sha256="b" * 64, packages_sha256="d" * 64)
     comp = compare_two(tmp_path, a, b)
     assert [(d.field, d.unfair) for d in comp.fingerprint_diffs] == [
-        ("packages_sha256", True), ("lock_sha256", False)]
+        ("packages_sha256", True),
+        ("lock_sha256", False),
+    ]
     lines = compare.fingerprint_lines(comp)
     assert lines[0].startswith("UNFAIR: packages_sha256 differs (different installed packages")
     # Same lock file, different installs (a venv changed by hand): still unfair.
@@ -294,8 +383,10 @@ def test_identical_fingerprints_flag_nothing(tmp_path: Path) -> None:
 def test_baseline_option_reorders(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     docker, native = DATA / "cpu.docker.json", DATA / "cpu.native.json"
     out = tmp_path / "c.json"
-    assert main(["compare", str(docker), str(native), "--baseline", str(native),
-                 "--json", str(out)]) == 0
+    assert (
+        main(["compare", str(docker), str(native), "--baseline", str(native), "--json", str(out)])
+        == 0
+    )
     data = json.loads(out.read_text())
     assert data["baseline"] == "cpu/native"
     assert [r["label"] for r in data["reports"]] == ["cpu/native", "cpu/docker"]
@@ -308,8 +399,19 @@ def test_baseline_option_reorders(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 def test_cli_outputs_markdown_json_html(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     md, js, html = tmp_path / "c.md", tmp_path / "c.json", tmp_path / "html"
-    rc = main(["compare", str(DATA / "cpu.docker.json"), str(DATA / "cpu.native.json"),
-               "--markdown", str(md), "--json", str(js), "--html", str(html)])
+    rc = main(
+        [
+            "compare",
+            str(DATA / "cpu.docker.json"),
+            str(DATA / "cpu.native.json"),
+            "--markdown",
+            str(md),
+            "--json",
+            str(js),
+            "--html",
+            str(html),
+        ]
+    )
     assert rc == 0
     out = capsys.readouterr().out
     assert "faster" in out and "within noise" in out and "noise rule" in out
@@ -328,8 +430,10 @@ def test_cli_outputs_markdown_json_html(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_charts_are_deterministic(tmp_path: Path) -> None:
-    reports = [compare.load_report(DATA / "cpu.docker.json"),
-               compare.load_report(DATA / "cpu.native.json")]
+    reports = [
+        compare.load_report(DATA / "cpu.docker.json"),
+        compare.load_report(DATA / "cpu.native.json"),
+    ]
     comp = compare.compare_reports(reports)
     compare_html.write_html(comp, tmp_path / "a")
     compare_html.write_html(comp, tmp_path / "b")
@@ -346,8 +450,9 @@ def test_html_escapes_labels(tmp_path: Path) -> None:
     assert "<script>alert(1)" not in page and "&lt;script&gt;" in page
 
 
-def test_cli_errors_are_messages_not_tracebacks(tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_errors_are_messages_not_tracebacks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = write(tmp_path, "v2.json", json.dumps({"schema_version": 2, "checks": []}))
     assert main(["compare", str(DATA / "cpu.docker.json"), str(bad)]) == 1
     err = capsys.readouterr().err
@@ -385,15 +490,31 @@ def test_repeat_and_level_differences_are_flagged(tmp_path: Path) -> None:
     a, b = report([metric([1.0, 1.0])]), report([metric([1.0, 1.0])])
     b["options"].update(level="standard", repeat=5)
     comp = compare_two(tmp_path, a, b)
-    assert [(d.field, d.unfair) for d in comp.fingerprint_diffs] == [("level", True),
-                                                                      ("repeat", False)]
-    assert compare.cell_verdict(compare_two(tmp_path, report([metric([2.0])]),
-                                            report([metric([2.0])])).rows[0].cells[1]) == \
-        "noise unknown (no difference)"
+    assert [(d.field, d.unfair) for d in comp.fingerprint_diffs] == [
+        ("level", True),
+        ("repeat", False),
+    ]
+    assert (
+        compare.cell_verdict(
+            compare_two(tmp_path, report([metric([2.0])]), report([metric([2.0])])).rows[0].cells[1]
+        )
+        == "noise unknown (no difference)"
+    )
 
 
 def test_baseline_outside_the_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "c.json"
-    assert main(["compare", str(DATA / "cpu.docker.json"), "--baseline",
-                 str(DATA / "cpu.native.json"), "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                str(DATA / "cpu.docker.json"),
+                "--baseline",
+                str(DATA / "cpu.native.json"),
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert json.loads(out.read_text())["baseline"] == "cpu/native"

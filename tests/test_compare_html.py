@@ -27,10 +27,18 @@ def _need_chromium() -> str:
 def render_dom(page: Path, profile: Path) -> str:
     """The page's DOM after load, as headless Chromium sees it (no network, throw-away profile)."""
     cmd = [
-        _need_chromium(), "--headless", "--no-sandbox", "--disable-gpu",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--no-first-run", f"--user-data-dir={profile}", "--virtual-time-budget=5000",
-        "--dump-dom", page.as_uri(),
+        _need_chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={profile}",
+        "--virtual-time-budget=5000",
+        "--dump-dom",
+        page.as_uri(),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -45,10 +45,18 @@ except CompareError as exc:
 """
 
 
-def _python(args: list[str], cwd: Path,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120, check=False)
+def _python(
+    args: list[str], cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 @pytest.fixture
@@ -58,7 +66,8 @@ def no_matplotlib(tmp_path: Path) -> dict[str, str]:
     shadow = tmp_path / "shadow"
     (shadow / "matplotlib").mkdir(parents=True)
     (shadow / "matplotlib" / "__init__.py").write_text(
-        "raise ModuleNotFoundError(\"No module named 'matplotlib'\", name='matplotlib')\n")
+        "raise ModuleNotFoundError(\"No module named 'matplotlib'\", name='matplotlib')\n"
+    )
     path = [str(shadow), *filter(None, [os.environ.get("PYTHONPATH")])]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
     probe = _python(["-c", "import matplotlib"], tmp_path, env)
@@ -67,10 +76,25 @@ def no_matplotlib(tmp_path: Path) -> dict[str, str]:
 
 
 def test_html_without_matplotlib_fails_clearly_before_writing(
-        tmp_path: Path, no_matplotlib: dict[str, str]) -> None:
+    tmp_path: Path, no_matplotlib: dict[str, str]
+) -> None:
     md, js, html = tmp_path / "c.md", tmp_path / "c.json", tmp_path / "html"
-    proc = _python(["-m", "envbuilder", "compare", *REPORTS, "--markdown", str(md),
-                    "--json", str(js), "--html", str(html)], tmp_path, no_matplotlib)
+    proc = _python(
+        [
+            "-m",
+            "envbuilder",
+            "compare",
+            *REPORTS,
+            "--markdown",
+            str(md),
+            "--json",
+            str(js),
+            "--html",
+            str(html),
+        ],
+        tmp_path,
+        no_matplotlib,
+    )
     assert proc.returncode == 1, proc.stderr
     assert INSTALL_HINT in proc.stderr and "matplotlib" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
@@ -80,19 +104,23 @@ def test_html_without_matplotlib_fails_clearly_before_writing(
 
 
 def test_compare_without_html_works_without_matplotlib(
-        tmp_path: Path, no_matplotlib: dict[str, str]) -> None:
+    tmp_path: Path, no_matplotlib: dict[str, str]
+) -> None:
     js = tmp_path / "c.json"
-    proc = _python(["-m", "envbuilder", "compare", *REPORTS, "--json", str(js)], tmp_path,
-                   no_matplotlib)
+    proc = _python(
+        ["-m", "envbuilder", "compare", *REPORTS, "--json", str(js)], tmp_path, no_matplotlib
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(js.read_text())["tool"] == "envbuilder-compare"
 
 
 def test_write_html_without_matplotlib_raises_before_creating_the_folder(
-        tmp_path: Path, no_matplotlib: dict[str, str]) -> None:
+    tmp_path: Path, no_matplotlib: dict[str, str]
+) -> None:
     html = tmp_path / "html"
-    proc = _python(["-c", WRITE_HTML_WITHOUT_MATPLOTLIB, str(html), *REPORTS], tmp_path,
-                   no_matplotlib)
+    proc = _python(
+        ["-c", WRITE_HTML_WITHOUT_MATPLOTLIB, str(html), *REPORTS], tmp_path, no_matplotlib
+    )
     assert proc.returncode == 1, proc.stderr
     assert INSTALL_HINT in proc.stdout, proc.stdout
     assert not html.exists()

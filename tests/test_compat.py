@@ -20,23 +20,57 @@ from envbuilder.errors import CompatDataError
 C = load_compat()
 
 REFERENCE_GPUS = {
-    "MI355X": "gfx950", "MI350X": "gfx950", "MI325X": "gfx942", "MI300X": "gfx942",
-    "MI300A": "gfx942", "MI250X": "gfx90a", "MI250": "gfx90a", "MI210": "gfx90a",
-    "MI100": "gfx908", "RX 9070 XT": "gfx1201", "RX 9070": "gfx1201", "RX 9070 GRE": "gfx1201",
-    "AI PRO R9700": "gfx1201", "RX 9060 XT": "gfx1200", "RX 9060": "gfx1200",
-    "RX 7900 XTX": "gfx1100", "RX 7900 XT": "gfx1100", "RX 7900 GRE": "gfx1100",
-    "PRO W7900": "gfx1100", "W7800": "gfx1100", "RX 7800 XT": "gfx1101",
-    "RX 7700 XT": "gfx1101", "PRO W7700": "gfx1101", "RX 7600": "gfx1102",
-    "RX 7600 XT": "gfx1102", "Radeon 780M": "gfx1103", "Ryzen AI Max": "gfx1151",
-    "RX 6950 XT": "gfx1030", "RX 6900 XT": "gfx1030", "RX 6800 XT": "gfx1030",
-    "RX 6800": "gfx1030", "PRO W6800": "gfx1030", "RX 6750 XT": "gfx1031",
-    "RX 6700 XT": "gfx1031", "RX 6650 XT": "gfx1032", "RX 6600 XT": "gfx1032",
+    "MI355X": "gfx950",
+    "MI350X": "gfx950",
+    "MI325X": "gfx942",
+    "MI300X": "gfx942",
+    "MI300A": "gfx942",
+    "MI250X": "gfx90a",
+    "MI250": "gfx90a",
+    "MI210": "gfx90a",
+    "MI100": "gfx908",
+    "RX 9070 XT": "gfx1201",
+    "RX 9070": "gfx1201",
+    "RX 9070 GRE": "gfx1201",
+    "AI PRO R9700": "gfx1201",
+    "RX 9060 XT": "gfx1200",
+    "RX 9060": "gfx1200",
+    "RX 7900 XTX": "gfx1100",
+    "RX 7900 XT": "gfx1100",
+    "RX 7900 GRE": "gfx1100",
+    "PRO W7900": "gfx1100",
+    "W7800": "gfx1100",
+    "RX 7800 XT": "gfx1101",
+    "RX 7700 XT": "gfx1101",
+    "PRO W7700": "gfx1101",
+    "RX 7600": "gfx1102",
+    "RX 7600 XT": "gfx1102",
+    "Radeon 780M": "gfx1103",
+    "Ryzen AI Max": "gfx1151",
+    "RX 6950 XT": "gfx1030",
+    "RX 6900 XT": "gfx1030",
+    "RX 6800 XT": "gfx1030",
+    "RX 6800": "gfx1030",
+    "PRO W6800": "gfx1030",
+    "RX 6750 XT": "gfx1031",
+    "RX 6700 XT": "gfx1031",
+    "RX 6650 XT": "gfx1032",
+    "RX 6600 XT": "gfx1032",
     "RX 6600": "gfx1032",
     # rocm-2026.md section 6: missing from the data before
-    "Radeon 890M": "gfx1150", "Radeon 880M": "gfx1150", "Radeon 860M": "gfx1152",
-    "Radeon 840M": "gfx1152", "Radeon 820M": "gfx1153", "MI50": "gfx906", "MI60": "gfx906",
-    "Radeon VII": "gfx906", "PRO V620": "gfx1030", "PRO V710": "gfx1101",
-    "AI PRO R9600D": "gfx1201", "Ryzen AI Max+ 395": "gfx1151", "gfx1250": "gfx1250",
+    "Radeon 890M": "gfx1150",
+    "Radeon 880M": "gfx1150",
+    "Radeon 860M": "gfx1152",
+    "Radeon 840M": "gfx1152",
+    "Radeon 820M": "gfx1153",
+    "MI50": "gfx906",
+    "MI60": "gfx906",
+    "Radeon VII": "gfx906",
+    "PRO V620": "gfx1030",
+    "PRO V710": "gfx1101",
+    "AI PRO R9600D": "gfx1201",
+    "Ryzen AI Max+ 395": "gfx1151",
+    "gfx1250": "gfx1250",
 }
 
 
@@ -87,6 +121,7 @@ def test_apu_facts() -> None:
 
 # --- releases ---------------------------------------------------------------------------------
 
+
 def test_releases() -> None:
     r613, r633, r641 = C.rocm("6.1.3"), C.rocm("6.3.3"), C.rocm("6.4.1")
     assert r613 and r613.ubuntu == ("22.04",) and r613.libhsa_fix == "copy"
@@ -95,7 +130,8 @@ def test_releases() -> None:
     assert r641 and r641.libhsa_fix == "delete" and r641.amdgpu_install == "6.4.60401-1"
     assert r641.amdgpu_install_url("noble") == (
         "https://repo.radeon.com/amdgpu-install/6.4.1/ubuntu/noble/"
-        "amdgpu-install_6.4.60401-1_all.deb")
+        "amdgpu-install_6.4.60401-1_all.deb"
+    )
     assert r641.docker_images["24.04"] == "rocm/dev-ubuntu-24.04:6.4.1"
     for v in ("7.0", "7.0.1", "7.0.2"):
         rel = C.rocm(v)
@@ -117,16 +153,36 @@ def test_releases() -> None:
 
 def test_every_missing_release_is_added() -> None:
     """rocm-2026.md section 1: 'Missing from the data today: ...'."""
-    missing = {"6.4.2.1", "6.4.4", "7.0.1", "7.1.0", "7.1.1", "7.2.2", "7.2.3", "7.2.4",
-               "7.14.0", "7.14.1", "10.0.0", "10.1.0"}
+    missing = {
+        "6.4.2.1",
+        "6.4.4",
+        "7.0.1",
+        "7.1.0",
+        "7.1.1",
+        "7.2.2",
+        "7.2.3",
+        "7.2.4",
+        "7.14.0",
+        "7.14.1",
+        "10.0.0",
+        "10.1.0",
+    }
     assert missing <= {r.version for r in C.releases}
     assert all(r.source for r in C.releases)
 
 
-@pytest.mark.parametrize(("version", "model"), [
-    ("10.1.0", "pip-sdk"), ("10.0.0", "pip-sdk"), ("7.14.1", "pip-sdk"), ("7.14.0", "pip-sdk"),
-    ("7.2.4", "amdgpu-install"), ("6.4.2.1", "amdgpu-install"), ("6.1.3", "amdgpu-install"),
-])
+@pytest.mark.parametrize(
+    ("version", "model"),
+    [
+        ("10.1.0", "pip-sdk"),
+        ("10.0.0", "pip-sdk"),
+        ("7.14.1", "pip-sdk"),
+        ("7.14.0", "pip-sdk"),
+        ("7.2.4", "amdgpu-install"),
+        ("6.4.2.1", "amdgpu-install"),
+        ("6.1.3", "amdgpu-install"),
+    ],
+)
 def test_install_model(version: str, model: str) -> None:
     rel = C.rocm(version)
     assert rel is not None and rel.install_model == model
@@ -143,18 +199,41 @@ def test_the_7_14_pip_sdk_index() -> None:
         assert rel and rel.pip_index == "https://repo.amd.com/rocm/whl-multi-arch/"
 
 
-@pytest.mark.parametrize(("version", "codename", "url"), [
-    ("7.0.2", "noble", "https://repo.radeon.com/amdgpu-install/7.0.2/ubuntu/noble/"
-                       "amdgpu-install_7.0.2.70002-1_all.deb"),
-    ("7.0.2", "jammy", "https://repo.radeon.com/amdgpu-install/7.0.2/ubuntu/jammy/"
-                       "amdgpu-install_7.0.2.70002-1_all.deb"),
-    ("7.2.1", "noble", "https://repo.radeon.com/amdgpu-install/7.2.1/ubuntu/noble/"
-                       "amdgpu-install_7.2.1.70201-1_all.deb"),
-    ("6.4.2.1", "noble", "https://repo.radeon.com/amdgpu-install/6.4.2.1/ubuntu/noble/"
-                         "amdgpu-install_6.4.60402-1_all.deb"),
-    ("7.2.4", "jammy", "https://repo.radeon.com/amdgpu-install/7.2.4/ubuntu/jammy/"
-                       "amdgpu-install_7.2.4.70204-1_all.deb"),
-])
+@pytest.mark.parametrize(
+    ("version", "codename", "url"),
+    [
+        (
+            "7.0.2",
+            "noble",
+            "https://repo.radeon.com/amdgpu-install/7.0.2/ubuntu/noble/"
+            "amdgpu-install_7.0.2.70002-1_all.deb",
+        ),
+        (
+            "7.0.2",
+            "jammy",
+            "https://repo.radeon.com/amdgpu-install/7.0.2/ubuntu/jammy/"
+            "amdgpu-install_7.0.2.70002-1_all.deb",
+        ),
+        (
+            "7.2.1",
+            "noble",
+            "https://repo.radeon.com/amdgpu-install/7.2.1/ubuntu/noble/"
+            "amdgpu-install_7.2.1.70201-1_all.deb",
+        ),
+        (
+            "6.4.2.1",
+            "noble",
+            "https://repo.radeon.com/amdgpu-install/6.4.2.1/ubuntu/noble/"
+            "amdgpu-install_6.4.60402-1_all.deb",
+        ),
+        (
+            "7.2.4",
+            "jammy",
+            "https://repo.radeon.com/amdgpu-install/7.2.4/ubuntu/jammy/"
+            "amdgpu-install_7.2.4.70204-1_all.deb",
+        ),
+    ],
+)
 def test_amdgpu_install_urls(version: str, codename: str, url: str) -> None:
     """rocm-2026.md section 2: patch releases' packages carry the full version (the data wrote
     7.0.70002-1 and 7.2.70201-1, which 404)."""
@@ -191,23 +270,27 @@ def test_nearest_wsl_releases() -> None:
 
 # --- torch / index / Python ------------------------------------------------------------------
 
-@pytest.mark.parametrize(("torch", "indexes", "python_ok", "python_bad"), [
-    ("2.1.2", ["rocm5.5", "rocm5.6"], "3.11", "3.12"),
-    ("2.2.0", ["rocm5.6", "rocm5.7"], "3.12", "3.13"),
-    ("2.2.2", ["rocm5.6", "rocm5.7"], "3.8", "3.13"),
-    ("2.3.1", ["rocm5.7", "rocm6.0"], "3.12", "3.13"),
-    ("2.4.1", ["rocm6.0", "rocm6.1"], "3.12", "3.13"),
-    ("2.5.1", ["rocm6.1", "rocm6.2"], "3.12", "3.8"),
-    ("2.6.0", ["rocm6.1", "rocm6.2.4"], "3.13", "3.8"),
-    ("2.7.1", ["rocm6.2.4", "rocm6.3"], "3.13", "3.14"),
-    ("2.8.0", ["rocm6.3", "rocm6.4"], "3.9", "3.14"),
-    ("2.9.1", ["rocm6.3", "rocm6.4"], "3.14", "3.9"),
-    ("2.10.0", ["rocm7.0", "rocm7.1"], "3.10", "3.9"),
-    ("2.11.0", ["rocm7.1", "rocm7.2"], "3.14", "3.9"),
-    ("2.12.1", ["rocm7.1", "rocm7.2"], "3.10", "3.15"),
-    ("2.13.0", ["rocm7.1", "rocm7.2", "cpu"], "3.11", "3.9"),
-    ("2.14.1", ["rocm7.2", "rocm7.14"], "3.14", "3.9"),
-])
+
+@pytest.mark.parametrize(
+    ("torch", "indexes", "python_ok", "python_bad"),
+    [
+        ("2.1.2", ["rocm5.5", "rocm5.6"], "3.11", "3.12"),
+        ("2.2.0", ["rocm5.6", "rocm5.7"], "3.12", "3.13"),
+        ("2.2.2", ["rocm5.6", "rocm5.7"], "3.8", "3.13"),
+        ("2.3.1", ["rocm5.7", "rocm6.0"], "3.12", "3.13"),
+        ("2.4.1", ["rocm6.0", "rocm6.1"], "3.12", "3.13"),
+        ("2.5.1", ["rocm6.1", "rocm6.2"], "3.12", "3.8"),
+        ("2.6.0", ["rocm6.1", "rocm6.2.4"], "3.13", "3.8"),
+        ("2.7.1", ["rocm6.2.4", "rocm6.3"], "3.13", "3.14"),
+        ("2.8.0", ["rocm6.3", "rocm6.4"], "3.9", "3.14"),
+        ("2.9.1", ["rocm6.3", "rocm6.4"], "3.14", "3.9"),
+        ("2.10.0", ["rocm7.0", "rocm7.1"], "3.10", "3.9"),
+        ("2.11.0", ["rocm7.1", "rocm7.2"], "3.14", "3.9"),
+        ("2.12.1", ["rocm7.1", "rocm7.2"], "3.10", "3.15"),
+        ("2.13.0", ["rocm7.1", "rocm7.2", "cpu"], "3.11", "3.9"),
+        ("2.14.1", ["rocm7.2", "rocm7.14"], "3.14", "3.9"),
+    ],
+)
 def test_torch_matrix(torch: str, indexes: list[str], python_ok: str, python_bad: str) -> None:
     """rocm-2026.md section 3, row by row (pytorch/test-infra build-matrix history)."""
     rows = [r for r in C.torch_indexes(torch) if r.url.startswith("https://download.pytorch")]
@@ -224,8 +307,11 @@ def test_local_labels() -> None:
     assert row.serves(SpecifierSet("==2.13.0+cpu")) and not row.serves(SpecifierSet("==2.13.0+cu1"))
     assert row.rocm is None
     assert C.torch_indexes("2.9.1+rocm6.4")[0].index == "rocm6.3"
-    r63 = [r for r in C.index_rows("https://download.pytorch.org/whl/rocm6.3")
-           if r.serves(SpecifierSet("==2.9.1+rocm6.3"))]
+    r63 = [
+        r
+        for r in C.index_rows("https://download.pytorch.org/whl/rocm6.3")
+        if r.serves(SpecifierSet("==2.9.1+rocm6.3"))
+    ]
     assert len(r63) == 1 and r63[0].rocm == "6.3"
 
 
@@ -245,28 +331,36 @@ def test_amd_multi_arch_index() -> None:
 
 def test_index_rows_by_url() -> None:
     assert [r.index for r in C.index_rows("https://download.pytorch.org/whl/rocm6.4/")] == [
-        "rocm6.4", "rocm6.4"]
+        "rocm6.4",
+        "rocm6.4",
+    ]
     assert [r.index for r in C.index_rows("https://mirror.example/pytorch/whl/rocm6.1")] == [
-        "rocm6.1", "rocm6.1", "rocm6.1"]
+        "rocm6.1",
+        "rocm6.1",
+        "rocm6.1",
+    ]
     assert C.index_rows("https://mirror.example/simple") == []
 
 
-@pytest.mark.parametrize(("index", "torch", "gfx", "has"), [
-    # rocm-2026.md section 3: an RX 7800 XT (gfx1101) needs the override on rocm6.2, not 6.3
-    ("rocm6.2", "2.5.1", "gfx1101", False),
-    ("rocm6.3", "2.7.1", "gfx1101", True),
-    ("rocm6.0", "2.4.1", "gfx942", True),
-    ("rocm6.1", "2.4.1", "gfx1101", False),  # gfx1101 came with torch 2.6 (pytorch#141667)
-    ("rocm6.1", "2.6.0", "gfx1101", True),
-    ("rocm5.7", "2.3.1", "gfx942", False),   # gfx942 only for ROCm >= 6.0
-    ("rocm6.4", "2.9.1", "gfx1201", True),
-    ("rocm6.4", "2.9.1", "gfx1151", False),
-    ("rocm7.0", "2.10.0", "gfx1151", True),  # gfx950, 1150, 1151 from rocm7.0 (torch 2.10)
-    ("rocm7.1", "2.12.1", "gfx1103", False),
-    ("rocm7.2", "2.13.0", "gfx1103", True),  # gfx1103 from torch 2.13
-    ("rocm7.14", "2.14.0", "gfx906", False),
-    ("amd-whl-multi-arch", "2.12.0", "gfx1031", True),
-])
+@pytest.mark.parametrize(
+    ("index", "torch", "gfx", "has"),
+    [
+        # rocm-2026.md section 3: an RX 7800 XT (gfx1101) needs the override on rocm6.2, not 6.3
+        ("rocm6.2", "2.5.1", "gfx1101", False),
+        ("rocm6.3", "2.7.1", "gfx1101", True),
+        ("rocm6.0", "2.4.1", "gfx942", True),
+        ("rocm6.1", "2.4.1", "gfx1101", False),  # gfx1101 came with torch 2.6 (pytorch#141667)
+        ("rocm6.1", "2.6.0", "gfx1101", True),
+        ("rocm5.7", "2.3.1", "gfx942", False),  # gfx942 only for ROCm >= 6.0
+        ("rocm6.4", "2.9.1", "gfx1201", True),
+        ("rocm6.4", "2.9.1", "gfx1151", False),
+        ("rocm7.0", "2.10.0", "gfx1151", True),  # gfx950, 1150, 1151 from rocm7.0 (torch 2.10)
+        ("rocm7.1", "2.12.1", "gfx1103", False),
+        ("rocm7.2", "2.13.0", "gfx1103", True),  # gfx1103 from torch 2.13
+        ("rocm7.14", "2.14.0", "gfx906", False),
+        ("amd-whl-multi-arch", "2.12.0", "gfx1031", True),
+    ],
+)
 def test_wheel_gfx_per_index_and_torch(index: str, torch: str, gfx: str, has: bool) -> None:
     assert (gfx in C.wheel_gfx(index, torch)) is has
     assert "gfx1031" not in C.wheel_gfx("rocm7.2", "2.13.0")
@@ -283,19 +377,32 @@ def test_every_rocm_row_has_a_gfx_set_with_a_source() -> None:
 
 # --- Windows -----------------------------------------------------------------------------------
 
+
 def test_windows_wheels() -> None:
     w644 = C.windows_set("6.4.4")
     assert w644 and w644.python.contains("3.12") and not w644.python.contains("3.11")
     assert not w644.unverified  # rocm-2026.md section 4: the URLs are right
     assert w644.wheel_urls()[0].endswith("cp312-cp312-win_amd64.whl")
     w72, w721 = C.windows_set("7.2.0"), C.windows_set("7.2.1")
-    assert w72 and w72.rocm == "7.2" and w72.sdk_urls()[0] == (
-        "https://repo.radeon.com/rocm/windows/rocm-rel-7.2/"
-        "rocm_sdk_core-7.2.0.dev0-py3-none-win_amd64.whl")
+    assert (
+        w72
+        and w72.rocm == "7.2"
+        and w72.sdk_urls()[0]
+        == (
+            "https://repo.radeon.com/rocm/windows/rocm-rel-7.2/"
+            "rocm_sdk_core-7.2.0.dev0-py3-none-win_amd64.whl"
+        )
+    )
     assert w72.wheel_urls()[0].endswith("/torch-2.9.1+rocmsdk20260116-cp312-cp312-win_amd64.whl")
-    assert w721 and w721.driver == "Adrenalin 26.2.2" and w721.wheel_urls()[0] == (
-        "https://repo.radeon.com/rocm/windows/rocm-rel-7.2.1/"
-        "torch-2.9.1+rocm7.2.1-cp312-cp312-win_amd64.whl")
+    assert (
+        w721
+        and w721.driver == "Adrenalin 26.2.2"
+        and w721.wheel_urls()[0]
+        == (
+            "https://repo.radeon.com/rocm/windows/rocm-rel-7.2.1/"
+            "torch-2.9.1+rocm7.2.1-cp312-cp312-win_amd64.whl"
+        )
+    )
     w714 = C.windows_set("7.14.1")
     assert w714 and w714.index and w714.python.contains("3.14") and w714.python.contains("3.11")
     rx6800 = C.gpu("RX 6800")
@@ -304,6 +411,7 @@ def test_windows_wheels() -> None:
 
 
 # --- WSL ---------------------------------------------------------------------------------------
+
 
 def test_librocdxg() -> None:
     dxg = C.dxg
@@ -323,14 +431,21 @@ def test_wsl_units() -> None:
     """wsl.toml: Microsoft's validator list (14 units, 2026-08), plus the timer."""
     units = load_compat().wsl_units
     assert len(units.discouraged) == 14
-    assert {"systemd-vconsole-setup.service", "NetworkManager-wait-online.service",
-            "console-getty.service", "hypervkvpd.service", "systemd-resolved.service",
-            "tmp.mount", "NetworkManager.service"} <= set(units.discouraged)
+    assert {
+        "systemd-vconsole-setup.service",
+        "NetworkManager-wait-online.service",
+        "console-getty.service",
+        "hypervkvpd.service",
+        "systemd-resolved.service",
+        "tmp.mount",
+        "NetworkManager.service",
+    } <= set(units.discouraged)
     assert units.masked == tuple(sorted((*units.discouraged, "systemd-tmpfiles-clean.timer")))
     assert "validate-modern.py" in units.source
 
 
 # --- Docker, RCCL, images ----------------------------------------------------------------------
+
 
 def test_device_flags() -> None:
     assert set(C.flags) == set(HOST_KINDS)
@@ -352,19 +467,36 @@ def test_device_flags() -> None:
 def test_rccl_knobs() -> None:
     """rocm-2026.md section 7: the RCCL_PARAM names of RCCL's source, NCCL_* names RCCL reads,
     and the two PyTorch names that are not RCCL's."""
-    assert C.rccl.misspelled == {"RCCL_ALGO": "NCCL_ALGO", "RCCL_NTHREADS": "NCCL_NTHREADS",
-                                 "RCCL_PROTO": "NCCL_PROTO"}
-    for name in ("NCCL_DEBUG", "NCCL_ALGO", "NCCL_PROTO", "NCCL_NTHREADS", "NCCL_MIN_NCHANNELS",
-                 "NCCL_P2P_LEVEL", "NCCL_NET_GDR_LEVEL", "RCCL_MSCCL_ENABLE",
-                 "RCCL_MSCCLPP_ENABLE", "RCCL_ENABLE_CLIQUE", "RCCL_P2P_NET_DISABLE",
-                 "RCCL_LL128_FORCE_ENABLE", "RCCL_ENABLE_SIGNALHANDLER",
-                 "RCCL_KERNEL_COLL_TRACE_ENABLE", "RCCL_FORCE_ENABLE_GDRDMA"):
+    assert C.rccl.misspelled == {
+        "RCCL_ALGO": "NCCL_ALGO",
+        "RCCL_NTHREADS": "NCCL_NTHREADS",
+        "RCCL_PROTO": "NCCL_PROTO",
+    }
+    for name in (
+        "NCCL_DEBUG",
+        "NCCL_ALGO",
+        "NCCL_PROTO",
+        "NCCL_NTHREADS",
+        "NCCL_MIN_NCHANNELS",
+        "NCCL_P2P_LEVEL",
+        "NCCL_NET_GDR_LEVEL",
+        "RCCL_MSCCL_ENABLE",
+        "RCCL_MSCCLPP_ENABLE",
+        "RCCL_ENABLE_CLIQUE",
+        "RCCL_P2P_NET_DISABLE",
+        "RCCL_LL128_FORCE_ENABLE",
+        "RCCL_ENABLE_SIGNALHANDLER",
+        "RCCL_KERNEL_COLL_TRACE_ENABLE",
+        "RCCL_FORCE_ENABLE_GDRDMA",
+    ):
         assert name in C.rccl.known, name
     assert len(C.rccl.rccl) == 24  # every RCCL_PARAM at ROCm/rccl 0cbce2a
     for name in ("RCCL_ALGO", "RCCL_PROTO", "NCCL_ASYNC_ERROR_HANDLING", "NCCL_BLOCKING_WAIT"):
         assert name not in C.rccl.known, name
-    assert C.rccl.pytorch == {"NCCL_ASYNC_ERROR_HANDLING": "TORCH_NCCL_ASYNC_ERROR_HANDLING",
-                              "NCCL_BLOCKING_WAIT": "TORCH_NCCL_BLOCKING_WAIT"}
+    assert C.rccl.pytorch == {
+        "NCCL_ASYNC_ERROR_HANDLING": "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        "NCCL_BLOCKING_WAIT": "TORCH_NCCL_BLOCKING_WAIT",
+    }
 
 
 def test_base_images() -> None:
@@ -381,14 +513,18 @@ def test_load_is_cached() -> None:
 
 # --- strict loading ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("table", "call", "message"), [
-    ({"a": 1}, lambda r: r.get("a", str), "expected str, got int"),
-    ({}, lambda r: r.get("a", str), "missing"),
-    ({"a": ["x", 1]}, lambda r: r.strs("a"), "expected a list of strings"),
-    ({"a": ">>1"}, lambda r: r.spec("a"), "t.toml: row.a"),
-    ({"a": "seven"}, lambda r: r.version("a"), "not a version: 'seven'"),
-    ({"a": ["gfx1100", "rdna3"]}, lambda r: r.gfx_list("a"), "expected distinct gfx targets"),
-])
+
+@pytest.mark.parametrize(
+    ("table", "call", "message"),
+    [
+        ({"a": 1}, lambda r: r.get("a", str), "expected str, got int"),
+        ({}, lambda r: r.get("a", str), "missing"),
+        ({"a": ["x", 1]}, lambda r: r.strs("a"), "expected a list of strings"),
+        ({"a": ">>1"}, lambda r: r.spec("a"), "t.toml: row.a"),
+        ({"a": "seven"}, lambda r: r.version("a"), "not a version: 'seven'"),
+        ({"a": ["gfx1100", "rdna3"]}, lambda r: r.gfx_list("a"), "expected distinct gfx targets"),
+    ],
+)
 def test_reader_is_strict(table: dict[str, Any], call: Any, message: str) -> None:
     with pytest.raises(CompatDataError, match=message):
         call(_Reader("t.toml", "row", table))
@@ -401,8 +537,12 @@ def test_reader_refuses_unknown_keys() -> None:
         r.done()
 
 
-def _broken(monkeypatch: pytest.MonkeyPatch, file: str,
-            change: Callable[[dict[str, Any]], Any], message: str) -> None:
+def _broken(
+    monkeypatch: pytest.MonkeyPatch,
+    file: str,
+    change: Callable[[dict[str, Any]], Any],
+    message: str,
+) -> None:
     """load_compat() with one real data file changed in memory must fail with `message`."""
     real = compat_mod._read
 
@@ -430,50 +570,101 @@ def _row(data: dict[str, Any], index: str) -> dict[str, Any]:
     return next(r for r in data["index"] if r["index"] == index)
 
 
-@pytest.mark.parametrize(("file", "change", "message"), [
-    ("gpus.toml", lambda d: d["gpu"][0].update(gfx="rdna3"), r"gpu\[0\].gfx: not a gfx target"),
-    ("gpus.toml", lambda d: d["gpu"][0].update(wsl_since="soon"), r"wsl_since: not a version"),
-    ("rocm.toml", lambda d: _release(d, "7.2.4").update(install=["apt"]),
-     r"install: expected distinct install models out of amdgpu-install, amdrocm, pip-sdk"),
-    ("rocm.toml", lambda d: _release(d, "7.0.2").update(amdgpu_install="7.0.70002-1"),
-     r"amdgpu_install_path: does not end in amdgpu-install_7.0.70002-1_all.deb"),
-    ("rocm.toml", lambda d: _release(d, "7.14.1").update(pip_index=""),
-     r"pip_index: a pip-sdk release needs pip_index"),
-    ("rocm.toml", lambda d: _release(d, "7.14.1").update(amdgpu_install="7.14.1-1"),
-     r"amdgpu_install: set, but install is \['pip-sdk', 'amdrocm'\]"),
-    ("rocm.toml", lambda d: _release(d, "6.1.3").update(amdgpu_install_path="https://x/a.deb"),
-     r"a path with \{codename\}"),
-    ("torch.toml", lambda d: _row(d, "rocm6.3").update(gfx="rocm99"),
-     r"index\[\d+\].gfx: no \[gfx_set.rocm99\]"),
-    ("torch.toml", lambda d: d["gfx_set"]["rocm6"]["targets"].append("gfx1100"),
-     r"gfx_set.rocm6.targets: expected distinct gfx targets"),
-    ("torch.toml", lambda d: d.update(gfx={}), r"torch.toml: unknown table \[gfx\]"),
-    ("torch.toml", lambda d: d["windows"][0].update(index=True),
-     r"windows\[0\].url: expected a folder URL"),
-    ("rccl.toml", lambda d: d["pytorch"]["map"].update(NCCL_DEBUG="TORCH_NCCL_DEBUG"),
-     r"NCCL_DEBUG is also listed as a name RCCL reads"),
-    ("rccl.toml", lambda d: d["rccl"]["names"].append("NCCL_ALGO"),
-     r"rccl.names: expected distinct RCCL_\* names"),
-    ("wsl.toml", lambda d: d["librocdxg"][2].update(sha256="abc"),
-     r"librocdxg\[2\].sha256: expected 64 lower-case hex digits"),
-    ("wsl.toml", lambda d: d["dxg"].update(detection_default_from="soon"),
-     r"dxg.detection_default_from: not a version"),
-])
-def test_malformed_data_is_reported(monkeypatch: pytest.MonkeyPatch, file: str,
-                                    change: Callable[[dict[str, Any]], Any],
-                                    message: str) -> None:
+@pytest.mark.parametrize(
+    ("file", "change", "message"),
+    [
+        ("gpus.toml", lambda d: d["gpu"][0].update(gfx="rdna3"), r"gpu\[0\].gfx: not a gfx target"),
+        ("gpus.toml", lambda d: d["gpu"][0].update(wsl_since="soon"), r"wsl_since: not a version"),
+        (
+            "rocm.toml",
+            lambda d: _release(d, "7.2.4").update(install=["apt"]),
+            r"install: expected distinct install models out of amdgpu-install, amdrocm, pip-sdk",
+        ),
+        (
+            "rocm.toml",
+            lambda d: _release(d, "7.0.2").update(amdgpu_install="7.0.70002-1"),
+            r"amdgpu_install_path: does not end in amdgpu-install_7.0.70002-1_all.deb",
+        ),
+        (
+            "rocm.toml",
+            lambda d: _release(d, "7.14.1").update(pip_index=""),
+            r"pip_index: a pip-sdk release needs pip_index",
+        ),
+        (
+            "rocm.toml",
+            lambda d: _release(d, "7.14.1").update(amdgpu_install="7.14.1-1"),
+            r"amdgpu_install: set, but install is \['pip-sdk', 'amdrocm'\]",
+        ),
+        (
+            "rocm.toml",
+            lambda d: _release(d, "6.1.3").update(amdgpu_install_path="https://x/a.deb"),
+            r"a path with \{codename\}",
+        ),
+        (
+            "torch.toml",
+            lambda d: _row(d, "rocm6.3").update(gfx="rocm99"),
+            r"index\[\d+\].gfx: no \[gfx_set.rocm99\]",
+        ),
+        (
+            "torch.toml",
+            lambda d: d["gfx_set"]["rocm6"]["targets"].append("gfx1100"),
+            r"gfx_set.rocm6.targets: expected distinct gfx targets",
+        ),
+        ("torch.toml", lambda d: d.update(gfx={}), r"torch.toml: unknown table \[gfx\]"),
+        (
+            "torch.toml",
+            lambda d: d["windows"][0].update(index=True),
+            r"windows\[0\].url: expected a folder URL",
+        ),
+        (
+            "rccl.toml",
+            lambda d: d["pytorch"]["map"].update(NCCL_DEBUG="TORCH_NCCL_DEBUG"),
+            r"NCCL_DEBUG is also listed as a name RCCL reads",
+        ),
+        (
+            "rccl.toml",
+            lambda d: d["rccl"]["names"].append("NCCL_ALGO"),
+            r"rccl.names: expected distinct RCCL_\* names",
+        ),
+        (
+            "wsl.toml",
+            lambda d: d["librocdxg"][2].update(sha256="abc"),
+            r"librocdxg\[2\].sha256: expected 64 lower-case hex digits",
+        ),
+        (
+            "wsl.toml",
+            lambda d: d["dxg"].update(detection_default_from="soon"),
+            r"dxg.detection_default_from: not a version",
+        ),
+    ],
+)
+def test_malformed_data_is_reported(
+    monkeypatch: pytest.MonkeyPatch,
+    file: str,
+    change: Callable[[dict[str, Any]], Any],
+    message: str,
+) -> None:
     _broken(monkeypatch, file, change, message)
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    (lambda t: t["systemd"].update(extra=1), r"wsl.toml: systemd.extra: unknown key"),
-    (lambda t: t["systemd"]["also_masked"].append("resolved"),
-     r"wsl.toml: systemd.also_masked: expected distinct systemd unit names, got \['resolved'\]"),
-    (lambda t: t["systemd"]["discouraged_units"].append("tmp.mount"),
-     r"systemd.discouraged_units: expected distinct"),
-    (lambda t: t.update(units={}), r"wsl.toml: unknown table \[units\]"),
-    (lambda t: t["systemd"].pop("source"), r"wsl.toml: systemd.source: missing"),
-])
-def test_malformed_wsl_data_is_reported(monkeypatch: pytest.MonkeyPatch, change: Any,
-                                        message: str) -> None:
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda t: t["systemd"].update(extra=1), r"wsl.toml: systemd.extra: unknown key"),
+        (
+            lambda t: t["systemd"]["also_masked"].append("resolved"),
+            r"wsl.toml: systemd.also_masked: expected distinct systemd unit names, "
+            r"got \['resolved'\]",
+        ),
+        (
+            lambda t: t["systemd"]["discouraged_units"].append("tmp.mount"),
+            r"systemd.discouraged_units: expected distinct",
+        ),
+        (lambda t: t.update(units={}), r"wsl.toml: unknown table \[units\]"),
+        (lambda t: t["systemd"].pop("source"), r"wsl.toml: systemd.source: missing"),
+    ],
+)
+def test_malformed_wsl_data_is_reported(
+    monkeypatch: pytest.MonkeyPatch, change: Any, message: str
+) -> None:
     _broken(monkeypatch, "wsl.toml", change, message)

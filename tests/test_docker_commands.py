@@ -43,16 +43,20 @@ def test_path_is_only_for_venv_targets(capsys: pytest.CaptureFixture[str]) -> No
 def test_no_cache_is_only_for_image_targets(capsys: pytest.CaptureFixture[str]) -> None:
     assert _run("build", "--target", "native", "--env", "cpu", "--no-cache") == 2
     assert "--no-cache applies to the image targets (docker, wsl2), not native" in (
-        capsys.readouterr().err)
+        capsys.readouterr().err
+    )
 
 
 def test_verify_is_only_for_targets_whose_lock_predicts_an_image(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     assert _run("build", "--target", "native", "--env", "cpu", "--verify") == 2
-    assert ("--verify applies to the targets whose lock predicts an image (docker, wsl2), "
-            "not native") in capsys.readouterr().err
-    args = argparse.Namespace(target="docker", path=None, env=["cpu"], no_cache=False,
-                              force=False, verify=True)
+    assert (
+        "--verify applies to the targets whose lock predicts an image (docker, wsl2), not native"
+    ) in capsys.readouterr().err
+    args = argparse.Namespace(
+        target="docker", path=None, env=["cpu"], no_cache=False, force=False, verify=True
+    )
     assert build_command.build_options(args) == BuildOptions(verify=True)
 
 
@@ -61,8 +65,9 @@ def test_no_cache_reaches_image_targets(target: str) -> None:
     """The option passes for docker and wsl2 (the targets with the no_cache capability), as
     the typed BuildOptions their builders take."""
     assert registry.with_capability("no_cache") == ("docker", "wsl2")
-    args = argparse.Namespace(target=target, path=None, env=["cpu"], no_cache=True, force=False,
-                              verify=False)
+    args = argparse.Namespace(
+        target=target, path=None, env=["cpu"], no_cache=True, force=False, verify=False
+    )
     assert build_command.build_options(args) == BuildOptions(no_cache=True)
 
 
@@ -86,7 +91,8 @@ def test_push_pull_help_names_the_targets_that_have_them(command: str) -> None:
     assert with_registry == ["docker", "wsl2"]
     for name in registry.names():
         assert isinstance(registry.get(name).load_builder(), RegistryBuilder) == (
-            name in with_registry)
+            name in with_registry
+        )
     assert "(docker, wsl2)" in module.HELP
     for name in with_registry:
         assert f"\n  {name} " in module.DESCRIPTION

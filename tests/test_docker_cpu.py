@@ -67,8 +67,9 @@ def cpu_host(docker_client: Any, cpu_image: str) -> Iterator[Any]:
             container.remove(force=True)
 
 
-def test_build_labels_and_records_the_image(docker_client: Any, cpu_project: Project,
-                                            cpu_image: str) -> None:
+def test_build_labels_and_records_the_image(
+    docker_client: Any, cpu_project: Project, cpu_image: str
+) -> None:
     lock = lockfile.load_env_lock(cpu_project, ENV)
     assert lock is not None
     image = docker_client.images.get(cpu_image)
@@ -77,8 +78,18 @@ def test_build_labels_and_records_the_image(docker_client: Any, cpu_project: Pro
 
 
 def test_probe_passes_inside_the_image(cpu_project: Project, cpu_image: str) -> None:
-    code = _cli(cpu_project, "validate", "--target", "docker", "--env", ENV, "--level", "quick",
-                "--expect", "cpu")
+    code = _cli(
+        cpu_project,
+        "validate",
+        "--target",
+        "docker",
+        "--env",
+        ENV,
+        "--level",
+        "quick",
+        "--expect",
+        "cpu",
+    )
     report = json.loads((cpu_project.reports / "cpu.docker.json").read_text())
     assert code == 0, report
     assert report["status"] == "pass"
@@ -99,8 +110,9 @@ def test_static_image_checks(cpu_host: Any, docker_client: Any, cpu_image: str) 
     assert labels["org.envbuilder.env"] == "cpu"
 
 
-def test_no_wheels_caches_ca_or_proxy_in_the_image(cpu_host: Any, docker_client: Any,
-                                                    cpu_image: str) -> None:
+def test_no_wheels_caches_ca_or_proxy_in_the_image(
+    cpu_host: Any, docker_client: Any, cpu_image: str
+) -> None:
     found = cpu_host.run(
         "find / -xdev \\( -name '*.whl' -o -name ca.crt -o -path /tmp/envbuilder "
         "-o -path '*/.cache/pip' -o -name requirements.txt -path '*envbuilder*' \\) "
@@ -116,9 +128,15 @@ def test_no_wheels_caches_ca_or_proxy_in_the_image(cpu_host: Any, docker_client:
         assert word not in text, word
 
 
-def test_push_remove_pull_validate(docker_client: Any, cpu_project: Project, cpu_image: str,
-                                   cpu_host: Any, registry: str, tmp_path: Path,
-                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_push_remove_pull_validate(
+    docker_client: Any,
+    cpu_project: Project,
+    cpu_image: str,
+    cpu_host: Any,
+    registry: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))  # no credentials needed here
     (tmp_path / "config.json").write_text("{}")
     assert _cli(cpu_project, "push", "--env", ENV, "--registry", f"{registry}/envbuilder-ci") == 0

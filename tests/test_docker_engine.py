@@ -43,7 +43,7 @@ def small_image(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) ->
     """A tiny image (base + one file) shared by the run/push tests of this module."""
     ctx = _context(
         tmp_path_factory.mktemp("small"),
-        f"FROM {BASE}\nRUN echo small > /small.txt\nCMD [\"cat\", \"/small.txt\"]\n",
+        f'FROM {BASE}\nRUN echo small > /small.txt\nCMD ["cat", "/small.txt"]\n',
     )
     tag = f"envbuilder-test/small:{uuid.uuid4().hex[:12]}"
     image_id = docker_engine.build_image(docker_client, ctx, tag, {}, {})
@@ -122,7 +122,11 @@ def test_build_reports_steps_and_labels_the_image(
     ctx = _context(tmp_path, f"FROM {BASE}\nRUN echo one > /one\nRUN echo two > /two\n")
     events: Events = []
     image_id = docker_engine.build_image(
-        docker_client, ctx, scratch_tag, {"org.envbuilder.test": "yes"}, {},
+        docker_client,
+        ctx,
+        scratch_tag,
+        {"org.envbuilder.test": "yes"},
+        {},
         lambda what, done, total: events.append((what, done, total)),
     )
     image = docker_client.images.get(scratch_tag)
@@ -163,9 +167,7 @@ def test_proxy_build_args_reach_the_build_but_not_the_image(
 ) -> None:
     proxy = "http://proxy.invalid:3128"
     # The RUN proves the value was there at build time; only its length is stored.
-    ctx = _context(
-        tmp_path, f'FROM {BASE}\nRUN printf %s "$HTTPS_PROXY" | wc -c > /proxy-length\n'
-    )
+    ctx = _context(tmp_path, f'FROM {BASE}\nRUN printf %s "$HTTPS_PROXY" | wc -c > /proxy-length\n')
     docker_engine.build_image(
         docker_client, ctx, scratch_tag, {}, {"HTTPS_PROXY": proxy, "https_proxy": proxy}
     )
@@ -186,9 +188,11 @@ def test_run_copies_files_in_and_out_and_removes_the_container(
 ) -> None:
     marker = uuid.uuid4().hex
     code, output, files = docker_engine.run_in_container(
-        docker_client, small_image,
+        docker_client,
+        small_image,
         ["sh", "-c", "id -u; cat /tmp/in/a.txt; cp /tmp/in/a.txt /tmp/in/b.txt; exit 4"],
-        user="1000", files_in={"/tmp/in/a.txt": b"hello-in"},
+        user="1000",
+        files_in={"/tmp/in/a.txt": b"hello-in"},
         files_out=["/tmp/in/b.txt", "/tmp/in/missing.txt"],
         labels={"org.envbuilder.test": marker},
     )
@@ -206,17 +210,18 @@ def test_run_removes_the_container_on_ctrl_c(docker_client: Any, small_image: st
 
     with pytest.raises(KeyboardInterrupt):
         docker_engine.run_in_container(
-            docker_client, small_image, ["sh", "-c", "echo started; sleep 600"],
-            labels={"org.envbuilder.test": marker}, progress=interrupt,
+            docker_client,
+            small_image,
+            ["sh", "-c", "echo started; sleep 600"],
+            labels={"org.envbuilder.test": marker},
+            progress=interrupt,
         )
     assert _containers_labelled(docker_client, marker) == []
 
 
 def test_run_of_a_missing_image_is_an_engine_error(docker_client: Any) -> None:
     with pytest.raises(EngineError, match="does not exist"):
-        docker_engine.run_in_container(
-            docker_client, "envbuilder-test/missing:nope", ["true"]
-        )
+        docker_engine.run_in_container(docker_client, "envbuilder-test/missing:nope", ["true"])
 
 
 @pytest.mark.parametrize(
@@ -284,8 +289,11 @@ def test_push_without_credentials_is_refused_clearly(
 
 
 def test_push_uses_the_docker_config_credentials(
-    docker_client: Any, small_image: str, auth_registry: str,
-    auth_registry_credentials: tuple[str, str], empty_docker_config: Path,
+    docker_client: Any,
+    small_image: str,
+    auth_registry: str,
+    auth_registry_credentials: tuple[str, str],
+    empty_docker_config: Path,
 ) -> None:
     token = base64.b64encode(":".join(auth_registry_credentials).encode()).decode()
     (empty_docker_config / "config.json").write_text(

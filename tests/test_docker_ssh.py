@@ -74,8 +74,10 @@ def _free_port() -> int:
 
 
 def _keygen(path: Path) -> None:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "envbuilder-test",
-                    "-f", str(path)], check=True)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "envbuilder-test", "-f", str(path)],
+        check=True,
+    )
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -113,19 +115,29 @@ def _write_configs(tmp: Path, port: int, user: str) -> tuple[Path, Path]:
     return sshd_config, client_config
 
 
-def _wait_until_up(proc: subprocess.Popen[bytes], env: dict[str, str], user: str,
-                   log: Path) -> None:
+def _wait_until_up(
+    proc: subprocess.Popen[bytes], env: dict[str, str], user: str, log: Path
+) -> None:
     """Poll `ssh 127.0.0.1 true` until it logs in; fail/skip with sshd's log if it never does."""
     for _ in range(50):
         if proc.poll() is not None:
             service_missing(f"sshd exited with {proc.returncode}: {log.read_text()[-2000:]}")
-        done = subprocess.run(["ssh", "--", "127.0.0.1", "true"], env=env, capture_output=True,
-                              text=True, timeout=30, check=False)
+        done = subprocess.run(
+            ["ssh", "--", "127.0.0.1", "true"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
         if done.returncode == 0:
             return
         time.sleep(0.2)
-    pytest.fail(f"cannot log in to the test sshd as {user}: {done.stderr}\n"
-                f"sshd log:\n{log.read_text()[-2000:]}", pytrace=False)
+    pytest.fail(
+        f"cannot log in to the test sshd as {user}: {done.stderr}\n"
+        f"sshd log:\n{log.read_text()[-2000:]}",
+        pytrace=False,
+    )
 
 
 @contextlib.contextmanager
@@ -134,11 +146,14 @@ def _running_sshd(tmp: Path) -> Iterator[tuple[subprocess.Popen[bytes], SshServe
     that reaches it; stopped afterwards (its sessions are the caller's to end first)."""
     if not SSHD.exists():
         service_missing(f"{SSHD} is missing (Debian: apt-get install openssh-server)")
-    remote_docker = subprocess.run(["sh", "-lc", "command -v docker"], capture_output=True,
-                                   text=True, check=False).stdout.strip()
+    remote_docker = subprocess.run(
+        ["sh", "-lc", "command -v docker"], capture_output=True, text=True, check=False
+    ).stdout.strip()
     if not remote_docker:
-        service_missing("the `docker` CLI is not on the login PATH (ssh:// runs "
-                        "`docker system dial-stdio` on the remote side)")
+        service_missing(
+            "the `docker` CLI is not on the login PATH (ssh:// runs "
+            "`docker system dial-stdio` on the remote side)"
+        )
     user = pwd.getpwuid(os.getuid()).pw_name
     port = _free_port()
     sshd_config, client_config = _write_configs(tmp, port, user)
@@ -152,8 +167,12 @@ def _running_sshd(tmp: Path) -> Iterator[tuple[subprocess.Popen[bytes], SshServe
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
     log = tmp / "sshd.log"
     with log.open("wb") as log_file:
-        proc = subprocess.Popen([str(SSHD), "-D", "-e", "-f", str(sshd_config)],
-                                stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file)
+        proc = subprocess.Popen(
+            [str(SSHD), "-D", "-e", "-f", str(sshd_config)],
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=log_file,
+        )
     try:
         _wait_until_up(proc, env, user, log)
         yield proc, SshServer(proc.pid, user, port, env, log)
@@ -201,8 +220,9 @@ def test_connect_over_ssh_reaches_the_same_engine(docker_client: Any, via_ssh: S
         # One API call (images.list() makes one per image, each a new ssh login).
         remote = set(client.api.images(quiet=True))
         local_after = set(docker_client.api.images(quiet=True))
-        assert [tag] == [t for i in client.api.images(name=tag.split(":")[0]) for t in i["RepoTags"]
-                         if t == tag]
+        assert [tag] == [
+            t for i in client.api.images(name=tag.split(":")[0]) for t in i["RepoTags"] if t == tag
+        ]
         client.api.remove_image(tag)  # a write through ssh, seen on the local socket
     finally:
         client.close()
@@ -213,8 +233,9 @@ def test_connect_over_ssh_reaches_the_same_engine(docker_client: Any, via_ssh: S
     assert _sessions(via_ssh) > before_sessions  # it went through this sshd, not the socket
 
 
-def test_wrong_key_is_an_engine_error_naming_the_host(via_ssh: SshServer, tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_wrong_key_is_an_engine_error_naming_the_host(
+    via_ssh: SshServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Refused by the real sshd (another key): the user gets EngineError, not a traceback.
     _keygen(tmp_path / "other_key")
     config = tmp_path / "ssh_config"
@@ -256,8 +277,9 @@ def _cli(project: Project, *args: str) -> int:
 
 
 @pytest.mark.slow
-def test_validate_over_ssh_writes_a_passing_report(cpu_project: Project, docker_client: Any,
-                                                    via_ssh: SshServer) -> None:
+def test_validate_over_ssh_writes_a_passing_report(
+    cpu_project: Project, docker_client: Any, via_ssh: SshServer
+) -> None:
     lock = lockfile.load_env_lock(cpu_project, ENV)
     assert lock is not None
     tag = image_tag(ENV, lock.targets["docker"].pylock_sha256)
@@ -266,8 +288,18 @@ def test_validate_over_ssh_writes_a_passing_report(cpu_project: Project, docker_
     assert not report_path.exists()
     before = _sessions(via_ssh)
 
-    code = _cli(cpu_project, "validate", "--target", "docker", "--env", ENV,
-                "--only", "device", "--only", "conformance")
+    code = _cli(
+        cpu_project,
+        "validate",
+        "--target",
+        "docker",
+        "--env",
+        ENV,
+        "--only",
+        "device",
+        "--only",
+        "conformance",
+    )
 
     report = json.loads(report_path.read_text())
     assert code == 0, report
@@ -309,16 +341,19 @@ def _processes() -> dict[int, tuple[int, str, str]]:
             text = stat.read_text()
         except OSError:  # the process ended meanwhile
             continue
-        name = text[text.index("(") + 1:text.rindex(")")]
-        state, ppid = text[text.rindex(")") + 2:].split()[:2]
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        state, ppid = text[text.rindex(")") + 2 :].split()[:2]
         out[int(stat.parent.name)] = (int(ppid), name, state)
     return out
 
 
 def _running_ssh_children(pid: int) -> set[int]:
     """The `ssh` processes `pid` started that still run (not zombies)."""
-    return {p for p, (ppid, name, state) in _processes().items()
-            if ppid == pid and name == "ssh" and state != "Z"}
+    return {
+        p
+        for p, (ppid, name, state) in _processes().items()
+        if ppid == pid and name == "ssh" and state != "Z"
+    }
 
 
 def _descendants(pid: int) -> list[int]:
@@ -341,8 +376,9 @@ def _wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 30) -
         time.sleep(0.1)
 
 
-def test_exit_after_the_far_side_closed_prints_no_traceback(docker_client: Any,
-                                                           tmp_path: Path) -> None:
+def test_exit_after_the_far_side_closed_prints_no_traceback(
+    docker_client: Any, tmp_path: Path
+) -> None:
     # The far side ends the connections while the process still holds them (dockerd drops a
     # connection idle for 5 minutes; here the sshd's sessions are ended at once). The docker SDK's
     # own close() then wrote to the exited ssh at interpreter exit: BrokenPipeError tracebacks.
@@ -350,9 +386,15 @@ def test_exit_after_the_far_side_closed_prints_no_traceback(docker_client: Any,
         env = {**server.env, "DOCKER_HOST": server.docker_host}
         for name in ("DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "DOCKER_CONTEXT"):
             env.pop(name, None)
-        child = subprocess.Popen([sys.executable, "-c", _CHILD], env=env, cwd=ROOT,
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True)
+        child = subprocess.Popen(
+            [sys.executable, "-c", _CHILD],
+            env=env,
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             assert child.stdout is not None and child.stdin is not None
             ready = child.stdout.readline()
@@ -362,8 +404,10 @@ def test_exit_after_the_far_side_closed_prints_no_traceback(docker_client: Any,
             for pid in _descendants(sshd.pid):  # the sessions of the sshd this test started
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGTERM)
-            _wait_for(lambda: not (_running_ssh_children(child.pid) & open_ssh),
-                      "the child's ssh processes saw their sessions end")
+            _wait_for(
+                lambda: not (_running_ssh_children(child.pid) & open_ssh),
+                "the child's ssh processes saw their sessions end",
+            )
             child.stdin.write("\n")
             child.stdin.flush()
             _out, err = child.communicate(timeout=120)
@@ -380,8 +424,11 @@ def test_close_ends_every_ssh_process_it_started(via_ssh: SshServer) -> None:
     client = docker_engine.connect()
     try:
         code, output, _ = docker_engine.run_in_container(
-            client, "debian:bookworm-slim", ["echo", "probe"],
-            labels={"org.envbuilder.env": "ssh-close-test"})
+            client,
+            "debian:bookworm-slim",
+            ["echo", "probe"],
+            labels={"org.envbuilder.env": "ssh-close-test"},
+        )
         assert (code, output.strip()) == (0, "probe")
         started = _running_ssh_children(os.getpid()) - before
         assert started, "no ssh connection is open after a container run: nothing to close"

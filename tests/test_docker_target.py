@@ -83,10 +83,12 @@ def _wheel(dest: Path) -> Path:
     """A minimal valid wheel: envbuilder_demo.py with VALUE = 42."""
     files = {
         "envbuilder_demo.py": b"VALUE = 42\n",
-        "envbuilder_demo-1.0.dist-info/METADATA":
-            b"Metadata-Version: 2.1\nName: envbuilder-demo\nVersion: 1.0\n",
-        "envbuilder_demo-1.0.dist-info/WHEEL":
-            b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        "envbuilder_demo-1.0.dist-info/METADATA": (
+            b"Metadata-Version: 2.1\nName: envbuilder-demo\nVersion: 1.0\n"
+        ),
+        "envbuilder_demo-1.0.dist-info/WHEEL": (
+            b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        ),
     }
     record = [
         f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}"
@@ -135,13 +137,20 @@ def make_project(
         f'name = "{WHEEL}"\nurl = "{wheel.as_uri()}"\nhashes = {{ sha256 = "{sha}" }}\n'
     )
     lock = lockfile.EnvLock(
-        version=lockfile.LOCK_VERSION, env=ENV, envbuilder_version="0",
+        version=lockfile.LOCK_VERSION,
+        env=ENV,
+        envbuilder_version="0",
         spec_hash=load_spec(project.spec_path).env_hash(ENV),  # current: targets refuse stale
         source_date_epoch=0,
-        targets={"docker": lockfile.TargetLock(
-            platform="x86_64-manylinux_2_28", python="3.11", pylock=pylock.name,
-            pylock_sha256=hashlib.sha256(pylock.read_bytes()).hexdigest(),
-            base_image=base_image)},
+        targets={
+            "docker": lockfile.TargetLock(
+                platform="x86_64-manylinux_2_28",
+                python="3.11",
+                pylock=pylock.name,
+                pylock_sha256=hashlib.sha256(pylock.read_bytes()).hexdigest(),
+                base_image=base_image,
+            )
+        },
     )
     lockfile.write_env_lock(project, lock)
     (project.root / "dockerfiles" / ENV).mkdir(parents=True)
@@ -151,8 +160,13 @@ def make_project(
 
 def demo_env() -> EnvSpec:
     return EnvSpec(
-        name=ENV, description="hand-made test env", accelerator="cpu", python="3.11",
-        packages=("envbuilder-demo==1.0",), index_pins={}, targets=("docker",),
+        name=ENV,
+        description="hand-made test env",
+        accelerator="cpu",
+        python="3.11",
+        packages=("envbuilder-demo==1.0",),
+        index_pins={},
+        targets=("docker",),
         tables={"docker": DockerTable(base="debian:bookworm-slim")},
     )
 
@@ -180,9 +194,13 @@ class _ProxyHandler(socketserver.StreamRequestHandler):
             hostport, _, path = rest.partition("/")
             host, _, port = hostport.partition(":")
             upstream = socket.create_connection((host, int(port or 80)), timeout=30)
-            upstream.sendall(f"{method} /{path} HTTP/1.1\r\n".encode() + b"".join(
-                h for h in headers if not h.lower().startswith((b"proxy-", b"connection"))
-            ) + b"Connection: close\r\n\r\n")
+            upstream.sendall(
+                f"{method} /{path} HTTP/1.1\r\n".encode()
+                + b"".join(
+                    h for h in headers if not h.lower().startswith((b"proxy-", b"connection"))
+                )
+                + b"Connection: close\r\n\r\n"
+            )
         self._relay(upstream)
 
     def _relay(self, upstream: socket.socket) -> None:
@@ -244,7 +262,9 @@ def demo_container(docker_client: Any, corporate_build: Any) -> Iterator[Any]:
     """A running container of the demo image, for testinfra's docker backend."""
     _project, artifact, _seen, _url = corporate_build
     container = docker_client.containers.run(
-        artifact.reference, ["sleep", "infinity"], detach=True,
+        artifact.reference,
+        ["sleep", "infinity"],
+        detach=True,
         labels={"org.envbuilder.test": "demo-static"},
     )
     yield container
@@ -314,8 +334,12 @@ def test_static_image_checks(demo_host: Any) -> None:
     assert user.uid == 1000
     assert user.name != "root"
     assert demo_host.run("command -v python").stdout.strip() == "/opt/venv/bin/python"
-    assert demo_host.run("python -c 'import envbuilder_demo; print(envbuilder_demo.VALUE)'") \
-        .stdout.strip() == "42"
+    assert (
+        demo_host.run(
+            "python -c 'import envbuilder_demo; print(envbuilder_demo.VALUE)'"
+        ).stdout.strip()
+        == "42"
+    )
     assert demo_host.environment()["ENVBUILDER_ENV"] == "demo"
     assert not demo_host.file("/root/.cache").exists
 
@@ -331,12 +355,17 @@ def test_rebuild_with_nothing_changed_builds_nothing(
 
 def test_context_follows_the_contract(corporate_build: Any) -> None:
     project, _artifact, _seen, _url = corporate_build
-    context = assemble_context(project, ENV, "docker", project.root / "dockerfiles" / ENV,
-                                indexes=demo_env().indexes)
+    context = assemble_context(
+        project, ENV, "docker", project.root / "dockerfiles" / ENV, indexes=demo_env().indexes
+    )
     try:
         files = sorted(p.relative_to(context).as_posix() for p in context.rglob("*") if p.is_file())
-        assert files == ["Dockerfile", "envbuilder/pylock.toml", "envbuilder/requirements.txt",
-                         f"envbuilder/wheels/{WHEEL}"]
+        assert files == [
+            "Dockerfile",
+            "envbuilder/pylock.toml",
+            "envbuilder/requirements.txt",
+            f"envbuilder/wheels/{WHEEL}",
+        ]
         line = (context / "envbuilder/requirements.txt").read_text().strip()
         sha = hashlib.sha256((context / f"envbuilder/wheels/{WHEEL}").read_bytes()).hexdigest()
         assert line == f"/tmp/envbuilder/wheels/{WHEEL} --hash=sha256:{sha}"
@@ -355,8 +384,9 @@ def test_missing_dockerfile_says_to_render(tmp_path: Path) -> None:
     project = make_project(tmp_path / "p")
     (project.root / "dockerfiles" / ENV / "Dockerfile").unlink()
     with pytest.raises(Exception, match="envbuilder render"):
-        assemble_context(project, ENV, "docker", project.root / "dockerfiles" / ENV,
-                         indexes=demo_env().indexes)
+        assemble_context(
+            project, ENV, "docker", project.root / "dockerfiles" / ENV, indexes=demo_env().indexes
+        )
 
 
 def test_unlocked_env_says_to_lock(tmp_path: Path, docker_client: Any) -> None:
@@ -458,8 +488,20 @@ def test_validate_without_python_in_the_image_is_a_clear_error(
 def test_probe_arguments() -> None:
     options = ValidateOptions(level="standard", repeat=3, only=("matmul",), skip=("amp",))
     assert probe_arguments(demo_env(), options) == [
-        "--level", "standard", "--expect", "cpu", "--label", "env=demo", "--label",
-        "target=docker", "--repeat", "3", "--only", "matmul", "--skip", "amp",
+        "--level",
+        "standard",
+        "--expect",
+        "cpu",
+        "--label",
+        "env=demo",
+        "--label",
+        "target=docker",
+        "--repeat",
+        "3",
+        "--only",
+        "matmul",
+        "--skip",
+        "amp",
     ]
 
 
@@ -493,8 +535,12 @@ def test_host_kind_override_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_proxy_build_args_take_both_spellings() -> None:
     args = proxy_build_args({"https_proxy": "http://p:1", "NO_PROXY": "x", "PATH": "/bin"})
-    assert args == {"HTTPS_PROXY": "http://p:1", "https_proxy": "http://p:1",
-                    "NO_PROXY": "x", "no_proxy": "x"}
+    assert args == {
+        "HTTPS_PROXY": "http://p:1",
+        "https_proxy": "http://p:1",
+        "NO_PROXY": "x",
+        "no_proxy": "x",
+    }
     assert needs_host_network({"HTTP_PROXY": "http://127.0.0.1:3128"})
     assert needs_host_network({"HTTPS_PROXY": "localhost:3128"})
     assert not needs_host_network({"HTTPS_PROXY": "http://proxy.corp.example:3128"})
@@ -518,8 +564,9 @@ def test_push_records_the_digest_and_pull_restores_the_tag(
 ) -> None:
     project, artifact, _seen, _url = corporate_build
     target = TARGET
-    digest_ref = target.push(project, demo_env(), PushOptions(f"{registry}/envbuilder-test"),
-                             _no_progress)
+    digest_ref = target.push(
+        project, demo_env(), PushOptions(f"{registry}/envbuilder-test"), _no_progress
+    )
     assert digest_ref.startswith(f"{registry}/envbuilder-test/demo@sha256:")
     recorded = lockfile.load_env_lock(project, ENV)
     assert recorded is not None
@@ -536,13 +583,17 @@ def test_push_records_the_digest_and_pull_restores_the_tag(
 
 
 def test_pull_refuses_an_image_built_from_another_lock(
-    corporate_build: Any, docker_client: Any, registry: str, docker_config: Path,
+    corporate_build: Any,
+    docker_client: Any,
+    registry: str,
+    docker_config: Path,
     tmp_path: Path,
 ) -> None:
     project, _artifact, _seen, _url = corporate_build
     # Another image in the same repository: a different digest than what the lock says.
     other = docker_client.images.build(
-        fileobj=io.BytesIO(b"FROM debian:bookworm-slim\nLABEL other=1\n"), rm=True,
+        fileobj=io.BytesIO(b"FROM debian:bookworm-slim\nLABEL other=1\n"),
+        rm=True,
         tag=f"{registry}/envbuilder-test/demo:other",
     )[0]
     pushed = docker_client.images.push(f"{registry}/envbuilder-test/demo", tag="other")
@@ -556,7 +607,9 @@ def test_pull_refuses_an_image_built_from_another_lock(
         with pytest.raises(RegistryError, match=r"refusing .* built from lock"):
             TARGET.pull(project, demo_env(), PullOptions(), _no_progress)
         lockfile.record_artifact(
-            project, ENV, "docker",
+            project,
+            ENV,
+            "docker",
             repo_digest=other_digest.split("@")[0] + "@sha256:" + "0" * 64,
         )
         with pytest.raises(RegistryError, match="refused"):

@@ -50,8 +50,9 @@ def test_docker_engine_is_reported(docker_client: Any, tmp_path: Path) -> None:
     assert finding.details["version"] == docker_client.version()["Version"]
 
 
-def test_unreachable_docker_is_a_warning_with_a_fix(tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unreachable_docker_is_a_warning_with_a_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A real SDK call against a socket path where nothing listens.
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")
     finding = by_check(doctor.diagnose(doctor.Host.current(tmp_path)))["docker"]
@@ -59,8 +60,9 @@ def test_unreachable_docker_is_a_warning_with_a_fix(tmp_path: Path,
 
 
 @pytest.mark.docker
-def test_cli_exits_0_with_warnings_and_json_validates(docker_client: Any,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_exits_0_with_warnings_and_json_validates(
+    docker_client: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
     assert "Docker Engine" in out
@@ -118,22 +120,43 @@ def data(name: str, encoding: str = "utf-8") -> bytes:
     return (DATA / name).read_text(encoding="utf-8").encode(encoding)
 
 
-def make_host(tmp_path: Path, kind: doctor.HostOS, run: Outputs, *,
-              files: Mapping[str, str] = {}, environ: Mapping[str, str] | None = None,
-              uid: int = 1000, groups: tuple[str, ...] = ("users",)) -> doctor.Host:
+def make_host(
+    tmp_path: Path,
+    kind: doctor.HostOS,
+    run: Outputs,
+    *,
+    files: Mapping[str, str] = {},
+    environ: Mapping[str, str] | None = None,
+    uid: int = 1000,
+    groups: tuple[str, ...] = ("users",),
+) -> doctor.Host:
     root = tmp_path / "root"
-    for rel, content in {"etc/os-release": 'PRETTY_NAME="Ubuntu 24.04.1 LTS"\n',
-                         "proc/meminfo": "MemTotal:       32768000 kB\n",
-                         "proc/sys/kernel/osrelease": "6.6.87.2-microsoft-standard-WSL2\n",
-                         **files}.items():
+    for rel, content in {
+        "etc/os-release": 'PRETTY_NAME="Ubuntu 24.04.1 LTS"\n',
+        "proc/meminfo": "MemTotal:       32768000 kB\n",
+        "proc/sys/kernel/osrelease": "6.6.87.2-microsoft-standard-WSL2\n",
+        **files,
+    }.items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(content)
-    return doctor.Host(kind=kind, root=root, environ=environ or {}, run=run,
-                       docker=lambda: {"version": "28.0.1", "api": "1.48", "os": "linux/amd64",
-                                       "host": "unix:///var/run/docker.sock"},
-                       disk_path=tmp_path, python="3.12.3", user_groups=groups, user="dev",
-                       uid=uid)
+    return doctor.Host(
+        kind=kind,
+        root=root,
+        environ=environ or {},
+        run=run,
+        docker=lambda: {
+            "version": "28.0.1",
+            "api": "1.48",
+            "os": "linux/amd64",
+            "host": "unix:///var/run/docker.sock",
+        },
+        disk_path=tmp_path,
+        python="3.12.3",
+        user_groups=groups,
+        user="dev",
+        uid=uid,
+    )
 
 
 def test_detect_kind(tmp_path: Path) -> None:
@@ -146,7 +169,9 @@ def test_detect_kind(tmp_path: Path) -> None:
 
 
 WSL_OK_FILES = {
-    "dev/dxg": "", "usr/lib/wsl/lib/libdxcore.so": "", "opt/rocm/.info/version": "6.4.1-120\n",
+    "dev/dxg": "",
+    "usr/lib/wsl/lib/libdxcore.so": "",
+    "opt/rocm/.info/version": "6.4.1-120\n",
     "var/lib/dpkg/status": "Package: hsa-runtime-rocr4wsl-amdgpu\nStatus: install ok installed\n",
 }
 
@@ -182,7 +207,8 @@ def test_wsl2_host_missing_dxg_and_unsupported_gpu(tmp_path: Path) -> None:
 def test_wsl2_release_without_runtime(tmp_path: Path) -> None:
     files = {**WSL_OK_FILES, "opt/rocm/.info/version": "6.3.3-74\n"}
     finding = by_check(doctor.diagnose(make_host(tmp_path, "wsl2", Outputs({}), files=files)))[
-        "wsl-rocm-runtime"]
+        "wsl-rocm-runtime"
+    ]
     assert finding.severity == "fail" and "ships no WSL runtime" in finding.summary
     assert finding.fix and "6.4" in finding.fix
 
@@ -194,16 +220,18 @@ def test_wsl2_gpu_not_supported_by_wsl_stack(tmp_path: Path) -> None:
     env = type(env)(**{**env.__dict__, "gfx": gpu.gfx, "gpu": gpu.names[0]})
     out = data("rocminfo-native-rx7900xtx.txt").replace(b"gfx1100", gpu.gfx.encode())
     run = Outputs({"rocminfo": (0, b"WSL environment detected.\n" + out)})
-    finding = by_check(doctor.diagnose(make_host(tmp_path, "wsl2", run, files=WSL_OK_FILES),
-                                       env, compat))["env-gpu"]
+    finding = by_check(
+        doctor.diagnose(make_host(tmp_path, "wsl2", run, files=WSL_OK_FILES), env, compat)
+    )["env-gpu"]
     assert finding.severity == "fail" and "not supported by AMD's WSL stack" in finding.summary
 
 
 def test_native_linux_kfd_permission(tmp_path: Path) -> None:
     run = Outputs({"rocminfo": (0, data("rocminfo-native-rx7900xtx.txt"))})
     # A user who neither owns the node nor is in its group, as on a fresh Ubuntu install.
-    host = make_host(tmp_path, "linux", run, files={"dev/kfd": ""}, uid=4242,
-                     groups=("not-render",))
+    host = make_host(
+        tmp_path, "linux", run, files={"dev/kfd": ""}, uid=4242, groups=("not-render",)
+    )
     kfd = host.path("/dev/kfd")
     kfd.chmod(0o660)
     found = by_check(doctor.diagnose(host))
@@ -219,8 +247,11 @@ def test_nvidia_host(tmp_path: Path) -> None:
     found = by_check(doctor.diagnose(make_host(tmp_path, "linux", run)))
     assert found["nvidia-smi"].severity == "ok" and "NVIDIA L40" in found["nvidia-smi"].summary
     assert found["gpu"].summary == "2 GPU(s) found"
-    assert ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv"] in \
-        run.calls
+    assert [
+        "nvidia-smi",
+        "--query-gpu=name,driver_version,memory.total",
+        "--format=csv",
+    ] in run.calls
 
 
 def test_empty_hsa_override_fails(tmp_path: Path) -> None:
@@ -228,13 +259,22 @@ def test_empty_hsa_override_fails(tmp_path: Path) -> None:
     assert by_check(doctor.diagnose(host))["hsa-override"].severity == "fail"
 
 
-def windows_host(tmp_path: Path, *, ver: str = "ver-22621.txt",
-                 systeminfo: str = "systeminfo-hyperv-enabled.txt",
-                 wsl: str = "wsl-version-2.6.1.txt", hip_path: str | None = "C:/AMD/ROCm/6.2/",
-                 ) -> tuple[doctor.Host, Outputs]:
-    run = Outputs({"cmd": (0, data(ver)), "systeminfo": (0, data(systeminfo)),
-                   "wsl": (0, data(wsl, "utf-16-le")),
-                   "hipInfo.exe": (0, data("hipinfo-rx7900xtx.txt"))})
+def windows_host(
+    tmp_path: Path,
+    *,
+    ver: str = "ver-22621.txt",
+    systeminfo: str = "systeminfo-hyperv-enabled.txt",
+    wsl: str = "wsl-version-2.6.1.txt",
+    hip_path: str | None = "C:/AMD/ROCm/6.2/",
+) -> tuple[doctor.Host, Outputs]:
+    run = Outputs(
+        {
+            "cmd": (0, data(ver)),
+            "systeminfo": (0, data(systeminfo)),
+            "wsl": (0, data(wsl, "utf-16-le")),
+            "hipInfo.exe": (0, data("hipinfo-rx7900xtx.txt")),
+        }
+    )
     environ = {"HIP_PATH": hip_path} if hip_path else {}
     return make_host(tmp_path, "windows", run, environ=environ), run
 
@@ -244,8 +284,17 @@ def test_windows_host_ready(tmp_path: Path) -> None:
     env = legacy_env(tmp_path, "rocm64")
     report = doctor.diagnose(host, env)
     found = by_check(report)
-    assert [found[c].severity for c in ("windows-build", "virtualization", "wsl-version",
-                                        "hip-path", "hipinfo", "env-gpu")] == ["ok"] * 6
+    assert [
+        found[c].severity
+        for c in (
+            "windows-build",
+            "virtualization",
+            "wsl-version",
+            "hip-path",
+            "hipinfo",
+            "env-gpu",
+        )
+    ] == ["ok"] * 6
     assert found["hipinfo"].summary == "HIP device(s): gfx1100 (AMD Radeon RX 7900 XTX)"
     assert found["python"].severity == "ok"  # the windows target's 3.12 == host 3.12
     assert ["cmd", "/c", "ver"] in run.calls and ["wsl", "--version"] in run.calls
@@ -262,8 +311,9 @@ def test_windows_python_is_found_with_the_py_launcher(tmp_path: Path) -> None:
 
 
 def test_windows_host_too_old(tmp_path: Path) -> None:
-    host, _ = windows_host(tmp_path, ver="ver-16193.txt", wsl="wsl-version-1.2.5-win10.txt",
-                           hip_path=None)
+    host, _ = windows_host(
+        tmp_path, ver="ver-16193.txt", wsl="wsl-version-1.2.5-win10.txt", hip_path=None
+    )
     found = by_check(doctor.diagnose(host))
     assert found["windows-build"].severity == "fail" and "16193" in found["windows-build"].summary
     assert found["wsl-version"].severity == "warn" and found["wsl-version"].fix

@@ -19,7 +19,9 @@ def test_rocminfo_native_gpu() -> None:
     info = parse.parse_rocminfo(text("rocminfo-native-rx7900xtx.txt"))
     assert not info.wsl and info.error is None and info.kfd_loaded is True
     assert [(a.name, a.device_type) for a in info.agents] == [
-        ("AMD Ryzen 9 5900X 12-Core Processor", "CPU"), ("gfx1100", "GPU")]
+        ("AMD Ryzen 9 5900X 12-Core Processor", "CPU"),
+        ("gfx1100", "GPU"),
+    ]
     (gpu,) = info.gpus
     assert gpu.gfx == "gfx1100" and gpu.marketing_name == "Radeon RX 7900 XTX"
 
@@ -84,8 +86,10 @@ def test_windows_build() -> None:
 def test_systeminfo_virtualization() -> None:
     enabled = text("systeminfo-hyperv-enabled.txt")
     assert parse.parse_systeminfo_virtualization(enabled) is True
-    assert parse.parse_systeminfo_virtualization(
-        enabled.replace("Firmware: Yes", "Firmware: No")) is False
+    assert (
+        parse.parse_systeminfo_virtualization(enabled.replace("Firmware: Yes", "Firmware: No"))
+        is False
+    )
     assert parse.parse_systeminfo_virtualization(text("systeminfo-hypervisor-running.txt")) is True
     assert parse.parse_systeminfo_virtualization("Host Name: PC\n") is None
 

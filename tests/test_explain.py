@@ -50,15 +50,18 @@ def test_unknown_message() -> None:
     assert explain.match("everything is fine") is None
 
 
-def test_cli_known_unknown_stdin_json(capsys: pytest.CaptureFixture[str],
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_known_unknown_stdin_json(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert main(["explain", "RuntimeError: No HIP GPUs are available"]) == 0
     out = capsys.readouterr().out
     assert "cause:" in out and "fix:" in out and "https://github.com/ROCm/ROCm/issues/4749" in out
     assert main(["explain", "some other error"]) == 1
     assert "Not a known message" in capsys.readouterr().out
-    monkeypatch.setattr("sys.stdin", io.StringIO("log...\nE: Unable to locate package "
-                                                 "hsa-runtime-rocr4wsl-amdgpu\n"))
+    monkeypatch.setattr(
+        "sys.stdin",
+        io.StringIO("log...\nE: Unable to locate package hsa-runtime-rocr4wsl-amdgpu\n"),
+    )
     assert main(["explain", "-", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["known"] and data["matches"][0]["id"] == "no-wsl-runtime-package"
@@ -74,17 +77,62 @@ def test_every_shipped_entry_is_complete() -> None:
         assert e.patterns and e.title and e.cause and e.fix and e.sources
 
 
-@pytest.mark.parametrize(("data", "message"), [
-    ({}, "expected \\[\\[error\\]\\] tables"),
-    ({"error": [{"id": "x", "title": "t", "cause": "c", "fix": "f", "sources": ["s"],
-                 "patterns": ["("]}]}, "bad patterns regex"),
-    ({"error": [{"id": "x", "title": "t", "cause": "c", "fix": "f", "sources": [],
-                 "patterns": ["a"]}]}, "sources must name at least one"),
-    ({"error": [{"id": "x", "title": "t", "cause": "c", "fix": "f", "sources": ["s"],
-                 "patterns": ["a"], "extra": 1}]}, "unknown keys"),
-    ({"error": [{"id": "x", "cause": "c", "fix": "f", "sources": ["s"], "patterns": ["a"]}]},
-     "title must be a text"),
-])
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({}, "expected \\[\\[error\\]\\] tables"),
+        (
+            {
+                "error": [
+                    {
+                        "id": "x",
+                        "title": "t",
+                        "cause": "c",
+                        "fix": "f",
+                        "sources": ["s"],
+                        "patterns": ["("],
+                    }
+                ]
+            },
+            "bad patterns regex",
+        ),
+        (
+            {
+                "error": [
+                    {
+                        "id": "x",
+                        "title": "t",
+                        "cause": "c",
+                        "fix": "f",
+                        "sources": [],
+                        "patterns": ["a"],
+                    }
+                ]
+            },
+            "sources must name at least one",
+        ),
+        (
+            {
+                "error": [
+                    {
+                        "id": "x",
+                        "title": "t",
+                        "cause": "c",
+                        "fix": "f",
+                        "sources": ["s"],
+                        "patterns": ["a"],
+                        "extra": 1,
+                    }
+                ]
+            },
+            "unknown keys",
+        ),
+        (
+            {"error": [{"id": "x", "cause": "c", "fix": "f", "sources": ["s"], "patterns": ["a"]}]},
+            "title must be a text",
+        ),
+    ],
+)
 def test_malformed_data_is_reported(data: dict[str, object], message: str) -> None:
     with pytest.raises(CompatDataError, match=message):
         explain.parse_errors(data)

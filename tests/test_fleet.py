@@ -24,64 +24,133 @@ SCHEMA = json.loads((ROOT / "envbuilder/schemas/probe-report.schema.json").read_
 SIZES = ("65536", "4194304")
 
 
-def metric(name: str, samples: Sequence[float], unit: str, dtype: str | None,
-           size: str | None) -> dict[str, Any]:
+def metric(
+    name: str, samples: Sequence[float], unit: str, dtype: str | None, size: str | None
+) -> dict[str, Any]:
     ordered = sorted(samples)
-    return {"name": name, "value": ordered[len(ordered) // 2], "unit": unit, "dtype": dtype,
-            "size": size, "samples": list(samples), "higher_is_better": True}
+    return {
+        "name": name,
+        "value": ordered[len(ordered) // 2],
+        "unit": unit,
+        "dtype": dtype,
+        "size": size,
+        "samples": list(samples),
+        "higher_is_better": True,
+    }
 
 
-def check(name: str, status: str = "pass", reason: str | None = None,
-          metrics: Sequence[dict[str, Any]] = (), details: dict[str, Any] | None = None,
-          ) -> dict[str, Any]:
-    return {"name": name, "duration_s": 1.0, "status": status, "reason": reason,
-            "details": details or {}, "metrics": list(metrics)}
+def check(
+    name: str,
+    status: str = "pass",
+    reason: str | None = None,
+    metrics: Sequence[dict[str, Any]] = (),
+    details: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "duration_s": 1.0,
+        "status": status,
+        "reason": reason,
+        "details": details or {},
+        "metrics": list(metrics),
+    }
 
 
-def report(node: str, matmul: Sequence[float] = (1.0, 1.01, 0.99),
-           busbw: Sequence[float] = (2.0, 2.02, 1.98), status: str = "pass",
-           failed: tuple[str, str] | None = None, driver: str | None = None,
-           labels: dict[str, str] | None = None) -> dict[str, Any]:
-    checks = [check("device"),
-              check("matmul", metrics=[metric("tflops", matmul, "TFLOP/s", "bf16", "256")]),
-              check("collectives", metrics=[metric("busbw", [b * (i + 1) for b in busbw], "GB/s",
-                                                   "fp32", size)
-                                            for i, size in enumerate(SIZES)])]
+def report(
+    node: str,
+    matmul: Sequence[float] = (1.0, 1.01, 0.99),
+    busbw: Sequence[float] = (2.0, 2.02, 1.98),
+    status: str = "pass",
+    failed: tuple[str, str] | None = None,
+    driver: str | None = None,
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    checks = [
+        check("device"),
+        check("matmul", metrics=[metric("tflops", matmul, "TFLOP/s", "bf16", "256")]),
+        check(
+            "collectives",
+            metrics=[
+                metric("busbw", [b * (i + 1) for b in busbw], "GB/s", "fp32", size)
+                for i, size in enumerate(SIZES)
+            ],
+        ),
+    ]
     if failed:
         checks.append(check(failed[0], "fail", failed[1]))
     data = {
-        "schema_version": 1, "tool": "envbuilder-probe", "probe_version": "1.1.0",
-        "started_at": "2026-12-03T08:00:00+00:00", "duration_s": 10.0,
+        "schema_version": 1,
+        "tool": "envbuilder-probe",
+        "probe_version": "1.1.0",
+        "started_at": "2026-12-03T08:00:00+00:00",
+        "duration_s": 10.0,
         "status": "fail" if failed else status,
-        "options": {"level": "quick", "expect": "cpu", "repeat": len(matmul), "only": [],
-                    "skip": [], "lock": None, "timeout_s": 120.0},
+        "options": {
+            "level": "quick",
+            "expect": "cpu",
+            "repeat": len(matmul),
+            "only": [],
+            "skip": [],
+            "lock": None,
+            "timeout_s": 120.0,
+        },
         "labels": labels or {"env": "cpu", "target": "docker", "node": node, "slurm_job": "7"},
-        "fingerprint": {"python": "3.11.2", "torch": "2.13.0+cpu", "hip": None, "cuda": None,
-                        "driver": driver, "nccl": None, "devices": [], "host_os": "Linux",
-                        "kernel": "6.1", "machine": "x86_64", "wsl": False, "cpu_count": 2,
-                        "lock_sha256": None, "env_vars": {}},
+        "fingerprint": {
+            "python": "3.11.2",
+            "torch": "2.13.0+cpu",
+            "hip": None,
+            "cuda": None,
+            "driver": driver,
+            "nccl": None,
+            "devices": [],
+            "host_os": "Linux",
+            "kernel": "6.1",
+            "machine": "x86_64",
+            "wsl": False,
+            "cpu_count": 2,
+            "lock_sha256": None,
+            "env_vars": {},
+        },
         "checks": checks,
     }
     jsonschema.validate(data, SCHEMA)
     return data
 
 
-def rank_report(rank: int, node: str, world: int, busbw: float = 1.0, status: str = "pass",
-                reason: str | None = None) -> dict[str, Any]:
-    data = report(node, labels={"env": "cpu", "target": "docker", "node": node,
-                                "slurm_job": "7"})
-    metrics = [metric("busbw", [busbw * (i + 1)], "GB/s", "fp32", size)
-               for i, size in enumerate(SIZES)]
-    data["checks"] = [check("collectives", status, reason, metrics,
-                            {"world_size": world, "rank": rank, "mode": "torchrun"})]
+def rank_report(
+    rank: int,
+    node: str,
+    world: int,
+    busbw: float = 1.0,
+    status: str = "pass",
+    reason: str | None = None,
+) -> dict[str, Any]:
+    data = report(node, labels={"env": "cpu", "target": "docker", "node": node, "slurm_job": "7"})
+    metrics = [
+        metric("busbw", [busbw * (i + 1)], "GB/s", "fp32", size) for i, size in enumerate(SIZES)
+    ]
+    data["checks"] = [
+        check(
+            "collectives",
+            status,
+            reason,
+            metrics,
+            {"world_size": world, "rank": rank, "mode": "torchrun"},
+        )
+    ]
     data["status"] = "pass" if status == "pass" else "fail"
     jsonschema.validate(data, SCHEMA)
     return data
 
 
-def job_folder(tmp_path: Path, nodes: Mapping[str, dict[str, Any] | None],
-               ranks: Sequence[dict[str, Any]] = (), phase: str = "done",
-               exits: dict[str, str] | None = None, logs: dict[str, str] | None = None) -> Path:
+def job_folder(
+    tmp_path: Path,
+    nodes: Mapping[str, dict[str, Any] | None],
+    ranks: Sequence[dict[str, Any]] = (),
+    phase: str = "done",
+    exits: dict[str, str] | None = None,
+    logs: dict[str, str] | None = None,
+) -> Path:
     """A job folder as validate.sbatch leaves it: hosts, phase, nodes/, collectives/."""
     job = tmp_path / "job-7"
     (job / "nodes").mkdir(parents=True)
@@ -91,8 +160,9 @@ def job_folder(tmp_path: Path, nodes: Mapping[str, dict[str, Any] | None],
     for node, data in nodes.items():
         if data is not None:
             (job / "nodes" / f"{node}.json").write_text(json.dumps(data))
-            (job / "nodes" / f"{node}.exit").write_text("0\n" if data["status"] == "pass"
-                                                        else "1\n")
+            (job / "nodes" / f"{node}.exit").write_text(
+                "0\n" if data["status"] == "pass" else "1\n"
+            )
     for node, code in (exits or {}).items():
         (job / "nodes" / f"{node}.exit").write_text(code + "\n")
     for node, text in (logs or {}).items():
@@ -117,19 +187,29 @@ def test_all_pass(tmp_path: Path) -> None:
     assert (result.env, result.target) == ("cpu", "docker")
     assert result.cross.status == "pass"
     assert result.cross.world_size == 4
-    assert [(r.rank, r.node) for r in result.cross.ranks] == [(0, "n1"), (1, "n1"), (2, "n2"),
-                                                               (3, "n2")]
+    assert [(r.rank, r.node) for r in result.cross.ranks] == [
+        (0, "n1"),
+        (1, "n1"),
+        (2, "n2"),
+        (3, "n2"),
+    ]
     # busbw across nodes (rank 0: 1.0, 2.0) against one node (median of 2.0 and 4.0 medians)
     assert [(s.size, s.all_nodes, s.one_node) for s in result.cross.sizes] == [
-        ("65536", 1.0, 2.0), ("4194304", 2.0, 4.0)]
+        ("65536", 1.0, 2.0),
+        ("4194304", 2.0, 4.0),
+    ]
     assert [s.ratio for s in result.cross.sizes] == [0.5, 0.5]
     assert result.failures() == []
 
 
 def test_an_outlier_among_three_nodes_is_flagged_and_listed_before_the_others(
-        tmp_path: Path) -> None:
-    nodes = {"n1": report("n1"), "n2": report("n2", matmul=(0.70, 0.71, 0.69)),
-             "n3": report("n3", matmul=(1.02, 1.0, 1.03))}
+    tmp_path: Path,
+) -> None:
+    nodes = {
+        "n1": report("n1"),
+        "n2": report("n2", matmul=(0.70, 0.71, 0.69)),
+        "n3": report("n3", matmul=(1.02, 1.0, 1.03)),
+    }
     result = fleet.read_job_dir(job_folder(tmp_path, nodes, phase="probe"))
     assert [r.node for r in result.nodes] == ["n2", "n1", "n3"]
     (outlier,) = result.nodes[0].outliers
@@ -143,16 +223,19 @@ def test_an_outlier_among_three_nodes_is_flagged_and_listed_before_the_others(
 
 
 def test_overlapping_ranges_are_within_noise(tmp_path: Path) -> None:
-    nodes = {"n1": report("n1", matmul=(0.9, 1.0, 1.1)),
-             "n2": report("n2", matmul=(0.95, 1.05, 1.12)),
-             "n3": report("n3", matmul=(0.92, 1.0, 1.08))}
+    nodes = {
+        "n1": report("n1", matmul=(0.9, 1.0, 1.1)),
+        "n2": report("n2", matmul=(0.95, 1.05, 1.12)),
+        "n3": report("n3", matmul=(0.92, 1.0, 1.08)),
+    }
     result = fleet.read_job_dir(job_folder(tmp_path, nodes))
     assert all(r.outliers == () for r in result.nodes)
 
 
 def test_one_sample_per_node_judges_nothing_and_says_why(tmp_path: Path) -> None:
-    nodes = {n: report(n, matmul=(m,), busbw=(2.0,)) for n, m in
-             (("n1", 1.0), ("n2", 0.5), ("n3", 1.0))}
+    nodes = {
+        n: report(n, matmul=(m,), busbw=(2.0,)) for n, m in (("n1", 1.0), ("n2", 0.5), ("n3", 1.0))
+    }
     result = fleet.read_job_dir(job_folder(tmp_path, nodes))
     assert all(r.outliers == () for r in result.nodes)
     assert any("noise unknown" in n and "--repeat 3" in n for n in result.notes)
@@ -175,9 +258,12 @@ def test_failed_node_first_with_its_check_and_reason(tmp_path: Path) -> None:
 
 
 def test_node_without_report_says_why(tmp_path: Path) -> None:
-    job = job_folder(tmp_path, {"n1": report("n1"), "n2": None, "n3": None},
-                     exits={"n2": "3"},
-                     logs={"n2": "validate.sbatch: cannot pull reg/cpu@sha256:ab\nmore\n"})
+    job = job_folder(
+        tmp_path,
+        {"n1": report("n1"), "n2": None, "n3": None},
+        exits={"n2": "3"},
+        logs={"n2": "validate.sbatch: cannot pull reg/cpu@sha256:ab\nmore\n"},
+    )
     info = fleet.JobInfo("7", "TIMEOUT", "TimeLimit", "00:01:30")
     result = fleet.read_job_dir(job, info)
     assert result.failed_nodes == ("n2", "n3")
@@ -197,22 +283,26 @@ def test_a_corrupt_report_is_a_failed_node(tmp_path: Path) -> None:
 
 def test_collectives_failure_on_a_rank_fails_the_fleet(tmp_path: Path) -> None:
     ranks = four_ranks()
-    ranks[0] = rank_report(0, "n1", 4, status="fail",
-                           reason="all_reduce gave wrong sums on 1 of 4 rank(s)")
-    result = fleet.read_job_dir(job_folder(tmp_path, {"n1": report("n1"), "n2": report("n2")},
-                                           ranks))
+    ranks[0] = rank_report(
+        0, "n1", 4, status="fail", reason="all_reduce gave wrong sums on 1 of 4 rank(s)"
+    )
+    result = fleet.read_job_dir(
+        job_folder(tmp_path, {"n1": report("n1"), "n2": report("n2")}, ranks)
+    )
     assert result.failed_nodes == ()
     assert result.cross.failed
     assert not result.ok
     assert result.failures() == [
         "collectives across n1,n2: 1 of 4 rank(s) did not pass; rank 0 on n1: all_reduce gave "
-        "wrong sums on 1 of 4 rank(s)"]
+        "wrong sums on 1 of 4 rank(s)"
+    ]
 
 
 def test_a_missing_rank_report_is_named(tmp_path: Path) -> None:
     ranks = four_ranks()[:3]
-    result = fleet.read_job_dir(job_folder(tmp_path, {"n1": report("n1"), "n2": report("n2")},
-                                           ranks))
+    result = fleet.read_job_dir(
+        job_folder(tmp_path, {"n1": report("n1"), "n2": report("n2")}, ranks)
+    )
     assert result.cross.failed
     assert [(r.rank, r.status) for r in result.cross.ranks][-1] == (3, "no report")
 
@@ -240,8 +330,9 @@ def test_fingerprint_differences_between_nodes_are_noted(tmp_path: Path) -> None
 
 def test_outputs_json_markdown_html(tmp_path: Path) -> None:
     evil = "n<script>1"
-    job = job_folder(tmp_path, {evil: report(evil), "n2": report("n2", failed=("amp", "a|b"))},
-                     four_ranks())
+    job = job_folder(
+        tmp_path, {evil: report(evil), "n2": report("n2", failed=("amp", "a|b"))}, four_ranks()
+    )
     result = fleet.read_job_dir(job)
     files = fleet.write_reports(result, tmp_path / "out")
     data = json.loads(files["json"].read_text())
@@ -269,7 +360,10 @@ def test_fleet_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     out = capsys.readouterr()
     assert "n2" in out.out and "error: n2: matmul: x" in out.err
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == [
-        "fleet.html", "fleet.json", "fleet.md"]
+        "fleet.html",
+        "fleet.json",
+        "fleet.md",
+    ]
     assert main(["fleet", str(tmp_path / "nope")]) == 1
     assert "no such job folder" in capsys.readouterr().err
     # --json: the same document, stdout holding nothing else; an error is the error object

@@ -76,7 +76,8 @@ def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
 
 @pytest.mark.usefixtures("note")
 def test_check_lock_render_build_and_help_pick_up_a_fourth_target(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     project = project_with_note(tmp_path / "proj")
     spec = str(project.spec_path)
 
@@ -114,8 +115,9 @@ def test_check_lock_render_build_and_help_pick_up_a_fourth_target(
     code, out = cli(capsys, "build", "--target", "note", "--spec", spec)
     assert code == 0, out
     built = project.dist / "cpu.note"
-    assert built.read_text() == (f"hello from a fourth target\n"
-                                 f"lock {lock.targets['note'].pylock_sha256}\n")
+    assert built.read_text() == (
+        f"hello from a fourth target\nlock {lock.targets['note'].pylock_sha256}\n"
+    )
     assert f"cpu note {built} " in out
 
     # the CLI's help lists it wherever a target is chosen
@@ -127,22 +129,27 @@ def test_check_lock_render_build_and_help_pick_up_a_fourth_target(
 
 @pytest.mark.usefixtures("note")
 def test_a_bad_key_in_the_fourth_targets_table_is_reported_with_file_and_key(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     project = project_with_note(tmp_path / "proj", note='mesage = "typo"')
     before = project.spec_path.read_bytes()
     code, out = cli(capsys, "check", "--spec", str(project.spec_path))
     assert code == 1
-    assert (f"{project.spec_path}: env.cpu.note.mesage: error: unknown key (did you mean "
-            "'message'?); known keys here: message") in out
+    assert (
+        f"{project.spec_path}: env.cpu.note.mesage: error: unknown key (did you mean "
+        "'message'?); known keys here: message"
+    ) in out
     assert project.spec_path.read_bytes() == before
 
 
 @pytest.mark.usefixtures("note")
 def test_capabilities_the_fourth_target_lacks_are_usage_errors(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     spec = str(project_with_note(tmp_path / "proj").spec_path)
-    code, out = cli(capsys, "push", "--target", "note", "--registry", "127.0.0.1:5000/x",
-                    "--spec", spec)
+    code, out = cli(
+        capsys, "push", "--target", "note", "--registry", "127.0.0.1:5000/x", "--spec", spec
+    )
     assert code == 2 and "target note has no registry; push applies to docker and wsl2" in out
     code, out = cli(capsys, "build", "--target", "note", "--no-cache", "--spec", spec)
     assert code == 2 and "--no-cache applies to the image targets (docker, wsl2), not note" in out
@@ -152,7 +159,8 @@ def test_capabilities_the_fourth_target_lacks_are_usage_errors(
 
 
 def test_without_the_plugin_the_target_is_unknown(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The same spec without the fourth target registered: check names the unknown target."""
     assert "note" not in registry.names()
     project = project_with_note(tmp_path / "proj")

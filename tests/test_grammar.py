@@ -54,6 +54,9 @@ def test_check_is_at_least_as_strict_as_render() -> None:
     """Every value check's grammar accepts for a key renders (root is a valid Linux name, but
     check refuses it: the image's user has uid 1000)."""
     assert grammar.user_problem("root") is not None and _accepts("unix_name", "root")
-    for image in ("debian:bookworm-slim", "127.0.0.1:5000/x/y:1",
-                  "debian:bookworm-slim@sha256:" + "a" * 64):
+    for image in (
+        "debian:bookworm-slim",
+        "127.0.0.1:5000/x/y:1",
+        "debian:bookworm-slim@sha256:" + "a" * 64,
+    ):
         assert grammar.image_problem(image) is None and _accepts("image_ref", image)

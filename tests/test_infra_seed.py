@@ -70,8 +70,10 @@ def _fake_debootstrap(root: Path, day: int, salt: str) -> Path:
 
 def test_two_normalized_runs_give_identical_image_bytes(tmp_path: Path) -> None:
     # Two "runs" on different days, created in different orders with different mtimes.
-    trees = [_fake_debootstrap(tmp_path / "a", 20_000, "a"),
-             _fake_debootstrap(tmp_path / "b", 20_789, "b")]
+    trees = [
+        _fake_debootstrap(tmp_path / "a", 20_000, "a"),
+        _fake_debootstrap(tmp_path / "b", 20_789, "b"),
+    ]
     blobs = []
     for tree in trees:
         seed.normalize(tree)
@@ -81,8 +83,13 @@ def test_two_normalized_runs_give_identical_image_bytes(tmp_path: Path) -> None:
     assert [b.digest for b in blobs[0]] == [b.digest for b in blobs[1]]
 
     tree = trees[0]
-    for gone in ("var/log/dpkg.log", "var/cache/ldconfig/aux-cache", "dev/null",
-                 "var/cache/debconf/config.dat-old", "var/lib/dpkg/status-old"):
+    for gone in (
+        "var/log/dpkg.log",
+        "var/cache/ldconfig/aux-cache",
+        "dev/null",
+        "var/cache/debconf/config.dat-old",
+        "var/lib/dpkg/status-old",
+    ):
         assert not (tree / gone).exists(), gone
     assert (tree / "var/log/wtmp").read_bytes() == b""
     day = seed.SOURCE_DATE_EPOCH // 86400
@@ -105,8 +112,11 @@ def test_two_normalized_runs_give_identical_image_bytes(tmp_path: Path) -> None:
 
 
 def _served_digest(registry: str, name: str, tag: str) -> str:
-    request = urllib.request.Request(f"http://{registry}/v2/{name}/manifests/{tag}",
-                                     method="HEAD", headers={"Accept": MANIFEST_TYPE})
+    request = urllib.request.Request(
+        f"http://{registry}/v2/{name}/manifests/{tag}",
+        method="HEAD",
+        headers={"Accept": MANIFEST_TYPE},
+    )
     with urllib.request.urlopen(request, timeout=10) as response:
         return str(response.headers["Docker-Content-Digest"])
 
@@ -130,7 +140,8 @@ def test_served_base_image_is_the_seed_scripts_output(
 ) -> None:
     manifest = json.loads((seed_dir / "manifest.json").read_bytes())
     assert _served_digest(registry, "library/debian", "bookworm-slim") == _sha256(
-        seed_dir / "manifest.json")
+        seed_dir / "manifest.json"
+    )
     assert manifest["config"]["digest"] == _sha256(seed_dir / "config.json")
     assert manifest["layers"][0]["digest"] == _sha256(seed_dir / "layer.tar.gz")
     assert docker_client.images.get("debian:bookworm-slim").id == manifest["config"]["digest"]
@@ -153,7 +164,8 @@ def test_committed_cpu_lock_pins_this_workplaces_seed(seed_dir: Path, registry: 
     served = _sha256(seed_dir / "manifest.json")
     assert pinned == f"debian:bookworm-slim@{served}", (
         "the seed no longer matches the lock (Debian's archive moved on?): re-pin with "
-        "`envbuilder lock --env cpu --refresh-base && envbuilder render --env cpu`")
+        "`envbuilder lock --env cpu --refresh-base && envbuilder render --env cpu`"
+    )
 
 
 def _tiny_image(tmp_path: Path, registry: str, name: str, text: str) -> str:
@@ -171,10 +183,12 @@ def test_refresh_base_re_reads_the_digest_only(
     name = "envbuilder-test/refresh-base"
     first = _tiny_image(tmp_path, registry, name, "one")
     make_wheel(tmp_path / "mirror", "tinytorch", "1.0+cpu")
-    project = write_spec(tmp_path / "proj", f"""
+    project = write_spec(
+        tmp_path / "proj",
+        f"""
 [indexes.fake]
 url = "{FAKE_INDEX_URL}"
-mirror = "{tmp_path / 'mirror'}"
+mirror = "{tmp_path / "mirror"}"
 
 [env.small]
 accelerator = "cpu"
@@ -185,7 +199,8 @@ targets = ["docker"]
 
 [env.small.docker]
 base = "{registry}/{name}:v1"
-""")
+""",
+    )
 
     def lock(*args: str) -> int:
         return main(["-q", "lock", "--spec", str(project.spec_path), *args])

@@ -106,7 +106,7 @@ def _proc_net_address(hex_address: str) -> str:
     """/proc/net/tcp writes IPv4 addresses as one little-endian hex word, IPv6 as four."""
     if len(hex_address) == 8:
         return ".".join(str(b) for b in reversed(bytes.fromhex(hex_address)))
-    words = [bytes.fromhex(hex_address[i:i + 8])[::-1] for i in range(0, 32, 8)]
+    words = [bytes.fromhex(hex_address[i : i + 8])[::-1] for i in range(0, 32, 8)]
     return b"".join(words).hex()
 
 
@@ -156,12 +156,18 @@ def test_sbatch_wait_writes_files_from_both_nodes(
         "#!/bin/bash\n"
         "#SBATCH -N2 -n2 --time=2\n"
         "set -eu\n"
-        f"srun bash -c 'echo \"$SLURM_JOB_ID\" > \"{out}/$SLURMD_NODENAME\"'\n"
+        f'srun bash -c \'echo "$SLURM_JOB_ID" > "{out}/$SLURMD_NODENAME"\'\n'
     )
     # --wait: sbatch returns when the job has ended, with its exit status.
     result = slurm_cluster.run(
-        "sbatch", "--wait", "--parsable", "-o", str(tmp_path / "slurm-%j.out"), str(script),
-        cwd=tmp_path, timeout=180,
+        "sbatch",
+        "--wait",
+        "--parsable",
+        "-o",
+        str(tmp_path / "slurm-%j.out"),
+        str(script),
+        cwd=tmp_path,
+        timeout=180,
     )
     assert result.returncode == 0, result.stderr + result.stdout
     job_id = result.stdout.strip().split(";")[0]
@@ -175,22 +181,37 @@ def test_sbatch_wait_writes_files_from_both_nodes(
 def test_scancel_removes_pending_and_running_jobs(
     slurm_cluster: SlurmCluster, tmp_path: Path, job_ids: list[str]
 ) -> None:
-    running = sbatch(slurm_cluster, "--time=2", "-o", "/dev/null", "--wrap", "sleep 300",
-                     cwd=tmp_path)
+    running = sbatch(
+        slurm_cluster, "--time=2", "-o", "/dev/null", "--wrap", "sleep 300", cwd=tmp_path
+    )
     job_ids.append(running)
     # Held back by its begin time, so it pends however free the nodes are.
-    pending = sbatch(slurm_cluster, "--time=2", "--begin=now+3600", "-o", "/dev/null",
-                     "--wrap", "true", cwd=tmp_path)
+    pending = sbatch(
+        slurm_cluster,
+        "--time=2",
+        "--begin=now+3600",
+        "-o",
+        "/dev/null",
+        "--wrap",
+        "true",
+        cwd=tmp_path,
+    )
     job_ids.append(pending)
-    wait_until(f"job {running} running", 60,
-               lambda: job_fields(slurm_cluster, running)["JobState"] == "RUNNING")
+    wait_until(
+        f"job {running} running",
+        60,
+        lambda: job_fields(slurm_cluster, running)["JobState"] == "RUNNING",
+    )
     assert job_fields(slurm_cluster, pending)["JobState"] == "PENDING"
     assert {running, pending} <= queued_job_ids(slurm_cluster)
 
     result = slurm_cluster.run("scancel", running, pending, timeout=30)
     assert result.returncode == 0, result.stderr
-    wait_until(f"jobs {running}, {pending} gone from squeue", 60,
-               lambda: not {running, pending} & queued_job_ids(slurm_cluster))
+    wait_until(
+        f"jobs {running}, {pending} gone from squeue",
+        60,
+        lambda: not {running, pending} & queued_job_ids(slurm_cluster),
+    )
     for job_id in (running, pending):
         assert job_fields(slurm_cluster, job_id)["JobState"] == "CANCELLED"
 
@@ -200,16 +221,26 @@ def test_job_is_killed_at_its_time_limit(
     slurm_cluster: SlurmCluster, tmp_path: Path, job_ids: list[str]
 ) -> None:
     pid_file, log = tmp_path / "pid", tmp_path / "job.out"
-    job_id = sbatch(slurm_cluster, "--time=1", "-o", str(log),
-                    "--wrap", f"echo $$ > {pid_file}; exec sleep 300", cwd=tmp_path)
+    job_id = sbatch(
+        slurm_cluster,
+        "--time=1",
+        "-o",
+        str(log),
+        "--wrap",
+        f"echo $$ > {pid_file}; exec sleep 300",
+        cwd=tmp_path,
+    )
     job_ids.append(job_id)
     wait_until(f"job {job_id} running", 60, pid_file.exists)
     started = time.monotonic()
     assert job_fields(slurm_cluster, job_id)["TimeLimit"] == "00:01:00"
 
     low, high = TIME_LIMIT_KILL_WINDOW_S
-    wait_until(f"job {job_id} ended by its 1-minute limit", high,
-               lambda: job_fields(slurm_cluster, job_id)["JobState"] != "RUNNING")
+    wait_until(
+        f"job {job_id} ended by its 1-minute limit",
+        high,
+        lambda: job_fields(slurm_cluster, job_id)["JobState"] != "RUNNING",
+    )
     elapsed = time.monotonic() - started
     fields = job_fields(slurm_cluster, job_id)
     assert (fields["JobState"], fields["Reason"]) == ("TIMEOUT", "TimeLimit"), fields
@@ -217,8 +248,14 @@ def test_job_is_killed_at_its_time_limit(
     assert "DUE TO TIME LIMIT" in log.read_text()
     # The job's process (sleep, exec'd in place of the batch shell) is gone too.
     pid = pid_file.read_text().strip()
-    wait_until(f"sleep (pid {pid}) killed", 30, lambda: not Path(f"/proc/{pid}").exists()
-               or "sleep" not in Path(f"/proc/{pid}/comm").read_text(errors="replace"))
+    wait_until(
+        f"sleep (pid {pid}) killed",
+        30,
+        lambda: (
+            not Path(f"/proc/{pid}").exists()
+            or "sleep" not in Path(f"/proc/{pid}/comm").read_text(errors="replace")
+        ),
+    )
 
 
 def test_docker_runs_from_jobs_on_both_nodes(
@@ -233,10 +270,23 @@ def test_docker_runs_from_jobs_on_both_nodes(
     # Each task runs a container on the host network, as a training job on a node would;
     # --pull never: the seeded image, no registry traffic from inside the job.
     result = slurm_cluster.run(
-        "srun", "-N2", "-n2", "--time=2",
-        "docker", "run", "--rm", "--network", "host", "--pull", "never",
-        "-e", "SLURMD_NODENAME", IMAGE,
-        "sh", "-c", 'echo "$SLURMD_NODENAME $(cat /etc/debian_version)"',
+        "srun",
+        "-N2",
+        "-n2",
+        "--time=2",
+        "docker",
+        "run",
+        "--rm",
+        "--network",
+        "host",
+        "--pull",
+        "never",
+        "-e",
+        "SLURMD_NODENAME",
+        IMAGE,
+        "sh",
+        "-c",
+        'echo "$SLURMD_NODENAME $(cat /etc/debian_version)"',
         timeout=180,
     )
     assert result.returncode == 0, result.stderr
@@ -261,7 +311,12 @@ def _run_fixture_probe(tmp_path: Path, ci: str, slurm_conf: Path) -> str:
     env = {**os.environ, "CI": ci, "SLURM_CONF": str(slurm_conf)}
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     return f"exit={result.returncode}\n{result.stdout}{result.stderr}"
 

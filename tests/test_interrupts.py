@@ -42,8 +42,10 @@ from test_lock_support import FAKE_INDEX_URL, make_wheel
 from envbuilder.builders.venv import MARKER as VENV_MARKER
 from envbuilder.fsutil import JOURNAL
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
-                                reason="reads /proc for signal masks and surviving children")
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"),
+    reason="reads /proc for signal masks and surviving children",
+)
 
 REPO = Path(__file__).resolve().parent.parent
 ENVBUILDER = Path(sys.executable).with_name("envbuilder")
@@ -51,12 +53,15 @@ SEED = 13
 MARK = "ENVBUILDER_TEST_MARK"
 SIGNALS = [pytest.param(signal.SIGINT, id="SIGINT"), pytest.param(signal.SIGTERM, id="SIGTERM")]
 #: Names of what envbuilder (or a tool it runs) writes only for a while.
-TEMP_NAME = re.compile(r"\.tmp$|^\.tmp|^\.part-|^envbuilder-(lock|probe|compare)-"
-                       r"|^venv-wheelhouse-|^context-|" + re.escape(JOURNAL))
+TEMP_NAME = re.compile(
+    r"\.tmp$|^\.tmp|^\.part-|^envbuilder-(lock|probe|compare)-"
+    r"|^venv-wheelhouse-|^context-|" + re.escape(JOURNAL)
+)
 RENDERED = ("dockerfiles", "wsl", "windows", "slurm")
 
 
 # --- running a command and interrupting it ------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Run:
@@ -85,9 +90,15 @@ def send(proc: subprocess.Popen[str], signum: int) -> None:
 
 
 def start(argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen([str(ENVBUILDER), "-q", *argv], cwd=cwd, env=dict(env),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    return subprocess.Popen(
+        [str(ENVBUILDER), "-q", *argv],
+        cwd=cwd,
+        env=dict(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def finish(proc: subprocess.Popen[str]) -> str:
@@ -100,8 +111,9 @@ def finish(proc: subprocess.Popen[str]) -> str:
     return err
 
 
-def run_interrupted(argv: Sequence[str], cwd: Path, env: Mapping[str, str], signum: int,
-                    delay: float) -> Run:
+def run_interrupted(
+    argv: Sequence[str], cwd: Path, env: Mapping[str, str], signum: int, delay: float
+) -> Run:
     proc = start(argv, cwd, env)
     time.sleep(delay)
     handled = catches_sigterm(proc.pid)
@@ -127,6 +139,7 @@ Snapshot = dict[str, bytes | None]  # relative path -> bytes (None: a folder)
 def snapshot(root: Path, watched: Sequence[str]) -> Snapshot:
     """The watched files' bytes (the project's own path written as <project>, so that copies
     compare equal) and folders."""
+
     def read(path: Path) -> bytes:
         return path.read_bytes().replace(str(root).encode(), b"<project>")
 
@@ -143,8 +156,13 @@ def snapshot(root: Path, watched: Sequence[str]) -> Snapshot:
 
 def leftovers(*roots: Path) -> list[str]:
     """Temp files and folders (by name) anywhere below `roots`."""
-    return sorted(str(p) for root in roots if root.is_dir() for p in root.rglob("*")
-                  if TEMP_NAME.search(p.name))
+    return sorted(
+        str(p)
+        for root in roots
+        if root.is_dir()
+        for p in root.rglob("*")
+        if TEMP_NAME.search(p.name)
+    )
 
 
 def _dying(pid: str) -> bool:
@@ -156,8 +174,9 @@ def _dying(pid: str) -> bool:
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
     if fields.get("State", "").strip()[:1] in ("Z", "X"):
         return True
-    pending = int(fields.get("ShdPnd", "0").strip(), 16) | int(fields.get("SigPnd", "0").strip(),
-                                                              16)
+    pending = int(fields.get("ShdPnd", "0").strip(), 16) | int(
+        fields.get("SigPnd", "0").strip(), 16
+    )
     return bool(pending & (1 << (signal.SIGKILL - 1)))
 
 
@@ -201,8 +220,9 @@ class Case:
         tmp.mkdir()
         marker = uuid.uuid4().hex
         env = {k: v for k, v in os.environ.items() if not k.startswith("ENVBUILDER_MIRROR_")}
-        env.update({"TMPDIR": str(tmp), "ENVBUILDER_CACHE": str(self.cache), MARK: marker,
-                    "NO_COLOR": "1"})
+        env.update(
+            {"TMPDIR": str(tmp), "ENVBUILDER_CACHE": str(self.cache), MARK: marker, "NO_COLOR": "1"}
+        )
         return project, tmp, env, marker
 
 
@@ -219,8 +239,7 @@ def _incomplete_venv(state: Snapshot, case: Case) -> bool:
     return others == old and marker is not None and json.loads(marker)["state"] == "incomplete"
 
 
-def check_after(case: Case, run: Run, signum: int, project: Path, tmp: Path,
-                marker: str) -> None:
+def check_after(case: Case, run: Run, signum: int, project: Path, tmp: Path, marker: str) -> None:
     state = snapshot(project, case.watched)
     what = f"{case.name}, {signal.Signals(signum).name}, exit {run.code}, stderr {run.stderr!r}"
     assert leftovers(project, case.cache) == [], what
@@ -230,8 +249,12 @@ def check_after(case: Case, run: Run, signum: int, project: Path, tmp: Path,
         assert run.signalled and run.code != 0, what
         return
     assert state in (case.old, case.new), f"not one generation ({what}): " + ", ".join(
-        sorted(k for k in set(state) | set(case.old) | set(case.new)
-               if not (state.get(k) == case.old.get(k) or state.get(k) == case.new.get(k))))
+        sorted(
+            k
+            for k in set(state) | set(case.old) | set(case.new)
+            if not (state.get(k) == case.old.get(k) or state.get(k) == case.new.get(k))
+        )
+    )
     if not run.signalled or (run.handled and run.code in (0, -signum)):
         # Finished before the moment, or the signal came while it was exiting (ignored, or, in
         # the interpreter's last steps where Python has reset the handlers, the default
@@ -249,8 +272,10 @@ def interrupt_at_random_moments(case: Case, signum: int) -> list[Run]:
         project, tmp, env, marker = case.fresh(f"{signal.Signals(signum).name}-{n}")
         run = run_interrupted(case.argv, project, env, signum, delay)
         state = "new" if snapshot(project, case.watched) == case.new else "old"
-        print(f"{case.name} {signal.Signals(signum).name} at {delay:.3f} s: exit {run.code}, "
-              f"handled={run.handled}, signalled={run.signalled}, files {state}")
+        print(
+            f"{case.name} {signal.Signals(signum).name} at {delay:.3f} s: exit {run.code}, "
+            f"handled={run.handled}, signalled={run.signalled}, files {state}"
+        )
         check_after(case, run, signum, project, tmp, marker)
         runs.append(run)
     # Without envbuilder's handlers every run would be held to the weak rules only.
@@ -258,15 +283,27 @@ def interrupt_at_random_moments(case: Case, signum: int) -> list[Run]:
     return runs
 
 
-def make_case(name: str, argv: tuple[str, ...], template: Path, watched: tuple[str, ...],
-              workdir: Path, cache: Path) -> Case:
+def make_case(
+    name: str,
+    argv: tuple[str, ...],
+    template: Path,
+    watched: tuple[str, ...],
+    workdir: Path,
+    cache: Path,
+) -> Case:
     """Run the command once, uninterrupted, on a copy: its result is the new generation."""
-    case = Case(name, argv, template, watched, snapshot(template, watched), {}, 0.0, cache,
-                workdir)
+    case = Case(name, argv, template, watched, snapshot(template, watched), {}, 0.0, cache, workdir)
     project, _, env, _ = case.fresh("reference")
     began = time.monotonic()
-    done = subprocess.run([str(ENVBUILDER), "-q", *argv], cwd=project, env=env,
-                          capture_output=True, text=True, check=False, timeout=300)
+    done = subprocess.run(
+        [str(ENVBUILDER), "-q", *argv],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
     case.runtime = time.monotonic() - began
     assert done.returncode == 0, done.stdout + done.stderr
     case.new = snapshot(project, watched)
@@ -275,6 +312,7 @@ def make_case(name: str, argv: tuple[str, ...], template: Path, watched: tuple[s
 
 
 # --- the projects ---------------------------------------------------------------------------------
+
 
 def _copy_repo(dest: Path, names: Sequence[str]) -> Path:
     dest.mkdir(parents=True)
@@ -297,11 +335,15 @@ def lock_case(workdir: Path) -> Case:
     spec = template / "environments.toml"
     text = spec.read_text(encoding="utf-8")
     assert 'packages = ["torch==2.13.0+cpu"]' in text
-    spec.write_text(text.replace('packages = ["torch==2.13.0+cpu"]',
-                                 'packages = ["torch==2.13.0+cpu", "six==1.16.0"]'),
-                    encoding="utf-8")
-    return make_case("lock", ("lock", "--env", "cpu"), template, ("lockfiles",), workdir,
-                     workdir / "cache")
+    spec.write_text(
+        text.replace(
+            'packages = ["torch==2.13.0+cpu"]', 'packages = ["torch==2.13.0+cpu", "six==1.16.0"]'
+        ),
+        encoding="utf-8",
+    )
+    return make_case(
+        "lock", ("lock", "--env", "cpu"), template, ("lockfiles",), workdir, workdir / "cache"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -309,15 +351,17 @@ def render_case(workdir: Path) -> Case:
     """The shipped spec, its locks, and rendered files that are all out of date (a line added
     to each): `render` rewrites the files of every env (all the checkout has). Offline.
     (Changing the spec instead would make the cpu lock older than the spec: render refuses.)"""
-    template = _copy_repo(workdir / "render-template",
-                          ["environments.toml", "lockfiles", *RENDERED])
+    template = _copy_repo(
+        workdir / "render-template", ["environments.toml", "lockfiles", *RENDERED]
+    )
     stale = [f for folder in RENDERED for f in (template / folder).rglob("*") if f.is_file()]
     shipped = [f for folder in RENDERED for f in (REPO / folder).rglob("*") if f.is_file()]
     assert len(stale) == len(shipped) > 0  # the copy holds every rendered file
     for f in stale:
         f.write_bytes(f.read_bytes() + b"stale\n")
-    return make_case("render", ("render",), template, ("lockfiles", *RENDERED), workdir,
-                     workdir / "cache")
+    return make_case(
+        "render", ("render",), template, ("lockfiles", *RENDERED), workdir, workdir / "cache"
+    )
 
 
 SMALL_SPEC = """
@@ -345,18 +389,26 @@ def build_case(workdir: Path) -> Case:
     template = workdir / "build-template"
     template.mkdir()
     (template / "environments.toml").write_text(
-        SMALL_SPEC.format(url=FAKE_INDEX_URL, mirror=mirror), encoding="utf-8")
+        SMALL_SPEC.format(url=FAKE_INDEX_URL, mirror=mirror), encoding="utf-8"
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENVBUILDER_MIRROR_")}
     env["ENVBUILDER_CACHE"] = str(workdir / "cache")
-    subprocess.run([str(ENVBUILDER), "-q", "lock"], cwd=template, env=env, check=True,
-                   capture_output=True)
+    subprocess.run(
+        [str(ENVBUILDER), "-q", "lock"], cwd=template, env=env, check=True, capture_output=True
+    )
     # The venv's marker file is the last thing a build writes: it is the "new" side here.
-    return make_case("build", ("build", "--target", "native", "--env", "small"), template,
-                     ("lockfiles", ".envbuilder/venvs/small-native/envbuilder-venv.json"),
-                     workdir, workdir / "cache")
+    return make_case(
+        "build",
+        ("build", "--target", "native", "--env", "small"),
+        template,
+        ("lockfiles", ".envbuilder/venvs/small-native/envbuilder-venv.json"),
+        workdir,
+        workdir / "cache",
+    )
 
 
 # --- tests ----------------------------------------------------------------------------------------
+
 
 def test_console_script_installs_the_handlers_before_importing_the_cli() -> None:
     """The console script must enter through envbuilder.__main__ (pyproject's [project.scripts]);
@@ -383,7 +435,8 @@ def test_a_signal_while_envbuilder_imports_is_one_line(signum: int, render_case:
     # scale with the machine's load; installed in main() they would come after ~90 % of it).
     assert installed_after < 0.5 * render_case.runtime, (
         f"the handlers came {installed_after:.3f} s after the start; an uninterrupted render "
-        f"took {render_case.runtime:.3f} s")
+        f"took {render_case.runtime:.3f} s"
+    )
 
 
 @pytest.mark.network  # uv resolves torch's dependencies from the default index
@@ -400,8 +453,11 @@ def test_lock_interrupted_while_uv_runs(signum: int, lock_case: Case) -> None:
     project, tmp, env, marker = lock_case.fresh(f"uv-{signum}")
     proc = start(lock_case.argv, project, env)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None \
-            and not any(" pip compile " in s for s in survivors(marker)):
+    while (
+        time.monotonic() < deadline
+        and proc.poll() is None
+        and not any(" pip compile " in s for s in survivors(marker))
+    ):
         time.sleep(0.005)
     assert proc.poll() is None, "envbuilder ended before uv was seen"
     assert any(" pip compile " in s for s in survivors(marker)), "uv never started"
@@ -437,8 +493,7 @@ for gen in range(1, 100000):
 """
 
 
-def test_sigkill_during_commits_is_finished_or_undone_by_the_next_command(
-        tmp_path: Path) -> None:
+def test_sigkill_during_commits_is_finished_or_undone_by_the_next_command(tmp_path: Path) -> None:
     """SIGKILL (no handler runs) at seeded moments while a process commits generation after
     generation of three files into lockfiles/. The next envbuilder command finishes a commit
     whose journal says committed, and undoes one that was only prepared: the files are then one
@@ -456,8 +511,9 @@ def test_sigkill_during_commits_is_finished_or_undone_by_the_next_command(
         journal = root / JOURNAL
         state = journal.read_text() if journal.is_file() else ""
         spec = str(project / "environments.toml")
-        done = subprocess.run([str(ENVBUILDER), "check", "--spec", spec],
-                              capture_output=True, text=True, check=False)
+        done = subprocess.run(
+            [str(ENVBUILDER), "check", "--spec", spec], capture_output=True, text=True, check=False
+        )
         assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
         if '"committed"' in state:
             seen.add("committed")

@@ -25,22 +25,52 @@ PACKAGE = Path(__file__).resolve().parents[1] / "envbuilder"
 #: modules). envbuilder.probe is apart: it imports nothing of envbuilder outside itself, and any
 #: layer may import it (it is shipped into artifacts as a zipapp).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("leaf", ("envbuilder", "envbuilder.errors", "envbuilder.progress", "envbuilder.fsutil",
-              "envbuilder.quoting", "envbuilder.imagedefs", "envbuilder.project", "envbuilder.ui",
-              "envbuilder.doctor_parsers", "envbuilder.interrupts")),
+    (
+        "leaf",
+        (
+            "envbuilder",
+            "envbuilder.errors",
+            "envbuilder.progress",
+            "envbuilder.fsutil",
+            "envbuilder.quoting",
+            "envbuilder.imagedefs",
+            "envbuilder.project",
+            "envbuilder.ui",
+            "envbuilder.doctor_parsers",
+            "envbuilder.interrupts",
+        ),
+    ),
     ("data", ("envbuilder.compat", "envbuilder.grammar", "envbuilder.activate")),
     ("model", ("envbuilder.model", "envbuilder.plan", "envbuilder.pipsdk")),
     ("descriptors", ("envbuilder.targets",)),
     ("spec", ("envbuilder.specload", "envbuilder.compatrules")),
-    ("pipeline", ("envbuilder.lockfile", "envbuilder.indexsources", "envbuilder.uvrun",
-                  "envbuilder.locking", "envbuilder.wheelcache",
-                  "envbuilder.render", "envbuilder.buildcontext", "envbuilder.imagebuild",
-                  "envbuilder.docker_engine", "envbuilder.wsltar", "envbuilder.wslexe",
-                  "envbuilder.pyfinder", "envbuilder.compare", "envbuilder.compare_html",
-                  "envbuilder.fleet", "envbuilder.slurm",
-                  "envbuilder.explain",
-                  "envbuilder.doctor", "envbuilder.reprotar", "envbuilder.ociimage",
-                  "envbuilder.aptlock", "envbuilder.repro")),
+    (
+        "pipeline",
+        (
+            "envbuilder.lockfile",
+            "envbuilder.indexsources",
+            "envbuilder.uvrun",
+            "envbuilder.locking",
+            "envbuilder.wheelcache",
+            "envbuilder.render",
+            "envbuilder.buildcontext",
+            "envbuilder.imagebuild",
+            "envbuilder.docker_engine",
+            "envbuilder.wsltar",
+            "envbuilder.wslexe",
+            "envbuilder.pyfinder",
+            "envbuilder.compare",
+            "envbuilder.compare_html",
+            "envbuilder.fleet",
+            "envbuilder.slurm",
+            "envbuilder.explain",
+            "envbuilder.doctor",
+            "envbuilder.reprotar",
+            "envbuilder.ociimage",
+            "envbuilder.aptlock",
+            "envbuilder.repro",
+        ),
+    ),
     ("builders", ("envbuilder.builders", "envbuilder.slurm.run")),
     ("edge", ("envbuilder.commands", "envbuilder.cli", "envbuilder.__main__")),
 )
@@ -65,11 +95,14 @@ def layer_of(module: str) -> int | None:
     for index, (_name, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:
             if (module == prefix or module.startswith(prefix + ".")) and (
-                    best is None or len(prefix) > best[1]):
+                best is None or len(prefix) > best[1]
+            ):
                 best = (index, len(prefix))
     if best is None:
-        raise AssertionError(f"{module} has no layer: add it to LAYERS in tests/test_layers.py "
-                             "and to the layers in docs/architecture.md")
+        raise AssertionError(
+            f"{module} has no layer: add it to LAYERS in tests/test_layers.py "
+            "and to the layers in docs/architecture.md"
+        )
     return best[0]
 
 
@@ -92,8 +125,9 @@ def imports_in(source: str, package: str) -> Iterator[tuple[str, int, str]]:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, *([base] if base else [])])
             # `from envbuilder import grammar` imports the module envbuilder.grammar
-            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base
-                     for a in node.names]
+            names = [
+                f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names
+            ]
         else:
             continue
         for name in names:
@@ -127,8 +161,10 @@ def test_no_import_goes_up_a_layer() -> None:
                 wrong.append(f"{module}:{line} (probe) imports {imported}")
             continue
         if theirs is not None and theirs > mine:
-            wrong.append(f"{module}:{line} ({LAYERS[mine][0]}) imports {imported} "
-                         f"({LAYERS[theirs][0]}): {text.strip()}")
+            wrong.append(
+                f"{module}:{line} ({LAYERS[mine][0]}) imports {imported} "
+                f"({LAYERS[theirs][0]}): {text.strip()}"
+            )
     assert not wrong, "imports up a layer:\n" + "\n".join(wrong)
 
 
@@ -145,7 +181,7 @@ def test_the_import_graph_has_no_circle() -> None:
         path.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                circle = [*path[path.index(nxt):], nxt]
+                circle = [*path[path.index(nxt) :], nxt]
                 raise AssertionError("import circle: " + " -> ".join(circle))
             if nxt not in state:
                 visit(nxt)
@@ -160,8 +196,9 @@ def test_the_import_graph_has_no_circle() -> None:
 def test_exceptions_are_few_and_said() -> None:
     for (module, imported), reason in EXCEPTIONS.items():
         assert reason.strip(), (module, imported)
-        assert any(i == imported and "# layer-exception:" in text
-                   for i, _line, text in imports(module)), (module, imported)
+        assert any(
+            i == imported and "# layer-exception:" in text for i, _line, text in imports(module)
+        ), (module, imported)
 
 
 @pytest.mark.parametrize("descriptor", registry.all(), ids=lambda d: d.name)
@@ -177,10 +214,12 @@ def test_descriptors_name_builders_in_the_builders_layer(descriptor: object) -> 
 def test_the_rule_sees_lazy_and_type_checking_imports() -> None:
     """The checker itself: imports inside a function and under TYPE_CHECKING are found, relative
     ones resolved (so the rule test can fail)."""
-    source = ("from typing import TYPE_CHECKING\n"
-              "if TYPE_CHECKING:\n    from envbuilder.render import environment\n"
-              "def f():\n    from envbuilder.cli import main\n    from . import gzipwriter\n"
-              "    return main\n")
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from envbuilder.render import environment\n"
+        "def f():\n    from envbuilder.cli import main\n    from . import gzipwriter\n"
+        "    return main\n"
+    )
     found = sorted(name for name, _line, _text in imports_in(source, "envbuilder.wsltar"))
     assert found == ["envbuilder.cli", "envbuilder.render", "envbuilder.wsltar.gzipwriter"]
     grammar, cli = layer_of("envbuilder.grammar"), layer_of("envbuilder.cli")

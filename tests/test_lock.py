@@ -45,12 +45,14 @@ def _packages(pylock: Path) -> dict[str, str]:
 
 
 def _files(project: Project) -> dict[str, tuple[bytes, int]]:
-    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns)
-            for p in sorted(project.lockfiles.iterdir())}
+    return {
+        p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(project.lockfiles.iterdir())
+    }
 
 
-def test_lock_check_relock_and_stale_spec(tmp_path: Path, mirror: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_lock_check_relock_and_stale_spec(
+    tmp_path: Path, mirror: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     project = write_spec(tmp_path / "proj", small_spec(mirror))
     assert _lock(project) == 0
     pylock = project.pylock("small", "native")
@@ -73,8 +75,7 @@ def test_lock_check_relock_and_stale_spec(tmp_path: Path, mirror: Path,
 
     # Editing the env's packages makes --check fail, naming the env.
     capsys.readouterr()
-    project.spec_path.write_text(small_spec(mirror, '"six==1.15.0", "idna==3.3"'),
-                                 encoding="utf-8")
+    project.spec_path.write_text(small_spec(mirror, '"six==1.15.0", "idna==3.3"'), encoding="utf-8")
     assert _lock(project, "--check") == 1
     assert "stale: small: environments.toml changed" in capsys.readouterr().out
     assert _lock(project) == 0 and _lock(project, "--check") == 0
@@ -95,12 +96,15 @@ def test_upgrade_package_changes_only_that_package(tmp_path: Path, mirror: Path)
     after = _packages(pylock)
     assert after["six"] != pinned["six"] and 'version = "1.15.0"' not in after["six"]
     assert {k: v for k, v in after.items() if k != "six"} == {
-        k: v for k, v in pinned.items() if k != "six"}
+        k: v for k, v in pinned.items() if k != "six"
+    }
     assert _lock(project, "--check") == 0
 
 
 def test_missing_mirror_folder_falls_back_to_the_canonical_url(
-    tmp_path: Path, mirror: Path, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    mirror: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     project = write_spec(tmp_path / "proj", small_spec(mirror))
@@ -140,25 +144,42 @@ def test_pip_and_uv_install_the_pylock_and_refuse_a_changed_hash(
     pip = [sys.executable, "-m", "pip", "--python"]
     for installer in ("pip", "uv"):
         python = _fresh_venv(tmp_path / f"venv-{installer}")
-        cmd = ([*pip, str(python), "install", "--no-cache-dir", "-r", str(pylock)]
-               if installer == "pip" else
-               [uv_bin(), "pip", "install", "--python", str(python), "-r", str(pylock)])
+        cmd = (
+            [*pip, str(python), "install", "--no-cache-dir", "-r", str(pylock)]
+            if installer == "pip"
+            else [uv_bin(), "pip", "install", "--python", str(python), "-r", str(pylock)]
+        )
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         assert done.returncode == 0, done.stdout + done.stderr
-        check = subprocess.run([str(python), "-c", "import six, idna; print(six.__version__)"],
-                               capture_output=True, text=True, check=True)
+        check = subprocess.run(
+            [str(python), "-c", "import six, idna; print(six.__version__)"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         assert check.stdout.strip() == "1.16.0"
     # One changed hash: both installers refuse, and lock --check names the pylock.
     text = pylock.read_text(encoding="utf-8")
-    good = re.search(r'six-1\.16\.0-py2\.py3-none-any\.whl", .*?sha256 = "([0-9a-f]{64})"',
-                     text).group(1)  # type: ignore[union-attr]
+    good = re.search(
+        r'six-1\.16\.0-py2\.py3-none-any\.whl", .*?sha256 = "([0-9a-f]{64})"', text
+    ).group(1)  # type: ignore[union-attr]
     pylock.write_text(text.replace(good, "0" * 64), encoding="utf-8")
     for installer in ("pip", "uv"):
         python = _fresh_venv(tmp_path / f"venv2-{installer}")
-        cmd = ([*pip, str(python), "install", "--no-cache-dir", "-r", str(pylock)]
-               if installer == "pip" else
-               [uv_bin(), "pip", "install", "--no-cache", "--python", str(python), "-r",
-                str(pylock)])
+        cmd = (
+            [*pip, str(python), "install", "--no-cache-dir", "-r", str(pylock)]
+            if installer == "pip"
+            else [
+                uv_bin(),
+                "pip",
+                "install",
+                "--no-cache",
+                "--python",
+                str(python),
+                "-r",
+                str(pylock),
+            ]
+        )
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         assert done.returncode != 0, f"{installer} accepted a wrong hash"
         assert "hash" in (done.stdout + done.stderr).lower()
@@ -167,8 +188,9 @@ def test_pip_and_uv_install_the_pylock_and_refuse_a_changed_hash(
     assert "pylock.small-native.toml was changed by hand" in capsys.readouterr().out
 
 
-def test_base_image_digest_comes_from_the_registry(tmp_path: Path, registry: str,
-                                                   docker_client: object) -> None:
+def test_base_image_digest_comes_from_the_registry(
+    tmp_path: Path, registry: str, docker_client: object
+) -> None:
     import urllib.request
 
     base = f"{registry}/library/debian:bookworm-slim"
@@ -185,23 +207,28 @@ base = "{base}"
     project = write_spec(tmp_path / "proj", body)
     assert _lock(project) == 0
     pinned = read_env_lock(project.env_lock("small")).targets["docker"].base_image
-    accept = ", ".join([
-        "application/vnd.oci.image.index.v1+json",
-        "application/vnd.docker.distribution.manifest.list.v2+json",
-        "application/vnd.docker.distribution.manifest.v2+json",
-        "application/vnd.oci.image.manifest.v1+json",
-    ])
+    accept = ", ".join(
+        [
+            "application/vnd.oci.image.index.v1+json",
+            "application/vnd.docker.distribution.manifest.list.v2+json",
+            "application/vnd.docker.distribution.manifest.v2+json",
+            "application/vnd.oci.image.manifest.v1+json",
+        ]
+    )
     request = urllib.request.Request(
-        f"http://{registry}/v2/library/debian/manifests/bookworm-slim", method="HEAD",
-        headers={"Accept": accept})
+        f"http://{registry}/v2/library/debian/manifests/bookworm-slim",
+        method="HEAD",
+        headers={"Accept": accept},
+    )
     with urllib.request.urlopen(request, timeout=10) as response:
         digest = response.headers["Docker-Content-Digest"]
     assert pinned == f"{base}@{digest}"
     assert _lock(project, "--check") == 0
 
 
-def test_base_digest_without_an_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_base_digest_without_an_engine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     def spec(base: str, six: str) -> str:
         return f"""
 [env.small]
@@ -229,7 +256,8 @@ base = "{base}"
     # ...unless --no-base-digest: the tag is recorded unpinned and --check notes it.
     assert _lock(project, "--no-base-digest") == 0
     assert read_env_lock(project.env_lock("small")).targets["docker"].base_image == (
-        "debian:trixie-slim")
+        "debian:trixie-slim"
+    )
     capsys.readouterr()
     assert main(["lock", "--spec", str(project.spec_path), "--check"]) == 0
     assert "not pinned by digest" in capsys.readouterr().err
@@ -240,8 +268,9 @@ TORCH_SHA256 = "6746dbcbeb526eb61330b76b41ff1b4eb848951103a892eeb080dfa2b264667b
 
 
 @pytest.mark.slow
-def test_lock_the_shipped_cpu_env(tmp_path: Path, docker_client: object,
-                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_lock_the_shipped_cpu_env(
+    tmp_path: Path, docker_client: object, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Acceptance 1 on a copy of the shipped spec: torch from the local mirror folder, the rest
     from the default index, base images pinned through the engine; then --check passes with the
     unlockable ROCm envs as notes."""
@@ -252,11 +281,14 @@ def test_lock_the_shipped_cpu_env(tmp_path: Path, docker_client: object,
     assert _lock(project, "--env", "cpu") == 0
     for target in ("docker", "wsl2", "native"):
         torch = _packages(project.pylock("cpu", target))["torch"]
-        assert ('url = "https://download.pytorch.org/whl/cpu/torch-2.13.0%2Bcpu-cp311-cp311-'
-                f'manylinux_2_28_x86_64.whl", hashes = {{ sha256 = "{TORCH_SHA256}" }}') in torch
+        assert (
+            'url = "https://download.pytorch.org/whl/cpu/torch-2.13.0%2Bcpu-cp311-cp311-'
+            f'manylinux_2_28_x86_64.whl", hashes = {{ sha256 = "{TORCH_SHA256}" }}'
+        ) in torch
     lock = read_env_lock(project.env_lock("cpu"))
     assert lock.targets["docker"].base_image.startswith(  # type: ignore[union-attr]
-        "debian:bookworm-slim@sha256:")
+        "debian:bookworm-slim@sha256:"
+    )
     assert lock.targets["native"].base_image is None
     before = _files(project)
     assert _lock(project, "--env", "cpu") == 0
@@ -267,10 +299,15 @@ def test_lock_the_shipped_cpu_env(tmp_path: Path, docker_client: object,
     assert "note: rocm714: not locked" in err and "note: mi300x: not locked" in err
 
 
-def test_one_env_failing_does_not_stop_the_others(tmp_path: Path, mirror: Path,
-                                                  monkeypatch: pytest.MonkeyPatch,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    body = small_spec(mirror) + """
+def test_one_env_failing_does_not_stop_the_others(
+    tmp_path: Path,
+    mirror: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    body = (
+        small_spec(mirror)
+        + """
 [env.broken]
 accelerator = "cpu"
 python = "3.11"
@@ -278,6 +315,7 @@ packages = ["tinytorch==9.9"]
 index_pins = { tinytorch = "fake" }
 targets = ["native"]
 """
+    )
     project = write_spec(tmp_path / "proj", body)
     monkeypatch.setenv("UV_HTTP_RETRIES", "0")
     assert _lock(project) == 1
@@ -289,7 +327,9 @@ targets = ["native"]
 def test_windows_and_linux_targets_resolve_for_their_platforms(tmp_path: Path) -> None:
     from envbuilder.wheelcache import locked_files
 
-    project = write_spec(tmp_path / "proj", """
+    project = write_spec(
+        tmp_path / "proj",
+        """
 [env.win]
 accelerator = "cpu"
 python = "3.12"
@@ -298,17 +338,19 @@ targets = ["windows", "native"]
 
 [env.win.windows]
 python = "3.12"
-""")
+""",
+    )
     assert _lock(project) == 0
     lock = read_env_lock(project.env_lock("win"))
     assert lock.targets["windows"].platform == "x86_64-pc-windows-msvc"
     windows = project.pylock("win", "windows")
     assert "sys_platform == 'win32' and platform_machine == 'AMD64'" in windows.read_text("utf-8")
-    picked = {f.name: f.filename
-              for f in locked_files(windows, "x86_64-pc-windows-msvc", "3.12")}
+    picked = {f.name: f.filename for f in locked_files(windows, "x86_64-pc-windows-msvc", "3.12")}
     assert picked["markupsafe"] == "MarkupSafe-3.0.2-cp312-cp312-win_amd64.whl"
     assert "colorama" in picked  # click needs it on Windows only
-    native = {f.name: f.filename for f in locked_files(project.pylock("win", "native"),
-                                                       "x86_64-manylinux_2_28", "3.12")}
+    native = {
+        f.name: f.filename
+        for f in locked_files(project.pylock("win", "native"), "x86_64-manylinux_2_28", "3.12")
+    }
     assert "colorama" not in native and native["markupsafe"].endswith("x86_64.whl")
     assert "manylinux" in native["markupsafe"]

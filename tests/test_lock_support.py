@@ -13,8 +13,9 @@ from envbuilder.project import Project
 FAKE_INDEX_URL = "https://wheels.example.invalid/whl/fake"
 
 
-def make_wheel(folder: Path, name: str, version: str, tag: str = "py3-none-any",
-               requires: tuple[str, ...] = ()) -> Path:
+def make_wheel(
+    folder: Path, name: str, version: str, tag: str = "py3-none-any", requires: tuple[str, ...] = ()
+) -> Path:
     """Write a valid, installable wheel (METADATA, WHEEL, RECORD and one module); return it.
     The bytes depend only on the arguments (fixed zip timestamps)."""
     dist = name.replace("-", "_")
@@ -23,8 +24,7 @@ def make_wheel(folder: Path, name: str, version: str, tag: str = "py3-none-any",
     files = {
         f"{dist}.py": f"VERSION = {version!r}\n",
         f"{info}/METADATA": "Metadata-Version: 2.1\n"
-        f"Name: {name}\nVersion: {version}\n"
-        + "".join(f"Requires-Dist: {r}\n" for r in requires),
+        f"Name: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires),
         f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
         f"Tag: {tag}\n",
     }
@@ -50,8 +50,9 @@ def write_spec(root: Path, body: str) -> Project:
     return Project.from_spec(spec, cache=root / ".cache")
 
 
-def small_spec(mirror: Path, packages: str = '"six==1.15.0", "idna==3.4"',
-               extra_env: str = "") -> str:
+def small_spec(
+    mirror: Path, packages: str = '"six==1.15.0", "idna==3.4"', extra_env: str = ""
+) -> str:
     """A spec with one env `small` (native target only): packages from the default index plus
     `tinytorch` pinned to the unreachable index `fake`, mirrored by the folder `mirror`."""
     return f"""

@@ -65,8 +65,13 @@ def layer_tar(path: Path, members: Iterable[M], uname: str = "") -> Path:
     return path
 
 
-def normalise(tmp_path: Path, members: list[M], name: str = "layer",
-              sources: set[str] | None = None, sde: int = SDE) -> WrittenLayer:
+def normalise(
+    tmp_path: Path,
+    members: list[M],
+    name: str = "layer",
+    sources: set[str] | None = None,
+    sde: int = SDE,
+) -> WrittenLayer:
     raw = layer_tar(tmp_path / f"{name}.raw.tar", members)
     with raw.open("r+b") as fh:
         layer: ReadLayer = read_layer(fh, sde)
@@ -87,25 +92,30 @@ def content(path: Path, name: str) -> bytes:
 
 
 APT_LAYER = [
-    M("usr", None, 0o755), M("usr/bin", None, 0o755),
+    M("usr", None, 0o755),
+    M("usr/bin", None, 0o755),
     M("usr/bin/python3", b"\x7fELF python", 0o755),
-    M("var", None, 0o755), M("var/log", None, 0o755), M("var/log/apt", None, 0o755),
+    M("var", None, 0o755),
+    M("var/log", None, 0o755),
+    M("var/log/apt", None, 0o755),
     M("var/log/apt/history.log", b"Start-Date: 2026-12-03  07:13:01\n"),
     M("var/log/dpkg.log", b"2026-12-03 07:13:01 install python3\n"),
-    M("var/cache", None, 0o755), M("var/cache/ldconfig", None, 0o700),
+    M("var/cache", None, 0o755),
+    M("var/cache/ldconfig", None, 0o700),
     M("var/cache/ldconfig/aux-cache", b"inode 1234 ctime 99"),
     M("var/cache/debconf", None, 0o755),
     M("var/cache/debconf/config.dat", b"Name: x\n"),
     M("var/cache/debconf/config.dat-old", b"Name: old\n"),
-    M("var/lib", None, 0o755), M("var/lib/dpkg", None, 0o755),
+    M("var/lib", None, 0o755),
+    M("var/lib/dpkg", None, 0o755),
     M("var/lib/dpkg/status", b"Package: python3\n"),
     M("var/lib/dpkg/status-old", b"Package: old\n"),
-    M("etc", None, 0o755), M("etc/machine-id", b"0123456789abcdef0123456789abcdef\n", 0o444),
+    M("etc", None, 0o755),
+    M("etc/machine-id", b"0123456789abcdef0123456789abcdef\n", 0o444),
 ]
 
 
-def test_same_content_gives_the_same_layer_whatever_order_mtimes_and_names(
-        tmp_path: Path) -> None:
+def test_same_content_gives_the_same_layer_whatever_order_mtimes_and_names(tmp_path: Path) -> None:
     first = normalise(tmp_path, APT_LAYER, "a")
     later = [M(m.name, m.data, m.mode, m.uid, m.gid, m.mtime + 3600 * 24) for m in APT_LAYER]
     again = layer_tar(tmp_path / "b.raw.tar", list(reversed(later)), uname="root")
@@ -128,8 +138,13 @@ def test_entries_sorted_one_mtime_numeric_owners(tmp_path: Path) -> None:
 def test_build_noise_dropped_directories_kept(tmp_path: Path) -> None:
     out = normalise(tmp_path, APT_LAYER)
     names = set(members(out.path))
-    for gone in ("var/log/apt/history.log", "var/log/dpkg.log", "var/cache/ldconfig/aux-cache",
-                 "var/cache/debconf/config.dat-old", "var/lib/dpkg/status-old"):
+    for gone in (
+        "var/log/apt/history.log",
+        "var/log/dpkg.log",
+        "var/cache/ldconfig/aux-cache",
+        "var/cache/debconf/config.dat-old",
+        "var/lib/dpkg/status-old",
+    ):
         assert gone not in names
         assert gone in out.stats.dropped
     # The directories the engine recorded stay (their mode overrides the layer below's).
@@ -144,9 +159,14 @@ def test_machine_id_emptied(tmp_path: Path) -> None:
 
 
 def test_whiteouts_kept_even_under_noise_paths(tmp_path: Path) -> None:
-    layer = [M("var", None, 0o755), M("var/log", None, 0o755),
-             M("var/log/.wh.bootstrap.log", b"", 0), M("tmp", None, 0o1777),
-             M("tmp/.wh..wh..opq", b"", 0), M("tmp/scratch", b"x")]
+    layer = [
+        M("var", None, 0o755),
+        M("var/log", None, 0o755),
+        M("var/log/.wh.bootstrap.log", b"", 0),
+        M("tmp", None, 0o1777),
+        M("tmp/.wh..wh..opq", b"", 0),
+        M("tmp/scratch", b"x"),
+    ]
     names = set(members(normalise(tmp_path, layer).path))
     assert "var/log/.wh.bootstrap.log" in names  # deleting a base file is content
     assert "tmp/.wh..wh..opq" in names
@@ -160,8 +180,10 @@ def test_no_parent_directories_added(tmp_path: Path) -> None:
 
 
 def test_shadow_days_clamped_passwords_kept(tmp_path: Path) -> None:
-    shadow = (b"root:*:19000:0:99999:7:::\n"
-              b"envbuilder:$6$salt$hash:" + str(DAY + 10).encode() + b":0:99999:7:::\n")
+    shadow = (
+        b"root:*:19000:0:99999:7:::\n"
+        b"envbuilder:$6$salt$hash:" + str(DAY + 10).encode() + b":0:99999:7:::\n"
+    )
     out = normalise(tmp_path, [M("etc", None, 0o755), M("etc/shadow", shadow, 0o640, 0, 42)])
     text = content(out.path, "etc/shadow").decode()
     assert f"envbuilder:$6$salt$hash:{DAY}:" in text  # the build day became SDE's day
@@ -170,15 +192,24 @@ def test_shadow_days_clamped_passwords_kept(tmp_path: Path) -> None:
 
 
 def _pyc(flags: int, mtime: int) -> bytes:
-    return b"\xa7\r\r\n" + flags.to_bytes(4, "little") + mtime.to_bytes(4, "little") + \
-        (10).to_bytes(4, "little") + b"code"
+    return (
+        b"\xa7\r\r\n"
+        + flags.to_bytes(4, "little")
+        + mtime.to_bytes(4, "little")
+        + (10).to_bytes(4, "little")
+        + b"code"
+    )
 
 
 def test_timestamp_pyc_gets_sde_when_its_source_is_normalised(tmp_path: Path) -> None:
-    layer = [M("app", None, 0o755), M("app/m.py", b"x = 1\n"), M("app/__pycache__", None, 0o755),
-             M("app/__pycache__/m.cpython-311.pyc", _pyc(0, 1_800_000_123)),
-             M("app/__pycache__/base.cpython-311.pyc", _pyc(0, 1_700_000_000)),
-             M("app/__pycache__/h.cpython-311.pyc", _pyc(3, 77))]
+    layer = [
+        M("app", None, 0o755),
+        M("app/m.py", b"x = 1\n"),
+        M("app/__pycache__", None, 0o755),
+        M("app/__pycache__/m.cpython-311.pyc", _pyc(0, 1_800_000_123)),
+        M("app/__pycache__/base.cpython-311.pyc", _pyc(0, 1_700_000_000)),
+        M("app/__pycache__/h.cpython-311.pyc", _pyc(3, 77)),
+    ]
     out = normalise(tmp_path, layer)
     fixed = content(out.path, "app/__pycache__/m.cpython-311.pyc")
     assert int.from_bytes(fixed[8:12], "little") == SDE
@@ -196,16 +227,17 @@ def test_pyc_of_a_source_in_another_normalised_layer_is_fixed(tmp_path: Path) ->
 
 
 def test_hard_links_point_at_the_first_member_in_order(tmp_path: Path) -> None:
-    layer = [M("usr/bin/zz", b"binary", 0o755),
-             M("usr/bin/aa", kind=tarfile.LNKTYPE, link="usr/bin/zz")]
+    layer = [
+        M("usr/bin/zz", b"binary", 0o755),
+        M("usr/bin/aa", kind=tarfile.LNKTYPE, link="usr/bin/zz"),
+    ]
     infos = members(normalise(tmp_path, layer).path)
     assert infos["usr/bin/aa"].isreg() and infos["usr/bin/aa"].size == 6
     assert infos["usr/bin/zz"].islnk() and infos["usr/bin/zz"].linkname == "usr/bin/aa"
 
 
 def test_xattrs_kept_other_pax_records_dropped(tmp_path: Path) -> None:
-    cap = {"SCHILY.xattr.security.capability": "\x01\x00\x00\x02", "atime": "1.5",
-           "ctime": "1.5"}
+    cap = {"SCHILY.xattr.security.capability": "\x01\x00\x00\x02", "atime": "1.5", "ctime": "1.5"}
     info = members(normalise(tmp_path, [M("bin/ping", b"x", 0o755, pax=cap)]).path)["bin/ping"]
     assert info.pax_headers == {"SCHILY.xattr.security.capability": "\x01\x00\x00\x02"}
 
@@ -245,17 +277,34 @@ def test_first_file_difference_names_the_file_and_how(tmp_path: Path) -> None:
 
 
 ENGINE_CONFIG = {
-    "architecture": "amd64", "os": "linux", "created": "2026-12-03T07:13:05.123Z",
-    "container": "a1b2c3", "docker_version": "20.10.24+dfsg1",
+    "architecture": "amd64",
+    "os": "linux",
+    "created": "2026-12-03T07:13:05.123Z",
+    "container": "a1b2c3",
+    "docker_version": "20.10.24+dfsg1",
     "container_config": {"Hostname": "a1b2c3", "Cmd": ["/bin/sh", "-c", "#(nop) USER 1000"]},
-    "config": {"Hostname": "a1b2c3", "Domainname": "", "User": "1000", "AttachStdin": False,
-               "Tty": False, "Env": ["PATH=/opt/venv/bin:/usr/bin"], "Cmd": ["bash"],
-               "Image": "sha256:parent", "Volumes": None, "WorkingDir": "/home/envbuilder",
-               "Entrypoint": None, "OnBuild": None, "Labels": {"org.envbuilder.env": "cpu"}},
+    "config": {
+        "Hostname": "a1b2c3",
+        "Domainname": "",
+        "User": "1000",
+        "AttachStdin": False,
+        "Tty": False,
+        "Env": ["PATH=/opt/venv/bin:/usr/bin"],
+        "Cmd": ["bash"],
+        "Image": "sha256:parent",
+        "Volumes": None,
+        "WorkingDir": "/home/envbuilder",
+        "Entrypoint": None,
+        "OnBuild": None,
+        "Labels": {"org.envbuilder.env": "cpu"},
+    },
     "history": [
         {"created": "2025-01-01T00:00:00Z", "created_by": "debootstrap"},
-        {"created": "2026-12-03T07:12:00Z", "created_by": "/bin/sh -c #(nop) ARG X",
-         "empty_layer": True},
+        {
+            "created": "2026-12-03T07:12:00Z",
+            "created_by": "/bin/sh -c #(nop) ARG X",
+            "empty_layer": True,
+        },
         {"created": "2026-12-03T07:13:00Z", "created_by": "RUN apt-get install python3"},
     ],
     "rootfs": {"type": "layers", "diff_ids": ["sha256:base", "sha256:engine-apt"]},
@@ -263,19 +312,28 @@ ENGINE_CONFIG = {
 
 
 def test_config_keeps_what_runs_fixes_every_time_drops_the_build_container() -> None:
-    doc = deterministic_config(ENGINE_CONFIG, base_diff_ids=["sha256:base"], base_history=1,
-                               layer_diff_ids=["sha256:normalised"], created="CREATED",
-                               labels={"org.envbuilder.repro-format": "1"})
+    doc = deterministic_config(
+        ENGINE_CONFIG,
+        base_diff_ids=["sha256:base"],
+        base_history=1,
+        layer_diff_ids=["sha256:normalised"],
+        created="CREATED",
+        labels={"org.envbuilder.repro-format": "1"},
+    )
     assert doc["created"] == "CREATED"
     assert doc["rootfs"] == {"type": "layers", "diff_ids": ["sha256:base", "sha256:normalised"]}
     assert doc["config"] == {
-        "User": "1000", "Env": ["PATH=/opt/venv/bin:/usr/bin"], "Cmd": ["bash"],
+        "User": "1000",
+        "Env": ["PATH=/opt/venv/bin:/usr/bin"],
+        "Cmd": ["bash"],
         "WorkingDir": "/home/envbuilder",
-        "Labels": {"org.envbuilder.env": "cpu", "org.envbuilder.repro-format": "1"}}
+        "Labels": {"org.envbuilder.env": "cpu", "org.envbuilder.repro-format": "1"},
+    }
     assert doc["history"] == [
         {"created": "2025-01-01T00:00:00Z", "created_by": "debootstrap"},  # the base's, as is
         {"created": "CREATED", "created_by": "/bin/sh -c #(nop) ARG X", "empty_layer": True},
-        {"created": "CREATED", "created_by": "RUN apt-get install python3"}]
+        {"created": "CREATED", "created_by": "RUN apt-get install python3"},
+    ]
     text = json.dumps(doc)
     for leak in ("a1b2c3", "20.10.24", "sha256:parent", "2026-12-03"):
         assert leak not in text
@@ -283,16 +341,24 @@ def test_config_keeps_what_runs_fixes_every_time_drops_the_build_container() -> 
 
 def test_config_refuses_an_image_not_built_on_the_base() -> None:
     with pytest.raises(BuildError, match="does not start with the base image's layers"):
-        deterministic_config(ENGINE_CONFIG, base_diff_ids=["sha256:other"], base_history=1,
-                             layer_diff_ids=["sha256:x"], created="C", labels={})
+        deterministic_config(
+            ENGINE_CONFIG,
+            base_diff_ids=["sha256:other"],
+            base_history=1,
+            layer_diff_ids=["sha256:x"],
+            created="C",
+            labels={},
+        )
 
 
 # ----------------------------------------------------------------------------- blobs
 
 
 def test_canonical_json_and_rfc3339() -> None:
-    assert blobs.canonical_json({"b": 1, "a": [1, {"d": 2, "c": 3}]}) == \
-        b'{"a":[1,{"c":3,"d":2}],"b":1}'
+    assert (
+        blobs.canonical_json({"b": 1, "a": [1, {"d": 2, "c": 3}]})
+        == b'{"a":[1,{"c":3,"d":2}],"b":1}'
+    )
     assert blobs.rfc3339(1735689600) == "2025-01-01T00:00:00Z"
 
 
@@ -312,8 +378,11 @@ def test_registry_manifest_names_config_and_layers(tmp_path: Path) -> None:
     (tmp_path / "l").write_bytes(b"layer")
     config, layer = blobs.file_blob(tmp_path / "c"), blobs.file_blob(tmp_path / "l")
     doc = blobs.registry_manifest(config, [layer])
-    assert doc["config"] == {"mediaType": blobs.CONFIG_TYPE, "size": 2,
-                             "digest": blobs.digest_bytes(b"{}")}
+    assert doc["config"] == {
+        "mediaType": blobs.CONFIG_TYPE,
+        "size": 2,
+        "digest": blobs.digest_bytes(b"{}"),
+    }
     assert doc["layers"][0]["digest"] == blobs.digest_bytes(b"layer")
 
 
@@ -325,8 +394,11 @@ def test_build_context_modes_do_not_follow_the_umask(tmp_path: Path) -> None:
     (context / "Dockerfile").write_text("FROM x\n")
     (context / "envbuilder" / "wsl.conf").write_text("[boot]\n")
     (context / "envbuilder" / "wheels" / "a.whl").write_bytes(b"wheel")
-    for path in (context / "Dockerfile", context / "envbuilder" / "wsl.conf",
-                 context / "envbuilder" / "wheels" / "a.whl"):
+    for path in (
+        context / "Dockerfile",
+        context / "envbuilder" / "wsl.conf",
+        context / "envbuilder" / "wheels" / "a.whl",
+    ):
         path.chmod(0o600)
     (context / "envbuilder").chmod(0o700)
     repro.normalize_context_modes(context)
@@ -337,10 +409,13 @@ def test_build_context_modes_do_not_follow_the_umask(tmp_path: Path) -> None:
 
 
 def test_engine_tag_and_predictions_in_the_lock() -> None:
-    assert repro.engine_tag("envbuilder/cpu:19b9ed8ad845") == \
-        "envbuilder-engine/envbuilder-cpu:19b9ed8ad845"
-    assert repro.engine_tag("127.0.0.1:5000/x/cpu") == \
-        "envbuilder-engine/127.0.0.1-5000-x-cpu:latest"
+    assert (
+        repro.engine_tag("envbuilder/cpu:19b9ed8ad845")
+        == "envbuilder-engine/envbuilder-cpu:19b9ed8ad845"
+    )
+    assert (
+        repro.engine_tag("127.0.0.1:5000/x/cpu") == "envbuilder-engine/127.0.0.1-5000-x-cpu:latest"
+    )
     image = repro.Prediction("sha256:" + "a" * 64, ("sha256:" + "b" * 64, "sha256:" + "c" * 64))
     assert repro.Prediction.from_artifacts(image.artifacts()) == image
     # A lock written before images were reproducible records an id, not a prediction.

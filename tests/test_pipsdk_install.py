@@ -64,10 +64,12 @@ def project(replica: ReplicaServer, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     text = text.replace(old, f'{old}mirror = "{replica.url("amd")}"\n')
     text = text.replace(FLAGSHIP_PYTHON, FLAGSHIP_PYTHON.replace("3.12", HOST_PYTHON))
     if HOST_PYTHON != "3.12":  # ubuntu:24.04's python3 is 3.12; Debian 12's is 3.11
-        text = text.replace('targets = ["docker", "wsl2", "windows"]',
-                            'targets = ["docker", "windows"]', 1)
-        text = text.replace("[env.rocm714.docker]\n",
-                            '[env.rocm714.docker]\nbase = "debian:bookworm-slim"\n', 1)
+        text = text.replace(
+            'targets = ["docker", "wsl2", "windows"]', 'targets = ["docker", "windows"]', 1
+        )
+        text = text.replace(
+            "[env.rocm714.docker]\n", '[env.rocm714.docker]\nbase = "debian:bookworm-slim"\n', 1
+        )
     root = tmp_path / "proj"
     root.mkdir()
     (root / "environments.toml").write_text(text, encoding="utf-8")
@@ -89,8 +91,9 @@ def clean_env(tmp_path: Path) -> dict[str, str]:
 def rendered_pip_command(dockerfile: str) -> str:
     """The Dockerfile's install-locked RUN, as one shell command (continuations joined, the
     context's removal dropped)."""
-    m = re.search(r"^RUN (/opt/venv/bin/python -m pip install .*?)\n && rm -rf", dockerfile,
-                  re.S | re.M)
+    m = re.search(
+        r"^RUN (/opt/venv/bin/python -m pip install .*?)\n && rm -rf", dockerfile, re.S | re.M
+    )
     assert m is not None, dockerfile
     return m.group(1).replace("\\\n", " ").rstrip(" \\")
 
@@ -100,32 +103,52 @@ def wheelhouse(spec: Path, target: str, context: Path) -> Path:
     paths of this host: the locked files (hash-checked into the cache) and requirements.txt."""
     project = Project.from_spec(spec)
     env = load_spec(spec).env("rocm714")
-    return wheelcache.write_wheelhouse(project, env, target, context,
-                                       in_image_prefix=str(context / "wheels"),
-                                       indexes=env.indexes)
+    return wheelcache.write_wheelhouse(
+        project, env, target, context, in_image_prefix=str(context / "wheels"), indexes=env.indexes
+    )
 
 
 def installed(venv: Path) -> dict[str, str]:
-    out = subprocess.run([str(venv / "bin" / "python"), "-I", "-c",
-                          "import importlib.metadata as m, json; print(json.dumps("
-                          "{d.metadata['Name']: d.version for d in m.distributions()}))"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-I",
+            "-c",
+            "import importlib.metadata as m, json; print(json.dumps("
+            "{d.metadata['Name']: d.version for d in m.distributions()}))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     import json
+
     data: dict[str, str] = json.loads(out.stdout)
     return data
 
 
-def test_rendered_pip_command_builds_the_locked_sdist_offline(project: Path,
-                                                              tmp_path: Path) -> None:
+def test_rendered_pip_command_builds_the_locked_sdist_offline(
+    project: Path, tmp_path: Path
+) -> None:
     assert main(["lock", "--spec", str(project), "--env", "rocm714", "--no-base-digest"]) == 0
-    assert main(["render", "--spec", str(project), "--env", "rocm714", "--target",
-                 "docker"]) == 0
+    assert main(["render", "--spec", str(project), "--env", "rocm714", "--target", "docker"]) == 0
     dockerfile = (project.parent / "dockerfiles" / "rocm714" / "Dockerfile").read_text()
     command = rendered_pip_command(dockerfile)
     assert command.split() == [
-        "/opt/venv/bin/python", "-m", "pip", "install", "--no-index", "--no-deps",
-        "--require-hashes", "--find-links", "/tmp/envbuilder/wheels", "--no-cache-dir",
-        "--disable-pip-version-check", "-r", "/tmp/envbuilder/requirements.txt"]
+        "/opt/venv/bin/python",
+        "-m",
+        "pip",
+        "install",
+        "--no-index",
+        "--no-deps",
+        "--require-hashes",
+        "--find-links",
+        "/tmp/envbuilder/wheels",
+        "--no-cache-dir",
+        "--disable-pip-version-check",
+        "-r",
+        "/tmp/envbuilder/requirements.txt",
+    ]
     context = tmp_path / "context" / "envbuilder"
     requirements = wheelhouse(project, "docker", context)
     lines = requirements.read_text().splitlines()
@@ -138,14 +161,14 @@ def test_rendered_pip_command_builds_the_locked_sdist_offline(project: Path,
         venv = tmp_path / f"venv{len(list(tmp_path.glob('venv*')))}"
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=env)
         here = cmd.replace("/opt/venv", str(venv)).replace("/tmp/envbuilder", str(context))
-        return subprocess.run(shlex.split(here), capture_output=True, text=True, env=env,
-                              check=False)
+        return subprocess.run(
+            shlex.split(here), capture_output=True, text=True, env=env, check=False
+        )
 
     # control: without --find-links pip's isolated build env has no index and fails
     without = run(command.replace(" --find-links /tmp/envbuilder/wheels", ""))
     assert without.returncode != 0
-    assert f"No matching distribution found for {BUILD_REQUIRES}" in without.stderr, \
-        without.stderr
+    assert f"No matching distribution found for {BUILD_REQUIRES}" in without.stderr, without.stderr
     done = run(command)
     assert done.returncode == 0, done.stdout + done.stderr
     venv = tmp_path / "venv1"
@@ -157,12 +180,14 @@ def test_rendered_pip_command_builds_the_locked_sdist_offline(project: Path,
     victim = next(context.glob("wheels/filelock-*.whl"))
     victim.write_bytes(victim.read_bytes() + b"\0")
     tampered = run(command)
-    assert tampered.returncode != 0 and "THESE PACKAGES DO NOT MATCH THE HASHES" in \
-        tampered.stderr, tampered.stderr
+    assert (
+        tampered.returncode != 0 and "THESE PACKAGES DO NOT MATCH THE HASHES" in tampered.stderr
+    ), tampered.stderr
 
 
-def test_venv_builders_uv_sync_builds_the_locked_sdist_offline(project: Path,
-                                                               tmp_path: Path) -> None:
+def test_venv_builders_uv_sync_builds_the_locked_sdist_offline(
+    project: Path, tmp_path: Path
+) -> None:
     """builders/venv.py's sync command (native and windows targets) on the same files."""
     assert main(["lock", "--spec", str(project), "--env", "rocm714", "--no-base-digest"]) == 0
     context = tmp_path / "house"
@@ -170,37 +195,57 @@ def test_venv_builders_uv_sync_builds_the_locked_sdist_offline(project: Path,
     env = clean_env(tmp_path)
     uv = pyfinder.uv_bin()
     venv = tmp_path / "uvvenv"
-    subprocess.run([uv, "venv", "--no-project", "--python", sys.executable, str(venv)],
-                   check=True, env=env, capture_output=True)
+    subprocess.run(
+        [uv, "venv", "--no-project", "--python", sys.executable, str(venv)],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
     python = venv / "bin" / "python"
-    without = subprocess.run(uv_sync_command(uv, python, requirements), capture_output=True,
-                             text=True, env=env, check=False)
+    without = subprocess.run(
+        uv_sync_command(uv, python, requirements),
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     assert without.returncode != 0 and "setuptools" in without.stderr, without.stderr
-    done = subprocess.run(uv_sync_command(uv, python, requirements, context / "wheels"),
-                          capture_output=True, text=True, env=env, check=False)
+    done = subprocess.run(
+        uv_sync_command(uv, python, requirements, context / "wheels"),
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert installed(venv)["rocm"] == "7.14.1"
 
 
 def test_lock_refuses_an_sdist_whose_build_backend_is_not_locked(
-        project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """An env that locks `rocm` without torch (whose dependencies bring setuptools): the pylock
     holds the sdist but no setuptools wheel, so no offline build could succeed."""
     text = project.read_text(encoding="utf-8") + (
         '\n[env.sdkonly]\naccelerator = "cpu"\npython = "' + HOST_PYTHON + '"\n'
         'packages = ["rocm==7.14.1", "rocm-sdk-core==7.14.1"]\n'
         'index_pins = { rocm = "amd-rocm", rocm-sdk-core = "amd-rocm" }\n'
-        'targets = ["native"]\n')
+        'targets = ["native"]\n'
+    )
     project.write_text(text, encoding="utf-8")
     assert main(["lock", "--spec", str(project), "--env", "sdkonly"]) == 1
     err = capsys.readouterr().err
-    assert "env 'sdkonly', target native: rocm 7.14.1 is locked as an sdist " \
-           "(rocm-7.14.1.tar.gz)" in err, err
-    assert f"its build backend needs {BUILD_REQUIRES}, which no wheel in this pylock " \
-           "satisfies" in err
+    assert (
+        "env 'sdkonly', target native: rocm 7.14.1 is locked as an sdist "
+        "(rocm-7.14.1.tar.gz)" in err
+    ), err
+    assert (
+        f"its build backend needs {BUILD_REQUIRES}, which no wheel in this pylock satisfies" in err
+    )
     assert not (project.parent / "lockfiles" / "pylock.sdkonly-native.toml").exists()
     # with the backend listed, the same env locks
-    project.write_text(text.replace('"rocm-sdk-core==7.14.1"]',
-                                    f'"rocm-sdk-core==7.14.1", "{BUILD_REQUIRES}"]'),
-                       encoding="utf-8")
+    project.write_text(
+        text.replace('"rocm-sdk-core==7.14.1"]', f'"rocm-sdk-core==7.14.1", "{BUILD_REQUIRES}"]'),
+        encoding="utf-8",
+    )
     assert main(["lock", "--spec", str(project), "--env", "sdkonly"]) == 0

@@ -50,7 +50,8 @@ def project(replica: ReplicaServer, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     root = tmp_path / "proj"
     root.mkdir()
     (root / "environments.toml").write_text(
-        text.replace(old, f'{old}mirror = "{replica.url("amd")}"\n'), encoding="utf-8")
+        text.replace(old, f'{old}mirror = "{replica.url("amd")}"\n'), encoding="utf-8"
+    )
     monkeypatch.setenv("UV_DEFAULT_INDEX", replica.url("pypi"))
     monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
@@ -59,8 +60,7 @@ def project(replica: ReplicaServer, tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def lock(spec: Path, *extra: str) -> None:
-    assert main(["lock", "--spec", str(spec), "--env", "rocm714", "--no-base-digest",
-                 *extra]) == 0
+    assert main(["lock", "--spec", str(spec), "--env", "rocm714", "--no-base-digest", *extra]) == 0
 
 
 def pylock(spec: Path, target: str) -> dict[str, Any]:
@@ -88,8 +88,15 @@ def test_flagship_locks_its_device_packages_from_amds_index(project: Path) -> No
         # every ROCm-family name from AMD's index, recorded by its canonical URLs: no PyPI
         # placeholder (rocm 0.1.0, rocm-sdk-*), no CUDA torch or triton
         family = {n: p for n, p in pkgs.items() if ROCM_FAMILY.match(n)}
-        assert set(family) == {"rocm", "rocm-bootstrap", "rocm-sdk-core", "rocm-sdk-libraries",
-                               "torch", "triton", *DEVICES}
+        assert set(family) == {
+            "rocm",
+            "rocm-bootstrap",
+            "rocm-sdk-core",
+            "rocm-sdk-libraries",
+            "torch",
+            "triton",
+            *DEVICES,
+        }
         for name, pkg in family.items():
             assert pkg["index"] == AMD and all(u.startswith(AMD) for u in files(pkg)), name
         assert not any(n.startswith(("nvidia", "cuda")) for n in pkgs), target
@@ -99,10 +106,10 @@ def test_flagship_locks_its_device_packages_from_amds_index(project: Path) -> No
     for name, pkg in windows.items():
         for url in files(pkg):
             assert url.endswith(("-win_amd64.whl", "-any.whl", ".tar.gz")), (name, url)
-    assert files(windows["torch"]) == [
-        f"{AMD}torch-2.12.0%2Brocm7.14.1-cp312-cp312-win_amd64.whl"]
+    assert files(windows["torch"]) == [f"{AMD}torch-2.12.0%2Brocm7.14.1-cp312-cp312-win_amd64.whl"]
     assert files(packages(pylock(project, "docker"))["torch"]) == [
-        f"{AMD}torch-2.12.0%2Brocm7.14.1-cp312-cp312-manylinux_2_28_x86_64.whl"]
+        f"{AMD}torch-2.12.0%2Brocm7.14.1-cp312-cp312-manylinux_2_28_x86_64.whl"
+    ]
 
 
 def test_upgrade_package_torch_keeps_the_rest(project: Path, replica: ReplicaServer) -> None:
@@ -136,8 +143,8 @@ def test_rendered_files_install_from_those_pylocks(project: Path) -> None:
         assert "-r /tmp/envbuilder/requirements.txt" in text
         assert "FROM ubuntu:24.04" in text and "amdgpu-install" not in text
         assert "rocm/dev-ubuntu" not in text
-        assert 'ROCM_PATH' in text and "/opt/rocm\"" not in text
-        assert "rocm-sdk\" path --root" in text or "rocm-sdk path --root" in text
+        assert "ROCM_PATH" in text and '/opt/rocm"' not in text
+        assert 'rocm-sdk" path --root' in text or "rocm-sdk path --root" in text
     assert f"{lib.sha256}  /tmp/{lib.deb}" in wsl and "HSA_ENABLE_DXG_DETECTION" not in wsl
     windows_sha = env_lock["targets"]["windows"]["pylock_sha256"]
     assert "pylock.rocm714-windows.toml" in setup and windows_sha in setup

@@ -47,19 +47,23 @@ def _functional(params: list[Any], foreach: bool) -> FunctionalAdam:
 @pytest.mark.parametrize("scaler", [False, True])
 def test_functional_adam_equals_torch_optim_adam(foreach: bool, scaler: bool) -> None:
     ours = _train(_functional, foreach=foreach, scaler=scaler)
-    theirs = _train(lambda ps, fe: torch.optim.Adam(ps, lr=1e-3, foreach=fe), foreach=foreach,
-                    scaler=scaler)
+    theirs = _train(
+        lambda ps, fe: torch.optim.Adam(ps, lr=1e-3, foreach=fe), foreach=foreach, scaler=scaler
+    )
     for a, b in zip(ours, theirs, strict=True):
         assert torch.equal(a, b)
 
 
 def test_amp_check_does_not_import_dynamo() -> None:
     """In a fresh interpreter: the amp check runs, passes, and torch._dynamo stays unloaded."""
-    code = ("import sys\n"
-            "from envbuilder.probe.child import run_child\n"
-            "from envbuilder.probe.common import Context\n"
-            "r = run_child('amp', Context('quick', 'cpu', 1))\n"
-            "print(r['status'], 'torch._dynamo' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=300, check=True)
+    code = (
+        "import sys\n"
+        "from envbuilder.probe.child import run_child\n"
+        "from envbuilder.probe.common import Context\n"
+        "r = run_child('amp', Context('quick', 'cpu', 1))\n"
+        "print(r['status'], 'torch._dynamo' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
     assert out.stdout.split()[-2:] == ["pass", "False"], out.stdout + out.stderr

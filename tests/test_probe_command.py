@@ -13,13 +13,25 @@ from test_probe_unit import DATA, validate
 from envbuilder.cli import main
 
 
-def test_envbuilder_probe_writes_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]
-                                        ) -> None:
+def test_envbuilder_probe_writes_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     lock = tmp_path / "self.toml"
     subprocess.run([sys.executable, str(DATA / "make_pylock.py"), str(lock)], check=True)
     out = tmp_path / "reports" / "r.json"
-    code = main(["probe", "--expect", "cpu", "--only", "conformance", "--lock", str(lock),
-                 "--label", "env=cpu", "--json", str(out)])
+    code = main(
+        [
+            "probe",
+            "--expect",
+            "cpu",
+            "--only",
+            "conformance",
+            "--lock",
+            str(lock),
+            "--label",
+            "env=cpu",
+            "--json",
+            str(out),
+        ]
+    )
     assert code == 0
     report = json.loads(out.read_text())
     validate(report)
@@ -30,7 +42,9 @@ def test_envbuilder_probe_writes_report(tmp_path: Path, capsys: pytest.CaptureFi
 
 def test_envbuilder_probe_failure_and_usage(tmp_path: Path) -> None:
     lock = tmp_path / "off.toml"
-    subprocess.run([sys.executable, str(DATA / "make_pylock.py"), str(lock), "--add",
-                    "absent-package==1"], check=True)
+    subprocess.run(
+        [sys.executable, str(DATA / "make_pylock.py"), str(lock), "--add", "absent-package==1"],
+        check=True,
+    )
     assert main(["probe", "--expect", "cpu", "--only", "conformance", "--lock", str(lock)]) == 1
     assert main(["probe", "--expect", "cpu", "--lock", str(tmp_path / "none.toml")]) == 2

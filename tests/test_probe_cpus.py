@@ -35,27 +35,42 @@ def cgroup_tree(tmp_path: Path, proc_line: str, files: dict[str, str]) -> tuple[
     return proc, root
 
 
-@pytest.mark.parametrize(("proc_line", "files", "quota"), [
-    # cgroup v2, `docker run --cpus=1.5`: the container's cgroup at the mount's root
-    ("0::/", {"cpu.max": "150000 100000"}, 1.5),
-    # cgroup v2, no limit
-    ("0::/", {"cpu.max": "max 100000"}, None),
-    # cgroup v2 on a host: nested limits, the tighter (the parent's) counts
-    ("0::/user.slice/job.scope", {"user.slice/cpu.max": "200000 100000",
-                                  "user.slice/job.scope/cpu.max": "400000 100000"}, 2.0),
-    # cgroup v2 in a container whose /proc path is the host's: only the root exists there
-    ("0::/system.slice/docker-abc.scope", {"cpu.max": "50000 100000"}, 0.5),
-    # cgroup v1, combined cpu,cpuacct controller, Kubernetes-style limit of 3 CPUs
-    ("4:cpu,cpuacct:/kubepods/pod1", {"cpu,cpuacct/kubepods/pod1/cpu.cfs_quota_us": "300000",
-                                      "cpu,cpuacct/kubepods/pod1/cpu.cfs_period_us": "100000"},
-     3.0),
-    # cgroup v1, unlimited (-1), as on this test machine
-    ("1:cpu:/", {"cpu/cpu.cfs_quota_us": "-1", "cpu/cpu.cfs_period_us": "100000"}, None),
-    # no cgroup files at all (not Linux, or nothing mounted)
-    ("0::/", {}, None),
-])
-def test_cgroup_cpu_quota(tmp_path: Path, proc_line: str, files: dict[str, str],
-                          quota: float | None) -> None:
+@pytest.mark.parametrize(
+    ("proc_line", "files", "quota"),
+    [
+        # cgroup v2, `docker run --cpus=1.5`: the container's cgroup at the mount's root
+        ("0::/", {"cpu.max": "150000 100000"}, 1.5),
+        # cgroup v2, no limit
+        ("0::/", {"cpu.max": "max 100000"}, None),
+        # cgroup v2 on a host: nested limits, the tighter (the parent's) counts
+        (
+            "0::/user.slice/job.scope",
+            {
+                "user.slice/cpu.max": "200000 100000",
+                "user.slice/job.scope/cpu.max": "400000 100000",
+            },
+            2.0,
+        ),
+        # cgroup v2 in a container whose /proc path is the host's: only the root exists there
+        ("0::/system.slice/docker-abc.scope", {"cpu.max": "50000 100000"}, 0.5),
+        # cgroup v1, combined cpu,cpuacct controller, Kubernetes-style limit of 3 CPUs
+        (
+            "4:cpu,cpuacct:/kubepods/pod1",
+            {
+                "cpu,cpuacct/kubepods/pod1/cpu.cfs_quota_us": "300000",
+                "cpu,cpuacct/kubepods/pod1/cpu.cfs_period_us": "100000",
+            },
+            3.0,
+        ),
+        # cgroup v1, unlimited (-1), as on this test machine
+        ("1:cpu:/", {"cpu/cpu.cfs_quota_us": "-1", "cpu/cpu.cfs_period_us": "100000"}, None),
+        # no cgroup files at all (not Linux, or nothing mounted)
+        ("0::/", {}, None),
+    ],
+)
+def test_cgroup_cpu_quota(
+    tmp_path: Path, proc_line: str, files: dict[str, str], quota: float | None
+) -> None:
     proc, root = cgroup_tree(tmp_path, proc_line, files)
     assert cgroup_cpu_quota(proc, root) == quota
 
@@ -76,13 +91,31 @@ def test_fingerprint_records_affinity_threads_and_load(tmp_path: Path) -> None:
     """A real probe process pinned to one CPU: the fingerprint says 1 CPU allowed and torch
     used 1 thread (OpenMP follows the affinity mask); the load average was taken."""
     out = tmp_path / "r.json"
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "ENVBUILDER_PROBE_FAULT")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "ENVBUILDER_PROBE_FAULT")
+    }
     cpu = min(os.sched_getaffinity(0))
-    proc = subprocess.run([sys.executable, "-m", "envbuilder.probe", "--expect", "cpu",
-                           "--only", "device", "--json", str(out)], capture_output=True,
-                          text=True, env=env, timeout=300, check=False,
-                          preexec_fn=lambda: os.sched_setaffinity(0, {cpu}))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "envbuilder.probe",
+            "--expect",
+            "cpu",
+            "--only",
+            "device",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+        preexec_fn=lambda: os.sched_setaffinity(0, {cpu}),
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(out.read_text())
     validate(report)
@@ -140,11 +173,17 @@ def test_compare_does_not_blame_an_older_report_for_missing_cpu_facts() -> None:
 
 
 def test_table_shows_cpu_facts_and_warnings() -> None:
-    report = report_with(torch_threads=16, cpus_allowed=16, cpu_quota=2.0,
-                         load_avg=[9.0, 5.0, 1.0], cpu_warnings=["loaded", "threads"])
+    report = report_with(
+        torch_threads=16,
+        cpus_allowed=16,
+        cpu_quota=2.0,
+        load_avg=[9.0, 5.0, 1.0],
+        cpu_warnings=["loaded", "threads"],
+    )
     validate(report)
     table = render_table(report)
-    assert "cpus: 16 allowed of 16, quota 2 CPUs; torch threads 16; load average at start 9" \
-        in table
+    assert (
+        "cpus: 16 allowed of 16, quota 2 CPUs; torch threads 16; load average at start 9" in table
+    )
     assert "WARNING: loaded\nWARNING: threads" in table
     assert "cpus:" not in render_table(report_with())

@@ -23,17 +23,27 @@ from test_probe_unit import DATA, validate
 MAKE_PYLOCK = DATA / "make_pylock.py"
 
 
-def probe(*args: str, tmp: Path, fault: str | None = None, timeout: float = 300,
-          env: dict[str, str] | None = None) -> tuple[int, dict[str, Any], str]:
+def probe(
+    *args: str,
+    tmp: Path,
+    fault: str | None = None,
+    timeout: float = 300,
+    env: dict[str, str] | None = None,
+) -> tuple[int, dict[str, Any], str]:
     """Run `python -m envbuilder.probe ARGS --json`; (exit code, report, stdout+stderr)."""
     out = tmp / f"report-{uuid.uuid4().hex[:8]}.json"
     full_env = {**os.environ, **(env or {})}
     full_env.pop("ENVBUILDER_PROBE_FAULT", None)
     if fault:
         full_env["ENVBUILDER_PROBE_FAULT"] = fault
-    proc = subprocess.run([sys.executable, "-m", "envbuilder.probe", *args, "--json", str(out)],
-                          capture_output=True, text=True, timeout=timeout, env=full_env,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "envbuilder.probe", *args, "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        check=False,
+    )
     report = json.loads(out.read_text()) if out.is_file() else {}
     return proc.returncode, report, proc.stdout + proc.stderr
 
@@ -60,8 +70,19 @@ def self_lock(workdir: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def quick(workdir: Path, self_lock: Path) -> tuple[int, dict[str, Any], str]:
-    return probe("--level", "quick", "--expect", "cpu", "--lock", str(self_lock),
-                 "--label", "env=cpu", "--label", "target=test", tmp=workdir)
+    return probe(
+        "--level",
+        "quick",
+        "--expect",
+        "cpu",
+        "--lock",
+        str(self_lock),
+        "--label",
+        "env=cpu",
+        "--label",
+        "target=test",
+        tmp=workdir,
+    )
 
 
 def test_quick_cpu_run_passes_every_check(quick: tuple[int, dict[str, Any], str]) -> None:
@@ -70,8 +91,13 @@ def test_quick_cpu_run_passes_every_check(quick: tuple[int, dict[str, Any], str]
     validate(report)
     checks = by_name(report)
     assert {n: c["status"] for n, c in checks.items()} == {
-        "device": "pass", "matmul": "pass", "amp": "pass", "collectives": "pass",
-        "membw": "pass", "conformance": "pass"}
+        "device": "pass",
+        "matmul": "pass",
+        "amp": "pass",
+        "collectives": "pass",
+        "membw": "pass",
+        "conformance": "pass",
+    }
     coll = checks["collectives"]["details"]
     assert (coll["backend"], coll["world_size"], coll["mode"]) == ("gloo", 2, "spawned")
     assert coll["ranks"] == ["pass", "pass"]
@@ -90,8 +116,9 @@ def test_fingerprint_hashes_installed_packages(quick: tuple[int, dict[str, Any],
     for dist in importlib.metadata.distributions():
         name = re.sub(r"[-_.]+", "-", dist.metadata["Name"]).lower()
         seen.setdefault(name, dist.version)
-    lines = sorted(f"{n}=={v}\n" for n, v in seen.items()
-                   if n not in ("pip", "setuptools", "wheel"))
+    lines = sorted(
+        f"{n}=={v}\n" for n, v in seen.items() if n not in ("pip", "setuptools", "wheel")
+    )
     fp = quick[1]["fingerprint"]
     assert "torch==2.13.0+cpu\n" in lines
     assert fp["packages_count"] == len(lines)
@@ -101,18 +128,22 @@ def test_fingerprint_hashes_installed_packages(quick: tuple[int, dict[str, Any],
 def test_quick_cpu_metrics(quick: tuple[int, dict[str, Any], str]) -> None:
     checks = by_name(quick[1])
     keys = {(c, m["name"], m["dtype"]) for c, check in checks.items() for m in check["metrics"]}
-    assert {("matmul", "tflops", "fp32"), ("matmul", "tflops", "bf16"),
-            ("amp", "step_time", "fp32"), ("amp", "step_time", "bf16"),
-            ("amp", "amp_speedup", "bf16"), ("collectives", "busbw", "fp32"),
-            ("membw", "copy_bandwidth", None)} <= keys
+    assert {
+        ("matmul", "tflops", "fp32"),
+        ("matmul", "tflops", "bf16"),
+        ("amp", "step_time", "fp32"),
+        ("amp", "step_time", "bf16"),
+        ("amp", "amp_speedup", "bf16"),
+        ("collectives", "busbw", "fp32"),
+        ("membw", "copy_bandwidth", None),
+    } <= keys
     for check in checks.values():
         for m in check["metrics"]:
             assert m["value"] > 0 and len(m["samples"]) == 1
 
 
 def test_repeat_gives_one_sample_per_repeat_and_median(workdir: Path) -> None:
-    code, report, output = probe("--expect", "cpu", "--only", "membw", "--repeat", "3",
-                                 tmp=workdir)
+    code, report, output = probe("--expect", "cpu", "--only", "membw", "--repeat", "3", tmp=workdir)
     assert code == 0, output
     validate(report)
     (m,) = by_name(report)["membw"]["metrics"]
@@ -122,9 +153,18 @@ def test_repeat_gives_one_sample_per_repeat_and_median(workdir: Path) -> None:
 
 def test_wrong_results_fail(workdir: Path) -> None:
     """matmul-wrong, amp-nan and allreduce-wrong: each check fails, the run completes."""
-    code, report, output = probe("--expect", "cpu", "--only", "matmul", "--only", "amp",
-                                 "--only", "collectives", tmp=workdir,
-                                 fault="matmul-wrong,amp-nan,allreduce-wrong")
+    code, report, output = probe(
+        "--expect",
+        "cpu",
+        "--only",
+        "matmul",
+        "--only",
+        "amp",
+        "--only",
+        "collectives",
+        tmp=workdir,
+        fault="matmul-wrong,amp-nan,allreduce-wrong",
+    )
     assert code == 1, output
     validate(report)
     checks = by_name(report)
@@ -139,10 +179,22 @@ def test_wrong_results_fail(workdir: Path) -> None:
 
 def test_hang_and_crash_are_errors_and_the_run_goes_on(workdir: Path, self_lock: Path) -> None:
     start = time.monotonic()
-    code, report, output = probe("--expect", "cpu", "--only", "matmul", "--only", "membw",
-                                 "--only", "conformance", "--lock", str(self_lock),
-                                 "--timeout", "8", tmp=workdir,
-                                 fault="hang:matmul,crash:membw")
+    code, report, output = probe(
+        "--expect",
+        "cpu",
+        "--only",
+        "matmul",
+        "--only",
+        "membw",
+        "--only",
+        "conformance",
+        "--lock",
+        str(self_lock),
+        "--timeout",
+        "8",
+        tmp=workdir,
+        fault="hang:matmul,crash:membw",
+    )
     assert code == 1, output
     validate(report)
     checks = by_name(report)
@@ -160,10 +212,18 @@ def test_hang_and_crash_are_errors_and_the_run_goes_on(workdir: Path, self_lock:
 def test_conformance_findings(workdir: Path) -> None:
     """Real locks the environment does not match: a package missing from the lock, one
     missing from the environment, one at another version."""
-    lock = make_lock(workdir / "off.pylock.toml", "--drop", "jinja2",
-                     "--add", "not-installed-pkg==1.0", "--set", "Rich==0.0.1")
-    code, report, output = probe("--expect", "cpu", "--only", "conformance", "--lock",
-                                 str(lock), tmp=workdir)
+    lock = make_lock(
+        workdir / "off.pylock.toml",
+        "--drop",
+        "jinja2",
+        "--add",
+        "not-installed-pkg==1.0",
+        "--set",
+        "Rich==0.0.1",
+    )
+    code, report, output = probe(
+        "--expect", "cpu", "--only", "conformance", "--lock", str(lock), tmp=workdir
+    )
     assert code == 1, output
     details = by_name(report)["conformance"]["details"]
     assert details["extra"] == ["jinja2"]
@@ -173,23 +233,27 @@ def test_conformance_findings(workdir: Path) -> None:
 
 def test_conformance_bootstrap_rule(workdir: Path) -> None:
     """pip/setuptools/wheel not in the lock are ignored; named in the lock, they are checked."""
-    lock = make_lock(workdir / "noboot.pylock.toml", "--drop", "pip", "--drop", "setuptools",
-                     "--drop", "wheel")
-    code, report, output = probe("--expect", "cpu", "--only", "conformance", "--lock",
-                                 str(lock), tmp=workdir)
+    lock = make_lock(
+        workdir / "noboot.pylock.toml", "--drop", "pip", "--drop", "setuptools", "--drop", "wheel"
+    )
+    code, report, output = probe(
+        "--expect", "cpu", "--only", "conformance", "--lock", str(lock), tmp=workdir
+    )
     assert code == 0, output
     assert "pip" in by_name(report)["conformance"]["details"]["ignored_bootstrap"]
     lock = make_lock(workdir / "badpip.pylock.toml", "--set", "pip==0.1")
-    code, report, _ = probe("--expect", "cpu", "--only", "conformance", "--lock", str(lock),
-                            tmp=workdir)
+    code, report, _ = probe(
+        "--expect", "cpu", "--only", "conformance", "--lock", str(lock), tmp=workdir
+    )
     assert code == 1
     assert by_name(report)["conformance"]["details"]["wrong_version"][0]["name"] == "pip"
 
 
 def test_expect_gpu_without_gpu_fails(workdir: Path) -> None:
     """A ROCm environment with no GPU visible is a failure, not a skip."""
-    code, report, output = probe("--expect", "rocm", "--only", "device", "--only", "matmul",
-                                 tmp=workdir)
+    code, report, output = probe(
+        "--expect", "rocm", "--only", "device", "--only", "matmul", tmp=workdir
+    )
     assert code == 1, output
     checks = by_name(report)
     assert checks["device"]["status"] == "fail"
@@ -199,8 +263,7 @@ def test_expect_gpu_without_gpu_fails(workdir: Path) -> None:
 
 
 def test_usage_errors(workdir: Path) -> None:
-    code, _, output = probe("--expect", "cpu", "--lock", str(workdir / "nope.toml"),
-                            tmp=workdir)
+    code, _, output = probe("--expect", "cpu", "--lock", str(workdir / "nope.toml"), tmp=workdir)
     assert code == 2 and "no such file" in output
     code, _, output = probe("--expect", "gpu", tmp=workdir)
     assert code == 2
@@ -210,9 +273,13 @@ def test_usage_errors(workdir: Path) -> None:
 def test_ctrl_c_stops_cleanly_and_kills_children(workdir: Path) -> None:
     token = uuid.uuid4().hex
     env = {**os.environ, "ENVBUILDER_PROBE_FAULT": "hang:matmul", "PROBE_TEST_TOKEN": token}
-    proc = subprocess.Popen([sys.executable, "-m", "envbuilder.probe", "--expect", "cpu",
-                             "--only", "matmul"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "envbuilder.probe", "--expect", "cpu", "--only", "matmul"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not _with_token(token, exclude=proc.pid):
         time.sleep(0.2)
@@ -233,8 +300,9 @@ def _with_token(token: str, exclude: int) -> list[int]:
             continue
         try:
             cmdline = (entry / "cmdline").read_bytes()
-            if (f"PROBE_TEST_TOKEN={token}".encode() in (entry / "environ").read_bytes()
-                    and (b"--_worker" in cmdline or b"--_child" in cmdline)):
+            if f"PROBE_TEST_TOKEN={token}".encode() in (entry / "environ").read_bytes() and (
+                b"--_worker" in cmdline or b"--_child" in cmdline
+            ):
                 found.append(int(entry.name))
         except OSError:
             continue
@@ -245,15 +313,34 @@ def _with_token(token: str, exclude: int) -> list[int]:
 def test_collectives_under_torchrun(workdir: Path) -> None:
     """torchrun sets RANK/WORLD_SIZE: each probe is one rank; ranks > 0 write PATH.rankN."""
     out = workdir / "torchrun" / "r.json"
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           "--nproc_per_node=2", "-m", "envbuilder.probe", "--expect", "cpu",
-                           "--only", "collectives", "--json", str(out)],
-                          capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "envbuilder.probe",
+            "--expect",
+            "cpu",
+            "--only",
+            "collectives",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for path in (out, out.with_name("r.rank1.json")):
         report = json.loads(path.read_text())
         validate(report)
         details = by_name(report)["collectives"]["details"]
         assert (details["mode"], details["world_size"]) == ("torchrun", 2)
-    assert {json.loads(p.read_text())["checks"][3]["details"]["rank"]
-            for p in (out, out.with_name("r.rank1.json"))} == {0, 1}
+    assert {
+        json.loads(p.read_text())["checks"][3]["details"]["rank"]
+        for p in (out, out.with_name("r.rank1.json"))
+    } == {0, 1}

@@ -33,8 +33,9 @@ DATA = Path(__file__).parent / "data" / "probe"
 
 
 def validate(report: dict[str, object]) -> None:
-    jsonschema.Draft202012Validator(
-        SCHEMA, format_checker=jsonschema.FormatChecker()).validate(report)
+    jsonschema.Draft202012Validator(SCHEMA, format_checker=jsonschema.FormatChecker()).validate(
+        report
+    )
 
 
 def test_probe_imports_only_stdlib_torch_and_itself() -> None:
@@ -50,7 +51,8 @@ def test_probe_imports_only_stdlib_torch_and_itself() -> None:
                 assert name.split(".")[0] in allowed, f"{path.name} imports {name}"
                 if name.startswith("envbuilder"):
                     assert name == "envbuilder" or name.startswith("envbuilder.probe"), (
-                        f"{path.name} imports {name}: the zipapp carries no other module")
+                        f"{path.name} imports {name}: the zipapp carries no other module"
+                    )
 
 
 def test_torch_is_not_imported_at_module_level() -> None:
@@ -63,30 +65,51 @@ def test_torch_is_not_imported_at_module_level() -> None:
                 assert not (mod or "").startswith("torch"), f"{path.name} imports torch at top"
 
 
-@pytest.mark.parametrize(("raw", "canon"), [("Typing_Extensions", "typing-extensions"),
-                                            ("zope.interface", "zope-interface"),
-                                            ("A__b-.C", "a-b-c")])
+@pytest.mark.parametrize(
+    ("raw", "canon"),
+    [
+        ("Typing_Extensions", "typing-extensions"),
+        ("zope.interface", "zope-interface"),
+        ("A__b-.C", "a-b-c"),
+    ],
+)
 def test_canonical_name(raw: str, canon: str) -> None:
     assert canonical_name(raw) == canon
 
 
-@pytest.mark.parametrize(("a", "b", "equal"), [
-    ("1.0", "1.0.0", True), ("2.13.0+cpu", "2.13.0+cpu", True), ("2.13.0+cpu", "2.13.0", False),
-    ("V1.2", "1.2", True), ("1.2", "1.20", False), ("1.0rc1", "1.0", False)])
+@pytest.mark.parametrize(
+    ("a", "b", "equal"),
+    [
+        ("1.0", "1.0.0", True),
+        ("2.13.0+cpu", "2.13.0+cpu", True),
+        ("2.13.0+cpu", "2.13.0", False),
+        ("V1.2", "1.2", True),
+        ("1.2", "1.20", False),
+        ("1.0rc1", "1.0", False),
+    ],
+)
 def test_normalize_version(a: str, b: str, equal: bool) -> None:
     assert (normalize_version(a) == normalize_version(b)) is equal
 
 
 def test_markers() -> None:
-    env = {**marker_environment({}), "sys_platform": "linux", "python_version": "3.11",
-           "platform_machine": "x86_64", "python_full_version": "3.11.7"}
+    env = {
+        **marker_environment({}),
+        "sys_platform": "linux",
+        "python_version": "3.11",
+        "platform_machine": "x86_64",
+        "python_full_version": "3.11.7",
+    }
     assert evaluate_marker("sys_platform == 'linux'", env)
     assert not evaluate_marker('sys_platform == "win32"', env)
     assert evaluate_marker("python_version >= '3.9' and python_version < '3.12'", env)
     assert not evaluate_marker("python_version < '3.10'", env)
     assert evaluate_marker("python_version > '3.9'", env)  # versions, not strings
-    assert evaluate_marker("(sys_platform == 'win32' or platform_machine == 'x86_64') "
-                           "and python_full_version ~= '3.11.0'", env)
+    assert evaluate_marker(
+        "(sys_platform == 'win32' or platform_machine == 'x86_64') "
+        "and python_full_version ~= '3.11.0'",
+        env,
+    )
     assert evaluate_marker("'linux' in sys_platform and 'x' not in extras", env)
     with pytest.raises(MarkerError):
         evaluate_marker("python_version >= ", env)
@@ -167,7 +190,8 @@ def test_pylock_subset_parser_matches_tomllib() -> None:
         text = path.read_text()
         full, subset = tomllib.loads(text), parse_pylock_subset(text)
         assert [(p["name"], p.get("version"), p.get("marker")) for p in full["packages"]] == [
-            (p["name"], p.get("version"), p.get("marker")) for p in subset["packages"]]
+            (p["name"], p.get("version"), p.get("marker")) for p in subset["packages"]
+        ]
         assert full["lock-version"] == subset["lock-version"]
         assert full.get("default-groups") == subset.get("default-groups")
 
@@ -175,12 +199,14 @@ def test_pylock_subset_parser_matches_tomllib() -> None:
 def _dist(site: Path, name: str, version: str) -> None:
     info = site / f"{name}-{version}.dist-info"
     info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-                                   encoding="utf-8")
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n", encoding="utf-8"
+    )
 
 
 def test_installed_packages_digest_ignores_bootstrap_and_spelling(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two sites with the same pins but other pip/setuptools and other name spellings hash the
     same; a changed version does not."""
     from envbuilder.probe.check_conformance import installed_packages_digest
@@ -192,8 +218,10 @@ def test_installed_packages_digest_ignores_bootstrap_and_spelling(
         return installed_packages_digest()
 
     a = digest(tmp_path / "a", {"Foo_Bar": "1.0", "torch": "2.13.0+cpu", "pip": "23.0.1"})
-    b = digest(tmp_path / "b", {"foo.bar": "1.0", "torch": "2.13.0+cpu", "pip": "26.0",
-                                "setuptools": "80.0"})
+    b = digest(
+        tmp_path / "b",
+        {"foo.bar": "1.0", "torch": "2.13.0+cpu", "pip": "26.0", "setuptools": "80.0"},
+    )
     c = digest(tmp_path / "c", {"foo-bar": "1.1", "torch": "2.13.0+cpu"})
     text = "foo-bar==1.0\ntorch==2.13.0+cpu\n"
     assert a == b == (hashlib.sha256(text.encode()).hexdigest(), 2)

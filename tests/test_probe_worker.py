@@ -26,8 +26,11 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def pids(report: dict[str, Any]) -> dict[str, int]:
     """Which worker process ran each check (skipped checks ran nowhere)."""
-    return {c["name"]: c["details"]["worker_pid"] for c in report["checks"]
-            if "worker_pid" in c["details"]}
+    return {
+        c["name"]: c["details"]["worker_pid"]
+        for c in report["checks"]
+        if "worker_pid" in c["details"]
+    }
 
 
 def gone(pid: int) -> bool:
@@ -43,8 +46,9 @@ def gone(pid: int) -> bool:
 
 def test_checks_share_one_worker(workdir: Path) -> None:
     """Without faults every check runs in the same worker process (torch imported once)."""
-    code, report, output = probe("--expect", "cpu", "--only", "device", "--only", "matmul",
-                                 "--only", "membw", tmp=workdir)
+    code, report, output = probe(
+        "--expect", "cpu", "--only", "device", "--only", "matmul", "--only", "membw", tmp=workdir
+    )
     assert code == 0, output
     ran = pids(report)
     assert set(ran) == {"device", "matmul", "membw"}
@@ -58,15 +62,29 @@ def test_hang_and_segfault_in_the_shared_worker_fail_alone(workdir: Path) -> Non
     second, the rest pass in a third; the killed workers are gone."""
     lock = make_lock(workdir / "self.pylock.toml")
     start = time.monotonic()
-    code, report, output = probe("--level", "quick", "--expect", "cpu", "--lock", str(lock),
-                                 "--timeout", "20", tmp=workdir,
-                                 fault="hang:matmul,crash:amp")
+    code, report, output = probe(
+        "--level",
+        "quick",
+        "--expect",
+        "cpu",
+        "--lock",
+        str(lock),
+        "--timeout",
+        "20",
+        tmp=workdir,
+        fault="hang:matmul,crash:amp",
+    )
     assert code == 1, output
     validate(report)
     checks = by_name(report)
     assert {n: c["status"] for n, c in checks.items()} == {
-        "device": "pass", "matmul": "error", "amp": "error", "collectives": "pass",
-        "membw": "pass", "conformance": "pass"}
+        "device": "pass",
+        "matmul": "error",
+        "amp": "error",
+        "collectives": "pass",
+        "membw": "pass",
+        "conformance": "pass",
+    }
     assert checks["matmul"]["reason"] == "timed out after 20 s"
     assert checks["matmul"]["details"]["output_tail"].strip() == "fault injection: matmul hangs"
     assert checks["amp"]["reason"] == f"killed by {signal.SIGSEGV.name}"
@@ -84,8 +102,18 @@ def test_hang_and_segfault_in_the_shared_worker_fail_alone(workdir: Path) -> Non
 def test_a_check_that_raises_gets_a_fresh_worker_after_it(workdir: Path) -> None:
     """An exception may leave the process broken (a sticky GPU error): the check errs with
     the exception and the next check runs in a new worker, which passes."""
-    code, report, output = probe("--expect", "cpu", "--only", "device", "--only", "matmul",
-                                 "--only", "membw", tmp=workdir, fault="error:matmul")
+    code, report, output = probe(
+        "--expect",
+        "cpu",
+        "--only",
+        "device",
+        "--only",
+        "matmul",
+        "--only",
+        "membw",
+        tmp=workdir,
+        fault="error:matmul",
+    )
     assert code == 1, output
     checks = by_name(report)
     assert checks["matmul"]["status"] == "error"

@@ -23,15 +23,31 @@ def zipapp(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_zipapp_runs_and_reports(zipapp: Path, tmp_path: Path) -> None:
-    version = subprocess.run([sys.executable, str(zipapp), "--version"], capture_output=True,
-                             text=True, check=True)
+    version = subprocess.run(
+        [sys.executable, str(zipapp), "--version"], capture_output=True, text=True, check=True
+    )
     assert PROBE_VERSION in version.stdout
     lock = tmp_path / "self.toml"
     subprocess.run([sys.executable, str(MAKE_PYLOCK), str(lock)], check=True)
     out = tmp_path / "r.json"
-    proc = subprocess.run([sys.executable, str(zipapp), "--expect", "cpu", "--only",
-                           "conformance", "--lock", str(lock), "--json", str(out)],
-                          capture_output=True, text=True, cwd=tmp_path, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(zipapp),
+            "--expect",
+            "cpu",
+            "--only",
+            "conformance",
+            "--lock",
+            str(lock),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     validate(json.loads(out.read_text()))
 
@@ -46,39 +62,77 @@ def torch_only_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("torch-only") / "venv"
     venv.EnvBuilder(with_pip=True, clear=True).create(root)
     python = root / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", TORCH], check=True,
-                   timeout=1200)
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", TORCH], check=True, timeout=1200
+    )
     return python
 
 
 @pytest.mark.slow
-def test_zipapp_quick_level_in_a_torch_only_venv(zipapp: Path, torch_only_venv: Path,
-                                                 tmp_path: Path) -> None:
+def test_zipapp_quick_level_in_a_torch_only_venv(
+    zipapp: Path, torch_only_venv: Path, tmp_path: Path
+) -> None:
     python = str(torch_only_venv)
-    absent = subprocess.run([python, "-c", "import envbuilder"], capture_output=True,
-                            cwd=tmp_path, check=False)
+    absent = subprocess.run(
+        [python, "-c", "import envbuilder"], capture_output=True, cwd=tmp_path, check=False
+    )
     assert absent.returncode != 0, "envbuilder must not be importable in that venv"
     lock = tmp_path / "venv.pylock.toml"
     # The venv's own lock, without the installer's bootstrap packages (the documented rule).
-    subprocess.run([python, str(MAKE_PYLOCK), str(lock), "--drop", "pip", "--drop",
-                    "setuptools", "--drop", "wheel"], check=True)
+    subprocess.run(
+        [
+            python,
+            str(MAKE_PYLOCK),
+            str(lock),
+            "--drop",
+            "pip",
+            "--drop",
+            "setuptools",
+            "--drop",
+            "wheel",
+        ],
+        check=True,
+    )
     out = tmp_path / "r.json"
-    proc = subprocess.run([python, str(zipapp), "--level", "quick", "--expect", "cpu",
-                           "--lock", str(lock), "--label", "target=venv", "--json", str(out)],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=600,
-                          check=False)
+    proc = subprocess.run(
+        [
+            python,
+            str(zipapp),
+            "--level",
+            "quick",
+            "--expect",
+            "cpu",
+            "--lock",
+            str(lock),
+            "--label",
+            "target=venv",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(out.read_text())
     validate(report)
     assert {c["name"]: c["status"] for c in report["checks"]} == {
-        "device": "pass", "matmul": "pass", "amp": "pass", "collectives": "pass",
-        "membw": "pass", "conformance": "pass"}
+        "device": "pass",
+        "matmul": "pass",
+        "amp": "pass",
+        "collectives": "pass",
+        "membw": "pass",
+        "conformance": "pass",
+    }
     assert report["fingerprint"]["torch"].startswith("2.13.0")
 
 
 @pytest.mark.parametrize("mode", ["zipapp", "module"])
-def test_working_directory_does_not_leak_into_checks(mode: str, zipapp: Path,
-                                                     tmp_path: Path) -> None:
+def test_working_directory_does_not_leak_into_checks(
+    mode: str, zipapp: Path, tmp_path: Path
+) -> None:
     """A .dist-info or an `envbuilder` folder in the working directory must neither count as
     installed nor shadow the probe's own code in the check children."""
     lock = tmp_path / "self.toml"
@@ -91,11 +145,23 @@ def test_working_directory_does_not_leak_into_checks(mode: str, zipapp: Path,
     shadow.mkdir(parents=True)
     (cwd / "envbuilder" / "__init__.py").write_text("")
     (shadow / "__init__.py").write_text("raise SystemExit('the shadow probe was imported')\n")
-    entry = [str(zipapp)] if mode == "zipapp" else ["-c", (
-        f"import sys; sys.path[0] = {str(Path(__file__).parents[1])!r}; "
-        "from envbuilder.probe.cli import main; sys.exit(main())")]
-    proc = subprocess.run([sys.executable, *entry, "--expect", "cpu", "--only", "conformance",
-                           "--lock", str(lock)], capture_output=True, text=True, cwd=cwd,
-                          check=False)
+    entry = (
+        [str(zipapp)]
+        if mode == "zipapp"
+        else [
+            "-c",
+            (
+                f"import sys; sys.path[0] = {str(Path(__file__).parents[1])!r}; "
+                "from envbuilder.probe.cli import main; sys.exit(main())"
+            ),
+        ]
+    )
+    proc = subprocess.run(
+        [sys.executable, *entry, "--expect", "cpu", "--only", "conformance", "--lock", str(lock)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "stray-pkg" not in proc.stdout

@@ -40,8 +40,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.network]
 REPO = Path(__file__).resolve().parent.parent
 ENV, TARGET, INDEX = "cpu", "native", "pytorch-cpu"
 #: The command docs/lock.md gives, word for word (<mirror> and <venv> stand for the user's values).
-DOCUMENTED = ("ENVBUILDER_MIRROR_PYTORCH_CPU=<mirror> envbuilder build --env cpu --target native "
-              "--path <venv>")
+DOCUMENTED = (
+    "ENVBUILDER_MIRROR_PYTORCH_CPU=<mirror> envbuilder build --env cpu --target native "
+    "--path <venv>"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,8 +71,10 @@ def _local_torch(locked: LockedTorch) -> Path:
     folder = source.mirror_folder()
     wheel = folder / locked.name if folder is not None else None
     if wheel is None or not wheel.is_file():
-        pytest.skip(f"no local copy of {locked.name} (the mirror folder of index {INDEX!r}: "
-                    f"{folder}); the test serves that file as the mirror")
+        pytest.skip(
+            f"no local copy of {locked.name} (the mirror folder of index {INDEX!r}: "
+            f"{folder}); the test serves that file as the mirror"
+        )
     digest = hashlib.sha256()
     with wheel.open("rb") as fh:
         while chunk := fh.read(1 << 20):
@@ -93,7 +97,8 @@ def mirror(tmp_path: Path) -> Iterator[tuple[str, Path, list[str]]]:
             served.append(self.path)
 
     server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(Logging, directory=str(root)))
+        ("127.0.0.1", 0), functools.partial(Logging, directory=str(root))
+    )
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -139,9 +144,14 @@ def _relocated_copy(dest: Path, canonical: str, unreachable: str) -> Project:
         assert data.count(f'index = "{canonical}"'.encode()) == 1
         pylock.write_bytes(data.replace(canonical.encode(), unreachable.encode()))
         targets[target] = dataclasses.replace(
-            entry, pylock_sha256=sha256_bytes(pylock.read_bytes()))
-    write_env_lock(project, dataclasses.replace(
-        lock, spec_hash=load_spec(project.spec_path).env_hash(ENV), targets=targets))
+            entry, pylock_sha256=sha256_bytes(pylock.read_bytes())
+        )
+    write_env_lock(
+        project,
+        dataclasses.replace(
+            lock, spec_hash=load_spec(project.spec_path).env_hash(ENV), targets=targets
+        ),
+    )
     return project
 
 
@@ -152,11 +162,25 @@ def _build(project: Project, mirror_url: str, venv: Path, cache: Path) -> tuple[
     name, _, value = assignment.partition("=")
     assert name == "ENVBUILDER_MIRROR_PYTORCH_CPU" and value == mirror_url
     env = {k: v for k, v in os.environ.items() if not k.startswith("ENVBUILDER_MIRROR_")}
-    env.update({name: value, "ENVBUILDER_CACHE": str(cache), "NO_COLOR": "1",
-                "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"})
+    env.update(
+        {
+            name: value,
+            "ENVBUILDER_CACHE": str(cache),
+            "NO_COLOR": "1",
+            "NO_PROXY": "127.0.0.1",
+            "no_proxy": "127.0.0.1",
+        }
+    )
     assert argv[0] == "envbuilder"
-    done = subprocess.run([sys.executable, "-m", "envbuilder", *argv[1:]], cwd=project.root,
-                          env=env, capture_output=True, text=True, check=False, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-m", "envbuilder", *argv[1:]],
+        cwd=project.root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=900,
+    )
     return done.returncode, done.stdout + done.stderr
 
 
@@ -166,7 +190,8 @@ def test_docs_give_the_command_this_test_runs() -> None:
 
 
 def test_install_a_shipped_pylock_from_a_mirror_of_its_index(
-        tmp_path: Path, mirror: tuple[str, Path, list[str]]) -> None:
+    tmp_path: Path, mirror: tuple[str, Path, list[str]]
+) -> None:
     locked = _locked_torch()
     wheel = _local_torch(locked)
     mirror_url, root, served = mirror
@@ -195,7 +220,10 @@ def test_install_a_shipped_pylock_from_a_mirror_of_its_index(
     assert f"/files/{locked.name.replace('+', '%2B')}" in served
     cached = cache / "wheels" / locked.sha256[:2] / locked.sha256 / locked.name
     assert cached.is_file()  # the cache takes a file only after its sha256 matched the lock
-    probe = subprocess.run([str(venv / "bin" / "python"), "-c",
-                            "import torch; print(torch.__version__)"],
-                           capture_output=True, text=True, check=False)
+    probe = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import torch; print(torch.__version__)"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert probe.returncode == 0 and probe.stdout.strip() == locked.version, probe.stderr

@@ -59,11 +59,15 @@ def test_sh_quote_is_one_literal_word(value: str) -> None:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # Surrogates (category Cs) cannot be encoded into an argv at all, so they are not "text" here.
-@given(st.text(alphabet=st.characters(exclude_characters="\x00", exclude_categories=["Cs"]),
-               max_size=30))
+@given(
+    st.text(
+        alphabet=st.characters(exclude_characters="\x00", exclude_categories=["Cs"]), max_size=30
+    )
+)
 def test_sh_quote_roundtrips_any_text(value: str) -> None:
-    out = subprocess.run(["sh", "-c", f"printf '%s' {quoting.sh_quote(value)}"],
-                         check=True, capture_output=True).stdout
+    out = subprocess.run(
+        ["sh", "-c", f"printf '%s' {quoting.sh_quote(value)}"], check=True, capture_output=True
+    ).stdout
     assert out.decode("utf-8", "surrogateescape") == value
 
 
@@ -110,7 +114,8 @@ def test_dockerfile_quote_stays_one_env_value(value: str) -> None:
 @pytest.mark.parametrize("value", HOSTILE)
 def test_dockerfile_sh_quote_keeps_the_run_line_whole(value: str) -> None:
     parsed = dockerfile.parse_string(
-        f"FROM scratch\nRUN printf '%s' {quoting.dockerfile_sh_quote(value)}\nUSER 1000\n")
+        f"FROM scratch\nRUN printf '%s' {quoting.dockerfile_sh_quote(value)}\nUSER 1000\n"
+    )
     assert [c.cmd.upper() for c in parsed] == ["FROM", "RUN", "USER"]
     assert run_sh(parsed[1].value[0]) == value
 
@@ -137,7 +142,7 @@ def ps_verbatim(literal: str) -> tuple[str, str]:
                 out.append(ch)
                 i += 2
                 continue
-            return "".join(out), literal[i + 1:]
+            return "".join(out), literal[i + 1 :]
         out.append(ch)
         i += 1
 
@@ -159,11 +164,17 @@ def test_ps_block_comment_text_cannot_close_the_block() -> None:
     assert "#>" not in text and "<#" not in text and "\n" not in text
 
 
-@pytest.mark.parametrize(("value", "line"), [
-    ("C:\\Program Files\\AMD\\ROCm\\6.4\\", 'set "HIP_PATH=C:\\Program Files\\AMD\\ROCm\\6.4\\"'),
-    ("%PATH%;x", 'set "HIP_PATH=%%PATH%%;x"'),
-    ("a & calc.exe | b ^ <c>", 'set "HIP_PATH=a & calc.exe | b ^ <c>"'),
-])
+@pytest.mark.parametrize(
+    ("value", "line"),
+    [
+        (
+            "C:\\Program Files\\AMD\\ROCm\\6.4\\",
+            'set "HIP_PATH=C:\\Program Files\\AMD\\ROCm\\6.4\\"',
+        ),
+        ("%PATH%;x", 'set "HIP_PATH=%%PATH%%;x"'),
+        ("a & calc.exe | b ^ <c>", 'set "HIP_PATH=a & calc.exe | b ^ <c>"'),
+    ],
+)
 def test_cmd_set_line(value: str, line: str) -> None:
     assert quoting.cmd_set_line("HIP_PATH", value) == line
 
@@ -202,8 +213,9 @@ def hostile_image(docker_client: Any) -> Any:
     # If any value had become code, this file would exist.
     lines.append("RUN test ! -e /tmp/pwned")
     dockerfile = ("\n".join(lines) + "\n").encode()
-    image, _logs = docker_client.images.build(fileobj=io.BytesIO(dockerfile), rm=True,
-                                              forcerm=True, network_mode="host")
+    image, _logs = docker_client.images.build(
+        fileobj=io.BytesIO(dockerfile), rm=True, forcerm=True, network_mode="host"
+    )
     try:
         yield image
     finally:
@@ -222,8 +234,9 @@ def test_run_words_arrive_verbatim(docker_client: Any, hostile_image: Any) -> No
     script = "; ".join(f"cat /out/{i}; printf '\\0'" for i in range(len(VALUES)))
     # detach + wait + logs: with remove=True, docker-py on engine 20.10 sometimes returns the
     # logs of a container that exited too fast as empty (seen here), which would be a flake.
-    container = docker_client.containers.run(hostile_image.id, ["sh", "-c", script],
-                                             detach=True, network_mode="none")
+    container = docker_client.containers.run(
+        hostile_image.id, ["sh", "-c", script], detach=True, network_mode="none"
+    )
     try:
         assert container.wait(timeout=60)["StatusCode"] == 0
         out = container.logs(stdout=True, stderr=False)

@@ -45,6 +45,7 @@ TARGETS = ("docker", "wsl2", "windows")
 
 # --- fixtures ------------------------------------------------------------------------------------
 
+
 def make_project(root: Path, locked: bool) -> tuple[Project, Spec]:
     root.mkdir(parents=True, exist_ok=True)
     write_spec_with_legacy(root / "environments.toml")  # the shipped envs and the legacy ones
@@ -68,8 +69,14 @@ def fake_lock(spec: Spec, env: EnvSpec) -> EnvLock:
             pylock_sha256=hashlib.sha256(f"{env.name}-{target}".encode()).hexdigest(),
             base_image=f"{base}@{FAKE_DIGEST}" if base else None,
         )
-    return EnvLock(version=1, env=env.name, spec_hash=spec.env_hash(env.name),
-                   envbuilder_version="0.1.0", source_date_epoch=EPOCH, targets=targets)
+    return EnvLock(
+        version=1,
+        env=env.name,
+        spec_hash=spec.env_hash(env.name),
+        envbuilder_version="0.1.0",
+        source_date_epoch=EPOCH,
+        targets=targets,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +109,7 @@ def shipped_cases() -> list[tuple[str, str]]:
 
 # --- golden files --------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("mode", ["unlocked", "locked"])
 @pytest.mark.parametrize(("env", "target"), shipped_cases())
 def test_golden(mode: str, env: str, target: str, request: pytest.FixtureRequest) -> None:
@@ -115,18 +123,22 @@ def test_golden(mode: str, env: str, target: str, request: pytest.FixtureRequest
             golden.write_bytes(data)
         assert golden.is_file(), f"no golden file {golden}; run UPDATE_GOLDEN=1 pytest {__file__}"
         assert data == golden.read_bytes(), (
-            f"{rel} differs from {golden}; if intended: UPDATE_GOLDEN=1 pytest {__file__}")
+            f"{rel} differs from {golden}; if intended: UPDATE_GOLDEN=1 pytest {__file__}"
+        )
 
 
 def test_committed_outputs_are_current() -> None:
     """The repository's dockerfiles/, wsl/, windows/ match the spec and locks (`render --check`)."""
     project = Project.from_spec(REPO / "environments.toml")
     result = render_all(project, load_spec(project.spec_path), check=True)
-    assert result.ok, (f"stale={result.stale} missing={result.missing} leftover={result.leftover}; "
-                       "run `envbuilder render`")
+    assert result.ok, (
+        f"stale={result.stale} missing={result.missing} leftover={result.leftover}; "
+        "run `envbuilder render`"
+    )
 
 
 # --- determinism and --check ---------------------------------------------------------------------
+
 
 def test_render_twice_gives_the_same_bytes(locked: tuple[Project, Spec]) -> None:
     assert all_rendered(*locked) == all_rendered(*locked)
@@ -151,8 +163,11 @@ def test_header_hash_follows_the_inputs(unlocked: tuple[Project, Spec]) -> None:
 
 
 def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
-    return {str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns)
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_check_lists_stale_missing_and_leftover_and_writes_nothing(
@@ -206,8 +221,11 @@ ALLOWED = {"FROM", "ARG", "RUN", "COPY", "ENV", "LABEL", "USER", "WORKDIR"}
 
 
 def dockerfiles(files: dict[str, bytes]) -> dict[str, tuple[dockerfile.Command, ...]]:
-    return {rel: dockerfile.parse_string(data.decode())
-            for rel, data in files.items() if rel.endswith("Dockerfile")}
+    return {
+        rel: dockerfile.parse_string(data.decode())
+        for rel, data in files.items()
+        if rel.endswith("Dockerfile")
+    }
 
 
 def stages(cmds: tuple[dockerfile.Command, ...]) -> list[list[dockerfile.Command]]:
@@ -231,18 +249,29 @@ def test_dockerfiles_parse_and_keep_the_contract(mode: str, request: pytest.Fixt
         assert not any(f.startswith("--mount") for c in cmds for f in c.flags), rel
         runtime, build, final = stages(cmds)
         base = runtime[0].value[0]
-        assert (base.endswith(FAKE_DIGEST) if mode == "locked" else "@" not in base), rel
+        assert base.endswith(FAKE_DIGEST) if mode == "locked" else "@" not in base, rel
         # build stage: context copied, venv made, offline hash-checked install, context removed
         build_runs = [c.value[0] for c in build if c.cmd.upper() == "RUN" and not c.json]
         assert any("python3 python3-venv" in " ".join(r.split()) for r in build_runs), rel
         copied = [(c.cmd.upper(), c.value) for c in build]
         assert ("COPY", ("envbuilder/", "/tmp/envbuilder/")) in copied
         install = next(r for r in build_runs if "pip install" in r)
-        for flag in ("--no-index", "--no-deps", "--require-hashes", "--no-cache-dir",
-                     "-r /tmp/envbuilder/requirements.txt", "rm -rf /tmp/envbuilder"):
+        for flag in (
+            "--no-index",
+            "--no-deps",
+            "--require-hashes",
+            "--no-cache-dir",
+            "-r /tmp/envbuilder/requirements.txt",
+            "rm -rf /tmp/envbuilder",
+        ):
             assert flag in install, (rel, flag)
-        for run in (r for c in cmds if c.cmd.upper() == "RUN" and not c.json
-                    for r in [c.value[0]] if "apt-get install" in c.value[0]):
+        for run in (
+            r
+            for c in cmds
+            if c.cmd.upper() == "RUN" and not c.json
+            for r in [c.value[0]]
+            if "apt-get install" in c.value[0]
+        ):
             if "amdgpu-install.deb" not in run:
                 assert "--no-install-recommends" in run, rel
             assert run.rstrip().endswith("rm -rf /var/lib/apt/lists/*"), rel
@@ -250,12 +279,21 @@ def test_dockerfiles_parse_and_keep_the_contract(mode: str, request: pytest.Fixt
         copies = [c for c in final if c.cmd.upper() == "COPY"]
         assert copies[0].flags == ("--from=build",)
         assert copies[0].value == ("/opt/venv", "/opt/venv")
-        assert all(c.value[0].startswith("envbuilder/") and c.value[0].count("/") == 1
-                   for c in copies[1:]), rel
-        labels = dict(zip(*[iter(v for c in final if c.cmd.upper() == "LABEL"
-                                 for v in c.value)] * 2, strict=True))
-        for key in ("org.opencontainers.image.title", "org.opencontainers.image.description",
-                    "org.opencontainers.image.version", "org.envbuilder.lock-sha256"):
+        assert all(
+            c.value[0].startswith("envbuilder/") and c.value[0].count("/") == 1 for c in copies[1:]
+        ), rel
+        labels = dict(
+            zip(
+                *[iter(v for c in final if c.cmd.upper() == "LABEL" for v in c.value)] * 2,
+                strict=True,
+            )
+        )
+        for key in (
+            "org.opencontainers.image.title",
+            "org.opencontainers.image.description",
+            "org.opencontainers.image.version",
+            "org.envbuilder.lock-sha256",
+        ):
             assert key in labels, (rel, key)
         assert labels["org.envbuilder.lock-sha256"] == '"${ENVBUILDER_LOCK_SHA256}"'
         if rel.startswith("dockerfiles/"):
@@ -283,8 +321,11 @@ def shellcheck(script: str, name: str, tmp_path: Path, literal_dollars: bool = F
     path = tmp_path / name
     path.write_text(script)
     extra = ["--exclude=SC2016"] if literal_dollars else []
-    proc = subprocess.run(["shellcheck", "--shell=sh", "--severity=style", *extra, str(path)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["shellcheck", "--shell=sh", "--severity=style", *extra, str(path)],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, f"{name}:\n{script}\n{proc.stdout}"
 
 
@@ -296,8 +337,9 @@ def have_shellcheck() -> None:
         pytest.skip("shellcheck is not installed (Debian: apt-get install shellcheck)")
 
 
-def test_run_lines_pass_shellcheck(have_shellcheck: None, locked: tuple[Project, Spec],
-                                   tmp_path: Path) -> None:
+def test_run_lines_pass_shellcheck(
+    have_shellcheck: None, locked: tuple[Project, Spec], tmp_path: Path
+) -> None:
     files = all_rendered(*locked)
     files.update(rendered(*rocdxg_case(locked), "wsl2"))
     for rel, cmds in dockerfiles(files).items():
@@ -308,8 +350,9 @@ def test_run_lines_pass_shellcheck(have_shellcheck: None, locked: tuple[Project,
                 shellcheck(f"#!/bin/sh\n{c.value[0]}\n", name, tmp_path, literal_dollars=True)
 
 
-def test_oobe_scripts_pass_shellcheck(have_shellcheck: None, locked: tuple[Project, Spec],
-                                      tmp_path: Path) -> None:
+def test_oobe_scripts_pass_shellcheck(
+    have_shellcheck: None, locked: tuple[Project, Spec], tmp_path: Path
+) -> None:
     files = all_rendered(*locked)
     files.update(rendered(*rocdxg_case(locked), "wsl2"))
     scripts = {rel: data for rel, data in files.items() if rel.endswith("oobe.sh")}
@@ -320,6 +363,7 @@ def test_oobe_scripts_pass_shellcheck(have_shellcheck: None, locked: tuple[Proje
 
 
 # --- WSL: the stack and the libhsa fix per ROCm release ------------------------------------------
+
 
 def rocdxg_case(base: tuple[Project, Spec]) -> tuple[Project, Spec, EnvSpec]:
     """rocm64 moved to a ROCDXG release (7.2.1+ in the reference; made up here, since the shipped
@@ -339,8 +383,9 @@ def test_wsl_rocm61_legacy_jammy_and_copy_fix(locked: tuple[Project, Spec]) -> N
     assert "FROM ubuntu:22.04@" in text
     assert "/ubuntu/jammy/amdgpu-install_6.1.60103-1_all.deb" in text
     assert "amdgpu-install -y --usecase=wsl,rocm --no-dkms" in text
-    assert ('cp "$(readlink -f /opt/rocm/lib/libhsa-runtime64.so)" '
-            '"$torch_lib/libhsa-runtime64.so"') in text
+    assert (
+        'cp "$(readlink -f /opt/rocm/lib/libhsa-runtime64.so)" "$torch_lib/libhsa-runtime64.so"'
+    ) in text
     assert "/opt/venv/lib/python3.10/site-packages/torch/lib" in text
     assert "libhsakmt1" not in text  # only Ubuntu 24.04 ships the shadowing packages
     assert "HSA_ENABLE_DXG_DETECTION" not in text
@@ -359,10 +404,15 @@ def test_wsl_rocm64_legacy_noble_and_delete_only(locked: tuple[Project, Spec]) -
 def test_wsl_rocdxg_release(locked: tuple[Project, Spec], monkeypatch: pytest.MonkeyPatch) -> None:
     project, spec, env = rocdxg_case(locked)
     release = RocmRelease(
-        version="7.2.1", wsl_stack="rocdxg", ubuntu=("22.04", "24.04"),
+        version="7.2.1",
+        wsl_stack="rocdxg",
+        ubuntu=("22.04", "24.04"),
         amdgpu_install="7.2.70201-1",
         amdgpu_install_path="https://example.invalid/{codename}/amdgpu-install_7.2.70201-1_all.deb",
-        libhsa_fix="delete", docker_images={}, source="test")
+        libhsa_fix="delete",
+        docker_images={},
+        source="test",
+    )
     compat = load_compat()
     monkeypatch.setattr(type(compat), "rocm", lambda self, v: release)
     files = rendered(project, spec, env, "wsl2")
@@ -384,16 +434,25 @@ def test_wsl_rules(locked: tuple[Project, Spec]) -> None:
     for name in ("cpu", "rocm61", "rocm64"):
         files = rendered(*locked, name, "wsl2")
         text = files[f"wsl/{name}/Dockerfile"].decode()
-        for unit in ("systemd-resolved.service", "systemd-networkd.service",
-                     "NetworkManager.service", "systemd-tmpfiles-setup.service", "tmp.mount"):
+        for unit in (
+            "systemd-resolved.service",
+            "systemd-networkd.service",
+            "NetworkManager.service",
+            "systemd-tmpfiles-setup.service",
+            "tmp.mount",
+        ):
             assert unit in text
         assert 'ln -sf /dev/null "/etc/systemd/system/$unit"' in text
         assert "systemd-sysv" in text  # [boot] systemd=true needs /sbin/init
         assert "chmod 0644 /etc/wsl.conf" in text and "chmod 0755 /usr/lib/wsl/oobe.sh" in text
         assert "chown root:root /etc/wsl.conf /etc/wsl-distribution.conf" in text
         conf = files[f"wsl/{name}/wsl.conf"].decode()
-        for line in ("[boot]\nsystemd=true", "[interop]",
-                     "appendWindowsPath=false", "generateResolvConf=true"):
+        for line in (
+            "[boot]\nsystemd=true",
+            "[interop]",
+            "appendWindowsPath=false",
+            "generateResolvConf=true",
+        ):
             assert line in conf
         assert "\n[user]" not in conf  # the modern format: oobe.sh creates the default user
         dist = files[f"wsl/{name}/wsl-distribution.conf"].decode()
@@ -416,17 +475,23 @@ def test_release_without_wsl_runtime_or_wrong_ubuntu_is_refused(
         wsl2 = env.table(Wsl2Table)
         assert wsl2 is not None
         noble = dataclasses.replace(
-            env, tables={**env.tables, "wsl2": dataclasses.replace(wsl2, ubuntu="24.04")})
-        build_plan(noble, "wsl2", rocm=compat.rocm("6.1.3"), lock=plan.LockPins(),
-                   variables={})
+            env, tables={**env.tables, "wsl2": dataclasses.replace(wsl2, ubuntu="24.04")}
+        )
+        build_plan(noble, "wsl2", rocm=compat.rocm("6.1.3"), lock=plan.LockPins(), variables={})
     none = compat.rocm("6.3.3")
     assert none is not None and none.wsl_stack is None
     with pytest.raises(RenderError, match="no WSL runtime"):
-        build_plan(dataclasses.replace(env, rocm="6.3.3"), "wsl2", rocm=none,
-                   lock=plan.LockPins(), variables={})
+        build_plan(
+            dataclasses.replace(env, rocm="6.3.3"),
+            "wsl2",
+            rocm=none,
+            lock=plan.LockPins(),
+            variables={},
+        )
 
 
 # --- Windows -------------------------------------------------------------------------------------
+
 
 def test_windows_script(locked: tuple[Project, Spec], unlocked: tuple[Project, Spec]) -> None:
     project, spec = locked
@@ -444,8 +509,12 @@ def test_windows_script(locked: tuple[Project, Spec], unlocked: tuple[Project, S
     assert "lockfiles\\pylock.rocm64-windows.toml" in text
     sha = hashlib.sha256(b"rocm64-windows").hexdigest()
     assert f"$ExpectedLockSha256 = '{sha}'" in text
-    for script in ("Scripts\\activate'", "Scripts\\Activate.ps1'", "Scripts\\activate.bat'",
-                   "Scripts\\deactivate.bat'"):
+    for script in (
+        "Scripts\\activate'",
+        "Scripts\\Activate.ps1'",
+        "Scripts\\activate.bat'",
+        "Scripts\\deactivate.bat'",
+    ):
         assert script in text
     readme = files["windows/rocm64/README.md"].decode()
     assert "setup.ps1" in readme and "HSA_OVERRIDE_GFX_VERSION" in readme  # says it is never set
@@ -455,15 +524,27 @@ def test_windows_script(locked: tuple[Project, Spec], unlocked: tuple[Project, S
 
 # --- injection: hostile values never become code -------------------------------------------------
 
-PAYLOADS = ["$(touch {m})", "`touch {m}`", "'; touch {m}; '", '"; touch {m}; "', "x; touch {m}",
-            "${{IFS}}touch${{IFS}}{m}", "a\\", "\u2019; touch {m}; \u2018", "#> touch {m} <#"]
+PAYLOADS = [
+    "$(touch {m})",
+    "`touch {m}`",
+    "'; touch {m}; '",
+    '"; touch {m}; "',
+    "x; touch {m}",
+    "${{IFS}}touch${{IFS}}{m}",
+    "a\\",
+    "\u2019; touch {m}; \u2018",
+    "#> touch {m} <#",
+]
 
 
 def hostile_env(spec: Spec, name: str, marker: Path) -> EnvSpec:
     env = spec.env(name)
     values = {f"HOSTILE_{i}": p.format(m=marker) for i, p in enumerate(PAYLOADS)}
-    return dataclasses.replace(env, env={**env.env, **values},
-                               description="evil " + PAYLOADS[0].format(m=marker) + " #> <# '\"")
+    return dataclasses.replace(
+        env,
+        env={**env.env, **values},
+        description="evil " + PAYLOADS[0].format(m=marker) + " #> <# '\"",
+    )
 
 
 def strip_ps_strings(line: str) -> str:
@@ -497,8 +578,9 @@ def test_injection_dockerfile(locked: tuple[Project, Spec], marker: Path) -> Non
                     assert c.value[i + 1].startswith('"evil \\$(touch')
 
 
-def test_injection_docker_env_values_decode_exactly(locked: tuple[Project, Spec],
-                                                    marker: Path) -> None:
+def test_injection_docker_env_values_decode_exactly(
+    locked: tuple[Project, Spec], marker: Path
+) -> None:
     project, spec = locked
     env = hostile_env(spec, "rocm61", marker)
     cmds = dockerfiles(rendered(project, spec, env, "docker"))["dockerfiles/rocm61/Dockerfile"]
@@ -508,8 +590,9 @@ def test_injection_docker_env_values_decode_exactly(locked: tuple[Project, Spec]
         assert dockerfile_word(values[name]) == value
 
 
-def test_injection_wsl_profile_runs_as_data(locked: tuple[Project, Spec], marker: Path,
-                                            tmp_path: Path) -> None:
+def test_injection_wsl_profile_runs_as_data(
+    locked: tuple[Project, Spec], marker: Path, tmp_path: Path
+) -> None:
     """Run the RUN line that writes /etc/profile.d/envbuilder.sh (into a temp file), source the
     result in sh, and read the variables back: exact values, and nothing ran."""
     project, spec = locked
@@ -517,25 +600,29 @@ def test_injection_wsl_profile_runs_as_data(locked: tuple[Project, Spec], marker
     cmds = dockerfiles(rendered(project, spec, env, "wsl2"))["wsl/rocm61/Dockerfile"]
     run = next(c.value[0] for c in cmds if c.cmd.upper() == "RUN" and "profile.d" in c.value[0])
     profile = tmp_path / "profile.sh"
-    subprocess.run(["sh", "-c", run.replace("/etc/profile.d/envbuilder.sh", str(profile))],
-                   check=True)
+    subprocess.run(
+        ["sh", "-c", run.replace("/etc/profile.d/envbuilder.sh", str(profile))], check=True
+    )
     names = list(env.env)
     dump = "; ".join(f'printf "%s\\0" "${name}"' for name in names)
-    out = subprocess.run(["sh", "-c", f". {profile}; {dump}"], check=True,
-                         capture_output=True).stdout.decode()
+    out = subprocess.run(
+        ["sh", "-c", f". {profile}; {dump}"], check=True, capture_output=True
+    ).stdout.decode()
     assert out.split("\0")[:-1] == [env.env[n] for n in names]
     assert not marker.exists()
 
 
-def test_injection_oobe(have_shellcheck: None, locked: tuple[Project, Spec], marker: Path,
-                        tmp_path: Path) -> None:
+def test_injection_oobe(
+    have_shellcheck: None, locked: tuple[Project, Spec], marker: Path, tmp_path: Path
+) -> None:
     project, spec = locked
     env = hostile_env(spec, "rocm64", marker)
     oobe = rendered(project, spec, env, "wsl2")["wsl/rocm64/oobe.sh"].decode()
     shellcheck(oobe, "oobe.sh", tmp_path, literal_dollars=True)
     welcome = [line for line in oobe.splitlines() if line.startswith("printf '%s\\n' ")]
-    out = subprocess.run(["sh", "-c", "\n".join(welcome)], check=True, capture_output=True,
-                         text=True).stdout
+    out = subprocess.run(
+        ["sh", "-c", "\n".join(welcome)], check=True, capture_output=True, text=True
+    ).stdout
     assert env.description in out
     assert not marker.exists()
 
@@ -548,10 +635,12 @@ def test_injection_powershell(locked: tuple[Project, Spec], marker: Path) -> Non
     text = rendered(project, spec, env, "windows")["windows/rocm64/setup.ps1"].decode()
     lines = text.splitlines()
     start, end = lines.index("<#"), lines.index("#>")
-    help_block = lines[start + 1:end]
+    help_block = lines[start + 1 : end]
     assert "evil" in "\n".join(help_block)  # the description is there ...
     assert not any("#>" in line for line in help_block)  # ... and cannot close the block
-    code = [strip_ps_strings(line) for line in lines[end + 1:] if not line.lstrip().startswith("#")]
+    code = [
+        strip_ps_strings(line) for line in lines[end + 1 :] if not line.lstrip().startswith("#")
+    ]
     for line in code:
         assert "touch" not in line and "#>" not in line and "<#" not in line, line
     # every value is in the Activate.ps1 block, as a verbatim string that decodes to itself
@@ -559,7 +648,7 @@ def test_injection_powershell(locked: tuple[Project, Spec], marker: Path) -> Non
         wanted = f"$env:{name} = "
         line = next(li.strip() for li in text.splitlines() if f"'{wanted}" in li)
         outer, _ = ps_verbatim(line)
-        inner, rest = ps_verbatim(outer[len(wanted):])
+        inner, rest = ps_verbatim(outer[len(wanted) :])
         assert inner == value and rest == ""
 
 
@@ -581,10 +670,16 @@ def test_line_breaks_are_refused_for_every_target(locked: tuple[Project, Spec], 
             render_env(project, spec, evil, target)
 
 
-@pytest.mark.parametrize(("field", "value"), [
-    ("user", "x; touch /tmp/pwned"), ("user", "Root"), ("base", "debian\nRUN touch /x"),
-    ("base", "debian:$TAG"), ("distro", "my distro"),
-])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("user", "x; touch /tmp/pwned"),
+        ("user", "Root"),
+        ("base", "debian\nRUN touch /x"),
+        ("base", "debian:$TAG"),
+        ("distro", "my distro"),
+    ],
+)
 def test_bad_names_are_refused(unlocked: tuple[Project, Spec], field: str, value: str) -> None:
     project, spec = unlocked
     env = spec.env("cpu")
@@ -592,15 +687,22 @@ def test_bad_names_are_refused(unlocked: tuple[Project, Spec], field: str, value
     assert wsl2 is not None
     changes = cast(dict[str, Any], {field: value})
     evil = dataclasses.replace(
-        env, tables={**env.tables, "wsl2": dataclasses.replace(wsl2, **changes)})
+        env, tables={**env.tables, "wsl2": dataclasses.replace(wsl2, **changes)}
+    )
     with pytest.raises(RenderError):
         render_env(project, spec, evil, "wsl2")
 
 
-@settings(max_examples=25, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(st.dictionaries(st.from_regex(r"[A-Z_][A-Z0-9_]{0,8}", fullmatch=True),
-                       st.text(max_size=20), max_size=4))
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    st.dictionaries(
+        st.from_regex(r"[A-Z_][A-Z0-9_]{0,8}", fullmatch=True), st.text(max_size=20), max_size=4
+    )
+)
 def test_random_env_values_never_change_the_structure(
     locked: tuple[Project, Spec], values: dict[str, str]
 ) -> None:
@@ -616,16 +718,20 @@ def test_random_env_values_never_change_the_structure(
     assert [c.cmd for c in evil] == [c.cmd for c in benign]
 
 
+KEYS = st.sampled_from(
+    ["description", "env.X", "docker.base", "docker.user", "wsl2.distro", "wsl2.user", "apt"]
+)
 
-KEYS = st.sampled_from(["description", "env.X", "docker.base", "docker.user", "wsl2.distro",
-                        "wsl2.user", "apt"])
 
-
-@settings(max_examples=30, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(st.lists(st.tuples(KEYS, st.text(max_size=16)), min_size=1, max_size=3))
-def test_random_specs_render_or_fail_cleanly(tmp_path_factory: pytest.TempPathFactory,
-                                             edits: list[tuple[str, str]]) -> None:
+def test_random_specs_render_or_fail_cleanly(
+    tmp_path_factory: pytest.TempPathFactory, edits: list[tuple[str, str]]
+) -> None:
     """`envbuilder render` on a spec with random values either renders files that parse, or
     exits 1/2 with a message and writes nothing; never a traceback."""
     import tomlkit
@@ -665,21 +771,27 @@ def test_native_has_a_plan_and_no_rendered_files(unlocked: tuple[Project, Spec])
     project, spec = unlocked
     assert render_env(project, spec, "cpu", "native") == {}
     pins = plan.LockPins(None, "pylock.cpu-native.toml", "ab" * 32)
-    p = build_plan(spec.env("cpu"), "native", rocm=None, lock=pins,
-                   variables={"PYTHONUNBUFFERED": "1"})
-    assert [s.kind for s in p.steps] == ["find-python", "create-venv", "sync-pylock",
-                                         "write-activation"]
+    p = build_plan(
+        spec.env("cpu"), "native", rocm=None, lock=pins, variables={"PYTHONUNBUFFERED": "1"}
+    )
+    assert [s.kind for s in p.steps] == [
+        "find-python",
+        "create-venv",
+        "sync-pylock",
+        "write-activation",
+    ]
     assert p.first(plan.FindPython) == plan.FindPython("3.11")
-    assert p.first(plan.SyncPylock) == plan.SyncPylock("lockfiles/pylock.cpu-native.toml",
-                                                       "ab" * 32)
+    assert p.first(plan.SyncPylock) == plan.SyncPylock(
+        "lockfiles/pylock.cpu-native.toml", "ab" * 32
+    )
     activation = p.first(plan.WriteActivation)
     assert activation is not None and activation.variables == (("PYTHONUNBUFFERED", "1"),)
-    assert [name for name, _lines, _newline in activation.scripts] == ["activate",
-                                                                        "activate.ps1"]
+    assert [name for name, _lines, _newline in activation.scripts] == ["activate", "activate.ps1"]
 
 
 def test_the_windows_script_renders_each_step_and_refuses_an_unknown_one(
-        unlocked: tuple[Project, Spec]) -> None:
+    unlocked: tuple[Project, Spec],
+) -> None:
     """setup.ps1 loops over the plan's steps (no values pulled out by render.py)."""
     from envbuilder.render import environment
 
@@ -688,12 +800,12 @@ def test_the_windows_script_renders_each_step_and_refuses_an_unknown_one(
         kind = "bogus"
 
     _project, spec = unlocked
-    p = build_plan(spec.env("rocm64"), "windows", rocm=None, lock=plan.LockPins(),
-                   variables={})
+    p = build_plan(spec.env("rocm64"), "windows", rocm=None, lock=plan.LockPins(), variables={})
     bogus = dataclasses.replace(p, steps=(*p.steps, Bogus()))
     with pytest.raises(RenderError, match="'bogus'"):
         environment().get_template("windows/setup.ps1.j2").render(
-            plan=bogus, header=[], source_date_epoch=None, lock_sha_arg="A")
+            plan=bogus, header=[], source_date_epoch=None, lock_sha_arg="A"
+        )
 
 
 def test_a_step_without_a_template_branch_is_an_error() -> None:
@@ -703,8 +815,14 @@ def test_a_step_without_a_template_branch_is_an_error() -> None:
     class Bogus(plan.Step):
         kind = "bogus"
 
-    p = plan.Plan("x", "docker", "d", False,
-                  (plan.Stage("runtime", "debian:bookworm-slim", False, (Bogus(),)),))
+    p = plan.Plan(
+        "x",
+        "docker",
+        "d",
+        False,
+        (plan.Stage("runtime", "debian:bookworm-slim", False, (Bogus(),)),),
+    )
     with pytest.raises(RenderError, match="'bogus'"):
         environment().get_template("docker/Dockerfile.j2").render(
-            plan=p, header=[], source_date_epoch=None, lock_sha_arg="A")
+            plan=p, header=[], source_date_epoch=None, lock_sha_arg="A"
+        )

@@ -66,10 +66,15 @@ def rocdxg_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     project, spec = make_project(tmp_path_factory.mktemp("rocdxg"), locked=True)
     env = dataclasses.replace(spec.env("rocm64"), name="rocdxg", rocm="7.2.1")
     release = RocmRelease(
-        version="7.2.1", wsl_stack="rocdxg", ubuntu=("22.04", "24.04"),
+        version="7.2.1",
+        wsl_stack="rocdxg",
+        ubuntu=("22.04", "24.04"),
         amdgpu_install="7.2.70201-1",
         amdgpu_install_path="https://example.invalid/{codename}/amdgpu-install_7.2.70201-1_all.deb",
-        libhsa_fix="delete", docker_images={}, source="test")
+        libhsa_fix="delete",
+        docker_images={},
+        source="test",
+    )
     compat = load_compat()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(type(compat), "rocm", lambda self, v: release)
@@ -78,23 +83,35 @@ def rocdxg_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
 
 
 def run_hadolint(hadolint: str, text: str) -> list[dict[str, object]]:
-    proc = subprocess.run([hadolint, "--no-color", "--config", str(CONFIG), "--format", "json",
-                           "-"], input=text, capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [hadolint, "--no-color", "--config", str(CONFIG), "--format", "json", "-"],
+        input=text,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.stdout.strip().startswith("["), proc.stdout + proc.stderr
     findings: list[dict[str, object]] = json.loads(proc.stdout)
     return findings
 
 
 def run_shellcheck(shellcheck: str, text: str) -> str:
-    proc = subprocess.run([shellcheck, "--shell=sh", "--severity=style", "-"], input=text,
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [shellcheck, "--shell=sh", "--severity=style", "-"],
+        input=text,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     return proc.stdout if proc.returncode else ""
 
 
 # --- hadolint ----------------------------------------------------------------------------------
 
-def test_every_rendered_dockerfile_passes_hadolint(hadolint: str,
-                                                   rocdxg_files: dict[str, bytes]) -> None:
+
+def test_every_rendered_dockerfile_passes_hadolint(
+    hadolint: str, rocdxg_files: dict[str, bytes]
+) -> None:
     files = {str(p.relative_to(REPO)): p.read_text() for p in committed_and_golden("Dockerfile")}
     files["rocdxg/Dockerfile"] = rocdxg_files["Dockerfile"].decode()
     assert len(files) == 5 + 18 + 1  # committed (3 docker, 2 wsl), golden (9, x2), rocdxg
@@ -105,8 +122,9 @@ def test_every_rendered_dockerfile_passes_hadolint(hadolint: str,
 def test_hadolint_config_is_not_a_blanket(hadolint: str) -> None:
     """The config ignores named rules only: what the templates fixed (a pipe without pipefail,
     DL4006) is still reported."""
-    findings = run_hadolint(hadolint, "FROM debian:bookworm-slim\n"
-                                      "RUN getent passwd 1000 | cut -d: -f1\n")
+    findings = run_hadolint(
+        hadolint, "FROM debian:bookworm-slim\nRUN getent passwd 1000 | cut -d: -f1\n"
+    )
     assert [f["code"] for f in findings] == ["DL4006"]
 
 
@@ -123,13 +141,15 @@ def apt_installs(text: str) -> list[str]:
     commands = []
     for cmd in dockerfile.parse_string(text):
         if cmd.cmd.upper() == "RUN" and not cmd.json:
-            commands += [c.strip() for c in re.split(r"&&|;", cmd.value[0])
-                         if "apt-get install" in c]
+            commands += [
+                c.strip() for c in re.split(r"&&|;", cmd.value[0]) if "apt-get install" in c
+            ]
     return commands
 
 
 def test_apt_installs_skip_recommends_except_amdgpus_own_deb(
-        rocdxg_files: dict[str, bytes]) -> None:
+    rocdxg_files: dict[str, bytes],
+) -> None:
     """What DL3015's ignore relies on: only the local amdgpu-install .deb is installed without
     --no-install-recommends (as AMD documents it)."""
     texts = [p.read_text() for p in committed_and_golden("Dockerfile")]
@@ -141,8 +161,10 @@ def test_apt_installs_skip_recommends_except_amdgpus_own_deb(
 
 # --- shellcheck --------------------------------------------------------------------------------
 
-def test_every_oobe_script_passes_shellcheck(shellcheck: str,
-                                             rocdxg_files: dict[str, bytes]) -> None:
+
+def test_every_oobe_script_passes_shellcheck(
+    shellcheck: str, rocdxg_files: dict[str, bytes]
+) -> None:
     scripts = {str(p.relative_to(REPO)): p.read_text() for p in committed_and_golden("oobe.sh")}
     scripts["rocdxg/oobe.sh"] = rocdxg_files["oobe.sh"].decode()
     assert len(scripts) == 2 + 8 + 1  # committed (cpu, rocm714), golden (4, x2), rocdxg

@@ -62,12 +62,21 @@ class Uv:
         self.server, self.root, self.cache = server, root, root / "uv-cache"
         self._n = itertools.count()
 
-    def __call__(self, request: CompileRequest, previous: str | None = None,
-                 cache: Path | None = None,
-                 environ: dict[str, str] | None = None) -> CompileResult:
-        return compile_pylock(request, self.root / f"run{next(self._n)}",
-                              default_index=self.server.url("pypi"),
-                              cache=cache or self.cache, previous=previous, environ=environ)
+    def __call__(
+        self,
+        request: CompileRequest,
+        previous: str | None = None,
+        cache: Path | None = None,
+        environ: dict[str, str] | None = None,
+    ) -> CompileResult:
+        return compile_pylock(
+            request,
+            self.root / f"run{next(self._n)}",
+            default_index=self.server.url("pypi"),
+            cache=cache or self.cache,
+            previous=previous,
+            environ=environ,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +95,9 @@ def _devices(result: CompileResult) -> set[str]:
 
 def _family_from(result: CompileResult, index: str) -> set[str]:
     """ROCm-family names whose files come from `index`."""
-    return {n for n, p in result.packages().items()
-            if ROCM_FAMILY.match(n) and index in p.indexes()}
+    return {
+        n for n, p in result.packages().items() if ROCM_FAMILY.match(n) and index in p.indexes()
+    }
 
 
 # --- the replica itself ------------------------------------------------------------------------
@@ -108,8 +118,9 @@ def test_every_standin_is_a_valid_tiny_distribution(catalog: Catalog, tmp_path: 
                 if member == record:
                     continue
                 data = zf.read(member)
-                expected = base64.urlsafe_b64encode(
-                    hashlib.sha256(data).digest()).rstrip(b"=").decode()
+                expected = (
+                    base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+                )
                 assert digest == f"sha256={expected}", (f.filename, member)
             assert {n.rsplit("/", 1)[-1] for n in names} >= {"METADATA", "WHEEL", "RECORD"}
 
@@ -119,8 +130,11 @@ def test_every_fact_names_a_source_and_unconfirmed_ones_say_so() -> None:
     unconfirmed or which value is invented."""
     data_dir = Path(__file__).parent / "data" / "replica"
     raw = tomllib.loads((data_dir / "packages.toml").read_text(encoding="utf-8"))
-    documented = set(re.findall(r"^\| (S\d+) \|", (data_dir / "SOURCES.md").read_text(
-        encoding="utf-8"), re.MULTILINE))
+    documented = set(
+        re.findall(
+            r"^\| (S\d+) \|", (data_dir / "SOURCES.md").read_text(encoding="utf-8"), re.MULTILINE
+        )
+    )
     cited: set[str] = set(raw["targets"]["sources"]) | set(raw["targets"]["seen_sources"])
     for entry in raw["package"]:
         assert "sources" in entry and "verified" in entry, entry["name"]
@@ -137,6 +151,7 @@ def test_every_fact_names_a_source_and_unconfirmed_ones_say_so() -> None:
 
 def test_windows_torch_offers_only_the_windows_targets(catalog: Catalog) -> None:
     """rocm-kpack's splitter writes the extras of the targets a wheel was built for."""
+
     def extras(filename: str) -> set[str]:
         data = next(f.data for f in catalog.files if f.filename == filename)
         with zipfile.ZipFile(io.BytesIO(data)) as zf:
@@ -161,8 +176,9 @@ def test_amd_index_answers_403_for_a_project_it_does_not_hold(replica: ReplicaSe
 
 def test_amd_recipe_locks_exactly_the_env_device(uv: Uv, replica: ReplicaServer) -> None:
     replica.log.clear()
-    result = _ok(uv(amd_recipe(["gfx1100"], LINUX, replica.url("amd"),
-                               torch="torch==2.12.0+rocm7.14.0")))
+    result = _ok(
+        uv(amd_recipe(["gfx1100"], LINUX, replica.url("amd"), torch="torch==2.12.0+rocm7.14.0"))
+    )
     packages = result.packages()
     assert _devices(result) == {"rocm-sdk-device-gfx1100", "amd-torch-device-gfx1100"}
     assert packages["torch"].version == "2.12.0+rocm7.14.0"
@@ -175,31 +191,38 @@ def test_amd_recipe_locks_exactly_the_env_device(uv: Uv, replica: ReplicaServer)
     # `rocm` is AMD's sdist (uv built it to read its dependencies); the rest are wheels.
     assert packages["rocm"].kinds == ("sdist",)
     assert packages["rocm-sdk-core"].filenames() == [
-        "rocm_sdk_core-7.14.0-py3-none-linux_x86_64.whl"]
+        "rocm_sdk_core-7.14.0-py3-none-linux_x86_64.whl"
+    ]
     # The explicit index was asked only for the names pinned to it.
     asked = replica.log.projects("amd")
     assert "torch" in asked and asked <= set(amd_names(["gfx1100"]))
 
 
-def test_pytorch_recipe_narrows_device_all_to_the_env_device(uv: Uv,
-                                                             replica: ReplicaServer) -> None:
-    result = _ok(uv(pytorch_recipe(["gfx1100"], LINUX, replica.url("pytorch-rocm714"),
-                                   replica.url("amd"))))
+def test_pytorch_recipe_narrows_device_all_to_the_env_device(
+    uv: Uv, replica: ReplicaServer
+) -> None:
+    result = _ok(
+        uv(pytorch_recipe(["gfx1100"], LINUX, replica.url("pytorch-rocm714"), replica.url("amd")))
+    )
     packages = result.packages()
     assert packages["torch"].version == "2.14.1+rocm7.14"
     assert _devices(result) == {"rocm-sdk-device-gfx1100"}
     assert _family_from(result, "pytorch-rocm714") == {"torch", "triton-rocm"}
-    assert _family_from(result, "amd") == {"rocm", "rocm-sdk-core", "rocm-sdk-libraries",
-                                           "rocm-sdk-device-gfx1100"}
+    assert _family_from(result, "amd") == {
+        "rocm",
+        "rocm-sdk-core",
+        "rocm-sdk-libraries",
+        "rocm-sdk-device-gfx1100",
+    }
     assert packages["rocm"].version == "7.14.0"
     assert not any(n.startswith(("nvidia", "cuda")) or n == "triton" for n in packages)
 
 
-def test_without_the_override_torch_2_14_locks_every_device(uv: Uv, replica: ReplicaServer,
-                                                             catalog: Catalog) -> None:
+def test_without_the_override_torch_2_14_locks_every_device(
+    uv: Uv, replica: ReplicaServer, catalog: Catalog
+) -> None:
     """torch 2.14.1+rocm7.14 asks for rocm[device-all]: without narrowing, every target."""
-    request = pytorch_recipe(["gfx1100"], LINUX, replica.url("pytorch-rocm714"),
-                             replica.url("amd"))
+    request = pytorch_recipe(["gfx1100"], LINUX, replica.url("pytorch-rocm714"), replica.url("amd"))
     result = _ok(uv(replace(request, overrides=())))
     expected = {f"rocm-sdk-device-{t}" for t in catalog.targets["linux"]}
     assert _devices(result) == expected and len(expected) > 20
@@ -209,13 +232,16 @@ def test_without_the_override_torch_2_14_locks_every_device(uv: Uv, replica: Rep
 
 
 def test_merging_amd_and_pypi_with_unsafe_best_match_locks_the_cuda_torch(
-        uv: Uv, replica: ReplicaServer) -> None:
+    uv: Uv, replica: ReplicaServer
+) -> None:
     """No pins: AMD's index searched beside the default one, best version wins. PyPI's torch
     2.14.1 beats AMD's 2.12.0+rocm7.14.0, and uv only warns that it lacks the device extra."""
     request = CompileRequest(
-        packages=("torch[device-gfx1100]", "rocm[libraries,device-gfx1100]"), platform=LINUX,
+        packages=("torch[device-gfx1100]", "rocm[libraries,device-gfx1100]"),
+        platform=LINUX,
         searched=(SearchedIndex("amd", replica.url("amd")),),
-        extra_args=("--index-strategy", "unsafe-best-match"))
+        extra_args=("--index-strategy", "unsafe-best-match"),
+    )
     result = _ok(uv(request))
     packages = result.packages()
     assert packages["torch"].version == "2.14.1" and packages["torch"].indexes() == {"pypi"}
@@ -227,8 +253,11 @@ def test_merging_amd_and_pypi_with_unsafe_best_match_locks_the_cuda_torch(
 def test_an_unpinned_rocm_resolves_to_the_placeholder(uv: Uv, replica: ReplicaServer) -> None:
     """AMD's index is explicit but `rocm` is not pinned to it: PyPI's rocm 0.1.0 is locked, its
     missing extras only warned about (and --quiet, as envbuilder runs uv, hides even that)."""
-    request = CompileRequest(packages=("rocm[libraries,device-gfx1100]",), platform=LINUX,
-                             explicit={"amd": replica.url("amd")})
+    request = CompileRequest(
+        packages=("rocm[libraries,device-gfx1100]",),
+        platform=LINUX,
+        explicit={"amd": replica.url("amd")},
+    )
     result = _ok(uv(request))
     assert result.versions() == {"rocm": "0.1.0"}
     assert result.packages()["rocm"].indexes() == {"pypi"}
@@ -240,17 +269,19 @@ def test_an_override_drops_the_index_pin(uv: Uv, replica: ReplicaServer) -> None
     pinned requirement, the pin goes with it, and PyPI's placeholder is all that is left."""
     pinned = CompileRequest(
         packages=("torch==2.14.1+rocm7.14", "triton-rocm", "rocm[libraries,device-gfx1100]"),
-        platform=LINUX, explicit={"pytorch-rocm714": replica.url("pytorch-rocm714"),
-                                  "amd": replica.url("amd")},
-        pins={"torch": "pytorch-rocm714", "triton-rocm": "pytorch-rocm714", "rocm": "amd"})
+        platform=LINUX,
+        explicit={"pytorch-rocm714": replica.url("pytorch-rocm714"), "amd": replica.url("amd")},
+        pins={"torch": "pytorch-rocm714", "triton-rocm": "pytorch-rocm714", "rocm": "amd"},
+    )
     exact = _ok(uv(replace(pinned, overrides=("rocm[libraries]",))))
     assert exact.versions()["rocm"] == "0.1.0" and exact.versions()["torch"] == "2.14.1+rocm7.14"
     versioned = uv(replace(pinned, overrides=(narrowed_rocm(["gfx1100"]),)))
     assert not versioned.ok and "rocm[libraries]==0.1.0" in versioned.stderr
 
 
-def test_a_pin_of_a_name_that_is_not_a_dependency_is_ignored(uv: Uv,
-                                                              replica: ReplicaServer) -> None:
+def test_a_pin_of_a_name_that_is_not_a_dependency_is_ignored(
+    uv: Uv, replica: ReplicaServer
+) -> None:
     """Pinning only torch (or pinning the transitive names without listing them) leaves
     rocm==7.14.0 to the default index, which has only the placeholder."""
     request = amd_recipe(["gfx1100"], LINUX, replica.url("amd"), torch="torch==2.12.0+rocm7.14.0")
@@ -260,36 +291,43 @@ def test_a_pin_of_a_name_that_is_not_a_dependency_is_ignored(uv: Uv,
 
 
 def test_searching_amd_without_ignoring_403_stops_at_the_first_other_name(
-        uv: Uv, replica: ReplicaServer) -> None:
-    request = pytorch_recipe(["gfx1100"], LINUX, replica.url("pytorch-rocm714"),
-                             replica.url("amd"))
+    uv: Uv, replica: ReplicaServer
+) -> None:
+    request = pytorch_recipe(["gfx1100"], LINUX, replica.url("pytorch-rocm714"), replica.url("amd"))
     bare = replace(request, searched=(SearchedIndex("amd", replica.url("amd")),))
     result = uv(bare)
     assert not result.ok and "403" in result.stderr
 
 
 def test_the_generic_device_extra_depends_on_the_machine_that_builds_rocm(
-        uv: Uv, replica: ReplicaServer, tmp_path: Path) -> None:
+    uv: Uv, replica: ReplicaServer, tmp_path: Path
+) -> None:
     """`rocm[device]` names whatever target the machine that builds the sdist detects
     (ROCM_SDK_TARGET_FAMILY here, else offload-arch, else a default), so a lock must name
     device-<target> extras. Fresh caches: uv caches the metadata it built."""
-    request = CompileRequest(packages=("rocm[libraries,device]==7.14.0",), platform=LINUX,
-                             searched=(SearchedIndex("amd", replica.url("amd"), (403,)),))
+    request = CompileRequest(
+        packages=("rocm[libraries,device]==7.14.0",),
+        platform=LINUX,
+        searched=(SearchedIndex("amd", replica.url("amd"), (403,)),),
+    )
     seen = {}
     for n, family in enumerate(("gfx942", "")):
         env = {k: v for k, v in os.environ.items() if k != "ROCM_SDK_TARGET_FAMILY"}
         if family:
             env["ROCM_SDK_TARGET_FAMILY"] = family
         seen[family] = _devices(_ok(uv(request, cache=tmp_path / f"cache{n}", environ=env)))
-    assert seen == {"gfx942": {"rocm-sdk-device-gfx942"},
-                    "": {"rocm-sdk-device-gfx1010"}}  # the data's DEFAULT_TARGET_FAMILY
+    assert seen == {
+        "gfx942": {"rocm-sdk-device-gfx942"},
+        "": {"rocm-sdk-device-gfx1010"},
+    }  # the data's DEFAULT_TARGET_FAMILY
 
 
 # --- (c) one spec, Linux and Windows ---------------------------------------------------------
 
 
-def test_the_same_amd_recipe_locks_win_amd64_wheels_for_windows(uv: Uv,
-                                                                replica: ReplicaServer) -> None:
+def test_the_same_amd_recipe_locks_win_amd64_wheels_for_windows(
+    uv: Uv, replica: ReplicaServer
+) -> None:
     linux = _ok(uv(amd_recipe(["gfx1100"], LINUX, replica.url("amd"))))
     windows = _ok(uv(amd_recipe(["gfx1100"], WINDOWS, replica.url("amd"))))
     assert set(linux.packages()) == set(windows.packages())
@@ -298,25 +336,31 @@ def test_the_same_amd_recipe_locks_win_amd64_wheels_for_windows(uv: Uv,
         for filename, kind in zip(pkg.filenames(), pkg.kinds, strict=True):
             assert kind == "sdist" or filename.endswith(("-win_amd64.whl", "-any.whl")), name
     assert windows.packages()["torch"].filenames() == [
-        "torch-2.12.0+rocm7.14.0-cp312-cp312-win_amd64.whl"]
+        "torch-2.12.0+rocm7.14.0-cp312-cp312-win_amd64.whl"
+    ]
 
 
 def test_pytorch_index_has_no_windows_torch_so_recipe_b_fails_loudly(
-        uv: Uv, replica: ReplicaServer) -> None:
-    result = uv(pytorch_recipe(["gfx1100"], WINDOWS, replica.url("pytorch-rocm714"),
-                               replica.url("amd")))
+    uv: Uv, replica: ReplicaServer
+) -> None:
+    result = uv(
+        pytorch_recipe(["gfx1100"], WINDOWS, replica.url("pytorch-rocm714"), replica.url("amd"))
+    )
     assert not result.ok and "torch" in result.stderr
 
 
 def test_merged_indexes_lock_pypi_torch_for_windows_from_a_rocm_spec(
-        uv: Uv, replica: ReplicaServer) -> None:
+    uv: Uv, replica: ReplicaServer
+) -> None:
     """pip-style: PyTorch's rocm7.14 index searched beside the default one, best match. On Linux
     that gives the ROCm torch (with every device: nothing narrows device-all); on Windows,
     where that index has no wheel, PyPI's torch, silently."""
     request = CompileRequest(
-        packages=("torch==2.14.1",), platform=WINDOWS,
+        packages=("torch==2.14.1",),
+        platform=WINDOWS,
         searched=(SearchedIndex("pytorch", replica.url("pytorch-rocm714")),),
-        extra_args=("--index-strategy", "unsafe-best-match"))
+        extra_args=("--index-strategy", "unsafe-best-match"),
+    )
     windows = _ok(uv(request))
     assert windows.packages()["torch"].indexes() == {"pypi"}
     linux = _ok(uv(replace(request, platform=LINUX)))
@@ -328,10 +372,19 @@ def test_merged_indexes_lock_pypi_torch_for_windows_from_a_rocm_spec(
 
 def test_two_devices_give_both_device_packages(uv: Uv, replica: ReplicaServer) -> None:
     amd = _ok(uv(amd_recipe(["gfx1100", "gfx942"], LINUX, replica.url("amd"))))
-    assert _devices(amd) == {"rocm-sdk-device-gfx1100", "amd-torch-device-gfx1100",
-                             "rocm-sdk-device-gfx942", "amd-torch-device-gfx942"}
-    pytorch = _ok(uv(pytorch_recipe(["gfx1100", "gfx942"], LINUX,
-                                    replica.url("pytorch-rocm714"), replica.url("amd"))))
+    assert _devices(amd) == {
+        "rocm-sdk-device-gfx1100",
+        "amd-torch-device-gfx1100",
+        "rocm-sdk-device-gfx942",
+        "amd-torch-device-gfx942",
+    }
+    pytorch = _ok(
+        uv(
+            pytorch_recipe(
+                ["gfx1100", "gfx942"], LINUX, replica.url("pytorch-rocm714"), replica.url("amd")
+            )
+        )
+    )
     assert _devices(pytorch) == {"rocm-sdk-device-gfx1100", "rocm-sdk-device-gfx942"}
 
 
@@ -339,7 +392,8 @@ def test_two_devices_give_both_device_packages(uv: Uv, replica: ReplicaServer) -
 
 
 def test_upgrade_package_torch_moves_torch_and_keeps_the_rest(
-        catalog: Catalog, tmp_path: Path) -> None:
+    catalog: Catalog, tmp_path: Path
+) -> None:
     """Round 1 has torch 2.11.0+rocm7.14.0 and filelock 3.20.3; round 2 publishes torch
     2.12.0+rocm7.14.0 and filelock 3.21.0. The first lock, handed back as uv's output file, is
     read as preferences. uv keeps a preference of a package pinned to a named index only when
@@ -355,7 +409,9 @@ def test_upgrade_package_torch_moves_torch_and_keeps_the_rest(
         server.publish(2)
         fresh = _ok(run(request, cache=tmp_path / "fresh"))  # control: round 2 is served
         assert (fresh.versions()["torch"], fresh.versions()["filelock"]) == (
-            "2.12.0+rocm7.14.0", "3.21.0")
+            "2.12.0+rocm7.14.0",
+            "3.21.0",
+        )
 
         def changed(result: CompileResult) -> set[str]:
             return {n for n, v in _ok(result).versions().items() if before.get(n) != v}
@@ -375,7 +431,8 @@ def test_upgrade_package_torch_moves_torch_and_keeps_the_rest(
 
 
 def test_envbuilder_run_uv_locks_recipe_a_with_canonical_urls(
-        replica: ReplicaServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    replica: ReplicaServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """envbuilder.uvrun as it is: packages + index_pins of recipe A, AMD's index mirrored by
     the replica. The lock names AMD's canonical URLs and holds only the env's device."""
     recipe = amd_recipe(["gfx1100"], LINUX, replica.url("amd"))
@@ -383,8 +440,9 @@ def test_envbuilder_run_uv_locks_recipe_a_with_canonical_urls(
     monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     indexes = {"amd": Index("amd", AMD_CANONICAL, mirror=replica.url("amd"))}
-    request, warnings = make_request(LINUX, "3.12", recipe.packages, dict(recipe.pins),
-                                     indexes, tmp_path, environ={})
+    request, warnings = make_request(
+        LINUX, "3.12", recipe.packages, dict(recipe.pins), indexes, tmp_path, environ={}
+    )
     assert warnings == []
     text = postprocess(run_uv(request), request, "").decode()
     urls = re.findall(r'url = "([^"]+)"', text)
@@ -394,11 +452,13 @@ def test_envbuilder_run_uv_locks_recipe_a_with_canonical_urls(
     assert [u for u in family if "device_gfx" in u] == [
         f"{AMD_CANONICAL}amd_torch_device_gfx1100-2.12.0%2Brocm7.14.0-cp312-cp312-"
         "manylinux_2_28_x86_64.whl",
-        f"{AMD_CANONICAL}rocm_sdk_device_gfx1100-7.14.0-py3-none-linux_x86_64.whl"]
+        f"{AMD_CANONICAL}rocm_sdk_device_gfx1100-7.14.0-py3-none-linux_x86_64.whl",
+    ]
 
 
 def test_envbuilder_relock_keeps_torch_until_it_is_upgraded(
-        catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The hazard of test_upgrade_package_torch_moves_torch_and_keeps_the_rest, through
     envbuilder.uvrun: round 1 is locked (AMD's index mirrored by the replica), round 2 is
     published, and the committed pylock is handed back to uv. A relock keeps torch 2.11 (uvrun
@@ -416,13 +476,15 @@ def test_envbuilder_relock_keeps_torch_until_it_is_upgraded(
         monkeypatch.setenv("UV_DEFAULT_INDEX", server.url("pypi"))
         recipe = amd_recipe(["gfx1100"], LINUX, server.url("amd"))
         indexes = {"amd": Index("amd", AMD_CANONICAL, mirror=server.url("amd"))}
-        request, _ = make_request(LINUX, "3.12", recipe.packages, dict(recipe.pins), indexes,
-                                  tmp_path, environ={})
+        request, _ = make_request(
+            LINUX, "3.12", recipe.packages, dict(recipe.pins), indexes, tmp_path, environ={}
+        )
 
         def versions(pylock: bytes) -> dict[str, str]:
             doc = tomllib.loads(pylock.decode())
             assert {p["index"] for p in doc["packages"] if p["name"] in recipe.pins} == {
-                AMD_CANONICAL}
+                AMD_CANONICAL
+            }
             return {p["name"]: p["version"] for p in doc["packages"]}
 
         first = resolve()
@@ -434,4 +496,6 @@ def test_envbuilder_relock_keeps_torch_until_it_is_upgraded(
         moved = versions(resolve(first, ("torch",)))
         assert moved["torch"] == "2.12.0+rocm7.14.0"
         assert {n for n, v in moved.items() if before.get(n) != v} == {
-            "torch", "amd-torch-device-gfx1100"}
+            "torch",
+            "amd-torch-device-gfx1100",
+        }

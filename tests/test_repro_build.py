@@ -43,12 +43,24 @@ def cpu_copy(tmp_path_factory: pytest.TempPathFactory) -> Project:
 
 
 def _build(project: Project, *flags: str) -> int:
-    return main(["-q", "build", "--target", "docker", "--env", ENV, *flags,
-                 "--spec", str(project.spec_path)])
+    return main(
+        [
+            "-q",
+            "build",
+            "--target",
+            "docker",
+            "--env",
+            ENV,
+            *flags,
+            "--spec",
+            str(project.spec_path),
+        ]
+    )
 
 
 def test_two_cold_builds_give_the_digest_the_committed_lock_records(
-        docker_client: Any, cpu_copy: Project, tmp_path: Path) -> None:
+    docker_client: Any, cpu_copy: Project, tmp_path: Path
+) -> None:
     committed = lockfile.read_env_lock(ROOT / "lockfiles" / f"{ENV}.lock.toml")
     predicted = repro.recorded(committed.artifacts, "docker")
     assert predicted is not None, "lockfiles/cpu.lock.toml records no image digest"
@@ -58,7 +70,8 @@ def test_two_cold_builds_give_the_digest_the_committed_lock_records(
     built = repro.recorded(lockfile.read_env_lock(cpu_copy.env_lock(ENV)).artifacts, "docker")
     assert built == predicted, (
         f"this machine built {built}, the committed lock predicts {predicted}; "
-        "`envbuilder build --target docker --env cpu --verify` names the first differing file")
+        "`envbuilder build --target docker --env cpu --verify` names the first differing file"
+    )
 
     # 2. Another cold build, checked against the lock by --verify.
     assert _build(cpu_copy, "--verify") == 0
@@ -77,9 +90,13 @@ def test_two_cold_builds_give_the_digest_the_committed_lock_records(
     # 3. A changed lock gives another digest: the same engine build written with the
     # SOURCE_DATE_EPOCH of a lock one day newer.
     base = committed.targets["docker"].base_image
-    changed = write_image(docker_client, repro.engine_tag(tag), base=base,
-                          source_date_epoch=committed.source_date_epoch + 86400,
-                          workdir=tmp_path)
+    changed = write_image(
+        docker_client,
+        repro.engine_tag(tag),
+        base=base,
+        source_date_epoch=committed.source_date_epoch + 86400,
+        workdir=tmp_path,
+    )
     try:
         assert changed.image_id != predicted.image_id
         assert changed.diff_ids != predicted.layers
@@ -88,13 +105,28 @@ def test_two_cold_builds_give_the_digest_the_committed_lock_records(
 
 
 def test_wsl2_cold_build_verifies_against_the_committed_lock(
-        docker_client: Any, cpu_copy: Project) -> None:
+    docker_client: Any, cpu_copy: Project
+) -> None:
     """(docker_client: a missing engine is a skip here, a failure in CI, as for the others.)"""
     committed = lockfile.read_env_lock(ROOT / "lockfiles" / f"{ENV}.lock.toml")
     predicted = repro.recorded(committed.artifacts, "wsl2")
     assert predicted is not None, "lockfiles/cpu.lock.toml records no wsl2 rootfs digest"
-    assert main(["-q", "build", "--target", "wsl2", "--env", ENV, "--verify",
-                 "--spec", str(cpu_copy.spec_path)]) == 0
+    assert (
+        main(
+            [
+                "-q",
+                "build",
+                "--target",
+                "wsl2",
+                "--env",
+                ENV,
+                "--verify",
+                "--spec",
+                str(cpu_copy.spec_path),
+            ]
+        )
+        == 0
+    )
     after = lockfile.read_env_lock(cpu_copy.env_lock(ENV)).artifacts["wsl2"]
     assert after["image_id"] == predicted.image_id
     assert after["sha256"] == committed.artifacts["wsl2"]["sha256"]

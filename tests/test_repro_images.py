@@ -48,25 +48,30 @@ def tiny_builds(docker_client: Any, tmp_path: Path) -> Iterator[list[str]]:
             docker_client.images.remove(tag, force=True)
 
 
-def build(client: Any, tmp_path: Path, tags: list[str], name: str, greeting: str = "hello"
-          ) -> str:
+def build(client: Any, tmp_path: Path, tags: list[str], name: str, greeting: str = "hello") -> str:
     """A no-cache engine build of DOCKERFILE; its image id."""
     context = tmp_path / f"ctx-{name}"
     context.mkdir()
     (context / "Dockerfile").write_text(DOCKERFILE)
     tag = f"envbuilder-test-repro/tiny:{name}"
     tags.append(tag)
-    return docker_engine.build_image(client, context, tag, {}, {"GREETING": greeting,
-                                                                "SOURCE_DATE_EPOCH": str(SDE)},
-                                     nocache=True)
+    return docker_engine.build_image(
+        client,
+        context,
+        tag,
+        {},
+        {"GREETING": greeting, "SOURCE_DATE_EPOCH": str(SDE)},
+        nocache=True,
+    )
 
 
 def write(client: Any, tmp_path: Path, image: str, sde: int = SDE) -> WrittenImage:
     return write_image(client, image, base=BASE, source_date_epoch=sde, workdir=tmp_path / "w")
 
 
-def test_two_engine_builds_give_one_image(docker_client: Any, tmp_path: Path,
-                                          tiny_builds: list[str]) -> None:
+def test_two_engine_builds_give_one_image(
+    docker_client: Any, tmp_path: Path, tiny_builds: list[str]
+) -> None:
     first = build(docker_client, tmp_path, tiny_builds, "one")
     second = build(docker_client, tmp_path, tiny_builds, "two")
     assert first != second  # the engine's images differ (times, log, machine-id)
@@ -89,13 +94,16 @@ def test_two_engine_builds_give_one_image(docker_client: Any, tmp_path: Path,
 
     # What runs is what was built: the file, the user; no build log, an empty machine-id.
     out = docker_client.containers.run(
-        a.image_id, ["sh", "-c", "cat /app/hello; id -u; ls /var/log/app; wc -c </etc/machine-id"],
-        remove=True).decode()
+        a.image_id,
+        ["sh", "-c", "cat /app/hello; id -u; ls /var/log/app; wc -c </etc/machine-id"],
+        remove=True,
+    ).decode()
     assert out.split() == ["hello", "1000", "0"]
 
 
-def test_another_lock_gives_another_digest(docker_client: Any, tmp_path: Path,
-                                           tiny_builds: list[str]) -> None:
+def test_another_lock_gives_another_digest(
+    docker_client: Any, tmp_path: Path, tiny_builds: list[str]
+) -> None:
     engine = build(docker_client, tmp_path, tiny_builds, "sde")
     one = write(docker_client, tmp_path, engine)
     other = write(docker_client, tmp_path, engine, sde=SDE + 86400)
@@ -104,30 +112,53 @@ def test_another_lock_gives_another_digest(docker_client: Any, tmp_path: Path,
     tiny_builds += [one.image_id, other.image_id]
 
 
-def test_verify_names_the_first_differing_layer_and_file(docker_client: Any, tmp_path: Path,
-                                                         tiny_builds: list[str]) -> None:
-    predicted_image = write(docker_client, tmp_path,
-                            build(docker_client, tmp_path, tiny_builds, "hello"))
-    rebuilt_image = write(docker_client, tmp_path,
-                          build(docker_client, tmp_path, tiny_builds, "bye", greeting="bye"))
+def test_verify_names_the_first_differing_layer_and_file(
+    docker_client: Any, tmp_path: Path, tiny_builds: list[str]
+) -> None:
+    predicted_image = write(
+        docker_client, tmp_path, build(docker_client, tmp_path, tiny_builds, "hello")
+    )
+    rebuilt_image = write(
+        docker_client, tmp_path, build(docker_client, tmp_path, tiny_builds, "bye", greeting="bye")
+    )
     tiny_builds += [predicted_image.image_id, rebuilt_image.image_id]
     predicted = repro.observe(docker_client, predicted_image.image_id, BASE)
     rebuilt = repro.observe(docker_client, rebuilt_image.image_id, BASE)
     assert predicted.layers[0] != rebuilt.layers[0]
 
     with pytest.raises(BuildError) as caught:
-        repro.check_prediction(docker_client, predicted, rebuilt, env="tiny", target="docker",
-                               base=BASE, workdir=tmp_path / "v")
+        repro.check_prediction(
+            docker_client,
+            predicted,
+            rebuilt,
+            env="tiny",
+            target="docker",
+            base=BASE,
+            workdir=tmp_path / "v",
+        )
     message = str(caught.value)
     assert "layer 2 of the image (1 above the base)" in message
     assert "GREETING" in message or "mkdir -p /app" in message  # the step that made it
     assert "first differing file: /app/hello: " in message and "content sha256" in message
 
     # Without the predicted image on the engine, the layer is still named.
-    missing = repro.Prediction("sha256:" + hashlib.sha256(b"gone").hexdigest(),
-                               predicted.layers)
+    missing = repro.Prediction("sha256:" + hashlib.sha256(b"gone").hexdigest(), predicted.layers)
     with pytest.raises(BuildError, match="not on this engine, so no file can be named"):
-        repro.check_prediction(docker_client, missing, rebuilt, env="tiny", target="docker",
-                               base=BASE, workdir=tmp_path / "v2")
-    repro.check_prediction(docker_client, predicted, predicted, env="tiny", target="docker",
-                           base=BASE, workdir=tmp_path / "v3")  # the same image passes
+        repro.check_prediction(
+            docker_client,
+            missing,
+            rebuilt,
+            env="tiny",
+            target="docker",
+            base=BASE,
+            workdir=tmp_path / "v2",
+        )
+    repro.check_prediction(
+        docker_client,
+        predicted,
+        predicted,
+        env="tiny",
+        target="docker",
+        base=BASE,
+        workdir=tmp_path / "v3",
+    )  # the same image passes

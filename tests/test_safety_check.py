@@ -51,11 +51,34 @@ TARGETS = ("docker", "wsl2", "windows", "native")  # the built-in targets this m
 
 SPEC_FILE = "environments.toml"
 #: Microsoft, "Naming Files, Paths, and Namespaces": names no file or folder may have.
-WINDOWS_DEVICE_NAMES = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)),
-                        *(f"lpt{i}" for i in range(10))}
+WINDOWS_DEVICE_NAMES = {
+    "con",
+    "prn",
+    "aux",
+    "nul",
+    *(f"com{i}" for i in range(10)),
+    *(f"lpt{i}" for i in range(10)),
+}
 #: Characters that some output language cannot carry, and some that every language can.
-NASTY = ['"', "'", "\n", "\r", "\x00", "\u2028", "\x85", "\t", "$(id)", "`", "%PATH%", "!", "\\",
-         "é", "\u2019", ";", " "]
+NASTY = [
+    '"',
+    "'",
+    "\n",
+    "\r",
+    "\x00",
+    "\u2028",
+    "\x85",
+    "\t",
+    "$(id)",
+    "`",
+    "%PATH%",
+    "!",
+    "\\",
+    "é",
+    "\u2019",
+    ";",
+    " ",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,14 +106,20 @@ class Model:
 
     def toml(self) -> str:
         table: dict[str, Any] = {
-            "description": self.description, "accelerator": self.accelerator,
-            "python": self.python, "targets": list(self.targets),
-            "packages": list(self.packages), "env": dict(self.env), "rccl": dict(self.rccl),
+            "description": self.description,
+            "accelerator": self.accelerator,
+            "python": self.python,
+            "targets": list(self.targets),
+            "packages": list(self.packages),
+            "env": dict(self.env),
+            "rccl": dict(self.rccl),
             "apt": list(self.apt),
-            "docker": _present(base=self.docker_base, user=self.docker_user,
-                               python=self.docker_python),
-            "wsl2": _present(distro=self.distro, ubuntu=self.ubuntu, base=self.wsl_base,
-                             user=self.wsl_user),
+            "docker": _present(
+                base=self.docker_base, user=self.docker_user, python=self.docker_python
+            ),
+            "wsl2": _present(
+                distro=self.distro, ubuntu=self.ubuntu, base=self.wsl_base, user=self.wsl_user
+            ),
             "windows": _present(python=self.python, hip_path=self.hip_path),
         }
         if self.rocm is not None:
@@ -106,18 +135,27 @@ class Model:
         if base and "docker" in self.targets:
             tables["docker"] = DockerTable(base, self.docker_user, self.docker_python)
         if wsl_base and "wsl2" in self.targets:
-            tables["wsl2"] = Wsl2Table(self.distro or f"envbuilder-{self.name}", wsl_base,
-                                       self.ubuntu, self.wsl_user)
+            tables["wsl2"] = Wsl2Table(
+                self.distro or f"envbuilder-{self.name}", wsl_base, self.ubuntu, self.wsl_user
+            )
         if "windows" in self.targets:
             tables["windows"] = WindowsTable(self.python, self.hip_path)
         if "native" in self.targets:
             tables["native"] = NativeTable(self.python)
         return EnvSpec(
-            name=self.name, description=self.description,
+            name=self.name,
+            description=self.description,
             accelerator=self.accelerator,  # type: ignore[arg-type]  # generated: "cpu"/"rocm"
-            python=self.python, packages=self.packages, index_pins={}, targets=self.targets,
-            rocm=self.rocm, gpu="RX 7900 XTX" if self.rocm else None, env=dict(self.env),
-            rccl=dict(self.rccl), apt=self.apt, tables=tables,
+            python=self.python,
+            packages=self.packages,
+            index_pins={},
+            targets=self.targets,
+            rocm=self.rocm,
+            gpu="RX 7900 XTX" if self.rocm else None,
+            env=dict(self.env),
+            rccl=dict(self.rccl),
+            apt=self.apt,
+            tables=tables,
         )
 
 
@@ -128,15 +166,19 @@ def _present(**values: str | None) -> dict[str, str]:
 def _nasty_text(plain: list[str]) -> st.SearchStrategy[str]:
     return st.one_of(
         st.sampled_from(plain),
-        st.builds(lambda a, b, c: a + b + c, st.sampled_from(plain), st.sampled_from(NASTY),
-                  st.sampled_from(plain)),
+        st.builds(
+            lambda a, b, c: a + b + c,
+            st.sampled_from(plain),
+            st.sampled_from(NASTY),
+            st.sampled_from(plain),
+        ),
     )
 
 
-VAR_NAMES = st.sampled_from(["A", "PYTHONUNBUFFERED", "HIP_PATH", "ROCM_PATH", "_X",
-                             "HSA_OVERRIDE_GFX_VERSION"])
-RCCL_NAMES = st.sampled_from(["NCCL_DEBUG", "NCCL_ALGO", "RCCL_MSCCL_ENABLE",
-                              "NCCL_SOCKET_IFNAME"])
+VAR_NAMES = st.sampled_from(
+    ["A", "PYTHONUNBUFFERED", "HIP_PATH", "ROCM_PATH", "_X", "HSA_OVERRIDE_GFX_VERSION"]
+)
+RCCL_NAMES = st.sampled_from(["NCCL_DEBUG", "NCCL_ALGO", "RCCL_MSCCL_ENABLE", "NCCL_SOCKET_IFNAME"])
 VALUES = _nasty_text(["1", "ring", "a b", "x", "C:\\x", "$(id)", "'", "%PATH%"])
 
 
@@ -146,19 +188,29 @@ def _pairs(names: st.SearchStrategy[str]) -> st.SearchStrategy[tuple[tuple[str, 
 
 #: Values that `check` accepts (for a cpu env on Python 3.11 or a rocm env on 3.12)...
 GOOD: dict[str, st.SearchStrategy[Any]] = {
-    "name": st.one_of(st.sampled_from(["cpu", "seed-6-1", "my_env", "a__b", "a--b", "a" * 53,
-                                       "prn-1"]),
-                      st.from_regex(r"[a-z0-9]{1,6}([_-][a-z0-9]{1,6}){0,2}", fullmatch=True)),
-    "targets": st.lists(st.sampled_from(TARGETS), min_size=1, max_size=4,
-                        unique=True).map(tuple),
-    "description": st.sampled_from(["", "a test env", "it's \"quoted\" $(not) run"]),
-    "packages": st.lists(st.sampled_from([
-        "numpy", "numpy==2.1.0", "numpy<2; python_version < '3.13'",
-        "x @ https://h.example/x-1.0-py3-none-any.whl"]), max_size=2, unique=True).map(tuple),
+    "name": st.one_of(
+        st.sampled_from(["cpu", "seed-6-1", "my_env", "a__b", "a--b", "a" * 53, "prn-1"]),
+        st.from_regex(r"[a-z0-9]{1,6}([_-][a-z0-9]{1,6}){0,2}", fullmatch=True),
+    ),
+    "targets": st.lists(st.sampled_from(TARGETS), min_size=1, max_size=4, unique=True).map(tuple),
+    "description": st.sampled_from(["", "a test env", 'it\'s "quoted" $(not) run']),
+    "packages": st.lists(
+        st.sampled_from(
+            [
+                "numpy",
+                "numpy==2.1.0",
+                "numpy<2; python_version < '3.13'",
+                "x @ https://h.example/x-1.0-py3-none-any.whl",
+            ]
+        ),
+        max_size=2,
+        unique=True,
+    ).map(tuple),
     "env": _pairs(VAR_NAMES),
     "rccl": _pairs(RCCL_NAMES),
-    "apt": st.lists(st.sampled_from(["libnuma1", "curl", "g++"]), max_size=2,
-                    unique=True).map(tuple),
+    "apt": st.lists(st.sampled_from(["libnuma1", "curl", "g++"]), max_size=2, unique=True).map(
+        tuple
+    ),
     "docker_user": st.sampled_from(["envbuilder", "_x", "ml-user"]),
     "docker_python": st.sampled_from(["python3", "/usr/bin/python3"]),
     "distro": st.sampled_from([None, "envbuilder-x", "My.Distro_1"]),
@@ -167,21 +219,53 @@ GOOD: dict[str, st.SearchStrategy[Any]] = {
 }
 #: ... and values that some step may refuse: up to two fields of a model get one of these.
 BAD: dict[str, st.SearchStrategy[Any]] = {
-    "name": st.sampled_from(["seed-6.1", "a.b", "rocm.6", "con", "nul", "com1", "lpt9", "Bad",
-                             "x y", "b" * 54, "c" * 63, "d" * 64]),
+    "name": st.sampled_from(
+        [
+            "seed-6.1",
+            "a.b",
+            "rocm.6",
+            "con",
+            "nul",
+            "com1",
+            "lpt9",
+            "Bad",
+            "x y",
+            "b" * 54,
+            "c" * 63,
+            "d" * 64,
+        ]
+    ),
     "description": _nasty_text(["", "x"]),
-    "packages": st.lists(st.sampled_from([
-        "x @ file:///tmp/x.whl", "numpy==", "y @ git+https://h/y", "z @ file:///tmp/z"]),
-        min_size=1, max_size=2, unique=True).map(tuple),
-    "env": st.dictionaries(st.sampled_from(["A", "1A", "A-B", "HSA_OVERRIDE_GFX_VERSION"]),
-                           _nasty_text(["", "1"]), min_size=1, max_size=2).map(
-        lambda d: tuple(d.items())),
+    "packages": st.lists(
+        st.sampled_from(
+            ["x @ file:///tmp/x.whl", "numpy==", "y @ git+https://h/y", "z @ file:///tmp/z"]
+        ),
+        min_size=1,
+        max_size=2,
+        unique=True,
+    ).map(tuple),
+    "env": st.dictionaries(
+        st.sampled_from(["A", "1A", "A-B", "HSA_OVERRIDE_GFX_VERSION"]),
+        _nasty_text(["", "1"]),
+        min_size=1,
+        max_size=2,
+    ).map(lambda d: tuple(d.items())),
     "rccl": st.dictionaries(RCCL_NAMES, _nasty_text(["1"]), min_size=1, max_size=2).map(
-        lambda d: tuple(d.items())),
-    "apt": st.lists(st.sampled_from(["Bad", "a;b", "x"]), min_size=1, max_size=2,
-                    unique=True).map(tuple),
-    "docker_base": st.sampled_from(["Debian:12", "debian", "debian:12\nRUN id", "a b:1",
-                                    "127.0.0.1:5000/x/y:1", "x@sha256:" + "a" * 64]),
+        lambda d: tuple(d.items())
+    ),
+    "apt": st.lists(st.sampled_from(["Bad", "a;b", "x"]), min_size=1, max_size=2, unique=True).map(
+        tuple
+    ),
+    "docker_base": st.sampled_from(
+        [
+            "Debian:12",
+            "debian",
+            "debian:12\nRUN id",
+            "a b:1",
+            "127.0.0.1:5000/x/y:1",
+            "x@sha256:" + "a" * 64,
+        ]
+    ),
     "docker_user": st.sampled_from(["root", "a b", "x" * 33, "é"]),
     "docker_python": st.sampled_from(["py thon", "python3;id"]),
     "distro": st.sampled_from(["my distro", "e" * 65, "-x", "Ü"]),
@@ -199,18 +283,30 @@ def all_models(draw: st.DrawFn) -> Model:
     good values, with up to two of them replaced by doubtful ones."""
     fields = {k: draw(v) for k, v in GOOD.items()}
     if draw(st.booleans()):
-        fields.update(accelerator="cpu", rocm=None, python="3.11",
-                      docker_base="debian:bookworm-slim", wsl_base="debian:bookworm-slim",
-                      ubuntu=None)
+        fields.update(
+            accelerator="cpu",
+            rocm=None,
+            python="3.11",
+            docker_base="debian:bookworm-slim",
+            wsl_base="debian:bookworm-slim",
+            ubuntu=None,
+        )
     else:
-        fields.update(accelerator="rocm", rocm=draw(st.sampled_from(["6.4.1", "7.2.1"])),
-                      python="3.12", docker_base=None, wsl_base=None, ubuntu="24.04")
+        fields.update(
+            accelerator="rocm",
+            rocm=draw(st.sampled_from(["6.4.1", "7.2.1"])),
+            python="3.12",
+            docker_base=None,
+            wsl_base=None,
+            ubuntu="24.04",
+        )
     for key in draw(st.lists(st.sampled_from(sorted(BAD)), max_size=2, unique=True)):
         fields[key] = draw(BAD[key])
     return Model(**fields)
 
 
 # --- the judges of "later" ----------------------------------------------------------------------
+
 
 def _render_failure(env: EnvSpec, project: Project) -> str | None:
     """Why rendering `env` (or writing its venv's activate scripts) fails, or None."""
@@ -221,9 +317,14 @@ def _render_failure(env: EnvSpec, project: Project) -> str | None:
         for target in ("native", "windows"):
             if target in env.targets:
                 variables = registry.get(target).variables(env)
-                activate.script_blocks([Path(n) for n in ("activate", "activate.ps1",
-                                                          "activate.bat", "deactivate.bat")],
-                                       variables, windows=target == "windows")
+                activate.script_blocks(
+                    [
+                        Path(n)
+                        for n in ("activate", "activate.ps1", "activate.bat", "deactivate.bat")
+                    ],
+                    variables,
+                    windows=target == "windows",
+                )
     except EnvbuilderError as exc:
         return str(exc)
     return None
@@ -283,16 +384,39 @@ def _repairs(m: Model) -> dict[str, Callable[[Model], Model]]:
 def _dropping(table: str, name: str) -> Callable[[Model], Model]:
     def drop(x: Model) -> Model:
         kept = tuple((k, v) for k, v in getattr(x, table) if k != name)
-        return dataclasses.replace(x, env=kept) if table == "env" else \
-            dataclasses.replace(x, rccl=kept)
+        return (
+            dataclasses.replace(x, env=kept)
+            if table == "env"
+            else dataclasses.replace(x, rccl=kept)
+        )
+
     return drop
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(all_models())
-@example(Model("seed-6.1", "cpu", None, "3.11", ("docker", "windows"), "", (), (("A", 'x"y'),),
-               (), (), "debian:bookworm-slim", "envbuilder", "python3", None, None, None,
-               "envbuilder", None))  # the issue's two cases
+@example(
+    Model(
+        "seed-6.1",
+        "cpu",
+        None,
+        "3.11",
+        ("docker", "windows"),
+        "",
+        (),
+        (("A", 'x"y'),),
+        (),
+        (),
+        "debian:bookworm-slim",
+        "envbuilder",
+        "python3",
+        None,
+        None,
+        None,
+        "envbuilder",
+        None,
+    )
+)  # the issue's two cases
 def test_check_passes_exactly_when_render_and_lock_would(model: Model) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -332,6 +456,7 @@ def test_check_passes_exactly_when_render_and_lock_would(model: Model) -> None:
 
 # --- the issue's examples, through the CLI --------------------------------------------------------
 
+
 def _run_check(tmp_path: Path, text: str, capsys: Any) -> tuple[int, list[str]]:
     spec = tmp_path / SPEC_FILE
     spec.write_text(text, encoding="utf-8")
@@ -351,29 +476,33 @@ base = "debian:bookworm-slim"
 
 
 def test_dotted_env_name_is_an_error_naming_the_env(tmp_path: Path, capsys: Any) -> None:
-    code, lines = _run_check(tmp_path, CPU.format(name='"seed-6.1"', targets='["docker"]',
-                                                  value="1"), capsys)
+    code, lines = _run_check(
+        tmp_path, CPU.format(name='"seed-6.1"', targets='["docker"]', value="1"), capsys
+    )
     assert code == 1
     assert lines[0].startswith(f"{tmp_path / SPEC_FILE}: env.seed-6.1: error: env name has a dot")
     assert lines[0].endswith("use 'seed-6-1'")
     # the suggested name is one pip accepts for every target, and check passes with it
     assert all(is_valid_pylock_path(Path(pylock_name("seed-6-1", t))) for t in registry.names())
-    code, lines = _run_check(tmp_path, CPU.format(name="seed-6-1", targets='["docker"]',
-                                                  value="1"), capsys)
+    code, lines = _run_check(
+        tmp_path, CPU.format(name="seed-6-1", targets='["docker"]', value="1"), capsys
+    )
     assert code == 0, lines
 
 
-def test_double_quote_in_a_value_is_refused_for_windows_only(tmp_path: Path,
-                                                             capsys: Any) -> None:
-    code, lines = _run_check(tmp_path, CPU.format(name="w", targets='["docker", "windows"]',
-                                                  value='say "hi"'), capsys)
+def test_double_quote_in_a_value_is_refused_for_windows_only(tmp_path: Path, capsys: Any) -> None:
+    code, lines = _run_check(
+        tmp_path, CPU.format(name="w", targets='["docker", "windows"]', value='say "hi"'), capsys
+    )
     assert code == 1
-    assert lines[0].startswith(f"{tmp_path / SPEC_FILE}: env.w.env.A: error: value contains a "
-                               "double quote")
+    assert lines[0].startswith(
+        f"{tmp_path / SPEC_FILE}: env.w.env.A: error: value contains a double quote"
+    )
     assert "windows target" in lines[0]
     # Dockerfile ENV carries it: without the windows target, check passes and render writes it
-    code, lines = _run_check(tmp_path, CPU.format(name="w", targets='["docker"]',
-                                                  value='say "hi"'), capsys)
+    code, lines = _run_check(
+        tmp_path, CPU.format(name="w", targets='["docker"]', value='say "hi"'), capsys
+    )
     assert code == 0, lines
     assert main(["-q", "render", "--spec", str(tmp_path / SPEC_FILE)]) == 0
     dockerfile = (tmp_path / "dockerfiles" / "w" / "Dockerfile").read_text()
@@ -399,5 +528,10 @@ python = "3.12"
     code, lines = _run_check(tmp_path, text, capsys)
     assert code == 1
     keys = {line.split(": ")[1] for line in lines if ": error: " in line}
-    assert {"env.seed-6.1", "env.seed-6.1.env.A", "env.seed-6.1.wsl2.user",
-            "env.seed-6.1.wsl2.ubuntu", "env.seed-6.1.rocm"} <= keys, lines
+    assert {
+        "env.seed-6.1",
+        "env.seed-6.1.env.A",
+        "env.seed-6.1.wsl2.user",
+        "env.seed-6.1.wsl2.ubuntu",
+        "env.seed-6.1.rocm",
+    } <= keys, lines

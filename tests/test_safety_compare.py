@@ -25,28 +25,68 @@ from envbuilder.errors import CompareError
 DATA = Path(__file__).parent / "data" / "compare"
 
 
-def report(metrics: list[dict[str, Any]], *, env: Any = "cpu", target: Any = "docker",
-           check: str = "matmul") -> dict[str, Any]:
+def report(
+    metrics: list[dict[str, Any]],
+    *,
+    env: Any = "cpu",
+    target: Any = "docker",
+    check: str = "matmul",
+) -> dict[str, Any]:
     """A schema_version 1 probe report with `metrics` under one check."""
     return {
-        "schema_version": 1, "tool": "envbuilder-probe", "probe_version": "0.1.0",
-        "started_at": "2026-12-02T14:00:00Z", "duration_s": 1.0, "status": "pass",
+        "schema_version": 1,
+        "tool": "envbuilder-probe",
+        "probe_version": "0.1.0",
+        "started_at": "2026-12-02T14:00:00Z",
+        "duration_s": 1.0,
+        "status": "pass",
         "options": {"level": "quick", "expect": "cpu", "repeat": 3},
         "labels": {"env": env, "target": target},
-        "fingerprint": {"python": "3.11.2", "torch": "2.13.0+cpu", "hip": None, "cuda": None,
-                        "driver": None, "devices": [], "host_os": "Debian 12", "kernel": "6.1",
-                        "wsl": False, "lock_sha256": "a" * 64, "env_vars": {}},
-        "checks": [{"name": check, "status": "pass", "reason": None, "duration_s": 1.0,
-                    "details": {}, "metrics": metrics}],
+        "fingerprint": {
+            "python": "3.11.2",
+            "torch": "2.13.0+cpu",
+            "hip": None,
+            "cuda": None,
+            "driver": None,
+            "devices": [],
+            "host_os": "Debian 12",
+            "kernel": "6.1",
+            "wsl": False,
+            "lock_sha256": "a" * 64,
+            "env_vars": {},
+        },
+        "checks": [
+            {
+                "name": check,
+                "status": "pass",
+                "reason": None,
+                "duration_s": 1.0,
+                "details": {},
+                "metrics": metrics,
+            }
+        ],
     }
 
 
-def metric(samples: list[float], *, name: str = "tflops", size: str | None = "1024",
-           higher: bool = True, value: float | None = None) -> dict[str, Any]:
+def metric(
+    samples: list[float],
+    *,
+    name: str = "tflops",
+    size: str | None = "1024",
+    higher: bool = True,
+    value: float | None = None,
+) -> dict[str, Any]:
     """A metric whose value is the middle sample (or `value`)."""
     middle = sorted(samples)[len(samples) // 2]
-    return {"name": name, "value": middle if value is None else value, "unit": "TFLOP/s",
-            "dtype": "fp32", "size": size, "samples": samples, "higher_is_better": higher}
+    return {
+        "name": name,
+        "value": middle if value is None else value,
+        "unit": "TFLOP/s",
+        "dtype": "fp32",
+        "size": size,
+        "samples": samples,
+        "higher_is_better": higher,
+    }
 
 
 def write(path: Path, data: dict[str, Any] | str) -> Path:
@@ -55,12 +95,19 @@ def write(path: Path, data: dict[str, Any] | str) -> Path:
 
 
 def outputs(tmp_path: Path) -> list[str]:
-    return ["--json", str(tmp_path / "out.json"), "--markdown", str(tmp_path / "out.md"),
-            "--html", str(tmp_path / "html")]
+    return [
+        "--json",
+        str(tmp_path / "out.json"),
+        "--markdown",
+        str(tmp_path / "out.md"),
+        "--html",
+        str(tmp_path / "html"),
+    ]
 
 
-def assert_refused(tmp_path: Path, bad: Path, capsys: pytest.CaptureFixture[str],
-                   *expected: str) -> str:
+def assert_refused(
+    tmp_path: Path, bad: Path, capsys: pytest.CaptureFixture[str], *expected: str
+) -> str:
     """compare GOOD BAD with every output: exit 1, one error line naming the file and the
     expected words, and no output written."""
     good = write(tmp_path / "good.json", report([metric([1.0, 1.1, 1.2])]))
@@ -94,60 +141,80 @@ def _set(data: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
 M0 = "checks.0.metrics.0"
 
 
-@pytest.mark.parametrize(("path", "value", "expected"), [
-    ("labels", ["cpu", "docker"], "'labels' must be an object, not a list"),
-    ("labels.env", ["cpu"], "'labels.env' must be a string, not a list"),
-    ("labels.target", 5, "'labels.target' must be a string, not a number"),
-    ("labels.env", {"a": 1}, "'labels.env' must be a string, not an object"),
-    ("labels.env", "cpu\x1b[2J", "'labels.env' contains the control character '\\x1b'"),
-    ("labels.env", "x" * 201, "'labels.env' is 201 characters long; at most 200"),
-    ("fingerprint", "3.11", "'fingerprint' must be an object, not a string"),
-    ("options", [1], "'options' must be an object, not a list"),
-    ("status", 1, "'status' must be a string"),
-    ("schema_version", True, "schema_version True is not supported"),
-    ("checks.0.reason", 5, "check 'matmul': 'reason' must be a string or null, not a number"),
-    ("checks.0.status", ["fail"], "check 'matmul': 'status' must be a string, not a list"),
-    ("checks.0.metrics", {"a": 1}, "check 'matmul': 'metrics' must be a list, not an object"),
-    ("checks.0.metrics", 7, "check 'matmul': 'metrics' must be a list, not a number"),
-    (f"{M0}.higher_is_better", "false",
-     "metric 'tflops': 'higher_is_better' must be true or false, not a string ('false')"),
-    (f"{M0}.value", "12.5", "metric 'tflops': 'value' must be a number, not a string"),
-    (f"{M0}.samples", [1.0, "fast", 1.2], "'samples[1]' must be a number, not a string"),
-    (f"{M0}.samples", 3, "'samples' must be a list of numbers, not a number"),
-    (f"{M0}.dtype", 16, "metric 'tflops': 'dtype' must be a string, not a number"),
-    (f"{M0}.size", [1024], "metric 'tflops': 'size' must be a string, not a list"),
-    (f"{M0}.unit", {"si": "TFLOP/s"}, "metric 'tflops': 'unit' must be a string, not an object"),
-    (f"{M0}.name", ["tflops"], "'name' must be a string, not a list"),
-])
-def test_wrong_types_name_file_and_key(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                       path: str, value: Any, expected: str) -> None:
+@pytest.mark.parametrize(
+    ("path", "value", "expected"),
+    [
+        ("labels", ["cpu", "docker"], "'labels' must be an object, not a list"),
+        ("labels.env", ["cpu"], "'labels.env' must be a string, not a list"),
+        ("labels.target", 5, "'labels.target' must be a string, not a number"),
+        ("labels.env", {"a": 1}, "'labels.env' must be a string, not an object"),
+        ("labels.env", "cpu\x1b[2J", "'labels.env' contains the control character '\\x1b'"),
+        ("labels.env", "x" * 201, "'labels.env' is 201 characters long; at most 200"),
+        ("fingerprint", "3.11", "'fingerprint' must be an object, not a string"),
+        ("options", [1], "'options' must be an object, not a list"),
+        ("status", 1, "'status' must be a string"),
+        ("schema_version", True, "schema_version True is not supported"),
+        ("checks.0.reason", 5, "check 'matmul': 'reason' must be a string or null, not a number"),
+        ("checks.0.status", ["fail"], "check 'matmul': 'status' must be a string, not a list"),
+        ("checks.0.metrics", {"a": 1}, "check 'matmul': 'metrics' must be a list, not an object"),
+        ("checks.0.metrics", 7, "check 'matmul': 'metrics' must be a list, not a number"),
+        (
+            f"{M0}.higher_is_better",
+            "false",
+            "metric 'tflops': 'higher_is_better' must be true or false, not a string ('false')",
+        ),
+        (f"{M0}.value", "12.5", "metric 'tflops': 'value' must be a number, not a string"),
+        (f"{M0}.samples", [1.0, "fast", 1.2], "'samples[1]' must be a number, not a string"),
+        (f"{M0}.samples", 3, "'samples' must be a list of numbers, not a number"),
+        (f"{M0}.dtype", 16, "metric 'tflops': 'dtype' must be a string, not a number"),
+        (f"{M0}.size", [1024], "metric 'tflops': 'size' must be a string, not a list"),
+        (
+            f"{M0}.unit",
+            {"si": "TFLOP/s"},
+            "metric 'tflops': 'unit' must be a string, not an object",
+        ),
+        (f"{M0}.name", ["tflops"], "'name' must be a string, not a list"),
+    ],
+)
+def test_wrong_types_name_file_and_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], path: str, value: Any, expected: str
+) -> None:
     bad = write(tmp_path / "bad.json", _set(report([metric([1.0, 1.1, 1.2])]), path, value))
     assert_refused(tmp_path, bad, capsys, expected)
 
 
 def test_integer_beyond_float_range_is_a_value_problem_not_a_crash(tmp_path: Path) -> None:
     # float(10**400) raises OverflowError; such a value is as unusable as 1e999, and noted.
-    text = json.dumps(report([metric([1.0, 1.1, 1.2])])).replace('"value": 1.1', '"value": 1' +
-                                                                   "0" * 400)
+    text = json.dumps(report([metric([1.0, 1.1, 1.2])])).replace(
+        '"value": 1.1', '"value": 1' + "0" * 400
+    )
     loaded = compare.load_report(write(tmp_path / "big.json", text))
     (m,) = loaded.metrics.values()
     assert m.value is None and m.problem is not None and "not a finite number" in m.problem
 
 
-def test_integer_too_long_for_python_is_refused(tmp_path: Path,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_integer_too_long_for_python_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # Python refuses to parse integers of more than 4300 digits (a ValueError, not a
     # JSONDecodeError): one message, no traceback.
-    text = json.dumps(report([metric([1.0, 1.1, 1.2])])).replace('"value": 1.1',
-                                                                 '"value": ' + "9" * 5000)
-    assert_refused(tmp_path, write(tmp_path / "long.json", text), capsys,
-                   "cannot be read as JSON", "4300 digits")
+    text = json.dumps(report([metric([1.0, 1.1, 1.2])])).replace(
+        '"value": 1.1', '"value": ' + "9" * 5000
+    )
+    assert_refused(
+        tmp_path,
+        write(tmp_path / "long.json", text),
+        capsys,
+        "cannot be read as JSON",
+        "4300 digits",
+    )
 
 
 def test_not_utf8_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "latin1.json"
-    bad.write_bytes(json.dumps(report([metric([1.0])], env="caf\u00e9"), ensure_ascii=False)
-                    .encode("latin-1"))
+    bad.write_bytes(
+        json.dumps(report([metric([1.0])], env="caf\u00e9"), ensure_ascii=False).encode("latin-1")
+    )
     assert_refused(tmp_path, bad, capsys, "not UTF-8 text (byte")
 
 
@@ -157,21 +224,29 @@ def test_not_utf8_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 MARKUP = ("[/]", "[bold red]x")
 
 
-def test_rich_markup_in_labels_prints_literally(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_rich_markup_in_labels_prints_literally(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("COLUMNS", "250")  # one table line per row: the labels stay whole
-    a = write(tmp_path / "a.json", report([metric([1.0, 1.1, 1.2], name="[i]tflops[/i]")],
-                                          env=MARKUP[0], target="base"))
-    b = write(tmp_path / "b.json", report([metric([2.0, 2.1, 2.2], name="[i]tflops[/i]")],
-                                          env=MARKUP[1], target="[/bold red]"))
+    a = write(
+        tmp_path / "a.json",
+        report([metric([1.0, 1.1, 1.2], name="[i]tflops[/i]")], env=MARKUP[0], target="base"),
+    )
+    b = write(
+        tmp_path / "b.json",
+        report(
+            [metric([2.0, 2.1, 2.2], name="[i]tflops[/i]")], env=MARKUP[1], target="[/bold red]"
+        ),
+    )
     assert main(["compare", str(a), str(b)]) == 0
     out = capsys.readouterr().out
     assert "compared with [/]/base" in out  # the table's title
     assert "[bold red]x/[/bold red]" in out and "[i]tflops[/i]" in out
 
 
-def test_rich_markup_in_labels_plain_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_rich_markup_in_labels_plain_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     # The plain-text table (used past RICH_TABLE_MAX_LINES lines) prints markup literally too.
     monkeypatch.setattr(compare_command, "RICH_TABLE_MAX_LINES", 0)
     a = write(tmp_path / "a.json", report([metric([1.0, 1.1, 1.2])], env=MARKUP[0]))
@@ -185,10 +260,14 @@ TEX = ("$\\frac{$", "$x^$")  # mathtext raises on both
 
 
 def test_tex_in_labels_under_html_is_literal(tmp_path: Path) -> None:
-    a = write(tmp_path / "a.json", report([metric([1.0, 1.1, 1.2], name="$\\alpha$")],
-                                          env=TEX[0], target="t"))
-    b = write(tmp_path / "b.json", report([metric([2.0, 2.1, 2.2], name="$\\alpha$")],
-                                          env=TEX[1], target="t", check="matmul"))
+    a = write(
+        tmp_path / "a.json",
+        report([metric([1.0, 1.1, 1.2], name="$\\alpha$")], env=TEX[0], target="t"),
+    )
+    b = write(
+        tmp_path / "b.json",
+        report([metric([2.0, 2.1, 2.2], name="$\\alpha$")], env=TEX[1], target="t", check="matmul"),
+    )
     html = tmp_path / "html"
     assert main(["compare", str(a), str(b), "--html", str(html)]) == 0
     page = (html / "index.html").read_text()
@@ -221,14 +300,16 @@ def _json_without_nan(path: Path) -> dict[str, Any]:
 
 @pytest.mark.parametrize(("base", "other"), [(1e-308, 1e308), (1e308, 1e-308)])
 @pytest.mark.parametrize("higher", [True, False])
-def test_extreme_values_give_no_ratio_not_inf(tmp_path: Path, base: float, other: float,
-                                              higher: bool) -> None:
+def test_extreme_values_give_no_ratio_not_inf(
+    tmp_path: Path, base: float, other: float, higher: bool
+) -> None:
     """1e308 / 1e-308 overflows to inf and 1e-308 / 1e308 underflows to 0: neither is a ratio.
     Decision: no ratio, verdict 'no comparison', a note saying why; every output still written
     and the JSON has no NaN/Infinity."""
     a = write(tmp_path / "a.json", report([metric([base, base, base], higher=higher)]))
-    b = write(tmp_path / "b.json", report([metric([other, other, other], higher=higher)],
-                                          target="native"))
+    b = write(
+        tmp_path / "b.json", report([metric([other, other, other], higher=higher)], target="native")
+    )
     assert main(["compare", str(a), str(b), *outputs(tmp_path)]) == 0
     data = _json_without_nan(tmp_path / "out.json")
     cell = data["metrics"][0]["results"][1]
@@ -242,8 +323,9 @@ def test_median_of_huge_even_samples_does_not_overflow(tmp_path: Path) -> None:
     # statistics.median adds the middle two: (1e308 + 1e308) / 2 is inf.
     # The noise floor (2 % of 1.25e308) must not overflow either: 1.25e308 * 2 is inf.
     a = write(tmp_path / "a.json", report([metric([1e308, 1.5e308], value=1.25e308)]))
-    b = write(tmp_path / "b.json", report([metric([1.6e308, 1.7e308], value=1.65e308)],
-                                          target="native"))
+    b = write(
+        tmp_path / "b.json", report([metric([1.6e308, 1.7e308], value=1.65e308)], target="native")
+    )
     assert main(["compare", str(a), str(b), "--json", str(tmp_path / "c.json")]) == 0
     results = _json_without_nan(tmp_path / "c.json")["metrics"][0]["results"]
     assert results[0]["median"] == pytest.approx(1.25e308)
@@ -255,10 +337,12 @@ def test_median_of_huge_even_samples_does_not_overflow(tmp_path: Path) -> None:
 
 def test_whiskers_beyond_range_are_dropped_not_inf(tmp_path: Path) -> None:
     # The medians compare fine, but max / min of the samples overflows: no error bars.
-    comp = compare.compare_reports([
-        compare.parse_report(report([metric([1e-300, 1.0, 2.0])]), tmp_path / "a.json"),
-        compare.parse_report(report([metric([1.0, 1.0, 1e300])]), tmp_path / "b.json"),
-    ])
+    comp = compare.compare_reports(
+        [
+            compare.parse_report(report([metric([1e-300, 1.0, 2.0])]), tmp_path / "a.json"),
+            compare.parse_report(report([metric([1.0, 1.0, 1e300])]), tmp_path / "b.json"),
+        ]
+    )
     cell = comp.rows[0].cells[1]
     assert cell.ratio == 1.0 and cell.relative_low is None and cell.relative_high is None
     assert cell.relative is not None and math.isfinite(cell.relative)
@@ -269,11 +353,18 @@ def test_whiskers_beyond_range_are_dropped_not_inf(tmp_path: Path) -> None:
 
 
 def test_deeply_nested_json_is_refused_without_recursion(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     text = json.dumps(report([metric([1.0])])).replace(
-        '"details": {}', '"details": ' + "[" * 200_000 + "]" * 200_000)
-    err = assert_refused(tmp_path, write(tmp_path / "deep.json", text), capsys,
-                         "JSON nested 200003 levels deep", f"at most {compare.MAX_JSON_DEPTH}")
+        '"details": {}', '"details": ' + "[" * 200_000 + "]" * 200_000
+    )
+    err = assert_refused(
+        tmp_path,
+        write(tmp_path / "deep.json", text),
+        capsys,
+        "JSON nested 200003 levels deep",
+        f"at most {compare.MAX_JSON_DEPTH}",
+    )
     assert "Recursion" not in err
 
 
@@ -281,36 +372,50 @@ def test_nesting_up_to_the_bound_is_read(tmp_path: Path) -> None:
     # details nested to the bound (report > checks > check > details = 3 more levels)
     inner = compare.MAX_JSON_DEPTH - 3
     text = json.dumps(report([metric([1.0])])).replace(
-        '"details": {}', '"details": ' + "[" * inner + "]" * inner)
+        '"details": {}', '"details": ' + "[" * inner + "]" * inner
+    )
     assert compare.json_nesting_depth(text) == compare.MAX_JSON_DEPTH
     assert compare.load_report(write(tmp_path / "ok.json", text)).metrics
 
 
-@pytest.mark.parametrize(("text", "depth"), [
-    ("1", 0), ("[]", 1), ('{"a": [1, {"b": []}]}', 4),
-    ('{"a": "[[[{{{"}', 1),  # brackets in strings do not count
-    ('{"a": "\\"[[[", "b": "\\\\"}', 1),  # nor after an escaped quote, nor an escaped backslash
-    ('[' * 70 + ']' * 70, 70),
-])
+@pytest.mark.parametrize(
+    ("text", "depth"),
+    [
+        ("1", 0),
+        ("[]", 1),
+        ('{"a": [1, {"b": []}]}', 4),
+        ('{"a": "[[[{{{"}', 1),  # brackets in strings do not count
+        ('{"a": "\\"[[[", "b": "\\\\"}', 1),  # nor after an escaped quote, nor an escaped backslash
+        ("[" * 70 + "]" * 70, 70),
+    ],
+)
 def test_json_nesting_depth(text: str, depth: int) -> None:
     assert compare.json_nesting_depth(text) == depth
 
 
-def test_oversized_file_is_refused_before_reading(tmp_path: Path,
-                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_oversized_file_is_refused_before_reading(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     big = tmp_path / "big.json"
     with big.open("wb") as fh:  # sparse: no 64 MiB written to disk
         fh.truncate(compare.MAX_REPORT_BYTES + 1)
-    assert_refused(tmp_path, big, capsys, f"{compare.MAX_REPORT_BYTES + 1:,} bytes",
-                   "at most 64 MiB")
+    assert_refused(
+        tmp_path, big, capsys, f"{compare.MAX_REPORT_BYTES + 1:,} bytes", "at most 64 MiB"
+    )
 
 
 # --------------------------------------------------------------------------- FIFOs and devices
 
 
 def _compare_process(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "envbuilder", "compare", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=30, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "envbuilder", "compare", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
 
 
 @pytest.mark.parametrize("as_baseline", [False, True])
@@ -342,7 +447,8 @@ def test_folder_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
 
 
 def test_many_metrics_keep_order_and_use_the_plain_table(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Rows: the baseline's metrics in its order, then the others' new ones in theirs (the
     order the quadratic list merge gave; a dict keeps it in linear time). Past
     RICH_TABLE_MAX_LINES table lines the terminal table is plain text."""
@@ -364,10 +470,12 @@ def test_chart_draws_the_metrics_that_differ_most(tmp_path: Path) -> None:
     n = compare_html.CHART_MAX_ROWS + 10
     a = report([metric([1.0, 1.0], name=f"m{i}") for i in range(n)])
     # m3 and m7 differ most; every other metric differs a little, by i
-    b = report([metric([{3: 9.0, 7: 0.1}.get(i, 1 + i / 1000)] * 2, name=f"m{i}")
-                for i in range(n)])
-    comp = compare.compare_reports([compare.parse_report(a, tmp_path / "a.json"),
-                                    compare.parse_report(b, tmp_path / "b.json")])
+    b = report(
+        [metric([{3: 9.0, 7: 0.1}.get(i, 1 + i / 1000)] * 2, name=f"m{i}") for i in range(n)]
+    )
+    comp = compare.compare_reports(
+        [compare.parse_report(a, tmp_path / "a.json"), compare.parse_report(b, tmp_path / "b.json")]
+    )
     rows, total = compare_html.chart_groups(comp)["matmul"]
     assert total == n and len(rows) == compare_html.CHART_MAX_ROWS
     names = [r.name for r in rows]
@@ -394,54 +502,74 @@ def _refused(args: list[str], capsys: pytest.CaptureFixture[str], *expected: str
 
 
 @pytest.mark.parametrize("option", ["--json", "--markdown"])
-def test_output_naming_an_input_is_refused(tmp_path: Path, inputs: tuple[Path, Path],
-                                           option: str,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_output_naming_an_input_is_refused(
+    tmp_path: Path, inputs: tuple[Path, Path], option: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     a, b = inputs
     before = a.read_bytes()
-    _refused([str(a), str(b), option, str(a)], capsys, f"{option} {a} is the input report",
-             "would overwrite")
+    _refused(
+        [str(a), str(b), option, str(a)],
+        capsys,
+        f"{option} {a} is the input report",
+        "would overwrite",
+    )
     # the same file by another name: a symlink, a hard link, a path through '..'
     (tmp_path / "link.json").symlink_to(a)
     _refused([str(a), str(b), option, str(tmp_path / "link.json")], capsys, "input report")
     (tmp_path / "hard.json").hardlink_to(a)
     _refused([str(a), str(b), option, str(tmp_path / "hard.json")], capsys, "input report")
     (tmp_path / "sub").mkdir()
-    _refused([str(b), "--baseline", str(a), option, str(tmp_path / "sub" / ".." / "a.json")],
-             capsys, "input report")
+    _refused(
+        [str(b), "--baseline", str(a), option, str(tmp_path / "sub" / ".." / "a.json")],
+        capsys,
+        "input report",
+    )
     assert a.read_bytes() == before
 
 
-def test_json_and_markdown_on_one_file_are_refused(tmp_path: Path, inputs: tuple[Path, Path],
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_json_and_markdown_on_one_file_are_refused(
+    tmp_path: Path, inputs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "out"
-    _refused([str(inputs[0]), str(inputs[1]), "--json", str(out), "--markdown", str(out)],
-             capsys, "--json and --markdown both name")
+    _refused(
+        [str(inputs[0]), str(inputs[1]), "--json", str(out), "--markdown", str(out)],
+        capsys,
+        "--json and --markdown both name",
+    )
     assert not out.exists()
 
 
 @pytest.mark.parametrize("name", ["index.html", "chart-matmul.png"])
-def test_html_folder_over_an_input_is_refused(tmp_path: Path, inputs: tuple[Path, Path],
-                                              name: str,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_html_folder_over_an_input_is_refused(
+    tmp_path: Path, inputs: tuple[Path, Path], name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     folder = tmp_path / "out"
     folder.mkdir()
     victim = folder / name
     victim.write_bytes(inputs[0].read_bytes())
-    _refused([str(victim), str(inputs[1]), "--html", str(folder)], capsys,
-             f"--html {folder} would overwrite the input report {victim}")
+    _refused(
+        [str(victim), str(inputs[1]), "--html", str(folder)],
+        capsys,
+        f"--html {folder} would overwrite the input report {victim}",
+    )
     assert victim.read_bytes() == inputs[0].read_bytes()
     assert sorted(p.name for p in folder.iterdir()) == [name]
 
 
-def test_html_naming_an_input_file_is_refused(inputs: tuple[Path, Path],
-                                              capsys: pytest.CaptureFixture[str]) -> None:
-    _refused([str(inputs[0]), str(inputs[1]), "--html", str(inputs[0])], capsys,
-             "is the input report", "takes a folder")
+def test_html_naming_an_input_file_is_refused(
+    inputs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _refused(
+        [str(inputs[0]), str(inputs[1]), "--html", str(inputs[0])],
+        capsys,
+        "is the input report",
+        "takes a folder",
+    )
 
 
 def test_html_folder_holding_an_input_of_another_name_is_fine(
-        tmp_path: Path, inputs: tuple[Path, Path]) -> None:
+    tmp_path: Path, inputs: tuple[Path, Path]
+) -> None:
     # reports/ as the --html folder: the reports are not files the page writes.
     assert main(["compare", str(inputs[0]), str(inputs[1]), "--html", str(tmp_path)]) == 0
     assert (tmp_path / "index.html").exists() and json.loads(inputs[0].read_text())
@@ -452,8 +580,7 @@ def test_bad_report_message_through_a_real_process(tmp_path: Path) -> None:
     good = write(tmp_path / "good.json", report([metric([1.0])]))
     proc = _compare_process(str(good), str(bad), *outputs(tmp_path), cwd=tmp_path)
     assert proc.returncode == 1
-    assert proc.stderr.strip() == (f"error: {bad}: 'labels.env' must be a string, not a number "
-                                   "(7)")
+    assert proc.stderr.strip() == (f"error: {bad}: 'labels.env' must be a string, not a number (7)")
     assert proc.stdout == "" and not (tmp_path / "out.json").exists()
 
 

@@ -17,10 +17,17 @@ from envbuilder.errors import CompatDataError
 MB = 1 << 20
 
 
-def run_explain(*args: str, stdin: bytes, env: dict[str, str] | None = None,
-                timeout: float = 20) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "envbuilder", "explain", *args], input=stdin,
-                          capture_output=True, timeout=timeout, env=env, check=False)
+def run_explain(
+    *args: str, stdin: bytes, env: dict[str, str] | None = None, timeout: float = 20
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "envbuilder", "explain", *args],
+        input=stdin,
+        capture_output=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
 
 
 def _literal_prefix(pattern: str) -> str:
@@ -59,33 +66,52 @@ def test_every_shipped_pattern_is_linear() -> None:
             assert explain.backtracking_risk(p.pattern) is None, (e.id, p.pattern)
 
 
-@pytest.mark.parametrize(("pattern", "risk"), [
-    ("/dev/kfd.*Permission denied", "unbounded repeat '*'"),
-    ("a+b", "unbounded repeat '+'"),
-    ("x{2,}", "unbounded repeat '{2,}'"),
-    ("(ab){3}", "repeated group"),
-    ("(a|b)*", "repeated group"),
-])
+@pytest.mark.parametrize(
+    ("pattern", "risk"),
+    [
+        ("/dev/kfd.*Permission denied", "unbounded repeat '*'"),
+        ("a+b", "unbounded repeat '+'"),
+        ("x{2,}", "unbounded repeat '{2,}'"),
+        ("(ab){3}", "repeated group"),
+        ("(a|b)*", "repeated group"),
+    ],
+)
 def test_patterns_that_can_backtrack_are_refused(pattern: str, risk: str) -> None:
-    entry = {"id": "x", "title": "t", "cause": "c", "fix": "f", "sources": ["s"],
-             "patterns": ["fine", pattern]}
+    entry = {
+        "id": "x",
+        "title": "t",
+        "cause": "c",
+        "fix": "f",
+        "sources": ["s"],
+        "patterns": ["fine", pattern],
+    }
     with pytest.raises(CompatDataError, match=re.escape(risk)) as exc:
         explain.parse_errors({"error": [entry]})
     assert "must take linear time" in str(exc.value) and "[[error]] x" in str(exc.value)
 
 
-@pytest.mark.parametrize("pattern", [
-    "/dev/kfd.{0,80}Permission denied", r"libhsa\.so[.0-9]{0,16}:", r"a\*b", "[*+]", "[]*]",
-    "(ab)?", r"\d{4}",
-])
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "/dev/kfd.{0,80}Permission denied",
+        r"libhsa\.so[.0-9]{0,16}:",
+        r"a\*b",
+        "[*+]",
+        "[]*]",
+        "(ab)?",
+        r"\d{4}",
+    ],
+)
 def test_bounded_patterns_are_accepted(pattern: str) -> None:
     assert explain.backtracking_risk(pattern) is None
 
 
 def test_bounded_kfd_pattern_still_matches_the_real_messages() -> None:
-    for message in ("Unable to open /dev/kfd read-write: Permission denied",
-                    "open(/dev/kfd) failed: Permission denied (errno 13)",
-                    "hsa api call failure at: /dev/kfd: Permission denied"):
+    for message in (
+        "Unable to open /dev/kfd read-write: Permission denied",
+        "open(/dev/kfd) failed: Permission denied (errno 13)",
+        "hsa api call failure at: /dev/kfd: Permission denied",
+    ):
         found = explain.match(message)
         assert found is not None and found.id == "kfd-permission", message
 
@@ -99,7 +125,11 @@ def test_non_utf8_stdin_is_decoded_with_replacement() -> None:
     assert b"Traceback" not in proc.stderr and b"No HIP GPUs" in proc.stdout
     proc = run_explain("--json", "-", stdin=b"\xff\xfe only junk \x80", env=env)
     assert proc.returncode == 1 and json.loads(proc.stdout) == {
-        "command": "explain", "ok": False, "known": False, "matches": []}
+        "command": "explain",
+        "ok": False,
+        "known": False,
+        "matches": [],
+    }
 
 
 @pytest.mark.timeout(60)

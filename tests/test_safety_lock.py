@@ -48,8 +48,10 @@ def _offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def tree(root: Path) -> dict[str, str]:
     """Every file and folder under `root` -> sha256 of its bytes ("dir" for folders)."""
-    return {str(p.relative_to(root)): "dir" if p.is_dir() else sha256_file(p)
-            for p in sorted(root.rglob("*"))}
+    return {
+        str(p.relative_to(root)): "dir" if p.is_dir() else sha256_file(p)
+        for p in sorted(root.rglob("*"))
+    }
 
 
 def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
@@ -89,14 +91,17 @@ def record_sha(project: Project, env: str, target: str) -> None:
     edit(lock, f'pylock_sha256 = "{old}"', f'pylock_sha256 = "{sha256_file(pylock)}"')
 
 
-def tiny_project(root: Path, packages: str = '"tinytorch==1.0+cpu"',
-                 base: str = "debian:bookworm-slim") -> Project:
+def tiny_project(
+    root: Path, packages: str = '"tinytorch==1.0+cpu"', base: str = "debian:bookworm-slim"
+) -> Project:
     """A spec with env `small` (docker and native) whose one package comes from a local mirror
     folder of an unreachable index: `lock` resolves it with uv offline."""
     mirror = root.parent / "mirror"
     if not mirror.is_dir():
         make_wheel(mirror, "tinytorch", "1.0+cpu")
-    return write_spec(root, f"""
+    return write_spec(
+        root,
+        f"""
 [indexes.fake]
 url = "https://wheels.example.invalid/whl/fake"
 mirror = "{mirror}"
@@ -110,7 +115,8 @@ targets = ["docker", "native"]
 
 [env.small.docker]
 base = "{base}"
-""")
+""",
+    )
 
 
 # --- 2. paths read from a lock ------------------------------------------------------------------
@@ -127,12 +133,15 @@ def test_lock_never_removes_a_file_a_lock_names_outside_lockfiles(
     precious.write_text("a week of work\n", encoding="utf-8")
     named = "../precious.txt" if where == "relative" else str(precious)
     with project.env_lock("cpu").open("a", encoding="utf-8") as fh:
-        fh.write(f'\n[targets.windows]\nplatform = "x86_64-pc-windows-msvc"\npython = "3.11"\n'
-                 f'pylock = "{named}"\npylock_sha256 = "{sha256_file(precious)}"\n')
+        fh.write(
+            f'\n[targets.windows]\nplatform = "x86_64-pc-windows-msvc"\npython = "3.11"\n'
+            f'pylock = "{named}"\npylock_sha256 = "{sha256_file(precious)}"\n'
+        )
     before = tree(tmp_path)
 
-    code, out = cli(capsys, "lock", "--spec", str(project.spec_path), "--env", "cpu",
-                    "--no-base-digest")
+    code, out = cli(
+        capsys, "lock", "--spec", str(project.spec_path), "--env", "cpu", "--no-base-digest"
+    )
 
     assert code == 1, out
     assert precious.read_text(encoding="utf-8") == "a week of work\n"
@@ -163,8 +172,9 @@ def test_check_and_build_refuse_a_pylock_named_outside_its_own_file(
     assert f"lockfiles/cpu.lock.toml: targets.native.pylock = {named!r} is not allowed" in out
     assert "'pylock.cpu-native.toml'" in out
 
-    code, out = cli(capsys, "build", "--spec", str(project.spec_path), "--env", "cpu",
-                    "--target", "native")
+    code, out = cli(
+        capsys, "build", "--spec", str(project.spec_path), "--env", "cpu", "--target", "native"
+    )
     assert code == 1, out
     assert "targets.native.pylock" in out and "envbuilder lock --env cpu" in out
     assert tree(tmp_path) == before
@@ -184,10 +194,15 @@ def test_upgrade_without_an_engine_keeps_the_known_digest(
     # the apt versions on it (envbuilder.aptlock).
     lock = project.env_lock("small")
     text = lock.read_text(encoding="utf-8")
-    text = re.sub(r'base_image = "debian:bookworm-slim"\n(base_digest_missing = .*\n)?',
-                  f'base_image = "{PIN}"\n', text)
-    text += ('\n[targets.docker.apt.build]\npython3 = "1"\npython3-venv = "1"\n'
-             '\n[targets.docker.apt.runtime]\npython3 = "1"\n')
+    text = re.sub(
+        r'base_image = "debian:bookworm-slim"\n(base_digest_missing = .*\n)?',
+        f'base_image = "{PIN}"\n',
+        text,
+    )
+    text += (
+        '\n[targets.docker.apt.build]\npython3 = "1"\npython3-venv = "1"\n'
+        '\n[targets.docker.apt.runtime]\npython3 = "1"\n'
+    )
     lock.write_text(text, encoding="utf-8")
 
     code, out = cli(capsys, "lock", "--spec", spec, "--upgrade", "--no-base-digest")
@@ -208,15 +223,20 @@ def test_check_fails_for_a_lock_that_lost_its_pin(
     project = shipped_copy(tmp_path / "proj")
     docker = read_env_lock(project.env_lock("cpu")).targets["docker"]
     assert docker.base_image is not None and "@sha256:" in docker.base_image
-    edit(project.env_lock("cpu"), f'base_image = "{docker.base_image}"\n\n[targets.wsl2]',
-         'base_image = "debian:bookworm-slim"\n\n[targets.wsl2]')
+    edit(
+        project.env_lock("cpu"),
+        f'base_image = "{docker.base_image}"\n\n[targets.wsl2]',
+        'base_image = "debian:bookworm-slim"\n\n[targets.wsl2]',
+    )
     before = tree(tmp_path)
 
     code, out = cli(capsys, "lock", "--spec", str(project.spec_path), "--check")
 
     assert code == 1, out
-    assert ("stale: cpu/docker: base image debian:bookworm-slim is recorded without a digest and "
-            "without base_digest_missing: its pin was lost") in out
+    assert (
+        "stale: cpu/docker: base image debian:bookworm-slim is recorded without a digest and "
+        "without base_digest_missing: its pin was lost"
+    ) in out
     assert "envbuilder lock --env cpu --refresh-base" in out
     assert "cpu/wsl2" not in out  # its pin is intact
     assert tree(tmp_path) == before
@@ -247,10 +267,14 @@ def test_a_base_recorded_by_tag_on_purpose_says_why_and_only_notes(
 
 STALE = "lockfiles/cpu.lock.toml: the lock is older than the spec: run `envbuilder lock --env cpu`"
 SPEC_EDITS = {
-    "package-added": ('packages = ["torch==2.13.0+cpu"]',
-                      'packages = ["torch==2.13.0+cpu", "six==1.16.0"]'),
-    "base-changed": ('base = "debian:bookworm-slim"   # the distribution',
-                     'base = "debian:trixie-slim"   # the distribution'),
+    "package-added": (
+        'packages = ["torch==2.13.0+cpu"]',
+        'packages = ["torch==2.13.0+cpu", "six==1.16.0"]',
+    ),
+    "base-changed": (
+        'base = "debian:bookworm-slim"   # the distribution',
+        'base = "debian:trixie-slim"   # the distribution',
+    ),
 }
 
 
@@ -264,8 +288,12 @@ def test_render_and_build_refuse_a_lock_older_than_the_spec(
     edit(project.spec_path, *SPEC_EDITS[change])
     before = tree(tmp_path)
 
-    for argv in (["render", "--check"], ["render"], ["build", "--target", "docker"],
-                 ["build", "--target", "wsl2"]):
+    for argv in (
+        ["render", "--check"],
+        ["render"],
+        ["build", "--target", "docker"],
+        ["build", "--target", "wsl2"],
+    ):
         code, out = cli(capsys, *argv, "--spec", spec, "--env", "cpu")
         assert code == 1, (argv, out)
         assert STALE in out, (argv, out)
@@ -286,8 +314,10 @@ def test_native_build_refuses_a_lock_older_than_the_spec(
     code, out = cli(capsys, "build", "--spec", spec, "--env", "small", "--target", "native")
 
     assert code == 1, out
-    assert ("lockfiles/small.lock.toml: the lock is older than the spec: run `envbuilder lock "
-            "--env small`") in out
+    assert (
+        "lockfiles/small.lock.toml: the lock is older than the spec: run `envbuilder lock "
+        "--env small`"
+    ) in out
     assert tree(tmp_path) == before
 
 
@@ -298,43 +328,58 @@ def test_render_and_build_refuse_another_envs_lock(
     files, so render and build must not take it."""
     project = shipped_copy(tmp_path / "proj")
     spec_text = project.spec_path.read_text(encoding="utf-8")
-    cpu = spec_text[spec_text.index("[env.cpu]"):spec_text.index("# --- rocm714")]
+    cpu = spec_text[spec_text.index("[env.cpu]") : spec_text.index("# --- rocm714")]
     copy = cpu.replace("[env.cpu", "[env.cpu2").replace('"envbuilder-cpu"', '"envbuilder-cpu2"')
     project.spec_path.write_text(spec_text + "\n" + copy, encoding="utf-8")
     shutil.copy(project.env_lock("cpu"), project.env_lock("cpu2"))
     spec = str(project.spec_path)
     before = tree(tmp_path)
 
-    for argv in (["render"], ["render", "--check"], ["build", "--target", "docker"],
-                 ["build", "--target", "native"]):
+    for argv in (
+        ["render"],
+        ["render", "--check"],
+        ["build", "--target", "docker"],
+        ["build", "--target", "native"],
+    ):
         code, out = cli(capsys, *argv, "--spec", spec, "--env", "cpu2")
         assert code == 1, (argv, out)
-        assert ("lockfiles/cpu2.lock.toml: env = 'cpu': this is the lock of env 'cpu', not of "
-                "'cpu2'") in out, (argv, out)
+        assert (
+            "lockfiles/cpu2.lock.toml: env = 'cpu': this is the lock of env 'cpu', not of 'cpu2'"
+        ) in out, (argv, out)
         assert "envbuilder lock --env cpu2" in out
     assert tree(tmp_path) == before
 
 
 # --- 7. malformed pylocks whose sha256 the lock records -------------------------------------------
 
-TORCH_URL = ("https://download.pytorch.org/whl/cpu/torch-2.13.0%2Bcpu-cp311-cp311-manylinux_2_28_"
-             "x86_64.whl")
+TORCH_URL = (
+    "https://download.pytorch.org/whl/cpu/torch-2.13.0%2Bcpu-cp311-cp311-manylinux_2_28_x86_64.whl"
+)
 TORCH_SHA = "6746dbcbeb526eb61330b76b41ff1b4eb848951103a892eeb080dfa2b264667b"
 #: corruption -> (old bytes, new bytes, what the message must say)
 CORRUPTIONS: dict[str, tuple[bytes, bytes, str]] = {
     "toml-syntax": (b'name = "torch"\n', b'name = "torch\n', "not valid TOML (Illegal character"),
     "not-utf8": (b"Do not edit:", b"Do not \xff edit:", "not UTF-8 text (byte"),
-    "bad-wheel-name": (TORCH_URL.encode(), b"https://download.pytorch.org/whl/cpu/torch-latest.whl",
-                       "(torch).wheels[0]: 'torch-latest.whl' is not a wheel file name"),
-    "hashes-not-a-table": (f'hashes = {{ sha256 = "{TORCH_SHA}" }}'.encode(),
-                           f'hashes = "sha256:{TORCH_SHA}"'.encode(),
-                           "(torch).wheels[0].hashes must be a table like { sha256 = "),
-    "size-not-an-integer": (b"size = 244559,", b'size = "244559",',
-                            "(filelock).wheels[0].size must be an integer, not '244559'"),
-    "index-not-a-url": (b'index = "https://download.pytorch.org/whl/cpu"',
-                        b'index = "/etc/passwd"',
-                        "(torch).index must be the http(s) URL of the package's index, not "
-                        "'/etc/passwd'"),
+    "bad-wheel-name": (
+        TORCH_URL.encode(),
+        b"https://download.pytorch.org/whl/cpu/torch-latest.whl",
+        "(torch).wheels[0]: 'torch-latest.whl' is not a wheel file name",
+    ),
+    "hashes-not-a-table": (
+        f'hashes = {{ sha256 = "{TORCH_SHA}" }}'.encode(),
+        f'hashes = "sha256:{TORCH_SHA}"'.encode(),
+        "(torch).wheels[0].hashes must be a table like { sha256 = ",
+    ),
+    "size-not-an-integer": (
+        b"size = 244559,",
+        b'size = "244559",',
+        "(filelock).wheels[0].size must be an integer, not '244559'",
+    ),
+    "index-not-a-url": (
+        b'index = "https://download.pytorch.org/whl/cpu"',
+        b'index = "/etc/passwd"',
+        "(torch).index must be the http(s) URL of the package's index, not '/etc/passwd'",
+    ),
 }
 
 
@@ -360,8 +405,9 @@ def test_build_refuses_a_malformed_pylock_whose_hash_is_recorded(
     assert tree(tmp_path) == before
 
 
-def test_the_committed_lock_still_passes(tmp_path: Path,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_committed_lock_still_passes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The control for the tests above: the unedited copy checks, and its pylocks' hashes are
     the recorded ones."""
     project = shipped_copy(tmp_path / "proj")

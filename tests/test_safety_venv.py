@@ -43,6 +43,7 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the native targ
 
 # --- helpers -----------------------------------------------------------------------------------
 
+
 def tree(root: Path) -> Tree:
     """Every entry under `root` (root included, links not followed) with what identifies it."""
     out: Tree = {}
@@ -55,15 +56,26 @@ def tree(root: Path) -> Tree:
         elif path.is_dir():
             out[key] = ("dir", st.st_mode, st.st_mtime_ns)
         else:
-            out[key] = ("file", st.st_mode, st.st_size, st.st_mtime_ns,
-                        hashlib.sha256(path.read_bytes()).hexdigest())
+            out[key] = (
+                "file",
+                st.st_mode,
+                st.st_size,
+                st.st_mtime_ns,
+                hashlib.sha256(path.read_bytes()).hexdigest(),
+            )
     return out
 
 
 def envbuilder(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """The real command line, in a child process; ENVBUILDER_CACHE comes from the caller."""
-    return subprocess.run([sys.executable, "-m", "envbuilder", "-q", *args], cwd=cwd,
-                          capture_output=True, text=True, check=False, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "envbuilder", "-q", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
 
 
 def make_wheel(folder: Path, name: str, version: str, valid: bool = True) -> Path:
@@ -71,10 +83,12 @@ def make_wheel(folder: Path, name: str, version: str, valid: bool = True) -> Pat
     dist = f"{name}-{version}.dist-info"
     files = {f"{name}/__init__.py": f"VERSION = {version!r}\n".encode()}
     if valid:
-        files[f"{dist}/METADATA"] = (f"Metadata-Version: 2.1\nName: {name}\n"
-                                     f"Version: {version}\n").encode()
-        files[f"{dist}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: test\n"
-                                  b"Root-Is-Purelib: true\nTag: py3-none-any\n")
+        files[f"{dist}/METADATA"] = (
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+        ).encode()
+        files[f"{dist}/WHEEL"] = (
+            b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
         record = [f"{p},sha256={_b64sha(d)},{len(d)}" for p, d in files.items()]
         files[f"{dist}/RECORD"] = ("\n".join([*record, f"{dist}/RECORD,,"]) + "\n").encode()
     folder.mkdir(parents=True, exist_ok=True)
@@ -100,6 +114,7 @@ def runs(python: Path, code: str) -> subprocess.CompletedProcess[str]:
 
 # --- the shipped cpu spec (refusals) -----------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def cpu_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("cpu-project")
@@ -115,8 +130,11 @@ def user_venv_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
     wheel = make_wheel(base / "wheels", "userpkg", "1.0")
-    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-index",
-                    str(wheel)], check=True, capture_output=True)
+    subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-index", str(wheel)],
+        check=True,
+        capture_output=True,
+    )
     return venv
 
 
@@ -125,8 +143,9 @@ def _project_with_foreign_pyvenv(path: Path) -> str:
     (path / "src" / "model.py").write_text("print('months of work')\n")
     (path / ".git" / "objects").mkdir(parents=True)
     (path / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
-    (path / "pyvenv.cfg").write_text("home = /usr/bin\ninclude-system-site-packages = false\n"
-                                     "version = 3.9.18\n")
+    (path / "pyvenv.cfg").write_text(
+        "home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.9.18\n"
+    )
     return "a venv of Python 3.9.18 that envbuilder did not make"
 
 
@@ -177,8 +196,17 @@ def test_what_envbuilder_did_not_make_is_refused_and_unchanged(
     path = tmp_path / "target"
     what = NOT_TAKEN_OVER[case](path)
     before = tree(path)
-    proc = envbuilder("build", "--target", "native", "--env", "cpu", "--path", str(path),
-                      *(["--force"] if force else []), cwd=cpu_project)
+    proc = envbuilder(
+        "build",
+        "--target",
+        "native",
+        "--env",
+        "cpu",
+        "--path",
+        str(path),
+        *(["--force"] if force else []),
+        cwd=cpu_project,
+    )
     _assert_refused(proc, path, what)
     assert tree(path) == before
     if case == "project-with-foreign-pyvenv":
@@ -193,10 +221,14 @@ def test_users_own_venv_of_the_same_python_is_refused_and_unchanged(
     shutil.copytree(user_venv_template, venv, symlinks=True)
     version = runs(venv / "bin" / "python", "import platform; print(platform.python_version())")
     before = tree(venv)
-    proc = envbuilder("build", "--target", "native", "--env", "cpu", "--path", str(venv),
-                      cwd=cpu_project)
-    _assert_refused(proc, venv, f"a venv of Python {version.stdout.strip()} that envbuilder "
-                                f"did not make (no {MARKER})")
+    proc = envbuilder(
+        "build", "--target", "native", "--env", "cpu", "--path", str(venv), cwd=cpu_project
+    )
+    _assert_refused(
+        proc,
+        venv,
+        f"a venv of Python {version.stdout.strip()} that envbuilder did not make (no {MARKER})",
+    )
     assert tree(venv) == before
 
 
@@ -210,6 +242,7 @@ def test_force_is_a_usage_error_for_image_targets_and_documented(cpu_project: Pa
 
 # --- a one-package project (builds, offline) ---------------------------------------------------
 
+
 @dataclass
 class Tiny:
     root: Path
@@ -217,12 +250,31 @@ class Tiny:
     env_lock: Path
 
     def build(self, venv: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-        return envbuilder("build", "--target", "native", "--env", "tiny", "--path", str(venv),
-                          *extra, cwd=self.root)
+        return envbuilder(
+            "build",
+            "--target",
+            "native",
+            "--env",
+            "tiny",
+            "--path",
+            str(venv),
+            *extra,
+            cwd=self.root,
+        )
 
     def validate(self, venv: Path) -> subprocess.CompletedProcess[str]:
-        return envbuilder("validate", "--target", "native", "--env", "tiny", "--path", str(venv),
-                          "--only", "conformance", cwd=self.root)
+        return envbuilder(
+            "validate",
+            "--target",
+            "native",
+            "--env",
+            "tiny",
+            "--path",
+            str(venv),
+            "--only",
+            "conformance",
+            cwd=self.root,
+        )
 
     def lock(self, name: str, version: str, valid: bool = True) -> None:
         """Lock the env to one wheel (put in the mirror folder), as `envbuilder lock` would."""
@@ -232,13 +284,15 @@ class Tiny:
             f'lock-version = "1.0"\ncreated-by = "test"\nrequires-python = "=={PYTHON}.*"\n\n'
             f'[[packages]]\nname = "{name}"\nversion = "{version}"\n'
             f'wheels = [{{ url = "https://wheels.invalid/simple/{wheel.name}", '
-            f'hashes = {{ sha256 = "{sha}" }} }}]\n')
+            f'hashes = {{ sha256 = "{sha}" }} }}]\n'
+        )
         spec_hash = load_spec(self.root / "environments.toml").env_hash("tiny")  # current
         self.env_lock.write_text(
             f'version = 1\nenv = "tiny"\nspec_hash = "{spec_hash}"\nenvbuilder_version = "0.1.0"\n'
             f'source_date_epoch = 0\n\n[targets.native]\nplatform = "x86_64-manylinux_2_28"\n'
             f'python = "{PYTHON}"\npylock = "{self.pylock.name}"\n'
-            f'pylock_sha256 = "{hashlib.sha256(self.pylock.read_bytes()).hexdigest()}"\n')
+            f'pylock_sha256 = "{hashlib.sha256(self.pylock.read_bytes()).hexdigest()}"\n'
+        )
 
 
 @pytest.fixture
@@ -249,16 +303,17 @@ def tiny(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Tiny:
         f'[indexes.local]\nurl = "https://wheels.invalid/simple"\nmirror = "{root / "mirror"}"\n'
         f'\n[env.tiny]\ndescription = "one small wheel"\naccelerator = "cpu"\n'
         f'python = "{PYTHON}"\npackages = ["tinypkg==0.1"]\n'
-        f'index_pins = {{ tinypkg = "local" }}\ntargets = ["native"]\n')
+        f'index_pins = {{ tinypkg = "local" }}\ntargets = ["native"]\n'
+    )
     monkeypatch.setenv("ENVBUILDER_CACHE", str(tmp_path / "cache"))
-    project = Tiny(root, root / "lockfiles" / "pylock.tiny-native.toml",
-                   root / "lockfiles" / "tiny.lock.toml")
+    project = Tiny(
+        root, root / "lockfiles" / "pylock.tiny-native.toml", root / "lockfiles" / "tiny.lock.toml"
+    )
     project.lock("tinypkg", "0.1")
     return project
 
 
-def _assert_built(proc: subprocess.CompletedProcess[str], venv: Path, version: str = "0.1"
-                  ) -> None:
+def _assert_built(proc: subprocess.CompletedProcess[str], venv: Path, version: str = "0.1") -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().endswith("(built)")
     assert "lock_sha256" in marker(venv)  # a finished build's marker (names its lock)
@@ -401,6 +456,7 @@ def test_a_folder_left_by_an_interrupted_build_is_repaired(tiny: Tiny, tmp_path:
 
 
 # --- the parts, on real folders ----------------------------------------------------------------
+
 
 def test_uv_is_never_asked_to_clear_a_folder(monkeypatch: pytest.MonkeyPatch) -> None:
     # uv venv --clear (or UV_VENV_CLEAR=1 in the user's environment) deletes what a folder holds

@@ -90,8 +90,12 @@ def cluster_project(tmp_path_factory: pytest.TempPathFactory) -> Project:
 def pushed_image(docker_client: Any, registry: str, cluster_project: Project) -> str:
     """The cpu image, built (or found) and pushed; the script rendered with its digest."""
     assert cli(cluster_project, "build", "--target", "docker", "--env", ENV) == 0
-    assert cli(cluster_project, "push", "--env", ENV, "--registry",
-               f"{registry}/envbuilder-slurm-test") == 0
+    assert (
+        cli(
+            cluster_project, "push", "--env", ENV, "--registry", f"{registry}/envbuilder-slurm-test"
+        )
+        == 0
+    )
     lock = lockfile.load_env_lock(cluster_project, ENV)
     assert lock is not None
     digest = lock.artifacts["docker"]["repo_digest"]
@@ -101,8 +105,9 @@ def pushed_image(docker_client: Any, registry: str, cluster_project: Project) ->
 
 
 @pytest.fixture
-def slurm_env(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch,
-              cluster_project: Project) -> Iterator[SlurmCluster]:
+def slurm_env(
+    slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch, cluster_project: Project
+) -> Iterator[SlurmCluster]:
     """SLURM_CONF for the CLI; afterwards every job of this project's script is cancelled and
     no container of such a job is left."""
     monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
@@ -117,8 +122,11 @@ def slurm_env(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch,
 def our_jobs(cluster: SlurmCluster, root: Path) -> list[str]:
     """Queued jobs whose batch script lies under `root` (this test's project)."""
     result = cluster.run("squeue", "-h", "-o", "%i|%o", timeout=30)
-    return [line.split("|")[0] for line in result.stdout.splitlines()
-            if line.split("|")[-1].startswith(str(root))]
+    return [
+        line.split("|")[0]
+        for line in result.stdout.splitlines()
+        if line.split("|")[-1].startswith(str(root))
+    ]
 
 
 def queued(cluster: SlurmCluster, job_id: str) -> bool:
@@ -160,8 +168,9 @@ def check_entry(report: dict[str, Any], name: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------- the script
 
 
-def test_render_writes_checks_and_cleans_up_the_script(project: Project,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_render_writes_checks_and_cleans_up_the_script(
+    project: Project, capsys: pytest.CaptureFixture[str]
+) -> None:
     script = slurm_script.script_path(project, ENV)
     assert cli(project, "render") == 0
     first = script.read_bytes()
@@ -225,16 +234,18 @@ def test_gpu_flags_come_from_the_compat_data() -> None:
 
 def test_committed_and_rendered_scripts_pass_shellcheck(project: Project) -> None:
     shellcheck = need_shellcheck()
-    lockfile.record_artifact(project, ENV, "docker",
-                             repo_digest="127.0.0.1:5000/team/cpu@sha256:" + "cd" * 32)
+    lockfile.record_artifact(
+        project, ENV, "docker", repo_digest="127.0.0.1:5000/team/cpu@sha256:" + "cd" * 32
+    )
     spec = load_spec(project.spec_path)
-    (path, data), = slurm_script.render_script(project, spec, spec.env(ENV)).items()
+    ((path, data),) = slurm_script.render_script(project, spec, spec.env(ENV)).items()
     path.parent.mkdir(parents=True)
     path.write_bytes(data)
     scripts = [path, *sorted((ROOT / "slurm").glob("*/validate.sbatch"))]
     assert len(scripts) >= 4
-    result = subprocess.run([shellcheck, *map(str, scripts)], capture_output=True, text=True,
-                            check=False)
+    result = subprocess.run(
+        [shellcheck, *map(str, scripts)], capture_output=True, text=True, check=False
+    )
     assert result.returncode == 0, result.stdout
 
 
@@ -245,49 +256,77 @@ def _script_function(script: Path, name: str) -> str:
     return match.group(0)
 
 
-@pytest.mark.parametrize(("image", "enroot"), [
-    ("127.0.0.1:5000/team/cpu@sha256:" + "ab" * 32,
-     "127.0.0.1:5000#team/cpu:sha256:" + "ab" * 32),
-    ("registry.example.com/ml/cpu:v1", "registry.example.com#ml/cpu:v1"),
-    ("team/cpu:v1", "team/cpu:v1"),  # no registry part: enroot's default registry
-    ("/shared/images/cpu.sqsh", "/shared/images/cpu.sqsh"),
-    ("nvcr.io#nvidia/pytorch:24.01", "nvcr.io#nvidia/pytorch:24.01"),
-])
+@pytest.mark.parametrize(
+    ("image", "enroot"),
+    [
+        (
+            "127.0.0.1:5000/team/cpu@sha256:" + "ab" * 32,
+            "127.0.0.1:5000#team/cpu:sha256:" + "ab" * 32,
+        ),
+        ("registry.example.com/ml/cpu:v1", "registry.example.com#ml/cpu:v1"),
+        ("team/cpu:v1", "team/cpu:v1"),  # no registry part: enroot's default registry
+        ("/shared/images/cpu.sqsh", "/shared/images/cpu.sqsh"),
+        ("nvcr.io#nvidia/pytorch:24.01", "nvcr.io#nvidia/pytorch:24.01"),
+    ],
+)
 def test_pyxis_image_names(image: str, enroot: str) -> None:
     function = _script_function(ROOT / "slurm" / ENV / "validate.sbatch", "pyxis_image")
-    result = subprocess.run(["bash", "-c", f'{function}\npyxis_image "$1"', "-", image],
-                            capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        ["bash", "-c", f'{function}\npyxis_image "$1"', "-", image],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert result.stdout.strip() == enroot
 
 
 def test_script_refuses_inputs_that_are_not_the_lock(tmp_path: Path) -> None:
     script = ROOT / "slurm" / ENV / "validate.sbatch"
-    env = {"PATH": os.environ["PATH"], "ENVBUILDER_RUN_DIR": str(tmp_path),
-           "ENVBUILDER_IMAGE": "example/cpu@sha256:" + "0" * 64}
-    outside = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True,
-                             check=False)
+    env = {
+        "PATH": os.environ["PATH"],
+        "ENVBUILDER_RUN_DIR": str(tmp_path),
+        "ENVBUILDER_IMAGE": "example/cpu@sha256:" + "0" * 64,
+    }
+    outside = subprocess.run(
+        ["bash", str(script)], env=env, capture_output=True, text=True, check=False
+    )
     assert outside.returncode == 2
     assert "submit this script with sbatch" in outside.stderr
     build_zipapp(tmp_path / "probe.pyz")
     (tmp_path / "pylock.toml").write_bytes(
-        (ROOT / "lockfiles" / "pylock.cpu-native.toml").read_bytes())  # the other target's
-    wrong = subprocess.run(["bash", str(script)], env={**env, "SLURM_JOB_ID": "1"},
-                           capture_output=True, text=True, check=False)
+        (ROOT / "lockfiles" / "pylock.cpu-native.toml").read_bytes()
+    )  # the other target's
+    wrong = subprocess.run(
+        ["bash", str(script)],
+        env={**env, "SLURM_JOB_ID": "1"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert wrong.returncode == 2
     assert "pylock.toml has sha256" in wrong.stderr and "not the locked" in wrong.stderr
     assert not list(tmp_path.glob("job-*"))  # refused before it made anything
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (("--nodes", "2"), "--nodes applies to a cluster run; add --slurm"),
-    (("--slurm", "--target", "wsl2"),
-     "target wsl2 runs on no cluster; --slurm applies to docker and native"),
-    (("--slurm", "--target", "native", "--runtime", "pyxis"), "the native target runs its venv"),
-    (("--slurm", "--time", "soon"), "--time 'soon'"),
-    (("--slurm", "--nodes", "0"), "--nodes must be at least 1"),
-])
-def test_usage_errors(project: Project, capsys: pytest.CaptureFixture[str],
-                      args: tuple[str, ...], message: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--nodes", "2"), "--nodes applies to a cluster run; add --slurm"),
+        (
+            ("--slurm", "--target", "wsl2"),
+            "target wsl2 runs on no cluster; --slurm applies to docker and native",
+        ),
+        (
+            ("--slurm", "--target", "native", "--runtime", "pyxis"),
+            "the native target runs its venv",
+        ),
+        (("--slurm", "--time", "soon"), "--time 'soon'"),
+        (("--slurm", "--nodes", "0"), "--nodes must be at least 1"),
+    ],
+)
+def test_usage_errors(
+    project: Project, capsys: pytest.CaptureFixture[str], args: tuple[str, ...], message: str
+) -> None:
     target = () if "--target" in args else ("--target", "docker")
     assert cli(project, "validate", "--env", ENV, *target, *args) == 2
     assert message in capsys.readouterr().err
@@ -310,13 +349,17 @@ def test_a_hand_written_script_is_never_overwritten(project: Project) -> None:
 
 
 @pytest.mark.slow
-def test_cpu_image_on_two_nodes(slurm_env: SlurmCluster, pushed_image: str,
-                                cluster_project: Project,
-                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_cpu_image_on_two_nodes(
+    slurm_env: SlurmCluster,
+    pushed_image: str,
+    cluster_project: Project,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """The acceptance: both nodes validated, gloo collectives across them with right sums on
     every rank, two node reports and one fleet report."""
-    code = cli(cluster_project, "validate", "--env", ENV, "--target", "docker", "--slurm",
-               "--nodes", "2")
+    code = cli(
+        cluster_project, "validate", "--env", ENV, "--target", "docker", "--slurm", "--nodes", "2"
+    )
     out = capsys.readouterr()
     assert code == 0, out.out + out.err
     job_dir = job_dir_from(out.out)
@@ -327,15 +370,23 @@ def test_cpu_image_on_two_nodes(slurm_env: SlurmCluster, pushed_image: str,
     for node in ("n1", "n2"):
         report = load(job_dir / "nodes" / f"{node}.json")
         assert report["status"] == "pass"
-        assert report["labels"] == {"env": ENV, "target": "docker", "node": node,
-                                    "slurm_job": job_dir.name.removeprefix("job-")}
+        assert report["labels"] == {
+            "env": ENV,
+            "target": "docker",
+            "node": node,
+            "slurm_job": job_dir.name.removeprefix("job-"),
+        }
         assert report["fingerprint"]["lock_sha256"] == lock.targets["docker"].pylock_sha256
         assert {c["status"] for c in report["checks"]} == {"pass"}
         # every node ran the pushed image, by digest
-        assert f"image {pushed_image}, built from lock" in (job_dir / "nodes" /
-                                                            f"{node}.log").read_text()
-    ranks = [load(job_dir / "collectives" / name)
-             for name in ("all.json", "all.rank1.json", "all.rank2.json", "all.rank3.json")]
+        assert (
+            f"image {pushed_image}, built from lock"
+            in (job_dir / "nodes" / f"{node}.log").read_text()
+        )
+    ranks = [
+        load(job_dir / "collectives" / name)
+        for name in ("all.json", "all.rank1.json", "all.rank2.json", "all.rank3.json")
+    ]
     assert sorted(r["labels"]["node"] for r in ranks) == ["n1", "n1", "n2", "n2"]
     for rank, report in enumerate(ranks):
         entry = check_entry(report, "collectives")
@@ -358,9 +409,9 @@ def test_cpu_image_on_two_nodes(slurm_env: SlurmCluster, pushed_image: str,
 
 
 @pytest.mark.slow
-def test_sbatch_runs_the_script_without_envbuilder(slurm_env: SlurmCluster, pushed_image: str,
-                                                   cluster_project: Project,
-                                                   tmp_path: Path) -> None:
+def test_sbatch_runs_the_script_without_envbuilder(
+    slurm_env: SlurmCluster, pushed_image: str, cluster_project: Project, tmp_path: Path
+) -> None:
     """A team's own `sbatch validate.sbatch`: nodes see no envbuilder and no Python of ours,
     only the image (the script's default: the pushed digest) and the staged probe and pylock."""
     dirs = [d for d in BARE_PATH_DIRS if not (Path(d) / "envbuilder").exists()]
@@ -372,11 +423,21 @@ def test_sbatch_runs_the_script_without_envbuilder(slurm_env: SlurmCluster, push
     shutil.copy(cluster_project.pylock(ENV, "docker"), run_dir / "pylock.toml")
     script = slurm_script.script_path(cluster_project, ENV)
     assert f"IMAGE_DEFAULT={pushed_image}\n" in script.read_text()
-    env = {"PATH": bare_path, "SLURM_CONF": str(slurm_env.conf), "HOME": str(tmp_path),
-           "ENVBUILDER_NODE_CHECKS": "--only matmul"}
-    result = subprocess.run(["sbatch", "--wait", "--parsable", "--output=slurm-%j.out",
-                             str(script)], cwd=run_dir, env=env, capture_output=True,
-                            text=True, timeout=600, check=False)
+    env = {
+        "PATH": bare_path,
+        "SLURM_CONF": str(slurm_env.conf),
+        "HOME": str(tmp_path),
+        "ENVBUILDER_NODE_CHECKS": "--only matmul",
+    }
+    result = subprocess.run(
+        ["sbatch", "--wait", "--parsable", "--output=slurm-%j.out", str(script)],
+        cwd=run_dir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     job_id = result.stdout.strip().split(";")[0]
     output = (run_dir / f"slurm-{job_id}.out").read_text() if job_id else ""
     assert result.returncode == 0, result.stderr + output
@@ -390,13 +451,26 @@ def test_sbatch_runs_the_script_without_envbuilder(slurm_env: SlurmCluster, push
 
 
 @pytest.mark.slow
-def test_a_failing_node_is_named(slurm_env: SlurmCluster, pushed_image: str,
-                                 cluster_project: Project, monkeypatch: pytest.MonkeyPatch,
-                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_failing_node_is_named(
+    slurm_env: SlurmCluster,
+    pushed_image: str,
+    cluster_project: Project,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     monkeypatch.setenv("ENVBUILDER_PROBE_FAULT", "matmul-wrong")
     monkeypatch.setenv("ENVBUILDER_PROBE_FAULT_NODES", "n2")
-    code = cli(cluster_project, "validate", "--env", ENV, "--target", "docker", "--slurm",
-               "--only", "matmul")
+    code = cli(
+        cluster_project,
+        "validate",
+        "--env",
+        ENV,
+        "--target",
+        "docker",
+        "--slurm",
+        "--only",
+        "matmul",
+    )
     out = capsys.readouterr()
     assert code == 1, out.out + out.err
     errors = [line for line in out.err.splitlines() if line.startswith("error:")]
@@ -410,17 +484,41 @@ def test_a_failing_node_is_named(slurm_env: SlurmCluster, pushed_image: str,
 
 
 @pytest.mark.slow
-def test_json_names_the_failing_node(slurm_env: SlurmCluster, pushed_image: str,
-                                     cluster_project: Project) -> None:
+def test_json_names_the_failing_node(
+    slurm_env: SlurmCluster, pushed_image: str, cluster_project: Project
+) -> None:
     """validate --slurm --json: one object on stdout, valid against cli.schema.json, with the
     job, each node and the failure (run as a user runs it: a subprocess)."""
-    env = {**os.environ, "SLURM_CONF": str(slurm_env.conf),
-           "ENVBUILDER_PROBE_FAULT": "matmul-wrong", "ENVBUILDER_PROBE_FAULT_NODES": "n1"}
+    env = {
+        **os.environ,
+        "SLURM_CONF": str(slurm_env.conf),
+        "ENVBUILDER_PROBE_FAULT": "matmul-wrong",
+        "ENVBUILDER_PROBE_FAULT_NODES": "n1",
+    }
     proc = subprocess.run(
-        [sys.executable, "-m", "envbuilder", "-q", "validate", "--env", ENV, "--target",
-         "docker", "--slurm", "--only", "matmul", "--json", "--spec",
-         str(cluster_project.spec_path)],
-        env=env, capture_output=True, text=True, timeout=600, check=False)
+        [
+            sys.executable,
+            "-m",
+            "envbuilder",
+            "-q",
+            "validate",
+            "--env",
+            ENV,
+            "--target",
+            "docker",
+            "--slurm",
+            "--only",
+            "matmul",
+            "--json",
+            "--spec",
+            str(cluster_project.spec_path),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     obj = json.loads(proc.stdout)
     schema = json.loads((ROOT / "envbuilder" / "schemas" / "cli.schema.json").read_text())
@@ -436,13 +534,30 @@ def test_json_names_the_failing_node(slurm_env: SlurmCluster, pushed_image: str,
 
 
 @pytest.mark.slow
-def test_envbuilder_timeout_cancels_the_job(slurm_env: SlurmCluster, pushed_image: str,
-                                            cluster_project: Project, docker_client: Any,
-                                            monkeypatch: pytest.MonkeyPatch,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_envbuilder_timeout_cancels_the_job(
+    slurm_env: SlurmCluster,
+    pushed_image: str,
+    cluster_project: Project,
+    docker_client: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     monkeypatch.setenv("ENVBUILDER_PROBE_FAULT", "hang:matmul")
-    code = cli(cluster_project, "validate", "--env", ENV, "--target", "docker", "--slurm",
-               "--only", "matmul", "--level", "standard", "--timeout", "25")
+    code = cli(
+        cluster_project,
+        "validate",
+        "--env",
+        ENV,
+        "--target",
+        "docker",
+        "--slurm",
+        "--only",
+        "matmul",
+        "--level",
+        "standard",
+        "--timeout",
+        "25",
+    )
     out = capsys.readouterr()
     assert code == 1, out.out + out.err
     job_dir = job_dir_from(out.out)
@@ -452,22 +567,40 @@ def test_envbuilder_timeout_cancels_the_job(slurm_env: SlurmCluster, pushed_imag
     assert containers_of(docker_client, job_id) == []
     fleet_json = load(job_dir / "fleet.json")
     assert fleet_json["job"]["note"].startswith(
-        "envbuilder cancelled the job: not finished after 25 s (--timeout)")
+        "envbuilder cancelled the job: not finished after 25 s (--timeout)"
+    )
     assert fleet_json["failed_nodes"] == ["n1", "n2"]
     assert "error: n1: no report: did not finish (job CANCELLED" in out.err
 
 
 @pytest.mark.slow
-def test_a_hanging_job_is_killed_at_its_time_limit(slurm_env: SlurmCluster, pushed_image: str,
-                                                   cluster_project: Project, docker_client: Any,
-                                                   monkeypatch: pytest.MonkeyPatch,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_hanging_job_is_killed_at_its_time_limit(
+    slurm_env: SlurmCluster,
+    pushed_image: str,
+    cluster_project: Project,
+    docker_client: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """--time 1: Slurm ends the job (TIMEOUT) 60-90 s after it starts; the probe's own timeout
     (300 s at --level standard) is longer, so it is Slurm that stops the hang."""
     monkeypatch.setenv("ENVBUILDER_PROBE_FAULT", "hang:matmul")
     start = time.monotonic()
-    code = cli(cluster_project, "validate", "--env", ENV, "--target", "docker", "--slurm",
-               "--only", "matmul", "--level", "standard", "--time", "1")
+    code = cli(
+        cluster_project,
+        "validate",
+        "--env",
+        ENV,
+        "--target",
+        "docker",
+        "--slurm",
+        "--only",
+        "matmul",
+        "--level",
+        "standard",
+        "--time",
+        "1",
+    )
     out = capsys.readouterr()
     assert code == 1, out.out + out.err
     assert time.monotonic() - start < TIME_LIMIT_S + 60
@@ -484,15 +617,33 @@ def test_a_hanging_job_is_killed_at_its_time_limit(slurm_env: SlurmCluster, push
 
 
 @pytest.mark.slow
-def test_ctrl_c_cancels_the_job(slurm_env: SlurmCluster, pushed_image: str,
-                                cluster_project: Project, docker_client: Any) -> None:
-    env = {**os.environ, "SLURM_CONF": str(slurm_env.conf),
-           "ENVBUILDER_PROBE_FAULT": "hang:matmul"}
+def test_ctrl_c_cancels_the_job(
+    slurm_env: SlurmCluster, pushed_image: str, cluster_project: Project, docker_client: Any
+) -> None:
+    env = {**os.environ, "SLURM_CONF": str(slurm_env.conf), "ENVBUILDER_PROBE_FAULT": "hang:matmul"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "envbuilder", "validate", "--env", ENV, "--target", "docker",
-         "--slurm", "--only", "matmul", "--level", "standard",
-         "--spec", str(cluster_project.spec_path)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "envbuilder",
+            "validate",
+            "--env",
+            ENV,
+            "--target",
+            "docker",
+            "--slurm",
+            "--only",
+            "matmul",
+            "--level",
+            "standard",
+            "--spec",
+            str(cluster_project.spec_path),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stderr is not None
         job_id = ""
@@ -519,12 +670,22 @@ def test_ctrl_c_cancels_the_job(slurm_env: SlurmCluster, pushed_image: str,
 
 
 @pytest.mark.slow
-def test_native_venv_on_a_shared_file_system(slurm_env: SlurmCluster, cluster_project: Project,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_native_venv_on_a_shared_file_system(
+    slurm_env: SlurmCluster, cluster_project: Project, capsys: pytest.CaptureFixture[str]
+) -> None:
     """--target native: both nodes run the venv (the project's folder: one file system here)."""
     assert cli(cluster_project, "build", "--target", "native", "--env", ENV) == 0
-    code = cli(cluster_project, "validate", "--env", ENV, "--target", "native", "--slurm",
-               "--only", "collectives")
+    code = cli(
+        cluster_project,
+        "validate",
+        "--env",
+        ENV,
+        "--target",
+        "native",
+        "--slurm",
+        "--only",
+        "collectives",
+    )
     out = capsys.readouterr()
     assert code == 0, out.out + out.err
     job_dir = job_dir_from(out.out)
@@ -534,4 +695,3 @@ def test_native_venv_on_a_shared_file_system(slurm_env: SlurmCluster, cluster_pr
     rank0 = load(job_dir / "collectives" / "all.json")
     assert check_entry(rank0, "collectives")["details"]["world_size"] == 4
     assert load(job_dir / "fleet.json")["status"] == "pass"
-

@@ -39,7 +39,11 @@ def test_flagship_contract() -> None:
     """rocm714: the pip SDK (7.14.1) from AMD's index on docker (plain Ubuntu), wsl2, windows."""
     env = load_spec(SHIPPED).env("rocm714")
     assert (env.rocm, env.python, env.gfx, env.gfx_targets) == (
-        "7.14.1", "3.12", "gfx1100", ("gfx1100",))
+        "7.14.1",
+        "3.12",
+        "gfx1100",
+        ("gfx1100",),
+    )
     assert env.targets == ("docker", "wsl2", "windows")
     assert env.packages == ("torch==2.12.0+rocm7.14.1",)
     assert env.index_pins_for("windows") == env.index_pins_for("docker") == {"torch": "amd-rocm"}
@@ -57,10 +61,10 @@ def test_datacenter_contract() -> None:
 
 def test_gpu_may_name_several(tmp_path: Path) -> None:
     text = SHIPPED.read_text(encoding="utf-8").replace(
-        'gpu = "RX 7900 XTX"', 'gpu = ["RX 7900 XTX", "gfx1201", "RX 7900 XTX"]')
+        'gpu = "RX 7900 XTX"', 'gpu = ["RX 7900 XTX", "gfx1201", "RX 7900 XTX"]'
+    )
     env = load_spec(_write(tmp_path, text)).env("rocm714")
-    assert (env.gpu, env.gfx, env.gfx_targets) == ("RX 7900 XTX", "gfx1100",
-                                                   ("gfx1100", "gfx1201"))
+    assert (env.gpu, env.gfx, env.gfx_targets) == ("RX 7900 XTX", "gfx1100", ("gfx1100", "gfx1201"))
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -71,8 +75,11 @@ def _write(tmp_path: Path, text: str) -> Path:
 
 def test_cpu_env_contract() -> None:
     cpu = load_spec(SHIPPED).env("cpu")
-    assert (cpu.accelerator, cpu.python, cpu.targets) == ("cpu", "3.11",
-                                                          ("docker", "wsl2", "native"))
+    assert (cpu.accelerator, cpu.python, cpu.targets) == (
+        "cpu",
+        "3.11",
+        ("docker", "wsl2", "native"),
+    )
     assert cpu.packages == ("torch==2.13.0+cpu",)
     assert cpu.index_pins == {"torch": "pytorch-cpu"}
     docker, wsl2, native = cpu.table(DockerTable), cpu.table(Wsl2Table), cpu.table(NativeTable)
@@ -88,9 +95,9 @@ def test_cpu_env_contract() -> None:
 
 def test_indexes_and_mirror() -> None:
     spec = load_spec(SHIPPED)
-    assert spec.indexes["pytorch-cpu"] == Index("pytorch-cpu",
-                                                 "https://download.pytorch.org/whl/cpu",
-                                                 "/opt/wheels")
+    assert spec.indexes["pytorch-cpu"] == Index(
+        "pytorch-cpu", "https://download.pytorch.org/whl/cpu", "/opt/wheels"
+    )
     assert spec.indexes["amd-rocm"].mirror is None
     assert list(spec.indexes_for("cpu")) == ["pytorch-cpu"]
     assert list(spec.indexes_for("rocm714")) == ["amd-rocm"]
@@ -156,18 +163,22 @@ def test_env_hash_follows_index_url_not_mirror(tmp_path: Path) -> None:
     text = SHIPPED.read_text(encoding="utf-8")
     base = load_spec(SHIPPED)
     p = tmp_path / "environments.toml"
-    p.write_text(text.replace('mirror = "/opt/wheels"', 'mirror = "/srv/wheels"'),
-                 encoding="utf-8")
+    p.write_text(text.replace('mirror = "/opt/wheels"', 'mirror = "/srv/wheels"'), encoding="utf-8")
     assert load_spec(p).env_hash("cpu") == base.env_hash("cpu")
-    p.write_text(text.replace("https://download.pytorch.org/whl/cpu",
-                              "https://download.pytorch.org/whl/cpu/"), encoding="utf-8")
+    p.write_text(
+        text.replace(
+            "https://download.pytorch.org/whl/cpu", "https://download.pytorch.org/whl/cpu/"
+        ),
+        encoding="utf-8",
+    )
     assert load_spec(p).env_hash("cpu") != base.env_hash("cpu")
     assert load_spec(p).env_hash("rocm714") == base.env_hash("rocm714")
 
 
 def test_defaults_merge_tables_by_key(tmp_path: Path) -> None:
     p = tmp_path / "environments.toml"
-    p.write_text("""
+    p.write_text(
+        """
 [defaults]
 accelerator = "cpu"
 python = "3.11"
@@ -184,13 +195,17 @@ user = "bob"
 
 [env.two]
 targets = ["docker", "native"]
-""", encoding="utf-8")
+""",
+        encoding="utf-8",
+    )
     spec = load_spec(p)
     one, two = spec.env("one"), spec.env("two")
     assert one.env == {"A": "1", "B": "3"}
     docker_one, docker_two = one.table(DockerTable), two.table(DockerTable)
     assert docker_one is not None and (docker_one.base, docker_one.user) == (
-        "debian:bookworm-slim", "bob")
+        "debian:bookworm-slim",
+        "bob",
+    )
     assert docker_two is not None and docker_two.user == "alice"
     native = two.table(NativeTable)
     assert two.targets == ("docker", "native") and native is not None
@@ -199,8 +214,9 @@ targets = ["docker", "native"]
 
 def test_load_spec_raises_with_every_error(tmp_path: Path) -> None:
     p = tmp_path / "environments.toml"
-    p.write_text('[env.x]\naccelerator = "gpu"\npython = "3"\ntargets = ["docker"]\n',
-                 encoding="utf-8")
+    p.write_text(
+        '[env.x]\naccelerator = "gpu"\npython = "3"\ntargets = ["docker"]\n', encoding="utf-8"
+    )
     with pytest.raises(SpecError) as info:
         load_spec(p)
     msg = str(info.value)
@@ -222,7 +238,8 @@ def test_finding_str() -> None:
 
 def test_rocm_docker_base_defaults_from_compat(tmp_path: Path) -> None:
     p = tmp_path / "environments.toml"
-    p.write_text("""
+    p.write_text(
+        """
 [indexes.r64]
 url = "https://download.pytorch.org/whl/rocm6.4"
 [env.g]
@@ -233,7 +250,9 @@ python = "3.12"
 packages = ["torch==2.9.1"]
 index_pins = { torch = "r64" }
 targets = ["docker"]
-""", encoding="utf-8")
+""",
+        encoding="utf-8",
+    )
     env = load_spec(p).env("g")
     docker = env.table(DockerTable)
     assert docker is not None and docker.base == "rocm/dev-ubuntu-24.04:6.4.1"

@@ -29,40 +29,87 @@ ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = tomlkit.parse((ROOT / "environments.toml").read_text(encoding="utf-8")).unwrap()
 
 NASTY = ["\n", "\r", "\x00", "'", '"', "`", "$(", ";", "\\", " ", "${X}", "\t", "é", "\u2028"]
-WORDS = ["rocm", "cpu", "cuda", "3.12", "3.10", "6.4.1", "6.3.3", "7.0", "RX 7900 XTX",
-         "RX 6800", "gfx1100", "docker", "wsl2", "windows", "native", "torch==2.9.1+rocm6.4",
-         "torch==2.13.0+cpu", "pytorch-cpu", "22.04", "24.04", "HSA_OVERRIDE_GFX_VERSION",
-         "RCCL_ALGO", "NCCL_ALGO", "debian:bookworm-slim", "https://download.pytorch.org/whl/cpu",
-         "/opt/wheels", "envbuilder", "root", ""]
+WORDS = [
+    "rocm",
+    "cpu",
+    "cuda",
+    "3.12",
+    "3.10",
+    "6.4.1",
+    "6.3.3",
+    "7.0",
+    "RX 7900 XTX",
+    "RX 6800",
+    "gfx1100",
+    "docker",
+    "wsl2",
+    "windows",
+    "native",
+    "torch==2.9.1+rocm6.4",
+    "torch==2.13.0+cpu",
+    "pytorch-cpu",
+    "22.04",
+    "24.04",
+    "HSA_OVERRIDE_GFX_VERSION",
+    "RCCL_ALGO",
+    "NCCL_ALGO",
+    "debian:bookworm-slim",
+    "https://download.pytorch.org/whl/cpu",
+    "/opt/wheels",
+    "envbuilder",
+    "root",
+    "",
+]
 
 text_values = st.one_of(
     st.sampled_from(WORDS),
     st.text(max_size=12),
-    st.builds(lambda a, b, c: a + b + c, st.sampled_from(WORDS), st.sampled_from(NASTY),
-              st.sampled_from(WORDS)),
+    st.builds(
+        lambda a, b, c: a + b + c,
+        st.sampled_from(WORDS),
+        st.sampled_from(NASTY),
+        st.sampled_from(WORDS),
+    ),
 )
-scalars = st.one_of(text_values, st.integers(-5, 10**20), st.floats(allow_nan=False),
-                    st.booleans())
-keys = st.one_of(st.sampled_from([*ENV_KEYS, "url", "mirror", "base", "ubuntu", "distro",
-                                  "user", "systemd", "hip_path", "TORCH", "A;B"]),
-                 st.text(min_size=1, max_size=8))
+scalars = st.one_of(text_values, st.integers(-5, 10**20), st.floats(allow_nan=False), st.booleans())
+keys = st.one_of(
+    st.sampled_from(
+        [
+            *ENV_KEYS,
+            "url",
+            "mirror",
+            "base",
+            "ubuntu",
+            "distro",
+            "user",
+            "systemd",
+            "hip_path",
+            "TORCH",
+            "A;B",
+        ]
+    ),
+    st.text(min_size=1, max_size=8),
+)
 values = st.recursive(
     scalars,
-    lambda inner: st.one_of(st.lists(inner, max_size=4),
-                            st.dictionaries(keys, inner, max_size=5)),
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(keys, inner, max_size=5)),
     max_leaves=20,
 )
 env_tables = st.dictionaries(st.sampled_from(list(ENV_KEYS)), values, max_size=10)
 specs = st.fixed_dictionaries(
     {},
     optional={
-        "indexes": st.dictionaries(st.sampled_from(["pytorch-cpu", "x", "Bad Name"]),
-                                   st.dictionaries(st.sampled_from(["url", "mirror", "urll"]),
-                                                   values, max_size=3), max_size=3),
+        "indexes": st.dictionaries(
+            st.sampled_from(["pytorch-cpu", "x", "Bad Name"]),
+            st.dictionaries(st.sampled_from(["url", "mirror", "urll"]), values, max_size=3),
+            max_size=3,
+        ),
         "defaults": env_tables,
-        "env": st.dictionaries(st.sampled_from(["cpu", "rocm714", "Bad Name", "a" * 70,
-                                                "seed-6.1", "con"]),
-                               env_tables, max_size=3),
+        "env": st.dictionaries(
+            st.sampled_from(["cpu", "rocm714", "Bad Name", "a" * 70, "seed-6.1", "con"]),
+            env_tables,
+            max_size=3,
+        ),
         "extra": values,
     },
 )
@@ -77,8 +124,9 @@ def spec_file(content: str | bytes) -> Iterator[Path]:
         else:
             path.write_text(content, encoding="utf-8")
         yield path
-        assert sorted(p.name for p in Path(tmp).iterdir()) == ["environments.toml"], \
+        assert sorted(p.name for p in Path(tmp).iterdir()) == ["environments.toml"], (
             "checking a spec must never write a file"
+        )
 
 
 def assert_handled(result: SpecCheck) -> None:
@@ -160,8 +208,11 @@ def test_mutated_shipped_spec_never_raises(path: tuple[str, ...], value: Any) ->
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.sampled_from(["cpu", "rocm714", "mi300x"]), st.sampled_from(["python", "description"]),
-       st.sampled_from(["3.13", "3.11", "x", "another description"]))
+@given(
+    st.sampled_from(["cpu", "rocm714", "mi300x"]),
+    st.sampled_from(["python", "description"]),
+    st.sampled_from(["3.13", "3.11", "x", "another description"]),
+)
 def test_env_hash_changes_only_with_the_env(env: str, key: str, value: str) -> None:
     doc = tomlkit.parse((ROOT / "environments.toml").read_text(encoding="utf-8"))
     base = load_spec(ROOT / "environments.toml")
@@ -177,44 +228,115 @@ def test_env_hash_changes_only_with_the_env(env: str, key: str, value: str) -> N
                 assert result.spec.env_hash(other) == base.env_hash(other)
 
 
-plausible_env = st.fixed_dictionaries({
-    "accelerator": st.sampled_from(["rocm", "cpu", "cuda"]),
-    "python": st.sampled_from(["3.9", "3.10", "3.11", "3.12", "3.13", "3.14"]),
-    "targets": st.lists(st.sampled_from(["docker", "wsl2", "windows", "native"]), min_size=1,
-                        max_size=4, unique=True),
-}, optional={
-    "rocm": st.sampled_from(["6.1.3", "6.2.3", "6.3.3", "6.3.4", "6.4", "6.4.1", "7.0", "7.0.2",
-                             "7.2.0", "7.2.1", "9.9"]),
-    "cuda": st.sampled_from(["12.8"]),
-    "gpu": st.sampled_from(["RX 7900 XTX", "RX 6800", "RX 6700 XT", "RX 7800 XT", "780M",
-                            "gfx1151", "gfx1036", "MI300X", "RX 9070 XT"]),
-    "packages": st.lists(st.sampled_from([
-        "torch==2.9.1+rocm6.4", "torch==2.5.1", "torch==2.13.0+cpu", "torch>=2.4,<2.6",
-        "torch~=2.8.0", "torch!=2.9.0", "numpy<2; python_version < '3.13'",
-        "torch @ https://repo.radeon.com/rocm/windows/rocm-rel-6.4.4/"
-        "torch-2.8.0a0%2Bgitfc14c65-cp312-cp312-win_amd64.whl",
-        "x @ https://h.example/x-1.0-py3-none-any.whl", "x @ https://h.example/notawheel.whl"]),
-        max_size=3),
-    "index_pins": st.dictionaries(st.sampled_from(["torch", "numpy"]),
-                                  st.sampled_from(["r61", "r64", "cpu", "r72", "other"]),
-                                  max_size=2),
-    "env": st.dictionaries(st.sampled_from(["HSA_OVERRIDE_GFX_VERSION", "RCCL_ALGO", "NCCL_X",
-                                            "A"]),
-                           st.sampled_from(["", "11.0.0", "10.3.0", "x"]), max_size=3),
-    "rccl": st.dictionaries(st.sampled_from(["RCCL_NTHREADS", "NCCL_ALGO", "HSA_X", "NCCL_DEBG"]),
-                            st.sampled_from(["1", "ring"]), max_size=3),
-    "docker": st.fixed_dictionaries({}, optional={"base": st.sampled_from(
-        ["debian:bookworm-slim", "rocm/dev-ubuntu-22.04:6.1.3", "rocm/dev-ubuntu-24.04:6.4.1",
-         "ubuntu", "x/y@sha256:" + "a" * 64, "rocm/dev-ubuntu-24.04:6..1",
-         "rocm/dev-ubuntu-24.04:6.4.1-complete", "rocm/dev-ubuntu-22.04:7"])}),
-    "wsl2": st.fixed_dictionaries({}, optional={"ubuntu": st.sampled_from(["22.04", "24.04",
-                                                                           "20.04"])}),
-    "windows": st.fixed_dictionaries({}, optional={
-        "python": st.sampled_from(["3.11", "3.12"]),
-        "index_pins": st.just({}),
-        "packages": st.just(["torch @ https://repo.radeon.com/rocm/windows/rocm-rel-6.4.4/"
-                             "torch-2.8.0a0%2Bgitfc14c65-cp312-cp312-win_amd64.whl"])}),
-})
+plausible_env = st.fixed_dictionaries(
+    {
+        "accelerator": st.sampled_from(["rocm", "cpu", "cuda"]),
+        "python": st.sampled_from(["3.9", "3.10", "3.11", "3.12", "3.13", "3.14"]),
+        "targets": st.lists(
+            st.sampled_from(["docker", "wsl2", "windows", "native"]),
+            min_size=1,
+            max_size=4,
+            unique=True,
+        ),
+    },
+    optional={
+        "rocm": st.sampled_from(
+            [
+                "6.1.3",
+                "6.2.3",
+                "6.3.3",
+                "6.3.4",
+                "6.4",
+                "6.4.1",
+                "7.0",
+                "7.0.2",
+                "7.2.0",
+                "7.2.1",
+                "9.9",
+            ]
+        ),
+        "cuda": st.sampled_from(["12.8"]),
+        "gpu": st.sampled_from(
+            [
+                "RX 7900 XTX",
+                "RX 6800",
+                "RX 6700 XT",
+                "RX 7800 XT",
+                "780M",
+                "gfx1151",
+                "gfx1036",
+                "MI300X",
+                "RX 9070 XT",
+            ]
+        ),
+        "packages": st.lists(
+            st.sampled_from(
+                [
+                    "torch==2.9.1+rocm6.4",
+                    "torch==2.5.1",
+                    "torch==2.13.0+cpu",
+                    "torch>=2.4,<2.6",
+                    "torch~=2.8.0",
+                    "torch!=2.9.0",
+                    "numpy<2; python_version < '3.13'",
+                    "torch @ https://repo.radeon.com/rocm/windows/rocm-rel-6.4.4/"
+                    "torch-2.8.0a0%2Bgitfc14c65-cp312-cp312-win_amd64.whl",
+                    "x @ https://h.example/x-1.0-py3-none-any.whl",
+                    "x @ https://h.example/notawheel.whl",
+                ]
+            ),
+            max_size=3,
+        ),
+        "index_pins": st.dictionaries(
+            st.sampled_from(["torch", "numpy"]),
+            st.sampled_from(["r61", "r64", "cpu", "r72", "other"]),
+            max_size=2,
+        ),
+        "env": st.dictionaries(
+            st.sampled_from(["HSA_OVERRIDE_GFX_VERSION", "RCCL_ALGO", "NCCL_X", "A"]),
+            st.sampled_from(["", "11.0.0", "10.3.0", "x"]),
+            max_size=3,
+        ),
+        "rccl": st.dictionaries(
+            st.sampled_from(["RCCL_NTHREADS", "NCCL_ALGO", "HSA_X", "NCCL_DEBG"]),
+            st.sampled_from(["1", "ring"]),
+            max_size=3,
+        ),
+        "docker": st.fixed_dictionaries(
+            {},
+            optional={
+                "base": st.sampled_from(
+                    [
+                        "debian:bookworm-slim",
+                        "rocm/dev-ubuntu-22.04:6.1.3",
+                        "rocm/dev-ubuntu-24.04:6.4.1",
+                        "ubuntu",
+                        "x/y@sha256:" + "a" * 64,
+                        "rocm/dev-ubuntu-24.04:6..1",
+                        "rocm/dev-ubuntu-24.04:6.4.1-complete",
+                        "rocm/dev-ubuntu-22.04:7",
+                    ]
+                )
+            },
+        ),
+        "wsl2": st.fixed_dictionaries(
+            {}, optional={"ubuntu": st.sampled_from(["22.04", "24.04", "20.04"])}
+        ),
+        "windows": st.fixed_dictionaries(
+            {},
+            optional={
+                "python": st.sampled_from(["3.11", "3.12"]),
+                "index_pins": st.just({}),
+                "packages": st.just(
+                    [
+                        "torch @ https://repo.radeon.com/rocm/windows/rocm-rel-6.4.4/"
+                        "torch-2.8.0a0%2Bgitfc14c65-cp312-cp312-win_amd64.whl"
+                    ]
+                ),
+            },
+        ),
+    },
+)
 INDEXES = {
     "r61": {"url": "https://download.pytorch.org/whl/rocm6.1"},
     "r64": {"url": "https://download.pytorch.org/whl/rocm6.4"},

@@ -22,13 +22,19 @@ def test_the_builtin_targets_in_their_order() -> None:
     assert registry.rendered() == ("docker", "wsl2", "windows")
 
 
-@pytest.mark.parametrize(("capability", "targets"), [
-    ("push", ("docker", "wsl2")), ("pull", ("docker", "wsl2")), ("path", ("windows", "native")),
-    ("no_cache", ("docker", "wsl2")), ("verify", ("docker", "wsl2")),
-    ("cluster", ("docker", "native")),
-    ("needs_docker", ("docker", "wsl2")),
-    ("build", ("docker", "wsl2", "windows", "native")),
-])
+@pytest.mark.parametrize(
+    ("capability", "targets"),
+    [
+        ("push", ("docker", "wsl2")),
+        ("pull", ("docker", "wsl2")),
+        ("path", ("windows", "native")),
+        ("no_cache", ("docker", "wsl2")),
+        ("verify", ("docker", "wsl2")),
+        ("cluster", ("docker", "native")),
+        ("needs_docker", ("docker", "wsl2")),
+        ("build", ("docker", "wsl2", "windows", "native")),
+    ],
+)
 def test_capabilities_are_declared(capability: Capability, targets: tuple[str, ...]) -> None:
     assert registry.with_capability(capability) == targets
 
@@ -41,8 +47,11 @@ def test_every_builder_keeps_its_descriptors_promises() -> None:
 
 
 def test_unknown_target_is_a_usage_error_naming_the_known_ones() -> None:
-    with pytest.raises(UsageError, match=r"unknown target 'dokcer' \(did you mean 'docker'\?\); "
-                                         r"choose one of: docker, wsl2, windows, native"):
+    with pytest.raises(
+        UsageError,
+        match=r"unknown target 'dokcer' \(did you mean 'docker'\?\); "
+        r"choose one of: docker, wsl2, windows, native",
+    ):
         registry.get("dokcer")
 
 
@@ -63,18 +72,30 @@ def test_typed_table_access() -> None:
     assert env.python_for("native") == "3.11"
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["build", "--target", "native", "--env", "cpu", "--no-cache"],
-     "--no-cache applies to the image targets (docker, wsl2), not native"),
-    (["build", "--target", "docker", "--env", "cpu", "--force"],
-     "--force applies to the venv targets (native, windows), not docker"),
-    (["validate", "--target", "wsl2", "--env", "cpu", "--path", "/tmp/x"],
-     "--path applies to the venv targets (native, windows), not wsl2"),
-    (["pull", "--target", "native", "--env", "cpu"],
-     "target native has no registry; pull applies to docker and wsl2"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["build", "--target", "native", "--env", "cpu", "--no-cache"],
+            "--no-cache applies to the image targets (docker, wsl2), not native",
+        ),
+        (
+            ["build", "--target", "docker", "--env", "cpu", "--force"],
+            "--force applies to the venv targets (native, windows), not docker",
+        ),
+        (
+            ["validate", "--target", "wsl2", "--env", "cpu", "--path", "/tmp/x"],
+            "--path applies to the venv targets (native, windows), not wsl2",
+        ),
+        (
+            ["pull", "--target", "native", "--env", "cpu"],
+            "target native has no registry; pull applies to docker and wsl2",
+        ),
+    ],
+)
 def test_a_capability_the_target_lacks_is_a_usage_error(
-        argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main([*argv, "--spec", SPEC]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err

@@ -91,8 +91,9 @@ def test_build_leaves_no_unpacked_wheels_in_uvs_cache(built: Built) -> None:
 
 
 def _validate(b: Built, options: ValidateOptions = SHORT) -> dict[str, object]:
-    report = _native().validate(b.project, b.env, dataclasses.replace(options, path=b.venv),
-                                no_progress)
+    report = _native().validate(
+        b.project, b.env, dataclasses.replace(options, path=b.venv), no_progress
+    )
     data: dict[str, object] = json.loads(report.read_text())
     return data
 
@@ -117,6 +118,7 @@ def _rebuild(b: Built) -> Artifact:
 
 # --- 1. built from the lock, probe passes ------------------------------------------------------
 
+
 def test_build_creates_the_venv_from_the_lock_and_the_probe_passes(built: Built) -> None:
     assert built.first.details["changed"] == "yes"
     marker = json.loads((built.venv / MARKER).read_text())
@@ -134,14 +136,22 @@ def test_build_creates_the_venv_from_the_lock_and_the_probe_passes(built: Built)
 def test_activate_sets_the_env_variables_and_gives_torch(built: Built) -> None:
     act = built.venv / "bin" / "activate"
     out = subprocess.run(
-        ["bash", "-c", f'unset PYTHONDONTWRITEBYTECODE; . "{act}"; echo "$PYTHONDONTWRITEBYTECODE";'
-                       ' python -c "import torch, sys; print(torch.__version__, sys.prefix)";'
-                       ' deactivate; echo "${PYTHONDONTWRITEBYTECODE-unset}"'],
-        capture_output=True, text=True, check=True).stdout.split("\n")
+        [
+            "bash",
+            "-c",
+            f'unset PYTHONDONTWRITEBYTECODE; . "{act}"; echo "$PYTHONDONTWRITEBYTECODE";'
+            ' python -c "import torch, sys; print(torch.__version__, sys.prefix)";'
+            ' deactivate; echo "${PYTHONDONTWRITEBYTECODE-unset}"',
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\n")
     assert out[:3] == ["1", f"2.13.0+cpu {built.venv}", "unset"]
 
 
 # --- re-running with the same lock changes nothing ---------------------------------------------
+
 
 def test_rebuild_with_the_same_lock_writes_nothing(built: Built) -> None:
     before = _snapshot(built.venv)
@@ -152,6 +162,7 @@ def test_rebuild_with_the_same_lock_writes_nothing(built: Built) -> None:
 
 # --- 2. an extra package fails conformance; build syncs it away --------------------------------
 
+
 def _tiny_wheel(folder: Path, name: str = "envbuilder_extra_pkg", version: str = "0.1") -> Path:
     """A minimal valid wheel, made here so the test needs no index."""
     dist = f"{name}-{version}.dist-info"
@@ -159,7 +170,7 @@ def _tiny_wheel(folder: Path, name: str = "envbuilder_extra_pkg", version: str =
         f"{name}/__init__.py": b"",
         f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
         f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
-                         b"Tag: py3-none-any\n",
+        b"Tag: py3-none-any\n",
     }
     record = []
     for path, data in files.items():
@@ -177,8 +188,20 @@ def test_extra_package_fails_validate_and_build_removes_it(built: Built, tmp_pat
     from envbuilder.pyfinder import uv_bin
 
     wheel = _tiny_wheel(tmp_path)
-    subprocess.run([uv_bin(), "pip", "install", "--python", str(_python(built)), "--offline",
-                    "--no-index", str(wheel)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            uv_bin(),
+            "pip",
+            "install",
+            "--python",
+            str(_python(built)),
+            "--offline",
+            "--no-index",
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+    )
     report = _validate(built)
     assert report["status"] == "fail"
     conformance = _checks(report)["conformance"]
@@ -188,13 +211,15 @@ def test_extra_package_fails_validate_and_build_removes_it(built: Built, tmp_pat
     rebuilt = _rebuild(built)
     assert rebuilt.details["changed"] == "yes"
     assert rebuilt.details["changes"] == "-envbuilder-extra-pkg==0.1"
-    listed = subprocess.run([str(_python(built)), "-c", "import envbuilder_extra_pkg"],
-                            capture_output=True, check=False)
+    listed = subprocess.run(
+        [str(_python(built)), "-c", "import envbuilder_extra_pkg"], capture_output=True, check=False
+    )
     assert listed.returncode != 0  # synced away
     assert _validate(built)["status"] == "pass"
 
 
 # --- a new lock syncs: what it dropped is removed ----------------------------------------------
+
 
 def _relock(project: Project, new_text: str | None = None) -> None:
     """Write a changed pylock and record its sha256 in the env lock, as `lock` would."""
@@ -235,6 +260,7 @@ def test_new_lock_syncs_and_removes_what_it_dropped(built: Built) -> None:
 
 
 # --- 3. a tampered lock is refused, the venv keeps working -------------------------------------
+
 
 def _tamper_torch_hash(text: str) -> str:
     """The pylock with one hex digit of torch's wheel hash changed."""
@@ -278,8 +304,12 @@ def test_validate_without_a_venv_says_to_build(built: Built, tmp_path: Path) -> 
     from envbuilder.errors import ValidationError
 
     with pytest.raises(ValidationError, match="envbuilder build --target native --env cpu"):
-        _native().validate(built.project, built.env,
-                           dataclasses.replace(SHORT, path=tmp_path / "none"), no_progress)
+        _native().validate(
+            built.project,
+            built.env,
+            dataclasses.replace(SHORT, path=tmp_path / "none"),
+            no_progress,
+        )
 
 
 def test_path_that_is_not_a_venv_is_not_deleted(built: Built, tmp_path: Path) -> None:

@@ -32,8 +32,14 @@ HOSTILE = "a'b\"c $(touch PWNED) `id` ; & | ‘x’ %PATH% \\ $HOME"
 
 def _env(**kw: object) -> EnvSpec:
     base: dict[str, object] = dict(
-        name="rocm64", description="", accelerator="rocm", python="3.12",
-        packages=("torch",), index_pins={}, targets=("windows", "native"), rocm="6.4.1",
+        name="rocm64",
+        description="",
+        accelerator="rocm",
+        python="3.12",
+        packages=("torch",),
+        index_pins={},
+        targets=("windows", "native"),
+        rocm="6.4.1",
         gfx="gfx1100",
     )
     base.update(kw)
@@ -46,6 +52,7 @@ def activation_env(env: EnvSpec, target: str) -> dict[str, str]:
 
 
 # --- layout and command lines ------------------------------------------------------------------
+
 
 def test_windows_layout_uses_scripts_python_exe() -> None:
     layout = VenvLayout(PureWindowsPath(r"C:\Users\me\envs\rocm64"), windows=True)
@@ -82,7 +89,8 @@ def test_windows_commands_with_windows_paths() -> None:
     venv = PureWindowsPath(r"C:\envs\rocm 64")
     layout = VenvLayout(venv, windows=True)
     assert uv_venv_command("uv.exe", r"C:\Python312\python.exe", venv, "rocm64-windows")[-1] == (
-        r"C:\envs\rocm 64")
+        r"C:\envs\rocm 64"
+    )
     sync = uv_sync_command("uv.exe", layout.python, PureWindowsPath(r"C:\tmp\requirements.txt"))
     assert sync[:3] == ["uv.exe", "pip", "sync"]
     assert {"--offline", "--no-index", "--require-hashes", "--no-cache"} <= set(sync)
@@ -91,9 +99,15 @@ def test_windows_commands_with_windows_paths() -> None:
 
 def test_probe_command_labels_env_and_target() -> None:
     opts = ValidateOptions(level="quick", only=("matmul",), skip=("amp",))
-    cmd = probe_command(PurePosixPath("/v/bin/python"), PurePosixPath("/t/probe.pyz"),
-                        PurePosixPath("/p/pylock.toml"), PurePosixPath("/t/r.json"),
-                        _env(accelerator="cpu", rocm=None), "native", opts)
+    cmd = probe_command(
+        PurePosixPath("/v/bin/python"),
+        PurePosixPath("/t/probe.pyz"),
+        PurePosixPath("/p/pylock.toml"),
+        PurePosixPath("/t/r.json"),
+        _env(accelerator="cpu", rocm=None),
+        "native",
+        opts,
+    )
     joined = " ".join(cmd)
     assert cmd[:2] == ["/v/bin/python", "/t/probe.pyz"]
     assert "--expect cpu" in joined and "--lock /p/pylock.toml" in joined
@@ -102,6 +116,7 @@ def test_probe_command_labels_env_and_target() -> None:
 
 
 # --- discovery (real interpreters on this machine) ---------------------------------------------
+
 
 def test_uv_finds_the_running_python_version() -> None:
     want = f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -128,15 +143,19 @@ def test_windows_target_on_linux_says_it_needs_windows(tmp_path: Path) -> None:
         pytest.skip("this checks the refusal on non-Windows hosts")
     builder = registry.get("windows").load_builder()
     with pytest.raises(BuildError, match="needs Windows"):
-        builder.build(Project.from_spec(tmp_path / "environments.toml"), _env(), BuildOptions(),
-                      no_progress)
+        builder.build(
+            Project.from_spec(tmp_path / "environments.toml"), _env(), BuildOptions(), no_progress
+        )
 
 
 # --- the activation environment ----------------------------------------------------------------
 
+
 def test_windows_env_has_hip_path_and_never_hsa_override() -> None:
-    env = _env(env={"HSA_OVERRIDE_GFX_VERSION": "11.0.0", "MIOPEN_LOG_LEVEL": "3"},
-               rccl={"NCCL_DEBUG": "INFO"})
+    env = _env(
+        env={"HSA_OVERRIDE_GFX_VERSION": "11.0.0", "MIOPEN_LOG_LEVEL": "3"},
+        rccl={"NCCL_DEBUG": "INFO"},
+    )
     got = activation_env(env, "windows")
     assert got == {"HIP_PATH": "C:\\Program Files\\AMD\\ROCm\\6.4\\", "MIOPEN_LOG_LEVEL": "3"}
     for render in (activate.bash_block, activate.powershell_block, activate.cmd_activate_block):
@@ -151,7 +170,10 @@ def test_windows_hip_path_from_spec_wins() -> None:
 def test_linux_env_has_rocm_path_override_and_rccl() -> None:
     env = _env(env={"HSA_OVERRIDE_GFX_VERSION": "10.3.0"}, rccl={"NCCL_DEBUG": "INFO"})
     assert activation_env(env, "native") == {
-        "ROCM_PATH": "/opt/rocm", "HSA_OVERRIDE_GFX_VERSION": "10.3.0", "NCCL_DEBUG": "INFO"}
+        "ROCM_PATH": "/opt/rocm",
+        "HSA_OVERRIDE_GFX_VERSION": "10.3.0",
+        "NCCL_DEBUG": "INFO",
+    }
 
 
 def test_cpu_env_sets_only_its_own_variables() -> None:
@@ -171,8 +193,9 @@ def test_line_breaks_are_refused() -> None:
 
 
 def test_powershell_values_are_single_quoted_literals() -> None:
-    block = activate.powershell_block({"HIP_PATH": "C:\\Program Files\\AMD\\ROCm\\6.4\\",
-                                       "X": "it's ‘odd’ $env:PATH"})
+    block = activate.powershell_block(
+        {"HIP_PATH": "C:\\Program Files\\AMD\\ROCm\\6.4\\", "X": "it's ‘odd’ $env:PATH"}
+    )
     assert "$env:HIP_PATH = 'C:\\Program Files\\AMD\\ROCm\\6.4\\'" in block
     # every quote PowerShell accepts as one is doubled, so nothing ends the literal early
     assert "$env:X = 'it''s ‘‘odd’’ $env:PATH'" in block
@@ -201,31 +224,41 @@ def test_splice_replaces_keeps_line_endings_and_removes() -> None:
 
 
 def test_windows_script_names_are_found_case_insensitively() -> None:
-    names = [PureWindowsPath(rf"C:\v\Scripts\{n}")
-             for n in ("activate", "Activate.ps1", "activate.bat", "deactivate.bat", "python.exe")]
+    names = [
+        PureWindowsPath(rf"C:\v\Scripts\{n}")
+        for n in ("activate", "Activate.ps1", "activate.bat", "deactivate.bat", "python.exe")
+    ]
     blocks = activate.script_blocks(names, {"HIP_PATH": "C:\\x\\"}, windows=True)
     assert set(blocks) == {"activate", "Activate.ps1", "activate.bat", "deactivate.bat"}
     assert set(activate.script_blocks(names, {"A": "1"}, windows=False)) == {
-        "activate", "Activate.ps1"}
+        "activate",
+        "Activate.ps1",
+    }
     with pytest.raises(BuildError, match=r"no activate\.ps1"):
         activate.script_blocks(names[:1] + names[2:], {"A": "1"}, windows=True)
 
 
 # --- bash activation, really sourced -----------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def bare_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv = tmp_path_factory.mktemp("bare") / "venv"
-    found = pyfinder.find_python(f"{sys.version_info.major}.{sys.version_info.minor}",
-                                 windows=False)
-    subprocess.run(uv_venv_command(pyfinder.uv_bin(), str(found.executable), venv, "t"),
-                   check=True, capture_output=True)
+    found = pyfinder.find_python(
+        f"{sys.version_info.major}.{sys.version_info.minor}", windows=False
+    )
+    subprocess.run(
+        uv_venv_command(pyfinder.uv_bin(), str(found.executable), venv, "t"),
+        check=True,
+        capture_output=True,
+    )
     return venv
 
 
 def _bash(script: str, cwd: Path) -> list[str]:
-    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=cwd,
-                         check=True)
+    out = subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, cwd=cwd, check=True
+    )
     return out.stdout.splitlines()
 
 
@@ -241,7 +274,9 @@ def test_bash_activate_sets_and_deactivate_restores(bare_venv: Path, tmp_path: P
         f"export ROCM_PATH=/usr/old; unset HOSTILE; . {act}; . {act};"  # twice: still restores
         f' printf "%s\\n" "$ROCM_PATH" "$HOSTILE"; deactivate;'
         f' printf "%s\\n" "$ROCM_PATH" "${{HOSTILE-unset}}";'
-        f" declare -F deactivate _envbuilder_venv_deactivate || echo gone", tmp_path)
+        f" declare -F deactivate _envbuilder_venv_deactivate || echo gone",
+        tmp_path,
+    )
     assert lines == ["/opt/rocm", HOSTILE, "/usr/old", "unset", "gone"]
     assert not (tmp_path / "PWNED").exists()
 
@@ -256,6 +291,7 @@ def test_rebuild_with_other_variables_replaces_the_block(bare_venv: Path) -> Non
 
 # --- marker and diff ---------------------------------------------------------------------------
 
+
 def test_marker_is_deterministic_and_records_the_lock() -> None:
     a = marker_bytes(Path("/v"), "cpu", "native", "ab" * 32, "3.11.7", {"b": "2", "a": "1"})
     b = marker_bytes(Path("/v"), "cpu", "native", "ab" * 32, "3.11.7", {"a": "1", "b": "2"})
@@ -264,10 +300,15 @@ def test_marker_is_deterministic_and_records_the_lock() -> None:
 
 
 def test_package_diff_names_extra_missing_and_versions() -> None:
-    diff = package_diff({"Torch": "2.13.0+cpu", "six": "1.17.0", "numpy": "2.0"},
-                        {"torch": "2.13.0+cpu", "numpy": "2.1", "sympy": "1.14"})
-    assert diff == ["extra: six==1.17.0", "missing: sympy==1.14",
-                    "other version: numpy==2.0 (lock: 2.1)"]
+    diff = package_diff(
+        {"Torch": "2.13.0+cpu", "six": "1.17.0", "numpy": "2.0"},
+        {"torch": "2.13.0+cpu", "numpy": "2.1", "sympy": "1.14"},
+    )
+    assert diff == [
+        "extra: six==1.17.0",
+        "missing: sympy==1.14",
+        "other version: numpy==2.0 (lock: 2.1)",
+    ]
     assert package_diff({"Typing_Extensions": "4"}, {"typing-extensions": "4"}) == []
 
 

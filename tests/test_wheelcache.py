@@ -49,16 +49,31 @@ def _pylock(packages: list[tuple[str, str, list[tuple[str, str]], str | None]]) 
 
 def test_locked_files_pick_the_targets_best_wheel(tmp_path: Path) -> None:
     base = "https://files.example.invalid/"
-    text = _pylock([
-        ("numpy", "2.0", [(base + "numpy-2.0-cp311-cp311-win_amd64.whl", "1" * 64),
-                          (base + "numpy-2.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_"
-                                  "x86_64.whl", "2" * 64),
-                          (base + "numpy-2.0-cp312-cp312-manylinux_2_28_x86_64.whl", "3" * 64)],
-         None),
-        ("six", "1.0", [(base + "six-1.0-py2.py3-none-any.whl", "4" * 64)], None),
-        ("colorama", "0.4", [(base + "colorama-0.4-py3-none-any.whl", "5" * 64)],
-         "sys_platform == 'win32'"),
-    ])
+    text = _pylock(
+        [
+            (
+                "numpy",
+                "2.0",
+                [
+                    (base + "numpy-2.0-cp311-cp311-win_amd64.whl", "1" * 64),
+                    (
+                        base + "numpy-2.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_"
+                        "x86_64.whl",
+                        "2" * 64,
+                    ),
+                    (base + "numpy-2.0-cp312-cp312-manylinux_2_28_x86_64.whl", "3" * 64),
+                ],
+                None,
+            ),
+            ("six", "1.0", [(base + "six-1.0-py2.py3-none-any.whl", "4" * 64)], None),
+            (
+                "colorama",
+                "0.4",
+                [(base + "colorama-0.4-py3-none-any.whl", "5" * 64)],
+                "sys_platform == 'win32'",
+            ),
+        ]
+    )
     pylock = tmp_path / "pylock.t.toml"
     pylock.write_text(text, encoding="utf-8")
     linux = {f.name: f.sha256 for f in locked_files(pylock, LINUX, "3.11")}
@@ -72,30 +87,40 @@ def test_locked_files_pick_the_targets_best_wheel(tmp_path: Path) -> None:
 def test_locked_files_take_a_direct_url_wheel(tmp_path: Path) -> None:
     url = "https://repo.example.invalid/torch-2.8.0a0%2Bgit-cp312-cp312-win_amd64.whl"
     pylock = tmp_path / "pylock.t.toml"
-    pylock.write_text('lock-version = "1.0"\ncreated-by = "uv"\n\n[[packages]]\n'
-                      'name = "torch"\nversion = "2.8.0a0+git"\n'
-                      f'archive = {{ url = "{url}", hashes = {{ sha256 = "{"6" * 64}" }} }}\n',
-                      encoding="utf-8")
+    pylock.write_text(
+        'lock-version = "1.0"\ncreated-by = "uv"\n\n[[packages]]\n'
+        'name = "torch"\nversion = "2.8.0a0+git"\n'
+        f'archive = {{ url = "{url}", hashes = {{ sha256 = "{"6" * 64}" }} }}\n',
+        encoding="utf-8",
+    )
     (got,) = locked_files(pylock, WINDOWS, "3.12")
     assert (got.filename, got.url, got.sha256) == (
-        "torch-2.8.0a0+git-cp312-cp312-win_amd64.whl", url, "6" * 64)
+        "torch-2.8.0a0+git-cp312-cp312-win_amd64.whl",
+        url,
+        "6" * 64,
+    )
 
 
-def _lock_tinytorch(project: Project, wheel: Path, url: str | None = None,
-                    targets: tuple[str, ...] = ("native",), index: str | None = None) -> None:
+def _lock_tinytorch(
+    project: Project,
+    wheel: Path,
+    url: str | None = None,
+    targets: tuple[str, ...] = ("native",),
+    index: str | None = None,
+) -> None:
     """Write a pylock naming `wheel` by its canonical URL (or `url`), with PEP 751 `index` when
     given, and the env lock."""
     url = url or f"{FAKE_INDEX_URL}/{wheel.name.replace('+', '%2B')}"
     text = _pylock([("tinytorch", "1.0+cpu", [(url, sha256_file(wheel))], None)]).encode()
     if index is not None:
-        text = text.replace(b'version = "1.0+cpu"\n', f'version = "1.0+cpu"\nindex = "{index}"\n'
-                            .encode())
+        text = text.replace(
+            b'version = "1.0+cpu"\n', f'version = "1.0+cpu"\nindex = "{index}"\n'.encode()
+        )
     project.lockfiles.mkdir(parents=True, exist_ok=True)
     locks = {}
     for target in targets:
         (project.lockfiles / f"pylock.small-{target}.toml").write_bytes(text)
-        locks[target] = TargetLock(LINUX, "3.11", f"pylock.small-{target}.toml",
-                                   sha256_bytes(text))
+        locks[target] = TargetLock(LINUX, "3.11", f"pylock.small-{target}.toml", sha256_bytes(text))
     write_env_lock(project, EnvLock(LOCK_VERSION, "small", "0" * 64, "0", 0, locks, {}))
 
 
@@ -114,14 +139,16 @@ def project(tmp_path: Path, mirror: Path) -> Project:
     return write_spec(tmp_path / "proj", small_spec(mirror))
 
 
-def test_fetch_from_a_mirror_folder_once(project: Project, mirror: Path,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fetch_from_a_mirror_folder_once(
+    project: Project, mirror: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("ENVBUILDER_MIRROR_FAKE", raising=False)
     wheel = make_wheel(mirror, "tinytorch", "1.0+cpu")
     _lock_tinytorch(project, wheel, targets=("native", "docker"))
     events: list[tuple[str, int, int | None]] = []
-    first = fetch_locked(project, "small", "native", lambda *e: events.append(e),
-                         indexes=_indexes(project))
+    first = fetch_locked(
+        project, "small", "native", lambda *e: events.append(e), indexes=_indexes(project)
+    )
     assert [(a.filename, a.source) for a in first] == [(wheel.name, "mirror")]
     assert downloaded_bytes(first) == wheel.stat().st_size
     assert first[0].path == cache_path(project, sha256_file(wheel), wheel.name)
@@ -133,7 +160,8 @@ def test_fetch_from_a_mirror_folder_once(project: Project, mirror: Path,
 
 
 def test_fetch_uses_the_indexes_it_is_given_not_the_spec_file(
-        project: Project, mirror: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    project: Project, mirror: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The wheel cache never reads environments.toml itself: a spec file broken after the spec
     was loaded (or missing) changes nothing; the mirror of the indexes handed in is used. (It
     used to re-read the file and, when that failed, silently drop every mirror.)"""
@@ -146,9 +174,9 @@ def test_fetch_uses_the_indexes_it_is_given_not_the_spec_file(
     assert [(a.filename, a.source) for a in got] == [(wheel.name, "mirror")]
 
 
-def test_a_mirror_file_with_another_hash_is_refused(project: Project, mirror: Path,
-                                                    tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_mirror_file_with_another_hash_is_refused(
+    project: Project, mirror: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("ENVBUILDER_MIRROR_FAKE", raising=False)
     locked = make_wheel(tmp_path / "elsewhere", "tinytorch", "1.0+cpu")
     make_wheel(mirror, "tinytorch", "1.0+cpu", requires=("six",))  # same name, other bytes
@@ -180,24 +208,25 @@ def http_folder(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         server.server_close()
 
 
-def test_fetch_from_a_simple_index_mirror_url(project: Project, tmp_path: Path,
-                                              http_folder: tuple[str, Path],
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fetch_from_a_simple_index_mirror_url(
+    project: Project, tmp_path: Path, http_folder: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     base, root = http_folder
     wheel = make_wheel(root / "files", "tinytorch", "1.0+cpu")
     (root / "simple" / "tinytorch").mkdir(parents=True)
     href = f"../../files/{wheel.name.replace('+', '%2B')}#sha256={sha256_file(wheel)}"
     (root / "simple" / "tinytorch" / "index.html").write_text(
-        f'<html><body><a href="{href}">{wheel.name}</a></body></html>', encoding="utf-8")
+        f'<html><body><a href="{href}">{wheel.name}</a></body></html>', encoding="utf-8"
+    )
     monkeypatch.setenv("ENVBUILDER_MIRROR_FAKE", f"{base}/simple")
     _lock_tinytorch(project, wheel)
     got = fetch_locked(project, "small", "native", indexes=_indexes(project))
     assert [(a.source, a.downloaded_bytes) for a in got] == [("mirror", wheel.stat().st_size)]
 
 
-def test_fetch_from_the_canonical_url_without_mirror(project: Project, tmp_path: Path,
-                                                     http_folder: tuple[str, Path],
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fetch_from_the_canonical_url_without_mirror(
+    project: Project, tmp_path: Path, http_folder: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     base, root = http_folder
     monkeypatch.setenv("ENVBUILDER_MIRROR_FAKE", "")  # mirror switched off on this machine
     wheel = make_wheel(root, "tinytorch", "1.0+cpu")
@@ -212,45 +241,66 @@ def test_fetch_needs_a_lock_that_matches_its_pylock(project: Project, mirror: Pa
     _lock_tinytorch(project, make_wheel(mirror, "tinytorch", "1.0+cpu"))
     with (project.lockfiles / "pylock.small-native.toml").open("a") as fh:
         fh.write("# edited\n")
-    with pytest.raises(LockError,
-                       match=r"does not match the sha256 recorded in lockfiles/small\.lock\.toml"):
+    with pytest.raises(
+        LockError, match=r"does not match the sha256 recorded in lockfiles/small\.lock\.toml"
+    ):
         fetch_locked(project, "small", "native", indexes=_indexes(project))
 
 
-def test_wheelhouse_installs_offline_with_hash_checking(project: Project, mirror: Path,
-                                                        tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_wheelhouse_installs_offline_with_hash_checking(
+    project: Project, mirror: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("ENVBUILDER_MIRROR_FAKE", raising=False)
     wheel = make_wheel(mirror, "tinytorch", "1.0+cpu")
     _lock_tinytorch(project, wheel)
     context = tmp_path / "context"
-    requirements = write_wheelhouse(project, "small", "native", context,
-                                    in_image_prefix=str(context / "wheels"),
-                                    indexes=_indexes(project))
+    requirements = write_wheelhouse(
+        project,
+        "small",
+        "native",
+        context,
+        in_image_prefix=str(context / "wheels"),
+        indexes=_indexes(project),
+    )
     line = f"{context / 'wheels' / wheel.name} --hash=sha256:{sha256_file(wheel)}\n"
     assert requirements == context / "requirements.txt"
     assert requirements.read_text(encoding="utf-8") == line
     assert (context / "wheels" / wheel.name).stat().st_ino == cache_path(
-        project, sha256_file(wheel), wheel.name).stat().st_ino  # hard link, no copy
+        project, sha256_file(wheel), wheel.name
+    ).stat().st_ino  # hard link, no copy
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
-           "--no-index", "--no-deps", "--require-hashes", "--no-cache-dir", "-r"]
+    pip = [
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        str(venv / "bin" / "python"),
+        "install",
+        "--no-index",
+        "--no-deps",
+        "--require-hashes",
+        "--no-cache-dir",
+        "-r",
+    ]
     done = subprocess.run([*pip, str(requirements)], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
-    probe = subprocess.run([str(venv / "bin" / "python"), "-c",
-                            "import tinytorch; print(tinytorch.VERSION)"],
-                           capture_output=True, text=True, check=True)
+    probe = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import tinytorch; print(tinytorch.VERSION)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert probe.stdout.strip() == "1.0+cpu"
     # The same file with a wrong hash is refused.
     requirements.write_text(line.replace(sha256_file(wheel), "0" * 64), encoding="utf-8")
-    refused = subprocess.run([*pip, str(requirements)], capture_output=True, text=True,
-                             check=False)
+    refused = subprocess.run([*pip, str(requirements)], capture_output=True, text=True, check=False)
     assert refused.returncode != 0 and "hash" in (refused.stdout + refused.stderr).lower()
 
 
-def test_the_pylocks_index_names_the_mirror_to_ask(project: Project, mirror: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_pylocks_index_names_the_mirror_to_ask(
+    project: Project, mirror: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """PEP 751 `packages.index` says which index, hence which mirror, holds a file, whatever
     host its URL names (PyTorch's indexes link files on other hosts). Without it the URL is
     not under the index's URL and the mirror is not asked."""
@@ -263,7 +313,8 @@ def test_the_pylocks_index_names_the_mirror_to_ask(project: Project, mirror: Pat
 
 
 def test_a_gone_url_is_found_on_the_pylocks_index_by_name_and_hash(
-        project: Project, http_folder: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    project: Project, http_folder: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The recorded URL is unreachable (a closed port on 127.0.0.1) and no mirror is set: the
     simple-index page `<index>/<name>/` of the index the entry names lists the file (here by its
     `#sha256=` fragment under another path), which is fetched and accepted by its hash."""

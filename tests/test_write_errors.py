@@ -48,12 +48,16 @@ CAUSES = {
     "full-disk": "no space left on device",
 }
 # capsys is read (and so emptied) before every example's run: sharing it across examples is safe.
-EXAMPLES = settings(max_examples=12, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.too_slow,
-                                           HealthCheck.function_scoped_fixture])
+EXAMPLES = settings(
+    max_examples=12,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 
 
 # --- real faults --------------------------------------------------------------------------------
+
 
 def _sh(*cmd: str) -> None:
     subprocess.run(cmd, check=True, capture_output=True, text=True)
@@ -132,8 +136,10 @@ Tree = dict[str, bytes | None]
 
 def tree(root: Path) -> Tree:
     """Every file (its bytes) and folder (None) below `root`."""
-    return {p.relative_to(root).as_posix(): (p.read_bytes() if p.is_file() else None)
-            for p in sorted(root.rglob("*"))}
+    return {
+        p.relative_to(root).as_posix(): (p.read_bytes() if p.is_file() else None)
+        for p in sorted(root.rglob("*"))
+    }
 
 
 @dataclass
@@ -152,8 +158,14 @@ class Example:
         return cls(root, base / "tmp")
 
 
-def run_failing(example: Example, argv: Sequence[str], fault: str, fault_at: Path,
-                outputs: Sequence[Path], capsys: pytest.CaptureFixture[str]) -> None:
+def run_failing(
+    example: Example,
+    argv: Sequence[str],
+    fault: str,
+    fault_at: Path,
+    outputs: Sequence[Path],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """Apply `fault` at `fault_at`, run the command, and check the outcome."""
     if fault == "file-for-folder":
         file_for_folder(fault_at)
@@ -203,25 +215,42 @@ def render_template(workdir: Path) -> tuple[Path, list[Path]]:
         for f in (template / name).rglob("*"):
             if f.is_file():
                 f.write_bytes(f.read_bytes() + b"stale\n")
-    outputs = sorted(p.relative_to(template) for name in RENDERED
-                     for p in (template / name).rglob("*") if p.is_file())
+    outputs = sorted(
+        p.relative_to(template)
+        for name in RENDERED
+        for p in (template / name).rglob("*")
+        if p.is_file()
+    )
     return template, outputs
 
 
 @given(fault=st.sampled_from(FAULTS), pick=st.integers(0, 10_000))
 @EXAMPLES
-def test_render_write_errors(fault: str, pick: int, workdir: Path,
-                             render_template: tuple[Path, list[Path]],
-                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_render_write_errors(
+    fault: str,
+    pick: int,
+    workdir: Path,
+    render_template: tuple[Path, list[Path]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     template, outputs = render_template
     example = Example.fresh(workdir, template)
     files = [example.root / p for p in outputs]
-    folders = sorted({example.root / p.parent for p in outputs}
-                     | {example.root / name for name in RENDERED})
-    fault_at = {"file-for-folder": folders[pick % len(folders)],
-                "folder-for-file": files[pick % len(files)]}.get(fault, example.root)
-    run_failing(example, ["render", "--spec", str(example.root / "environments.toml")], fault,
-                fault_at, files, capsys)
+    folders = sorted(
+        {example.root / p.parent for p in outputs} | {example.root / name for name in RENDERED}
+    )
+    fault_at = {
+        "file-for-folder": folders[pick % len(folders)],
+        "folder-for-file": files[pick % len(files)],
+    }.get(fault, example.root)
+    run_failing(
+        example,
+        ["render", "--spec", str(example.root / "environments.toml")],
+        fault,
+        fault_at,
+        files,
+        capsys,
+    )
 
 
 # --- lock ---------------------------------------------------------------------------------------
@@ -266,18 +295,27 @@ def _no_machine_mirrors(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @given(fault=st.sampled_from(FAULTS), pick=st.integers(0, 10_000))
 @EXAMPLES
-def test_lock_write_errors(fault: str, pick: int, workdir: Path, lock_template: Path,
-                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_lock_write_errors(
+    fault: str, pick: int, workdir: Path, lock_template: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     example = Example.fresh(workdir, lock_template)
     lockfiles = example.root / "lockfiles"
     files = sorted(lockfiles.iterdir())
-    fault_at = {"file-for-folder": lockfiles,
-                "folder-for-file": files[pick % len(files)]}.get(fault, example.root)
-    run_failing(example, ["lock", "--spec", str(example.root / "environments.toml")], fault,
-                fault_at, files, capsys)
+    fault_at = {"file-for-folder": lockfiles, "folder-for-file": files[pick % len(files)]}.get(
+        fault, example.root
+    )
+    run_failing(
+        example,
+        ["lock", "--spec", str(example.root / "environments.toml")],
+        fault,
+        fault_at,
+        files,
+        capsys,
+    )
 
 
 # --- compare ------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def compare_template(workdir: Path) -> Path:
@@ -288,12 +326,20 @@ def compare_template(workdir: Path) -> Path:
     return template
 
 
-@given(fault=st.sampled_from(FAULTS), pick=st.integers(0, 10_000),
-       wanted=st.sets(st.sampled_from(("json", "markdown", "html")), min_size=1))
+@given(
+    fault=st.sampled_from(FAULTS),
+    pick=st.integers(0, 10_000),
+    wanted=st.sets(st.sampled_from(("json", "markdown", "html")), min_size=1),
+)
 @EXAMPLES
-def test_compare_write_errors(fault: str, pick: int, wanted: set[str], workdir: Path,
-                              compare_template: Path,
-                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_compare_write_errors(
+    fault: str,
+    pick: int,
+    wanted: set[str],
+    workdir: Path,
+    compare_template: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     example = Example.fresh(workdir, compare_template)
     out = example.root / "out"
     paths = {"json": out / "c.json", "markdown": out / "c.md", "html": out / "html"}
@@ -303,7 +349,9 @@ def test_compare_write_errors(fault: str, pick: int, wanted: set[str], workdir: 
     files = [paths[k] for k in sorted(wanted) if k != "html"]
     folders = [out] + ([paths["html"]] if "html" in wanted else [])
     targets = files + ([paths["html"] / "index.html"] if "html" in wanted else [])
-    fault_at = {"file-for-folder": folders[pick % len(folders)],
-                "folder-for-file": targets[pick % len(targets)]}.get(fault, out)
+    fault_at = {
+        "file-for-folder": folders[pick % len(folders)],
+        "folder-for-file": targets[pick % len(targets)],
+    }.get(fault, out)
     named = files + ([paths["html"]] if "html" in wanted else [])
     run_failing(example, argv, fault, fault_at, named, capsys)

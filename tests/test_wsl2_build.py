@@ -102,43 +102,52 @@ def test_wsl_has_the_env_inside(built: Artifact) -> None:
         icon = view.resolve("/usr/lib/wsl/envbuilder.ico")
         assert icon is not None and view.read(icon) == wslicon.icon_bytes()
     assert wsl2.first_launch(Path(built.reference)) == wsl2.FirstLaunch(
-        "/usr/lib/wsl/oobe.sh", "1000")
+        "/usr/lib/wsl/oobe.sh", "1000"
+    )
 
 
-def test_build_again_is_up_to_date(target: wsl2.Wsl2Builder, project: Project, cpu: EnvSpec,
-                                   built: Artifact) -> None:
+def test_build_again_is_up_to_date(
+    target: wsl2.Wsl2Builder, project: Project, cpu: EnvSpec, built: Artifact
+) -> None:
     again = target.build(project, cpu, BuildOptions(), no_progress)
     assert again.digest == built.digest
     assert again.details["changed"] == "no"
 
 
 def test_second_build_without_cache_gives_the_same_sha256(
-        docker_client: Any, project: Project, cpu: EnvSpec, built: Artifact,
-        tmp_path: Path) -> None:
+    docker_client: Any, project: Project, cpu: EnvSpec, built: Artifact, tmp_path: Path
+) -> None:
     lock = load_env_lock(project, "cpu")
     assert lock is not None
     image_id, ran = wsl2.build_rootfs_image(docker_client, project, cpu, lock, nocache=True)
     assert ran
-    second = wsl2.export_image(docker_client, image_id, tmp_path / "cpu-again.wsl",
-                               lock.source_date_epoch)
+    second = wsl2.export_image(
+        docker_client, image_id, tmp_path / "cpu-again.wsl", lock.source_date_epoch
+    )
     assert second.sha256 == built.digest
 
 
-def test_probe_passes_inside_the_imported_wsl(target: wsl2.Wsl2Builder, project: Project,
-                                              cpu: EnvSpec, built: Artifact) -> None:
+def test_probe_passes_inside_the_imported_wsl(
+    target: wsl2.Wsl2Builder, project: Project, cpu: EnvSpec, built: Artifact
+) -> None:
     options = ValidateOptions(level="quick", only=("device", "conformance"))
     report_path = target.validate(project, cpu, options, no_progress)
     assert report_path == project.report("cpu", "wsl2")
     report = json.loads(report_path.read_text())
     assert report["status"] == "pass", [c for c in report["checks"] if c["status"] != "pass"]
-    assert report["labels"] == {"engine": "docker", "env": "cpu", "target": "wsl2",
-                                "wsl_sha256": built.digest}
+    assert report["labels"] == {
+        "engine": "docker",
+        "env": "cpu",
+        "target": "wsl2",
+        "wsl_sha256": built.digest,
+    }
     ran = {c["name"] for c in report["checks"] if c["status"] != "skip"}
     assert ran == {"device", "conformance"}  # the others are listed as skipped (--only)
 
 
-def test_validate_refuses_a_changed_wsl(target: wsl2.Wsl2Builder, project: Project,
-                                        cpu: EnvSpec, built: Artifact) -> None:
+def test_validate_refuses_a_changed_wsl(
+    target: wsl2.Wsl2Builder, project: Project, cpu: EnvSpec, built: Artifact
+) -> None:
     from envbuilder.errors import ValidationError
 
     path = Path(built.reference)
@@ -154,14 +163,15 @@ def test_validate_refuses_a_changed_wsl(target: wsl2.Wsl2Builder, project: Proje
 
 
 @pytest.fixture
-def pushed(target: wsl2.Wsl2Builder, project: Project, cpu: EnvSpec, built: Artifact,
-           registry: str) -> Iterator[str]:
+def pushed(
+    target: wsl2.Wsl2Builder, project: Project, cpu: EnvSpec, built: Artifact, registry: str
+) -> Iterator[str]:
     yield target.push(project, cpu, PushOptions(f"{registry}/envbuilder-test"), no_progress)
 
 
-def test_pull_makes_the_same_wsl_without_building(target: wsl2.Wsl2Builder, project: Project,
-                                                  cpu: EnvSpec, built: Artifact,
-                                                  pushed: str) -> None:
+def test_pull_makes_the_same_wsl_without_building(
+    target: wsl2.Wsl2Builder, project: Project, cpu: EnvSpec, built: Artifact, pushed: str
+) -> None:
     assert "@sha256:" in pushed
     lock = load_env_lock(project, "cpu")
     assert lock is not None and lock.artifacts["wsl2"]["repo_digest"] == pushed

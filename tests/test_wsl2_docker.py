@@ -40,8 +40,10 @@ COPY tiny.ico /usr/lib/wsl/tiny.ico
 RUN chmod 0755 /usr/lib/wsl/oobe.sh
 """
 WSL_CONF = "[boot]\nsystemd = false\n"
-DIST_CONF = ("[oobe]\ncommand = /usr/lib/wsl/oobe.sh\ndefaultUid = 1000\ndefaultName = tiny\n"
-             "[shortcut]\nicon = /usr/lib/wsl/tiny.ico\n")
+DIST_CONF = (
+    "[oobe]\ncommand = /usr/lib/wsl/oobe.sh\ndefaultUid = 1000\ndefaultName = tiny\n"
+    "[shortcut]\nicon = /usr/lib/wsl/tiny.ico\n"
+)
 # Like the rendered oobe.sh: creates uid 1000 at first launch, changes nothing a second time.
 OOBE = """#!/bin/sh
 set -eu
@@ -53,8 +55,9 @@ fi
 
 
 @pytest.fixture(scope="module")
-def tiny_images(docker_client: Any, tmp_path_factory: pytest.TempPathFactory
-                ) -> Iterator[tuple[str, str]]:
+def tiny_images(
+    docker_client: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, str]]:
     """Two builds of one Dockerfile, the second without the layer cache."""
     from envbuilder import docker_engine
 
@@ -65,24 +68,28 @@ def tiny_images(docker_client: Any, tmp_path_factory: pytest.TempPathFactory
     (context / "oobe.sh").write_text(OOBE)
     (context / "tiny.ico").write_bytes(wslicon.icon_bytes())
     first = docker_engine.build_image(docker_client, context, "envbuilder-test/wsl-tiny:a", {}, {})
-    second = docker_engine.build_image(docker_client, context, "envbuilder-test/wsl-tiny:b", {},
-                                       {}, nocache=True)
+    second = docker_engine.build_image(
+        docker_client, context, "envbuilder-test/wsl-tiny:b", {}, {}, nocache=True
+    )
     yield first, second
     for tag in ("envbuilder-test/wsl-tiny:a", "envbuilder-test/wsl-tiny:b"):
         docker_client.images.remove(tag, force=True)
 
 
 @pytest.fixture(scope="module")
-def tiny_wsl(docker_client: Any, tiny_images: tuple[str, str],
-             tmp_path_factory: pytest.TempPathFactory) -> tuple[wsltar.WslResult, ...]:
+def tiny_wsl(
+    docker_client: Any, tiny_images: tuple[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[wsltar.WslResult, ...]:
     out = tmp_path_factory.mktemp("tiny-dist")
-    return tuple(wsl2.export_image(docker_client, image, out / f"tiny-{i}.wsl", SDE)
-                 for i, image in enumerate(tiny_images))
+    return tuple(
+        wsl2.export_image(docker_client, image, out / f"tiny-{i}.wsl", SDE)
+        for i, image in enumerate(tiny_images)
+    )
 
 
-def test_two_builds_differ_as_images_but_not_as_wsl(tiny_images: tuple[str, str],
-                                                    tiny_wsl: tuple[wsltar.WslResult, ...]
-                                                    ) -> None:
+def test_two_builds_differ_as_images_but_not_as_wsl(
+    tiny_images: tuple[str, str], tiny_wsl: tuple[wsltar.WslResult, ...]
+) -> None:
     assert tiny_images[0] != tiny_images[1]  # the builds really differ (logs, machine-id, ...)
     first, second = tiny_wsl
     assert first.sha256 == second.sha256
@@ -96,8 +103,13 @@ def test_exported_tar_keeps_microsoft_rules(tiny_wsl: tuple[wsltar.WslResult, ..
 
 def test_export_dropped_what_the_build_left(tiny_wsl: tuple[wsltar.WslResult, ...]) -> None:
     dropped = tiny_wsl[0].stats.dropped
-    for name in ("etc/resolv.conf", ".dockerenv", "boot/vmlinuz-6.1.0-fake",
-                 "var/log/build-time.log", "var/cache/ldconfig/aux-cache"):
+    for name in (
+        "etc/resolv.conf",
+        ".dockerenv",
+        "boot/vmlinuz-6.1.0-fake",
+        "var/log/build-time.log",
+        "var/cache/ldconfig/aux-cache",
+    ):
         assert name in dropped, name
 
 
@@ -106,8 +118,9 @@ def test_first_launch_read_from_the_tar(tiny_wsl: tuple[wsltar.WslResult, ...]) 
     assert wsl2.first_launch(tiny_wsl[0].path) == wsl2.FirstLaunch("/usr/lib/wsl/oobe.sh", "1000")
 
 
-def test_imported_wsl_runs_as_default_user(docker_client: Any,
-                                           tiny_wsl: tuple[wsltar.WslResult, ...]) -> None:
+def test_imported_wsl_runs_as_default_user(
+    docker_client: Any, tiny_wsl: tuple[wsltar.WslResult, ...]
+) -> None:
     result = tiny_wsl[0]
     tag = wsl2.imported_tag("tiny", result.sha256)
     launch = wsl2.first_launch(result.path)
@@ -115,10 +128,13 @@ def test_imported_wsl_runs_as_default_user(docker_client: Any,
     try:
         image = wsl2.import_wsl(docker_client, result.path, tag)
         # A stand-in "probe": the same ProbeRun shape validation uses, through a login shell.
-        script = ('printf \'{"uid": %s, "user": "%s", "resolv": %s}\' "$(id -u)" "$(id -un)" '
-                  '"$(test -s /etc/resolv.conf && echo true || echo false)" > "$0"')
-        run = wsl2.ProbeRun(("/bin/sh", "-lc", script, wsl2.REPORT_PATH),
-                            {"/tmp/envbuilder/probe.pyz": b"not used"})
+        script = (
+            'printf \'{"uid": %s, "user": "%s", "resolv": %s}\' "$(id -u)" "$(id -un)" '
+            '"$(test -s /etc/resolv.conf && echo true || echo false)" > "$0"'
+        )
+        run = wsl2.ProbeRun(
+            ("/bin/sh", "-lc", script, wsl2.REPORT_PATH), {"/tmp/envbuilder/probe.pyz": b"not used"}
+        )
         engine = wsl2.DockerEngine(docker_client, image)
         engine.first_launch(launch.command, lambda *a: None)
         assert engine.image == f"{tag}-oobe"
@@ -136,14 +152,18 @@ def test_imported_wsl_runs_as_default_user(docker_client: Any,
             docker_client.images.remove(name, force=True)
 
 
-def test_a_failing_first_launch_is_a_clear_error(docker_client: Any,
-                                                 tiny_wsl: tuple[wsltar.WslResult, ...]) -> None:
+def test_a_failing_first_launch_is_a_clear_error(
+    docker_client: Any, tiny_wsl: tuple[wsltar.WslResult, ...]
+) -> None:
     result = tiny_wsl[0]
     tag = wsl2.imported_tag("tiny-broken", result.sha256)
     try:
         image = wsl2.import_wsl(docker_client, result.path, tag)
-        with pytest.raises(ValidationError, match=r"first-launch command .* failed \(exit 3\)"
-                                                  r"(.|\n)*no such group"):
+        with pytest.raises(
+            ValidationError,
+            match=r"first-launch command .* failed \(exit 3\)"
+            r"(.|\n)*no such group",
+        ):
             wsl2.run_first_launch(docker_client, image, "echo 'no such group' >&2; exit 3")
         assert not docker_client.images.list(name=f"{tag}-oobe")  # nothing committed
     finally:

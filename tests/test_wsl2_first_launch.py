@@ -50,10 +50,14 @@ def test_user_of_uid_after_the_first_launch() -> None:
 
 def test_oobe_command_runs_through_sh() -> None:
     assert wsl2.first_launch_argv("/usr/lib/wsl/oobe.sh --quiet") == (
-        "/bin/sh", "-c", "/usr/lib/wsl/oobe.sh --quiet")
+        "/bin/sh",
+        "-c",
+        "/usr/lib/wsl/oobe.sh --quiet",
+    )
 
 
 # --- the Windows engine, with the recording stand-in for wsl.exe (as tests/test_wslexe.py) -----
+
 
 class RecordingWsl:
     """Records wsl.exe command lines; the distro's /etc/passwd has the user after the first
@@ -63,8 +67,9 @@ class RecordingWsl:
         self.oobe_exit = oobe_exit
         self.calls: list[list[str]] = []
 
-    def __call__(self, argv: Sequence[str], stdin: bytes | None,
-                 timeout: float | None) -> wslexe.Completed:
+    def __call__(
+        self, argv: Sequence[str], stdin: bytes | None, timeout: float | None
+    ) -> wslexe.Completed:
         self.calls.append(list(argv))
         if argv[-3:] == ["/bin/sh", "-c", "/usr/lib/wsl/oobe.sh"]:
             return wslexe.Completed(self.oobe_exit, b"", b"useradd: failure" * self.oobe_exit)
@@ -82,8 +87,17 @@ def test_wsl_engine_runs_the_first_launch_as_root_then_the_probe_as_the_user() -
     run = wsl2.ProbeRun(("/bin/sh", "-lc", "true"), {"/tmp/envbuilder/probe.pyz": b"zip"})
     code, _output, report = engine.run(run, "1000", lambda *a: None)
     assert (code, report) == (0, b'{"status": "pass"}')
-    assert wsl.calls[0] == ["wsl.exe", "--distribution", "envbuilder-cpu", "--user", "root",
-                            "--exec", "/bin/sh", "-c", "/usr/lib/wsl/oobe.sh"]
+    assert wsl.calls[0] == [
+        "wsl.exe",
+        "--distribution",
+        "envbuilder-cpu",
+        "--user",
+        "root",
+        "--exec",
+        "/bin/sh",
+        "-c",
+        "/usr/lib/wsl/oobe.sh",
+    ]
     probe = next(c for c in wsl.calls if c[-3:] == ["/bin/sh", "-lc", "true"])
     assert probe[:5] == ["wsl.exe", "--distribution", "envbuilder-cpu", "--user", "envbuilder"]
 

@@ -14,9 +14,11 @@ from envbuilder import wslexe
 from envbuilder.errors import EngineError, UsageError
 
 EXE = r"C:\Windows\System32\wsl.exe"
-VERSION_244 = ("WSL version: 2.4.4.0\r\nKernel version: 5.15.167.4-1\r\nWSLg version: 1.0.65\r\n"
-               "MSRDC version: 1.2.5620\r\nDirect3D version: 1.611.1-81528511\r\n"
-               "Windows version: 10.0.26100.2605\r\n")
+VERSION_244 = (
+    "WSL version: 2.4.4.0\r\nKernel version: 5.15.167.4-1\r\nWSLg version: 1.0.65\r\n"
+    "MSRDC version: 1.2.5620\r\nDirect3D version: 1.611.1-81528511\r\n"
+    "Windows version: 10.0.26100.2605\r\n"
+)
 
 
 def utf16(text: str) -> bytes:
@@ -31,8 +33,9 @@ class FakeWsl:
         self.distros = list(distros)
         self.calls: list[tuple[list[str], bytes | None]] = []
 
-    def __call__(self, argv: Sequence[str], stdin: bytes | None,
-                 timeout: float | None) -> wslexe.Completed:
+    def __call__(
+        self, argv: Sequence[str], stdin: bytes | None, timeout: float | None
+    ) -> wslexe.Completed:
         argv = list(argv)
         self.calls.append((argv, stdin))
         option = argv[1]
@@ -43,15 +46,18 @@ class FakeWsl:
         if option == "--list":
             if not self.distros:
                 return wslexe.Completed(
-                    -1, utf16("Windows Subsystem for Linux has no installed distributions.\r\n"),
-                    b"")
+                    -1,
+                    utf16("Windows Subsystem for Linux has no installed distributions.\r\n"),
+                    b"",
+                )
             return wslexe.Completed(0, utf16("".join(f"{d}\r\n" for d in self.distros)), b"")
         if option == "--unregister":
             self.distros.remove(argv[2])
             return wslexe.Completed(0, utf16("The operation completed successfully.\r\n"), b"")
         if option in ("--install", "--import"):
-            self.distros.append(argv[argv.index("--name") + 1] if option == "--install"
-                                else argv[2])
+            self.distros.append(
+                argv[argv.index("--name") + 1] if option == "--install" else argv[2]
+            )
             return wslexe.Completed(0, b"", b"")
         if option == "--distribution":
             return wslexe.Completed(0, b'{"status": "pass"}' if "cat" in argv else b"", b"")
@@ -81,18 +87,25 @@ def test_parse_version_english_and_localized() -> None:
     assert wslexe.parse_version("Usage: wsl.exe [Argument]") is None
 
 
-@pytest.mark.parametrize(("version", "modern"), [
-    ((2, 4, 4, 0), True), ((2, 4, 4), True), ((2, 5, 1, 0), True), ((3, 0, 0), True),
-    ((2, 4, 3, 9), False), ((2, 3, 26, 0), False), ((1, 2, 5, 0), False),
-])
+@pytest.mark.parametrize(
+    ("version", "modern"),
+    [
+        ((2, 4, 4, 0), True),
+        ((2, 4, 4), True),
+        ((2, 5, 1, 0), True),
+        ((3, 0, 0), True),
+        ((2, 4, 3, 9), False),
+        ((2, 3, 26, 0), False),
+        ((1, 2, 5, 0), False),
+    ],
+)
 def test_is_modern(version: tuple[int, ...], modern: bool) -> None:
     assert wslexe.is_modern(version) is modern
 
 
 def test_parse_distro_list_from_utf16_output() -> None:
     raw = utf16("Ubuntu-24.04\r\nenvbuilder-cpu\r\n\r\n")
-    assert wslexe.parse_distro_list(wslexe.decode_output(raw)) == ["Ubuntu-24.04",
-                                                                   "envbuilder-cpu"]
+    assert wslexe.parse_distro_list(wslexe.decode_output(raw)) == ["Ubuntu-24.04", "envbuilder-cpu"]
 
 
 @pytest.mark.parametrize("name", ["envbuilder-cpu", "rocm64", "Ubuntu-24.04", "a_b.c"])
@@ -111,19 +124,41 @@ def test_invalid_distro_names(name: str) -> None:
 
 def test_install_command_line() -> None:
     assert wslexe.install_cmd(EXE, r"C:\dist\cpu.wsl", "envbuilder-cpu", r"C:\WSL\cpu") == [
-        EXE, "--install", "--from-file", r"C:\dist\cpu.wsl", "--name", "envbuilder-cpu",
-        "--location", r"C:\WSL\cpu", "--no-launch"]
+        EXE,
+        "--install",
+        "--from-file",
+        r"C:\dist\cpu.wsl",
+        "--name",
+        "envbuilder-cpu",
+        "--location",
+        r"C:\WSL\cpu",
+        "--no-launch",
+    ]
 
 
 def test_import_command_line() -> None:
     assert wslexe.import_cmd(EXE, "envbuilder-cpu", r"C:\WSL\cpu", r"C:\dist\cpu.wsl") == [
-        EXE, "--import", "envbuilder-cpu", r"C:\WSL\cpu", r"C:\dist\cpu.wsl", "--version", "2"]
+        EXE,
+        "--import",
+        "envbuilder-cpu",
+        r"C:\WSL\cpu",
+        r"C:\dist\cpu.wsl",
+        "--version",
+        "2",
+    ]
 
 
 def test_run_command_line_has_no_shell_in_between() -> None:
     argv = ["/opt/venv/bin/python", "/tmp/envbuilder/probe.pyz", "--label", "a=b c"]
     assert wslexe.run_cmd(EXE, "cpu", "envbuilder", argv) == [
-        EXE, "--distribution", "cpu", "--user", "envbuilder", "--exec", *argv]
+        EXE,
+        "--distribution",
+        "cpu",
+        "--user",
+        "envbuilder",
+        "--exec",
+        *argv,
+    ]
 
 
 def test_other_command_lines() -> None:
@@ -178,11 +213,11 @@ def test_replace_unregisters_first() -> None:
 
 
 def test_failed_install_reports_wsl_message() -> None:
-    def failing(argv: Sequence[str], stdin: bytes | None, timeout: float | None
-                ) -> wslexe.Completed:
+    def failing(
+        argv: Sequence[str], stdin: bytes | None, timeout: float | None
+    ) -> wslexe.Completed:
         if argv[1] == "--install":
-            return wslexe.Completed(1, utf16("Error code: Wsl/InstallDistro/E_INVALIDARG\r\n"),
-                                    b"")
+            return wslexe.Completed(1, utf16("Error code: Wsl/InstallDistro/E_INVALIDARG\r\n"), b"")
         return FakeWsl()(argv, stdin, timeout)
 
     with pytest.raises(EngineError, match="E_INVALIDARG"):

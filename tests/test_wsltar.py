@@ -21,21 +21,30 @@ from envbuilder.errors import BuildError
 
 SDE = 1_700_000_000
 # A minimal x86-64 ELF header (what `file` calls "ELF 64-bit LSB executable, x86-64, version 1").
-ELF = (b"\x7fELF\x02\x01\x01" + b"\x00" * 9 + (2).to_bytes(2, "little")
-       + (62).to_bytes(2, "little") + (1).to_bytes(4, "little") + b"\x00" * 40)
+ELF = (
+    b"\x7fELF\x02\x01\x01"
+    + b"\x00" * 9
+    + (2).to_bytes(2, "little")
+    + (62).to_bytes(2, "little")
+    + (1).to_bytes(4, "little")
+    + b"\x00" * 40
+)
 # Microsoft's modern format: the oobe command creates uid 1000 at first launch, so neither
 # wsl.conf ([user] default) nor /etc/passwd names that user; the shortcut has an icon.
-DIST_CONF = (b"[oobe]\ncommand = /usr/lib/wsl/oobe.sh\ndefaultUid = 1000\n"
-             b"defaultName = cpu\n\n[shortcut]\nicon = /usr/lib/wsl/envbuilder.ico\n")
+DIST_CONF = (
+    b"[oobe]\ncommand = /usr/lib/wsl/oobe.sh\ndefaultUid = 1000\n"
+    b"defaultName = cpu\n\n[shortcut]\nicon = /usr/lib/wsl/envbuilder.ico\n"
+)
 WSL_CONF = b"[boot]\nsystemd = true\n"
-PASSWD = (b"root:x:0:0:root:/root:/bin/bash\n"
-          b"daemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n")
+PASSWD = b"root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n"
 BAKED_USER = b"envbuilder:x:1000:1000::/home/envbuilder:/bin/bash\n"
 ICON = b"\x00\x00\x01\x00\x01\x00" + b"\x00" * 40
-SHADOW = (b"root:$6$salt$hashhashhash:20400:0:99999:7:::\n"
-          b"daemon:*:19000:0:99999:7:::\n"
-          b"envbuilder:!$y$j9T$locked:20424:0:99999:7:::\n"
-          b"nopass::20424:0:99999:7:::\n")
+SHADOW = (
+    b"root:$6$salt$hashhashhash:20400:0:99999:7:::\n"
+    b"daemon:*:19000:0:99999:7:::\n"
+    b"envbuilder:!$y$j9T$locked:20424:0:99999:7:::\n"
+    b"nopass::20424:0:99999:7:::\n"
+)
 
 
 @dataclass
@@ -129,16 +138,18 @@ def rootfs(*extra: M, systemd: bool = True, passwd: bytes = PASSWD) -> list[M]:
             M("etc/systemd", None, 0o755),
             M("etc/systemd/system", None, 0o755),
             M("etc/systemd/system/multi-user.target.wants", None, 0o755),
-            M("etc/systemd/system/multi-user.target.wants/systemd-resolved.service",
-              sym="/usr/lib/systemd/system/systemd-resolved.service"),
+            M(
+                "etc/systemd/system/multi-user.target.wants/systemd-resolved.service",
+                sym="/usr/lib/systemd/system/systemd-resolved.service",
+            ),
         ]
     return members + list(extra)
 
 
-def build(tmp_path: Path, members: list[M], name: str = "out.wsl",
-          sde: int = SDE) -> wsltar.WslResult:
-    return wsltar.write_wsl(io.BytesIO(export_tar(members)), tmp_path / name,
-                            source_date_epoch=sde)
+def build(
+    tmp_path: Path, members: list[M], name: str = "out.wsl", sde: int = SDE
+) -> wsltar.WslResult:
+    return wsltar.write_wsl(io.BytesIO(export_tar(members)), tmp_path / name, source_date_epoch=sde)
 
 
 def read_members(path: Path) -> dict[str, tarfile.TarInfo]:
@@ -170,8 +181,10 @@ def test_good_rootfs_passes_microsoft_and_envbuilder_checks(tmp_path: Path) -> N
 
 
 def test_root_of_tar_is_filesystem_root(tmp_path: Path) -> None:
-    members = [M("./" + m.name if i % 2 else "/" + m.name, m.data, m.mode, m.uid, m.gid,
-                 m.sym, m.hard) for i, m in enumerate(rootfs())]
+    members = [
+        M("./" + m.name if i % 2 else "/" + m.name, m.data, m.mode, m.uid, m.gid, m.sym, m.hard)
+        for i, m in enumerate(rootfs())
+    ]
     names = list(read_members(build(tmp_path, [M("./", None, 0o755), *members]).path))
     assert "etc/passwd" in names
     assert not [n for n in names if n.startswith(("/", "./")) or n in (".", "")]
@@ -194,9 +207,18 @@ def test_mtimes_and_numeric_owners(tmp_path: Path) -> None:
 def test_resolv_conf_kernel_and_container_leftovers_dropped(tmp_path: Path) -> None:
     result = build(tmp_path, rootfs())
     names = set(read_members(result.path))
-    for gone in ("etc/resolv.conf", "boot/vmlinuz-6.1.0-amd64", "boot/initrd.img-6.1.0-amd64",
-                 "vmlinuz", ".dockerenv", "dev/console", "etc/hostname", "etc/hosts",
-                 "var/log/dpkg.log", "var/cache/ldconfig/aux-cache"):
+    for gone in (
+        "etc/resolv.conf",
+        "boot/vmlinuz-6.1.0-amd64",
+        "boot/initrd.img-6.1.0-amd64",
+        "vmlinuz",
+        ".dockerenv",
+        "dev/console",
+        "etc/hostname",
+        "etc/hosts",
+        "var/log/dpkg.log",
+        "var/cache/ldconfig/aux-cache",
+    ):
         assert gone not in names, gone
         assert gone in result.stats.dropped
     assert {"boot", "dev", "var/log"} <= names  # the folders stay
@@ -263,8 +285,12 @@ def test_no_masks_without_systemd(tmp_path: Path) -> None:
 
 def test_hard_links_point_at_the_first_member_in_tar_order(tmp_path: Path) -> None:
     # The export has the data under "z/perl" first; sorted, "a/perl" comes first.
-    extra = [M("z", None, 0o755), M("z/perl", b"PERL", 0o755), M("a", None, 0o755),
-             M("a/perl", hard="z/perl")]
+    extra = [
+        M("z", None, 0o755),
+        M("z/perl", b"PERL", 0o755),
+        M("a", None, 0o755),
+        M("a/perl", hard="z/perl"),
+    ]
     result = build(tmp_path, rootfs(*extra))
     members = read_members(result.path)
     assert members["a/perl"].isfile() and members["a/perl"].size == 4
@@ -284,9 +310,12 @@ def test_pyc_timestamp_header_set_to_source_date_epoch(tmp_path: Path) -> None:
     head = b"\xa7\r\r\n" + (0).to_bytes(4, "little") + (1_765_123_456).to_bytes(4, "little")
     pyc = head + (42).to_bytes(4, "little") + b"code"
     hashed = b"\xa7\r\r\n" + (1).to_bytes(4, "little") + b"H" * 8 + b"code"
-    extra = [M("opt", None, 0o755), M("opt/__pycache__", None, 0o755),
-             M("opt/__pycache__/m.cpython-311.pyc", pyc),
-             M("opt/__pycache__/h.cpython-311.pyc", hashed)]
+    extra = [
+        M("opt", None, 0o755),
+        M("opt/__pycache__", None, 0o755),
+        M("opt/__pycache__/m.cpython-311.pyc", pyc),
+        M("opt/__pycache__/h.cpython-311.pyc", hashed),
+    ]
     result = build(tmp_path, rootfs(*extra))
     fixed = read_file(result.path, "opt/__pycache__/m.cpython-311.pyc")
     assert int.from_bytes(fixed[8:12], "little") == SDE
@@ -308,8 +337,9 @@ def test_member_outside_root_is_refused(tmp_path: Path) -> None:
 
 def test_not_a_tar_is_a_build_error(tmp_path: Path) -> None:
     with pytest.raises(BuildError):
-        wsltar.write_wsl(io.BytesIO(b"this is not a tar" * 100), tmp_path / "x.wsl",
-                         source_date_epoch=SDE)
+        wsltar.write_wsl(
+            io.BytesIO(b"this is not a tar" * 100), tmp_path / "x.wsl", source_date_epoch=SDE
+        )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -318,9 +348,10 @@ def test_not_a_tar_is_a_build_error(tmp_path: Path) -> None:
 
 def test_same_content_same_sha256_whatever_order_and_mtimes(tmp_path: Path) -> None:
     first = rootfs()
-    second = [M(m.name, m.data, m.mode, m.uid, m.gid, m.sym, m.hard, m.mtime + 12345,
-                uname="")
-              for m in reversed(rootfs())]
+    second = [
+        M(m.name, m.data, m.mode, m.uid, m.gid, m.sym, m.hard, m.mtime + 12345, uname="")
+        for m in reversed(rootfs())
+    ]
     a = build(tmp_path, first, "a.wsl")
     b = build(tmp_path, second, "b.wsl")
     assert a.sha256 == b.sha256
@@ -328,8 +359,10 @@ def test_same_content_same_sha256_whatever_order_and_mtimes(tmp_path: Path) -> N
 
 
 def test_other_source_date_epoch_other_sha256(tmp_path: Path) -> None:
-    assert build(tmp_path, rootfs(), "a.wsl").sha256 != build(tmp_path, rootfs(), "b.wsl",
-                                                              sde=SDE + 1).sha256
+    assert (
+        build(tmp_path, rootfs(), "a.wsl").sha256
+        != build(tmp_path, rootfs(), "b.wsl", sde=SDE + 1).sha256
+    )
 
 
 def test_sha256_is_the_files_sha256(tmp_path: Path) -> None:
@@ -354,7 +387,7 @@ def test_gzip_header_has_no_name_and_mtime_zero(tmp_path: Path) -> None:
 
 def test_iterstream_reassembles_chunks_and_reports_bytes() -> None:
     data = export_tar(rootfs())
-    chunks = [data[i:i + 777] for i in range(0, len(data), 777)]
+    chunks = [data[i : i + 777] for i in range(0, len(data), 777)]
     seen: list[int] = []
     stream = wsltar.IterStream(chunks, lambda _w, done, _t: seen.append(done))
     assert io.BufferedReader(stream).read() == data
@@ -375,19 +408,32 @@ def plain_tar(tmp_path: Path, members: list[M], compress: bool = True) -> Path:
 def test_checker_finds_each_broken_rule_in_an_unnormalized_tar(tmp_path: Path) -> None:
     members = [M("./" + m.name, m.data, m.mode, m.uid, m.gid, m.sym, m.hard) for m in rootfs()]
     found = rules(wsltar.check_wsl_tar(plain_tar(tmp_path, members), source_date_epoch=SDE))
-    assert {"root", "numeric-owner", "mtime", "resolv-conf", "kernel", "conf-owner",
-            "shadow", "masked"} <= found  # envbuilder's promises
+    assert {
+        "root",
+        "numeric-owner",
+        "mtime",
+        "resolv-conf",
+        "kernel",
+        "conf-owner",
+        "shadow",
+        "masked",
+    } <= found  # envbuilder's promises
     assert {"mode", "owner", "systemd-unit"} <= found  # Microsoft's warnings
-    assert "sorted" in rules(wsltar.check_wsl_tar(
-        plain_tar(tmp_path, list(reversed(rootfs())))))
+    assert "sorted" in rules(wsltar.check_wsl_tar(plain_tar(tmp_path, list(reversed(rootfs())))))
 
 
 def test_checker_microsoft_errors(tmp_path: Path) -> None:
-    conf = (b"[oobe]\ncommand = /opt/setup.sh\ndefaultUid = 1001\n[shortcut]\nenabled = true\n"
-            b"size = 3\n")
+    conf = (
+        b"[oobe]\ncommand = /opt/setup.sh\ndefaultUid = 1001\n[shortcut]\nenabled = true\n"
+        b"size = 3\n"
+    )
     members = [m for m in rootfs() if m.name not in ("etc/wsl-distribution.conf", "usr/bin/dash")]
-    members += [M("etc/wsl-distribution.conf", conf), M("opt", None, 0o755),
-                M("opt/setup.sh", b"#!/bin/sh\n", 0o755), M("usr/bin/dash", b"#!not elf", 0o755)]
+    members += [
+        M("etc/wsl-distribution.conf", conf),
+        M("opt", None, 0o755),
+        M("opt/setup.sh", b"#!/bin/sh\n", 0o755),
+        M("usr/bin/dash", b"#!not elf", 0o755),
+    ]
     findings = wsltar.check_wsl_tar(plain_tar(tmp_path, members, compress=False))
     by_rule = {f.rule: f for f in findings}
     assert by_rule["format"].level == "error"  # not gzip
@@ -403,8 +449,11 @@ def test_checker_microsoft_errors(tmp_path: Path) -> None:
 def test_checker_passwd_rules(tmp_path: Path) -> None:
     bad = b"toor:x:0:0::/root:/bin/sh\nbroken line\nx:x:5:5::/:/bin/sh\ny:x:5:5::/:/bin/sh\n"
     members = [m for m in rootfs() if m.name != "etc/passwd"] + [M("etc/passwd", bad)]
-    messages = [f.message for f in wsltar.check_wsl_tar(plain_tar(tmp_path, members))
-                if f.rule in ("root", "passwd")]
+    messages = [
+        f.message
+        for f in wsltar.check_wsl_tar(plain_tar(tmp_path, members))
+        if f.rule in ("root", "passwd")
+    ]
     assert any("not root" in m for m in messages)
     assert any("invalid" in m for m in messages)
     assert any("duplicated uid 5" in m for m in messages)
@@ -419,29 +468,42 @@ def test_checker_warns_about_a_baked_default_user(tmp_path: Path) -> None:
     """What validate-modern.py says about the pre-modern layout: `[user] default` in wsl.conf,
     and a passwd entry already holding oobe.defaultUid."""
     members = replaced("etc/wsl.conf", WSL_CONF + b"\n[user]\ndefault = envbuilder\n")
-    members = [m for m in members if m.name != "etc/passwd"] + [M("etc/passwd",
-                                                                  PASSWD + BAKED_USER)]
+    members = [m for m in members if m.name != "etc/passwd"] + [
+        M("etc/passwd", PASSWD + BAKED_USER)
+    ]
     findings = wsltar.check_wsl_tar(build(tmp_path, members).path)
     assert {(f.level, f.rule) for f in findings} == {
-        ("warning", "wsl-conf-discouraged"), ("warning", "default-user-exists")}
+        ("warning", "wsl-conf-discouraged"),
+        ("warning", "default-user-exists"),
+    }
     assert any("user.default=envbuilder" in f.message for f in findings)
 
 
 def test_checker_wsl_conf_keys_are_the_validators(tmp_path: Path) -> None:
-    conf = (b"[boot]\nsystemd = true\n[interop]\nappendWindowsPath = false\n"
-            b"[network]\ngenerateResolvConf = true\n[automount]\nroot = /\n")
+    conf = (
+        b"[boot]\nsystemd = true\n[interop]\nappendWindowsPath = false\n"
+        b"[network]\ngenerateResolvConf = true\n[automount]\nroot = /\n"
+    )
     assert wsltar.check_wsl_tar(build(tmp_path, replaced("etc/wsl.conf", conf)).path) == []
     bad = conf + b"[user]\nname = x\n[wsl2]\nmemory = 4GB\n"
     findings = wsltar.check_wsl_tar(build(tmp_path, replaced("etc/wsl.conf", bad), "b.wsl").path)
     assert [(f.level, f.message) for f in findings if f.rule == "wsl-conf-keys"] == [
-        ("error", "unexpected keys in /etc/wsl.conf: ['user.name', 'wsl2.memory']")]
+        ("error", "unexpected keys in /etc/wsl.conf: ['user.name', 'wsl2.memory']")
+    ]
 
 
 def test_checker_icon_and_terminal_profile_locations(tmp_path: Path) -> None:
-    conf = (b"[oobe]\ncommand = /usr/lib/wsl/oobe.sh\ndefaultUid = 1000\n[shortcut]\n"
-            b"icon = /opt/icon.ico\n[windowsterminal]\nprofileTemplate = /opt/t.json\n")
-    members = replaced("etc/wsl-distribution.conf", conf, M("opt", None, 0o755),
-                       M("opt/icon.ico", b"x" * (1024 * 1024 + 1)), M("opt/t.json", b"{}", 0o640))
+    conf = (
+        b"[oobe]\ncommand = /usr/lib/wsl/oobe.sh\ndefaultUid = 1000\n[shortcut]\n"
+        b"icon = /opt/icon.ico\n[windowsterminal]\nprofileTemplate = /opt/t.json\n"
+    )
+    members = replaced(
+        "etc/wsl-distribution.conf",
+        conf,
+        M("opt", None, 0o755),
+        M("opt/icon.ico", b"x" * (1024 * 1024 + 1)),
+        M("opt/t.json", b"{}", 0o640),
+    )
     by_rule = {f.rule: f for f in wsltar.check_wsl_tar(plain_tar(tmp_path, members))}
     assert by_rule["icon-location"].level == "warning"
     assert by_rule["terminal-profile-location"].level == "warning"
@@ -452,25 +514,33 @@ def test_checker_enabled_units_as_the_validator_lists_them(tmp_path: Path) -> No
     """Wanted from a unit folder and not pointing at /dev/null: enabled. A want that points
     at /dev/null, or a `.target.wants` folder outside the unit folders, is not."""
     wants = "usr/lib/systemd/system/sysinit.target.wants"
-    extra = [M(wants, None, 0o755),
-             M(f"{wants}/systemd-tmpfiles-setup.service", sym="../systemd-tmpfiles-setup.service"),
-             M(f"{wants}/tmp.mount", sym="/dev/null"),
-             M("opt", None, 0o755), M("opt/x.target.wants", None, 0o755),
-             M("opt/x.target.wants/networking.service", b"[Unit]\n")]
-    found = [f.message for f in wsltar.check_wsl_tar(plain_tar(tmp_path, rootfs(*extra)))
-             if f.rule == "systemd-unit"]
+    extra = [
+        M(wants, None, 0o755),
+        M(f"{wants}/systemd-tmpfiles-setup.service", sym="../systemd-tmpfiles-setup.service"),
+        M(f"{wants}/tmp.mount", sym="/dev/null"),
+        M("opt", None, 0o755),
+        M("opt/x.target.wants", None, 0o755),
+        M("opt/x.target.wants/networking.service", b"[Unit]\n"),
+    ]
+    found = [
+        f.message
+        for f in wsltar.check_wsl_tar(plain_tar(tmp_path, rootfs(*extra)))
+        if f.rule == "systemd-unit"
+    ]
     assert found == [
         "discouraged systemd unit enabled: "
         "/etc/systemd/system/multi-user.target.wants/systemd-resolved.service",
-        f"discouraged systemd unit enabled: /{wants}/systemd-tmpfiles-setup.service"]
+        f"discouraged systemd unit enabled: /{wants}/systemd-tmpfiles-setup.service",
+    ]
     # normalized, every discouraged unit is masked: nothing is enabled any more
     assert "systemd-unit" not in rules(wsltar.check_wsl_tar(build(tmp_path, rootfs(*extra)).path))
 
 
 def test_checker_wsl1_xattrs_and_optional_bash(tmp_path: Path) -> None:
     selinux = {"SCHILY.xattr.security.selinux": "system_u:object_r:bin_t:s0"}
-    members = [m for m in rootfs(M("usr/bin/ls", ELF, 0o755, xattrs=selinux))
-               if m.name != "usr/bin/bash"]
+    members = [
+        m for m in rootfs(M("usr/bin/ls", ELF, 0o755, xattrs=selinux)) if m.name != "usr/bin/bash"
+    ]
     findings = wsltar.check_wsl_tar(build(tmp_path, members).path)
     assert [(f.level, f.rule) for f in findings] == [("warning", "xattrs")]  # no bash: fine
     assert "security.selinux" in findings[0].message and "usr/bin/ls" in findings[0].message
@@ -505,8 +575,9 @@ def test_is_x86_64_elf() -> None:
 # ----------------------------------------------------------------------------- parallel gzip
 
 
-@pytest.mark.parametrize("size", [0, 1, wsltar.ParallelGzipWriter.BLOCK,
-                                  3 * wsltar.ParallelGzipWriter.BLOCK + 12345])
+@pytest.mark.parametrize(
+    "size", [0, 1, wsltar.ParallelGzipWriter.BLOCK, 3 * wsltar.ParallelGzipWriter.BLOCK + 12345]
+)
 def test_parallel_gzip_round_trips_and_ignores_thread_count(size: int) -> None:
     import random
 
@@ -519,7 +590,7 @@ def test_parallel_gzip_round_trips_and_ignores_thread_count(size: int) -> None:
         buf = io.BytesIO()
         writer = wsltar.ParallelGzipWriter(buf, 6, threads)
         for i in range(0, len(data), 70_000):  # writes that straddle block borders
-            writer.write(data[i:i + 70_000])
+            writer.write(data[i : i + 70_000])
         writer.close()
         outputs.append(buf.getvalue())
     assert outputs[0] == outputs[1]

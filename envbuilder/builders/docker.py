@@ -97,13 +97,13 @@ def detect_host_kind(root: Path = Path("/")) -> HostKind:
 def _docker_lock(project: Project, env: str) -> tuple[lockfile.EnvLock, lockfile.TargetLock]:
     """The env's lock and its docker entry, verified (lockfile.load_verified_lock): current for
     the spec, the env's own, its pylock as recorded and well-formed. LockError otherwise."""
-    verified = lockfile.load_verified_lock(project, env, TARGET,
-                                           lockfile.current_spec_hash(project, env))
+    verified = lockfile.load_verified_lock(
+        project, env, TARGET, lockfile.current_spec_hash(project, env)
+    )
     return verified.lock, verified.pylock.entry
 
 
-def _ensure_base(client: docker.DockerClient, base: str, repin: str,
-                 progress: ProgressFn) -> None:
+def _ensure_base(client: docker.DockerClient, base: str, repin: str, progress: ProgressFn) -> None:
     """Pull the locked base image (by digest) unless the engine has it already. A failure is
     one line naming the image and `repin`, the command that pins what the tag serves now."""
     if docker_engine.existing_image(client, base) is not None:
@@ -113,8 +113,9 @@ def _ensure_base(client: docker.DockerClient, base: str, repin: str,
         docker_engine.pull_image(client, base, progress)
     except RegistryError as exc:
         reason = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-        if "@sha256:" in base and any(w in reason.lower()
-                                      for w in ("manifest unknown", "not found")):
+        if "@sha256:" in base and any(
+            w in reason.lower() for w in ("manifest unknown", "not found")
+        ):
             raise BuildError(
                 f"the base image {base} (from the lock) cannot be pulled: its registry does not "
                 f"have that digest (the tag now names another image); re-pin with `{repin}`, "
@@ -147,40 +148,65 @@ class DockerBuilder:
         records.
         """
         lock, target = _docker_lock(project, env.name)
-        expected = repro.require_prediction(
-            lock.artifacts, TARGET, env.name, f"lockfiles/{env.name}.lock.toml"
-        ) if options.verify else None
+        expected = (
+            repro.require_prediction(
+                lock.artifacts, TARGET, env.name, f"lockfiles/{env.name}.lock.toml"
+            )
+            if options.verify
+            else None
+        )
         tag = image_tag(env.name, target.pylock_sha256)
         client = docker_engine.connect()
         if target.base_image:
             # Before fetching wheels (gigabytes for ROCm): an unreachable base fails fast.
-            repin = (f"envbuilder lock --env {env.name} --refresh-base && "
-                     f"envbuilder render --env {env.name}")
+            repin = (
+                f"envbuilder lock --env {env.name} --refresh-base && "
+                f"envbuilder render --env {env.name}"
+            )
             _ensure_base(client, target.base_image, repin, progress)
         spec_ca = getattr(env.table(DockerTable), "ca_bundle", None)
         ca = ca_bundle_path(spec_ca if isinstance(spec_ca, str) else None, project)
         image_id, built = build_rendered_image(
-            client, project, env.name, TARGET, DESCRIPTOR.rendered_folder(project, env.name),
+            client,
+            project,
+            env.name,
+            TARGET,
+            DESCRIPTOR.rendered_folder(project, env.name),
             tag=tag,
             labels={LOCK_LABEL: target.pylock_sha256, ENV_LABEL: env.name},
             build_args={**proxy_build_args(os.environ), LOCK_SHA_ARG: target.pylock_sha256},
-            progress=progress, ca_bundle=ca, indexes=env.indexes,
+            progress=progress,
+            ca_bundle=ca,
+            indexes=env.indexes,
             nocache=options.no_cache or options.verify,
             deterministic=repro.Deterministic(target.base_image, lock.source_date_epoch),
         )
         actual = repro.observe(client, image_id, target.base_image)
         if expected is not None:
-            repro.check_prediction(client, expected, actual, env=env.name, target=TARGET,
-                                   base=target.base_image, workdir=project.cache)
+            repro.check_prediction(
+                client,
+                expected,
+                actual,
+                env=env.name,
+                target=TARGET,
+                base=target.base_image,
+                workdir=project.cache,
+            )
         note = repro.prediction_note(repro.recorded(lock.artifacts, TARGET), actual)
         return self._record(project, env.name, tag, actual, changed=built, note=note)
 
     @staticmethod
-    def _record(project: Project, env: str, tag: str, image: repro.Prediction, changed: bool,
-                note: str) -> Artifact:
+    def _record(
+        project: Project, env: str, tag: str, image: repro.Prediction, changed: bool, note: str
+    ) -> Artifact:
         lockfile.record_artifact(project, env, TARGET, tag=tag, **image.artifacts())
-        return Artifact(TARGET, env, tag, image.image_id,
-                        {"changed": "yes" if changed else "no", "tag": tag, "prediction": note})
+        return Artifact(
+            TARGET,
+            env,
+            tag,
+            image.image_id,
+            {"changed": "yes" if changed else "no", "tag": tag, "prediction": note},
+        )
 
     # --- validate ------------------------------------------------------------------------
 
@@ -200,15 +226,31 @@ class DockerBuilder:
             )
         host_kind = detect_host_kind()
         pylock = (project.lockfiles / target.pylock).read_bytes()
-        files_in = {f"{PROBE_DIR}/probe.pyz": probe_zipapp_bytes(),
-                    f"{PROBE_DIR}/pylock.toml": pylock}
+        files_in = {
+            f"{PROBE_DIR}/probe.pyz": probe_zipapp_bytes(),
+            f"{PROBE_DIR}/pylock.toml": pylock,
+        }
         report_in = f"{PROBE_DIR}/report.json"
-        command = [VENV_PYTHON, f"{PROBE_DIR}/probe.pyz", *probe_arguments(env, options),
-                   "--lock", f"{PROBE_DIR}/pylock.toml", "--json", report_in]
+        command = [
+            VENV_PYTHON,
+            f"{PROBE_DIR}/probe.pyz",
+            *probe_arguments(env, options),
+            "--lock",
+            f"{PROBE_DIR}/pylock.toml",
+            "--json",
+            report_in,
+        ]
         progress(f"{env.name}/docker: probe in {tag} ({host_kind} host)", 0, None)
         code, output, files = docker_engine.run_in_container(
-            client, tag, command, user=RUN_USER, host_kind=host_kind, files_in=files_in,
-            files_out=[report_in], progress=progress, timeout_s=options.timeout_s,
+            client,
+            tag,
+            command,
+            user=RUN_USER,
+            host_kind=host_kind,
+            files_in=files_in,
+            files_out=[report_in],
+            progress=progress,
+            timeout_s=options.timeout_s,
             labels={ENV_LABEL: env.name, ROLE_LABEL: "validate"},
         )
         if report_in not in files:
@@ -225,14 +267,21 @@ class DockerBuilder:
         lock, target = _docker_lock(project, env.name)
         tag = image_tag(env.name, target.pylock_sha256)
         image = docker_engine.existing_image(docker_engine.connect(), tag)
-        return [repro.status_line(env.name, TARGET, f"image {tag}",
-                                  str(image.id) if image is not None else None,
-                                  repro.recorded(lock.artifacts, TARGET))]
+        return [
+            repro.status_line(
+                env.name,
+                TARGET,
+                f"image {tag}",
+                str(image.id) if image is not None else None,
+                repro.recorded(lock.artifacts, TARGET),
+            )
+        ]
 
     # --- push / pull ---------------------------------------------------------------------
 
-    def push(self, project: Project, env: EnvSpec, options: PushOptions,
-             progress: ProgressFn) -> str:
+    def push(
+        self, project: Project, env: EnvSpec, options: PushOptions, progress: ProgressFn
+    ) -> str:
         """Push the env's image to `registry`/<env>:<short lock hash>; record and return the
         repository digest ("HOST/REPO/<env>@sha256:...")."""
         _lock, target = _docker_lock(project, env.name)
@@ -247,12 +296,14 @@ class DockerBuilder:
         digest_ref = docker_engine.push_image(
             client, tag, repository, target.pylock_sha256[:12], progress
         )
-        lockfile.record_artifact(project, env.name, TARGET, image_id=str(image.id), tag=tag,
-                                 repo_digest=digest_ref)
+        lockfile.record_artifact(
+            project, env.name, TARGET, image_id=str(image.id), tag=tag, repo_digest=digest_ref
+        )
         return digest_ref
 
-    def pull(self, project: Project, env: EnvSpec, options: PullOptions,
-             progress: ProgressFn) -> str:
+    def pull(
+        self, project: Project, env: EnvSpec, options: PullOptions, progress: ProgressFn
+    ) -> str:
         """Pull the image the lock records (`repo_digest`) by digest, check it was built from the
         current lock (and is the recorded image), tag it envbuilder/<env>:<short hash>; return
         the image id. A mismatch raises RegistryError and tags nothing."""
@@ -279,8 +330,10 @@ class DockerBuilder:
 def _mismatch(image: Any, lock_sha256: str, recorded_id: str | None) -> str | None:
     label = (image.labels or {}).get(LOCK_LABEL)
     if label != lock_sha256:
-        return (f"it was built from lock {label or '(no label)'}, but the docker pylock's sha256 "
-                f"is {lock_sha256}; build and push again, or check out the matching lock")
+        return (
+            f"it was built from lock {label or '(no label)'}, but the docker pylock's sha256 "
+            f"is {lock_sha256}; build and push again, or check out the matching lock"
+        )
     if recorded_id and image.id != recorded_id:
         return f"its image id {image.id} is not the recorded {recorded_id}"
     return None

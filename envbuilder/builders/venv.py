@@ -55,10 +55,23 @@ COMPLETE, INCOMPLETE = "complete", "incomplete"
 #: What the top folder of a venv holds (made by venv/uv/pip/envbuilder), compared in lower case
 #: (Windows: Scripts, Lib, Include). Anything else (src/ of `pip install -e`, .git, a user's
 #: file) is someone's data: a venv folder holding it is never emptied.
-VENV_ENTRIES = frozenset({
-    "bin", "scripts", "lib", "lib64", "include", "share", "etc", "man", "pyvenv.cfg",
-    ".gitignore", "cachedir.tag", ".lock", MARKER,
-})
+VENV_ENTRIES = frozenset(
+    {
+        "bin",
+        "scripts",
+        "lib",
+        "lib64",
+        "include",
+        "share",
+        "etc",
+        "man",
+        "pyvenv.cfg",
+        ".gitignore",
+        "cachedir.tag",
+        ".lock",
+        MARKER,
+    }
+)
 
 #: Run by the venv's Python: its version and the installed distributions (what sync produced),
 #: and its prefixes (a folder whose bin/python is not a venv's must never be synced).
@@ -118,8 +131,9 @@ def _is_marker_temp(name: str) -> bool:
 
 
 def _strangers(names: Sequence[str]) -> tuple[str, ...]:
-    return tuple(sorted(n for n in names
-                        if n.lower() not in VENV_ENTRIES and not _is_marker_temp(n)))
+    return tuple(
+        sorted(n for n in names if n.lower() not in VENV_ENTRIES and not _is_marker_temp(n))
+    )
 
 
 def _pyvenv_version(venv: Path) -> str | None:
@@ -176,8 +190,9 @@ def inspect_folder(venv: Path) -> VenvFolder:
     version = _pyvenv_version(venv)
     what = f"a venv{f' of Python {version}' if version else ''} that envbuilder did not make"
     if marker is not None:
-        what += (f" (its {MARKER} names another folder, {marker.get('venv')}: it was copied "
-                 f"or moved)")
+        what += (
+            f" (its {MARKER} names another folder, {marker.get('venv')}: it was copied or moved)"
+        )
     else:
         what += f" (no {MARKER})"
     if strangers:
@@ -192,31 +207,43 @@ def claim_folder(venv: Path, force: bool) -> VenvFolder:
     try:
         folder = inspect_folder(venv)
     except OSError as exc:  # e.g. a parent folder that cannot be read
-        raise BuildError(f"cannot look at {venv}: {exc.strerror or exc}; nothing was changed. "
-                         f"Give another --path") from None
+        raise BuildError(
+            f"cannot look at {venv}: {exc.strerror or exc}; nothing was changed. "
+            f"Give another --path"
+        ) from None
     if folder.kind in ("absent", "empty", "ours"):
         return folder
-    head = (f"{venv} is {folder.what}. envbuilder changes only a venv it made itself (its "
-            f"{MARKER} proves it), so nothing was changed")
+    head = (
+        f"{venv} is {folder.what}. envbuilder changes only a venv it made itself (its "
+        f"{MARKER} proves it), so nothing was changed"
+    )
     if folder.kind == "other":
-        raise BuildError(f"{head}. Give another --path (a new or empty folder); --force does not "
-                         f"apply: it only takes over a folder that holds a venv and nothing else")
+        raise BuildError(
+            f"{head}. Give another --path (a new or empty folder); --force does not "
+            f"apply: it only takes over a folder that holds a venv and nothing else"
+        )
     if folder.strangers:
-        raise BuildError(f"{head}. Give another --path, or move {_listing(folder.strangers)} out "
-                         f"and use --force to replace the venv (--force never deletes files that "
-                         f"are not part of a venv)")
+        raise BuildError(
+            f"{head}. Give another --path, or move {_listing(folder.strangers)} out "
+            f"and use --force to replace the venv (--force never deletes files that "
+            f"are not part of a venv)"
+        )
     if not force:
-        raise BuildError(f"{head}. Use --force to replace that venv with a new one (the packages "
-                         f"installed in it are removed), or give another --path")
+        raise BuildError(
+            f"{head}. Use --force to replace that venv with a new one (the packages "
+            f"installed in it are removed), or give another --path"
+        )
     return folder
 
 
 def strangers_message(venv: Path, strangers: Sequence[str]) -> str:
     """Why a venv that must be made again (wrong or broken Python) is not: its folder holds
     files a venv does not, which emptying it would delete."""
-    return (f"the venv at {venv} must be made again (its Python is missing, broken or not the "
-            f"one the env needs), but its folder also holds files a venv does not: "
-            f"{_listing(strangers)}. Nothing was changed: move them out, or give another --path")
+    return (
+        f"the venv at {venv} must be made again (its Python is missing, broken or not the "
+        f"one the env needs), but its folder also holds files a venv does not: "
+        f"{_listing(strangers)}. Nothing was changed: move them out, or give another --path"
+    )
 
 
 def empty_venv_folder(venv: Path) -> None:
@@ -258,8 +285,17 @@ def uv_venv_command(uv: str, python: str, venv: PurePath, prompt: str) -> list[s
     `--allow-existing`: the folder already holds envbuilder's "incomplete" marker (written before
     the venv is made, so an interrupted build leaves a folder the next build recognises); uv keeps
     it. Never `--clear`, which removes whatever the folder holds."""
-    return [uv, "venv", "--no-project", "--allow-existing", "--python", python,
-            "--prompt", prompt, str(venv)]
+    return [
+        uv,
+        "venv",
+        "--no-project",
+        "--allow-existing",
+        "--python",
+        python,
+        "--prompt",
+        prompt,
+        str(venv),
+    ]
 
 
 def uv_venv_environment() -> dict[str, str]:
@@ -268,8 +304,9 @@ def uv_venv_environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "UV_VENV_CLEAR"}
 
 
-def uv_sync_command(uv: str, venv_python: PurePath, requirements: PurePath,
-                    find_links: PurePath | None = None) -> list[str]:
+def uv_sync_command(
+    uv: str, venv_python: PurePath, requirements: PurePath, find_links: PurePath | None = None
+) -> list[str]:
     """Make the venv hold exactly `requirements` (local files with hashes): offline, no index,
     every artifact's sha256 checked.
 
@@ -281,29 +318,61 @@ def uv_sync_command(uv: str, venv_python: PurePath, requirements: PurePath,
     key every build's torch anew and keep one more unpacked copy (~0.7 GB) each time (seen
     here: 30 copies, 21 GB). envbuilder's own wheel cache already keeps the downloads."""
     links = ["--find-links", str(find_links)] if find_links is not None else []
-    return [uv, "pip", "sync", "--python", str(venv_python), "--offline", "--no-index",
-            *links, "--require-hashes", "--no-cache", str(requirements)]
+    return [
+        uv,
+        "pip",
+        "sync",
+        "--python",
+        str(venv_python),
+        "--offline",
+        "--no-index",
+        *links,
+        "--require-hashes",
+        "--no-cache",
+        str(requirements),
+    ]
 
 
 def probe_command(
-    venv_python: PurePath, zipapp: PurePath, pylock: PurePath, report: PurePath,
-    env: EnvSpec, target: str, options: ValidateOptions,
+    venv_python: PurePath,
+    zipapp: PurePath,
+    pylock: PurePath,
+    report: PurePath,
+    env: EnvSpec,
+    target: str,
+    options: ValidateOptions,
 ) -> list[str]:
     """The probe's command line, run with the venv's Python (probe contract in the brief)."""
-    return [str(venv_python), str(zipapp),
-            *probe_options(env, options, {"env": env.name, "target": target}),
-            "--lock", str(pylock), "--json", str(report)]
+    return [
+        str(venv_python),
+        str(zipapp),
+        *probe_options(env, options, {"env": env.name, "target": target}),
+        "--lock",
+        str(pylock),
+        "--json",
+        str(report),
+    ]
 
 
 def marker_bytes(
-    venv: Path, env: str, target: str, lock_sha256: str, python: str,
+    venv: Path,
+    env: str,
+    target: str,
+    lock_sha256: str,
+    python: str,
     packages: Mapping[str, str],
 ) -> bytes:
     """The marker of a finished build: sorted JSON, no timestamp (same build, same bytes)."""
     data = {
-        "marker_version": MARKER_VERSION, "state": COMPLETE, "venv": str(venv), "env": env,
-        "target": target, "lock_sha256": lock_sha256, "python": python,
-        "envbuilder_version": __version__, "packages": dict(sorted(packages.items())),
+        "marker_version": MARKER_VERSION,
+        "state": COMPLETE,
+        "venv": str(venv),
+        "env": env,
+        "target": target,
+        "lock_sha256": lock_sha256,
+        "python": python,
+        "envbuilder_version": __version__,
+        "packages": dict(sorted(packages.items())),
     }
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
@@ -311,13 +380,19 @@ def marker_bytes(
 def incomplete_marker_bytes(venv: Path, env: str, target: str) -> bytes:
     """The marker written before a build changes the venv: it still proves envbuilder owns the
     folder, and says the venv is not (yet) what any lock describes."""
-    data = {"marker_version": MARKER_VERSION, "state": INCOMPLETE, "venv": str(venv), "env": env,
-            "target": target, "envbuilder_version": __version__}
+    data = {
+        "marker_version": MARKER_VERSION,
+        "state": INCOMPLETE,
+        "venv": str(venv),
+        "env": env,
+        "target": target,
+        "envbuilder_version": __version__,
+    }
     return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
 def marker_state(marker: Mapping[str, Any]) -> str:
-    """"complete" or "incomplete" (a marker of an older envbuilder has no state: complete)."""
+    """ "complete" or "incomplete" (a marker of an older envbuilder has no state: complete)."""
     return INCOMPLETE if marker.get("state", COMPLETE) != COMPLETE else COMPLETE
 
 
@@ -336,8 +411,11 @@ def package_diff(installed: Mapping[str, str], expected: Mapping[str, str]) -> l
     want = {canonicalize_name(k): v for k, v in expected.items()}
     out = [f"extra: {n}=={inst[n]}" for n in sorted(inst.keys() - want.keys())]
     out += [f"missing: {n}=={want[n]}" for n in sorted(want.keys() - inst.keys())]
-    out += [f"other version: {n}=={inst[n]} (lock: {want[n]})"
-            for n in sorted(inst.keys() & want.keys()) if inst[n] != want[n]]
+    out += [
+        f"other version: {n}=={inst[n]} (lock: {want[n]})"
+        for n in sorted(inst.keys() & want.keys())
+        if inst[n] != want[n]
+    ]
     return out
 
 
@@ -347,8 +425,9 @@ def sync_changes(before: Mapping[str, str], after: Mapping[str, str]) -> list[st
     new = {canonicalize_name(k): v for k, v in after.items()}
     out = [f"+{n}=={new[n]}" for n in sorted(new.keys() - old.keys())]
     out += [f"-{n}=={old[n]}" for n in sorted(old.keys() - new.keys())]
-    out += [f"{n} {old[n]} -> {new[n]}" for n in sorted(old.keys() & new.keys())
-            if old[n] != new[n]]
+    out += [
+        f"{n} {old[n]} -> {new[n]}" for n in sorted(old.keys() & new.keys()) if old[n] != new[n]
+    ]
     return out
 
 
@@ -356,8 +435,12 @@ def _tail(text: str, lines: int = 15) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-def _run(cmd: Sequence[str], what: str, env: Mapping[str, str] | None = None,
-         timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+def _run(
+    cmd: Sequence[str],
+    what: str,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess[str]:
     try:  # in its own process group, ended with envbuilder when interrupted
         return interrupts.run(cmd, env=env, timeout=timeout)
     except FileNotFoundError as exc:
@@ -402,8 +485,11 @@ class VenvBuilder:
         """Where the venv is: `path` (--path) or the default under .envbuilder/venvs/; absolute,
         `..` removed from its spelling (links are not followed)."""
         # abspath, not resolve(): a link in the path stays as the user wrote it
-        return Path(os.path.abspath(  # noqa: PTH100
-            path or default_venv_path(project, env.name, self.name)))
+        return Path(
+            os.path.abspath(  # noqa: PTH100
+                path or default_venv_path(project, env.name, self.name)
+            )
+        )
 
     def variables(self, env: EnvSpec) -> dict[str, str]:
         """The env's variables as this target's activation sets them (its plan's
@@ -411,8 +497,9 @@ class VenvBuilder:
         step = self.plan(env).first(WriteActivation)
         return dict(step.variables) if step is not None else {}
 
-    def build(self, project: Project, env: EnvSpec, options: BuildOptions,
-              progress: ProgressFn) -> Artifact:
+    def build(
+        self, project: Project, env: EnvSpec, options: BuildOptions, progress: ProgressFn
+    ) -> Artifact:
         """Make the venv at `options.path` hold exactly the env's lock for this target. Returns
         the venv as an Artifact; details["changed"] is "no" when it already did (nothing was
         written), details["changes"] lists what the sync added, removed or moved.
@@ -431,16 +518,24 @@ class VenvBuilder:
             progress(f"{env.name}/{self.name}: venv is current", 1, 1)
             return self._artifact(env, venv, lock_sha, None)
         python, packages, changes = self._install_locked(project, env, folder, progress)
-        _write_or_fail(lambda: activate.write_activation(Path(layout.scripts), variables,
-                                                         self.windows), layout.scripts)
+        _write_or_fail(
+            lambda: activate.write_activation(Path(layout.scripts), variables, self.windows),
+            layout.scripts,
+        )
         # the complete marker last: until then it says "incomplete" (see _install_locked)
-        _write_or_fail(lambda: atomic_write_bytes(Path(layout.marker), marker_bytes(
-            venv, env.name, self.name, lock_sha, python, packages)), layout.marker)
+        _write_or_fail(
+            lambda: atomic_write_bytes(
+                Path(layout.marker),
+                marker_bytes(venv, env.name, self.name, lock_sha, python, packages),
+            ),
+            layout.marker,
+        )
         progress(f"{env.name}/{self.name}: venv ready", 1, 1)
         return self._artifact(env, venv, lock_sha, changes)
 
-    def _install_locked(self, project: Project, env: EnvSpec, folder: VenvFolder,
-                        progress: ProgressFn) -> tuple[str, dict[str, str], list[str]]:
+    def _install_locked(
+        self, project: Project, env: EnvSpec, folder: VenvFolder, progress: ProgressFn
+    ) -> tuple[str, dict[str, str], list[str]]:
         """Fetch and verify every locked artifact and find Python, and only then mark the venv
         incomplete and create or sync it. Returns its Python version, its packages and what the
         sync changed."""
@@ -448,8 +543,9 @@ class VenvBuilder:
 
         layout = VenvLayout(folder.path, self.windows)
         progress(f"{env.name}/{self.name}: fetching locked artifacts", 0, None)
-        artifacts = wheelcache.fetch_locked(project, env.name, self.name, progress,
-                                            indexes=env.indexes)
+        artifacts = wheelcache.fetch_locked(
+            project, env.name, self.name, progress, indexes=env.indexes
+        )
         expected = {a.name: a.version for a in artifacts}
         # a venv envbuilder did not make is never run, only replaced (--force)
         kept = self._usable_python(layout, env) if folder.kind == "ours" else None
@@ -462,23 +558,30 @@ class VenvBuilder:
         with temp_dir("venv-wheelhouse-", project.cache) as tmp:
             house = Path(tmp)
             requirements = wheelcache.write_wheelhouse(
-                project, env.name, self.name, house, in_image_prefix=str(house / "wheels"),
-                indexes=env.indexes)
+                project,
+                env.name,
+                self.name,
+                house,
+                in_image_prefix=str(house / "wheels"),
+                indexes=env.indexes,
+            )
             self._mark_incomplete(layout, env)
             python = kept or self._make_venv(layout, env, found, progress)
             progress(f"{env.name}/{self.name}: syncing the venv to the lock", 0, None)
             self._sync(layout, requirements)
         packages: dict[str, str] = self._state(layout)["packages"]
         if diff := package_diff(packages, expected):
-            raise BuildError(f"after sync the venv at {layout.root} differs from the lock: "
-                             f"{'; '.join(diff)}")
+            raise BuildError(
+                f"after sync the venv at {layout.root} differs from the lock: {'; '.join(diff)}"
+            )
         changes = sync_changes(before, packages)
         if changes:
             progress(f"{env.name}/{self.name}: {', '.join(changes)}", 0, None)
         return python, packages, changes
 
-    def validate(self, project: Project, env: EnvSpec, options: ValidateOptions,
-                 progress: ProgressFn) -> Path:
+    def validate(
+        self, project: Project, env: EnvSpec, options: ValidateOptions, progress: ProgressFn
+    ) -> Path:
         """Run the probe with the venv's Python against the env's pylock; write and return
         reports/<env>.<target>.json. Raises ValidationError when the probe cannot run."""
         self._check_host_and_env(env, error=ValidationError)
@@ -488,7 +591,8 @@ class VenvBuilder:
         if not Path(layout.python).exists():
             raise ValidationError(
                 f"no venv at {venv} (no {layout.python}); build it first: envbuilder build "
-                f"--target {self.name} --env {env.name}")
+                f"--target {self.name} --env {env.name}"
+            )
         pylock = project.pylock(env.name, self.name)
         if not pylock.is_file():
             raise ValidationError(f"{pylock} is missing; run: envbuilder lock --env {env.name}")
@@ -503,7 +607,8 @@ class VenvBuilder:
             if not report.is_file():
                 raise ValidationError(
                     f"the probe wrote no report (exit {proc.returncode}):\n"
-                    f"{_tail(proc.stdout + proc.stderr)}")
+                    f"{_tail(proc.stdout + proc.stderr)}"
+                )
             dest = project.report(env.name, self.name)
             atomic_write_bytes(dest, report.read_bytes())
         progress(f"{env.name}/{self.name}: probe done", 1, 1)
@@ -511,21 +616,25 @@ class VenvBuilder:
 
     # --- steps -----------------------------------------------------------------------------
 
-    def _check_host_and_env(self, env: EnvSpec,
-                            error: type[BuildError | ValidationError] = BuildError) -> None:
+    def _check_host_and_env(
+        self, env: EnvSpec, error: type[BuildError | ValidationError] = BuildError
+    ) -> None:
         if sys.platform != self.host_platform:
             raise error(self.wrong_host_message())
         if self.name not in env.targets:
-            raise UsageError(f"env {env.name!r} has no target {self.name!r} (environments.toml, "
-                             f"env.{env.name}.targets lists: {', '.join(env.targets)})")
+            raise UsageError(
+                f"env {env.name!r} has no target {self.name!r} (environments.toml, "
+                f"env.{env.name}.targets lists: {', '.join(env.targets)})"
+            )
 
     def _verified_lock_sha(self, project: Project, env: EnvSpec) -> str:
         """The pylock's sha256, after lockfile.load_verified_lock checked the env lock (current
         for the spec, the env's own) and the pylock (as recorded, well-formed)."""
         from envbuilder.lockfile import current_spec_hash, load_verified_lock
 
-        verified = load_verified_lock(project, env.name, self.name,
-                                      current_spec_hash(project, env.name))
+        verified = load_verified_lock(
+            project, env.name, self.name, current_spec_hash(project, env.name)
+        )
         return verified.pylock.entry.pylock_sha256
 
     def _refuse_incomplete(self, layout: VenvLayout, env: EnvSpec, path: Path | None) -> None:
@@ -538,29 +647,36 @@ class VenvBuilder:
             again += f" --path {layout.root}"
         raise ValidationError(
             f"the venv at {layout.root} is incomplete: a build of it was interrupted or failed "
-            f"({layout.marker} says state \"{INCOMPLETE}\"), so it holds no known lock. Build "
-            f"it again: {again}")
+            f'({layout.marker} says state "{INCOMPLETE}"), so it holds no known lock. Build '
+            f"it again: {again}"
+        )
 
-    def _is_current(self, layout: VenvLayout, env: EnvSpec, lock_sha: str,
-                    variables: Mapping[str, str]) -> bool:
+    def _is_current(
+        self, layout: VenvLayout, env: EnvSpec, lock_sha: str, variables: Mapping[str, str]
+    ) -> bool:
         marker = read_marker(Path(layout.marker))
         if marker is None or marker_state(marker) != COMPLETE:
             return False
         if marker.get("lock_sha256") != lock_sha:
             return False
         if (marker.get("env"), marker.get("target"), marker.get("venv")) != (
-                env.name, self.name, str(layout.root)):
+            env.name,
+            self.name,
+            str(layout.root),
+        ):
             return False
         try:
             state = self._state(layout)
         except BuildError:
             return False
         packages = marker.get("packages")
-        return (isinstance(packages, dict)
-                and _is_venv_at(state, Path(layout.root))
-                and self._python_matches(state["python"], env)
-                and not package_diff(state["packages"], packages)
-                and activate.activation_is_current(Path(layout.scripts), variables, self.windows))
+        return (
+            isinstance(packages, dict)
+            and _is_venv_at(state, Path(layout.root))
+            and self._python_matches(state["python"], env)
+            and not package_diff(state["packages"], packages)
+            and activate.activation_is_current(Path(layout.scripts), variables, self.windows)
+        )
 
     def _python_matches(self, full: str, env: EnvSpec) -> bool:
         return full.rsplit(".", 1)[0] == self.python_request(env)
@@ -582,12 +698,20 @@ class VenvBuilder:
         """Write the "incomplete" marker (creating the folder if needed) before the venv is
         changed: an interrupted build leaves a folder that is provably envbuilder's, that the
         next build repairs and that validate refuses."""
-        _write_or_fail(lambda: atomic_write_bytes(
-            Path(layout.marker), incomplete_marker_bytes(Path(layout.root), env.name, self.name)),
-            layout.marker)
+        _write_or_fail(
+            lambda: atomic_write_bytes(
+                Path(layout.marker), incomplete_marker_bytes(Path(layout.root), env.name, self.name)
+            ),
+            layout.marker,
+        )
 
-    def _make_venv(self, layout: VenvLayout, env: EnvSpec, found: pyfinder.FoundPython | None,
-                   progress: ProgressFn) -> str:
+    def _make_venv(
+        self,
+        layout: VenvLayout,
+        env: EnvSpec,
+        found: pyfinder.FoundPython | None,
+        progress: ProgressFn,
+    ) -> str:
         """A new venv of `found` at layout.root, whose folder holds the incomplete marker; what
         an old venv left there (wrong Python, broken, taken over with --force) is removed first.
         Returns its Python version."""
@@ -597,34 +721,45 @@ class VenvBuilder:
             progress(f"{env.name}/{self.name}: removing the old venv in {venv}", 0, None)
             empty_venv_folder(venv)
         progress(f"{env.name}/{self.name}: creating venv with Python {found.version}", 0, None)
-        cmd = uv_venv_command(pyfinder.uv_bin(), str(found.executable), venv,
-                              f"{env.name}-{self.name}")
+        cmd = uv_venv_command(
+            pyfinder.uv_bin(), str(found.executable), venv, f"{env.name}-{self.name}"
+        )
         proc = _run(cmd, "creating the venv", env=uv_venv_environment())
         if proc.returncode != 0:
             raise BuildError(f"creating the venv at {venv} failed:\n{_tail(proc.stderr)}")
         return found.version
 
     def _sync(self, layout: VenvLayout, requirements: Path) -> None:
-        proc = _run(uv_sync_command(pyfinder.uv_bin(), layout.python, requirements,
-                                    requirements.parent / "wheels"),
-                    "installing the lock")
+        proc = _run(
+            uv_sync_command(
+                pyfinder.uv_bin(), layout.python, requirements, requirements.parent / "wheels"
+            ),
+            "installing the lock",
+        )
         if proc.returncode != 0:
-            raise BuildError(f"installing the locked packages into {layout.root} failed:\n"
-                             f"{_tail(proc.stderr)}")
+            raise BuildError(
+                f"installing the locked packages into {layout.root} failed:\n{_tail(proc.stderr)}"
+            )
 
     def _state(self, layout: VenvLayout) -> dict[str, Any]:
         """The venv Python's version and installed distributions."""
-        proc = _run([str(layout.python), "-I", "-c", _STATE_SCRIPT], "reading the venv",
-                    env=_clean_env(), timeout=120)
+        proc = _run(
+            [str(layout.python), "-I", "-c", _STATE_SCRIPT],
+            "reading the venv",
+            env=_clean_env(),
+            timeout=120,
+        )
         if proc.returncode != 0:
-            raise BuildError(f"the venv's Python at {layout.python} does not run:\n"
-                             f"{_tail(proc.stderr)}")
+            raise BuildError(
+                f"the venv's Python at {layout.python} does not run:\n{_tail(proc.stderr)}"
+            )
         data: dict[str, Any] = json.loads(proc.stdout)
         data["packages"] = {str(canonicalize_name(k)): v for k, v in data["packages"].items()}
         return data
 
-    def _run_probe(self, cmd: list[str], layout: VenvLayout, env: EnvSpec,
-                   options: ValidateOptions, cwd: Path) -> subprocess.CompletedProcess[str]:
+    def _run_probe(
+        self, cmd: list[str], layout: VenvLayout, env: EnvSpec, options: ValidateOptions, cwd: Path
+    ) -> subprocess.CompletedProcess[str]:
         """Run the probe in an empty folder: a project checkout as the working directory would
         put its own packages (e.g. envbuilder.egg-info) on `python -m`'s path."""
         run_env = _clean_env()
@@ -647,14 +782,16 @@ class VenvBuilder:
             return None
         return packages
 
-    def _artifact(self, env: EnvSpec, venv: Path, lock_sha: str,
-                  changes: list[str] | None) -> Artifact:
+    def _artifact(
+        self, env: EnvSpec, venv: Path, lock_sha: str, changes: list[str] | None
+    ) -> Artifact:
         """changes None: nothing was done (the venv was current)."""
         details = {"lock_sha256": lock_sha, "changed": "no" if changes is None else "yes"}
         if changes is not None:
             details["changes"] = ", ".join(changes) or "none"
-        return Artifact(target=self.name, env=env.name, reference=str(venv), digest=None,
-                        details=details)
+        return Artifact(
+            target=self.name, env=env.name, reference=str(venv), digest=None, details=details
+        )
 
 
 def _is_venv_at(state: Mapping[str, Any], venv: Path) -> bool:
@@ -690,8 +827,10 @@ class NativeVenvBuilder(VenvBuilder):
     host_platform = "linux"
 
     def wrong_host_message(self) -> str:
-        return (f"the native target builds a Linux venv (its lock is for x86_64 manylinux) and "
-                f"runs only on Linux, not on {sys.platform}; on Windows use --target windows")
+        return (
+            f"the native target builds a Linux venv (its lock is for x86_64 manylinux) and "
+            f"runs only on Linux, not on {sys.platform}; on Windows use --target windows"
+        )
 
 
 class WindowsVenvBuilder(VenvBuilder):
@@ -702,7 +841,9 @@ class WindowsVenvBuilder(VenvBuilder):
     host_platform = "win32"
 
     def wrong_host_message(self) -> str:
-        return (f"the windows target builds a venv with Windows' Python and the env's Windows "
-                f"wheels, so it needs Windows (this is {sys.platform}); run the same command "
-                f"there, or use the rendered windows/<env>/setup.ps1. On Linux use --target "
-                f"native, docker or wsl2")
+        return (
+            f"the windows target builds a venv with Windows' Python and the env's Windows "
+            f"wheels, so it needs Windows (this is {sys.platform}); run the same command "
+            f"there, or use the rendered windows/<env>/setup.ps1. On Linux use --target "
+            f"native, docker or wsl2"
+        )

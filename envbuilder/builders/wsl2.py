@@ -96,15 +96,16 @@ def _require_lock(project: Project, env: EnvSpec) -> EnvLock:
     the spec, the env's own, its pylock as recorded and well-formed. LockError otherwise."""
     from envbuilder.lockfile import current_spec_hash, load_verified_lock
 
-    return load_verified_lock(project, env.name, TARGET,
-                              current_spec_hash(project, env.name)).lock
+    return load_verified_lock(project, env.name, TARGET, current_spec_hash(project, env.name)).lock
 
 
 def _require_wsl2(env: EnvSpec) -> Wsl2Table:
     table = env.table(Wsl2Table)
     if table is None or TARGET not in env.targets:
-        raise BuildError(f"env {env.name!r} has no wsl2 target; add \"wsl2\" to "
-                         f"[env.{env.name}] targets and an [env.{env.name}.wsl2] table")
+        raise BuildError(
+            f'env {env.name!r} has no wsl2 target; add "wsl2" to '
+            f"[env.{env.name}] targets and an [env.{env.name}.wsl2] table"
+        )
     return table
 
 
@@ -121,9 +122,15 @@ def build_args(lock: EnvLock, environ: Mapping[str, str] | None = None) -> dict[
     return args
 
 
-def build_rootfs_image(client: docker.DockerClient, project: Project, env: EnvSpec,
-                       lock: EnvLock, progress: ProgressFn = no_progress, *,
-                       nocache: bool = False) -> tuple[str, bool]:
+def build_rootfs_image(
+    client: docker.DockerClient,
+    project: Project,
+    env: EnvSpec,
+    lock: EnvLock,
+    progress: ProgressFn = no_progress,
+    *,
+    nocache: bool = False,
+) -> tuple[str, bool]:
     """Build the env's rendered WSL Dockerfile (or find it up to date: same tag, same context
     digest). Returns (image id, whether a build ran)."""
     from envbuilder.buildcontext import ca_bundle_path
@@ -131,13 +138,19 @@ def build_rootfs_image(client: docker.DockerClient, project: Project, env: EnvSp
 
     pylock_sha = lock.targets[TARGET].pylock_sha256
     return build_rendered_image(
-        client, project, env.name, TARGET, DESCRIPTOR.rendered_folder(project, env.name),
+        client,
+        project,
+        env.name,
+        TARGET,
+        DESCRIPTOR.rendered_folder(project, env.name),
         tag=image_tag(env.name, pylock_sha),
         labels={LOCK_LABEL: pylock_sha, ENV_LABEL: env.name, TARGET_LABEL: TARGET},
-        build_args=build_args(lock), progress=progress,
-        ca_bundle=ca_bundle_path(None, project), indexes=env.indexes, nocache=nocache,
-        deterministic=repro.Deterministic(lock.targets[TARGET].base_image,
-                                          lock.source_date_epoch),
+        build_args=build_args(lock),
+        progress=progress,
+        ca_bundle=ca_bundle_path(None, project),
+        indexes=env.indexes,
+        nocache=nocache,
+        deterministic=repro.Deterministic(lock.targets[TARGET].base_image, lock.source_date_epoch),
     )
 
 
@@ -157,18 +170,29 @@ def _created(client: docker.DockerClient, image: str) -> Iterator[Any]:
             container.remove(force=True)
 
 
-def export_image(client: docker.DockerClient, image: str, dest: Path, source_date_epoch: int,
-                 progress: ProgressFn = no_progress,
-                 compresslevel: int = wsltar.COMPRESSLEVEL) -> wsltar.WslResult:
+def export_image(
+    client: docker.DockerClient,
+    image: str,
+    dest: Path,
+    source_date_epoch: int,
+    progress: ProgressFn = no_progress,
+    compresslevel: int = wsltar.COMPRESSLEVEL,
+) -> wsltar.WslResult:
     """`docker export` a container of `image` straight through the normalizer into `dest`.
     Progress: ("export", bytes read, image size), then ("compress", bytes, total bytes)."""
     total = int(client.images.get(image).attrs.get("Size") or 0) or None
     with _created(client, image) as container:
         chunks = container.export(chunk_size=_CHUNK)
-        source = io.BufferedReader(wsltar.IterStream(chunks, progress, "export", total),
-                                   buffer_size=_CHUNK)
-        return wsltar.write_wsl(source, dest, source_date_epoch=source_date_epoch,
-                                compresslevel=compresslevel, progress=progress)
+        source = io.BufferedReader(
+            wsltar.IterStream(chunks, progress, "export", total), buffer_size=_CHUNK
+        )
+        return wsltar.write_wsl(
+            source,
+            dest,
+            source_date_epoch=source_date_epoch,
+            compresslevel=compresslevel,
+            progress=progress,
+        )
 
 
 def _install_on_windows(env: EnvSpec, path: Path) -> str | None:
@@ -178,9 +202,14 @@ def _install_on_windows(env: EnvSpec, path: Path) -> str | None:
         return None
     exe = wslexe.WslExe(wslexe.find_wsl_exe())
     location = os.environ.get("ENVBUILDER_WSL_LOCATION") or str(
-        Path(os.environ.get("LOCALAPPDATA", str(Path.home()))) / "envbuilder" / "wsl")
-    return exe.install(str(path), table.distro, str(Path(location) / table.distro),
-                       replace=os.environ.get("ENVBUILDER_WSL_REPLACE") == "1")
+        Path(os.environ.get("LOCALAPPDATA", str(Path.home()))) / "envbuilder" / "wsl"
+    )
+    return exe.install(
+        str(path),
+        table.distro,
+        str(Path(location) / table.distro),
+        replace=os.environ.get("ENVBUILDER_WSL_REPLACE") == "1",
+    )
 
 
 # ----------------------------------------------------------------------------- probe runs
@@ -195,12 +224,18 @@ class ProbeRun:
     report: str = REPORT_PATH
 
 
-def probe_argv(env: EnvSpec, options: ValidateOptions, labels: Mapping[str, str],
-               with_lock: bool) -> list[str]:
+def probe_argv(
+    env: EnvSpec, options: ValidateOptions, labels: Mapping[str, str], with_lock: bool
+) -> list[str]:
     """The probe's command line inside the distro, run by a login shell (so /etc/profile.d
     applies, as in a WSL login) with the venv's Python."""
-    argv = [VENV_PYTHON, PROBE_PATH, *probe_options(env, options, dict(sorted(labels.items()))),
-            "--json", REPORT_PATH]
+    argv = [
+        VENV_PYTHON,
+        PROBE_PATH,
+        *probe_options(env, options, dict(sorted(labels.items()))),
+        "--json",
+        REPORT_PATH,
+    ]
     if options.timeout_s is not None:
         argv += ["--timeout", str(options.timeout_s)]
     if with_lock:
@@ -208,8 +243,9 @@ def probe_argv(env: EnvSpec, options: ValidateOptions, labels: Mapping[str, str]
     return ["/bin/sh", "-lc", 'exec "$@"', "sh", *argv]
 
 
-def make_probe_run(project: Project, env: EnvSpec, options: ValidateOptions,
-                   labels: Mapping[str, str]) -> ProbeRun:
+def make_probe_run(
+    project: Project, env: EnvSpec, options: ValidateOptions, labels: Mapping[str, str]
+) -> ProbeRun:
     files = {PROBE_PATH: probe_zipapp_bytes()}
     pylock = project.pylock(env.name, TARGET)
     if pylock.is_file():  # the lock conformance check compares the distro with it
@@ -249,9 +285,15 @@ class DockerEngine:
         from envbuilder import docker_engine
 
         code, output, files = docker_engine.run_in_container(
-            self.client, self.image, list(run.argv), user=user,
+            self.client,
+            self.image,
+            list(run.argv),
+            user=user,
             host_kind=self.host_kind,  # type: ignore[arg-type]
-            files_in=dict(run.files_in), files_out=[run.report], progress=progress)
+            files_in=dict(run.files_in),
+            files_out=[run.report],
+            progress=progress,
+        )
         return code, output, files.get(run.report)
 
 
@@ -331,8 +373,10 @@ def user_of_uid(passwd: bytes, uid: int) -> str:
     """The name /etc/passwd gives `uid`; ValidationError when it has none."""
     entry = wsltar.parse_passwd(passwd).get(uid)
     if entry is None:
-        raise ValidationError(f"the distro has no user with uid {uid} after its first launch; "
-                              "its [oobe] command should create it (/etc/wsl-distribution.conf)")
+        raise ValidationError(
+            f"the distro has no user with uid {uid} after its first launch; "
+            "its [oobe] command should create it (/etc/wsl-distribution.conf)"
+        )
     return entry[0]
 
 
@@ -343,12 +387,15 @@ def first_launch_argv(command: str) -> tuple[str, ...]:
 
 def first_launch_failure(command: str, code: int, output: str) -> str:
     tail = "\n".join(output.splitlines()[-30:])
-    return (f"the distro's first-launch command {command} failed (exit {code}); WSL would run it "
-            f"again at the next launch. Its output ended with:\n{tail}")
+    return (
+        f"the distro's first-launch command {command} failed (exit {code}); WSL would run it "
+        f"again at the next launch. Its output ended with:\n{tail}"
+    )
 
 
-def run_first_launch(client: Any, image: str, command: str,
-                     progress: ProgressFn = no_progress) -> str:
+def run_first_launch(
+    client: Any, image: str, command: str, progress: ProgressFn = no_progress
+) -> str:
     """Run `command` as root in a container of `image` (no network, as it must work offline)
     and commit the result as `<image>-oobe`; return that tag (reused when it exists: the tag
     of an imported `.wsl` names its sha256, and the command is inside it)."""
@@ -362,8 +409,9 @@ def run_first_launch(client: Any, image: str, command: str,
     repository, _, name_tag = tag.rpartition(":")
     progress(f"first launch: {command} as root", 0, None)
     try:
-        container = client.containers.create(image, list(first_launch_argv(command)), user="root",
-                                              network_mode="none")
+        container = client.containers.create(
+            image, list(first_launch_argv(command)), user="root", network_mode="none"
+        )
     except docker.errors.APIError as exc:
         raise EngineError(f"cannot create a container of {image}: {exc.explanation}") from None
     try:
@@ -371,8 +419,10 @@ def run_first_launch(client: Any, image: str, command: str,
         try:
             code = int(container.wait(timeout=FIRST_LAUNCH_TIMEOUT_S).get("StatusCode", 1))
         except requests.exceptions.ConnectionError:  # a read timeout surfaces as this
-            raise EngineError(f"the first-launch command {command} did not finish within "
-                              f"{FIRST_LAUNCH_TIMEOUT_S} s") from None
+            raise EngineError(
+                f"the first-launch command {command} did not finish within "
+                f"{FIRST_LAUNCH_TIMEOUT_S} s"
+            ) from None
         if code != 0:
             output = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
             raise ValidationError(first_launch_failure(command, code, output))
@@ -409,8 +459,9 @@ class Wsl2Builder:
             self._client = docker_engine.connect()
         return self._client
 
-    def build(self, project: Project, env: EnvSpec, options: BuildOptions,
-              progress: ProgressFn) -> Artifact:
+    def build(
+        self, project: Project, env: EnvSpec, options: BuildOptions, progress: ProgressFn
+    ) -> Artifact:
         """Build, export and normalize into dist/<env>.wsl; record its sha256 in the lock; on
         Windows also install it. Two builds from one lock give the same sha256. Nothing is
         exported again when the image is up to date and the file is the recorded one.
@@ -419,69 +470,124 @@ class Wsl2Builder:
         _require_wsl2(env)
         lock = _require_lock(project, env)
         recorded = lock.artifacts.get(TARGET, {})
-        expected = repro.require_prediction(
-            lock.artifacts, TARGET, env.name, f"lockfiles/{env.name}.lock.toml"
-        ) if options.verify else None
+        expected = (
+            repro.require_prediction(
+                lock.artifacts, TARGET, env.name, f"lockfiles/{env.name}.lock.toml"
+            )
+            if options.verify
+            else None
+        )
         client = self._docker()
-        image_id, built = build_rootfs_image(client, project, env, lock, progress,
-                                             nocache=options.no_cache or options.verify)
+        image_id, built = build_rootfs_image(
+            client, project, env, lock, progress, nocache=options.no_cache or options.verify
+        )
         base = lock.targets[TARGET].base_image
         image = repro.observe(client, image_id, base)
         if expected is not None:
-            repro.check_prediction(client, expected, image, env=env.name, target=TARGET,
-                                   base=base, workdir=project.cache)
+            repro.check_prediction(
+                client,
+                expected,
+                image,
+                env=env.name,
+                target=TARGET,
+                base=base,
+                workdir=project.cache,
+            )
         path = wsl_path(project, env.name)
         note = repro.prediction_note(repro.recorded(lock.artifacts, TARGET), image)
-        if (not built and path.is_file() and recorded.get("image_id") == image_id
-                and recorded.get("format") == wsltar.FORMAT
-                and recorded.get("sha256") == sha256_file(path)):
+        if (
+            not built
+            and path.is_file()
+            and recorded.get("image_id") == image_id
+            and recorded.get("format") == wsltar.FORMAT
+            and recorded.get("sha256") == sha256_file(path)
+        ):
             progress(f"{env.name}/wsl2: {path.name} is up to date", 1, 1)
-            return Artifact(TARGET, env.name, str(path), recorded["sha256"],
-                            {"changed": "no", "image_id": image_id, "prediction": note})
-        return self._write(project, env, lock, client, image, progress,
-                           {"changed": "yes", "image_id": image_id, "prediction": note},
-                           expected_sha256=recorded.get("sha256") if options.verify else None)
+            return Artifact(
+                TARGET,
+                env.name,
+                str(path),
+                recorded["sha256"],
+                {"changed": "no", "image_id": image_id, "prediction": note},
+            )
+        return self._write(
+            project,
+            env,
+            lock,
+            client,
+            image,
+            progress,
+            {"changed": "yes", "image_id": image_id, "prediction": note},
+            expected_sha256=recorded.get("sha256") if options.verify else None,
+        )
 
-    def _write(self, project: Project, env: EnvSpec, lock: EnvLock, client: Any,
-               image: repro.Prediction, progress: ProgressFn, details: dict[str, str],
-               expected_sha256: str | None = None) -> Artifact:
+    def _write(
+        self,
+        project: Project,
+        env: EnvSpec,
+        lock: EnvLock,
+        client: Any,
+        image: repro.Prediction,
+        progress: ProgressFn,
+        details: dict[str, str],
+        expected_sha256: str | None = None,
+    ) -> Artifact:
         from envbuilder.lockfile import record_artifact
 
         image_id = image.image_id
-        progress(f"{env.name}/wsl2: exporting {image_id[:19]} to "
-                 f"{wsl_path(project, env.name)}", 0, None)
-        result = export_image(client, image_id, wsl_path(project, env.name),
-                              lock.source_date_epoch, progress)
+        progress(
+            f"{env.name}/wsl2: exporting {image_id[:19]} to {wsl_path(project, env.name)}", 0, None
+        )
+        result = export_image(
+            client, image_id, wsl_path(project, env.name), lock.source_date_epoch, progress
+        )
         if expected_sha256 and expected_sha256 != result.sha256:
-            raise BuildError(f"{result.path} made from {details.get('pulled', image_id)} has "
-                             f"sha256 {result.sha256}, but the lock recorded {expected_sha256} "
-                             "for the build; the lock is left as it was")
-        record_artifact(project, env.name, TARGET, sha256=result.sha256,
-                        format=wsltar.FORMAT, **image.artifacts())
-        details = {**details, "size": str(result.size), "entries": str(result.stats.entries),
-                   "dropped": str(len(result.stats.dropped))}
+            raise BuildError(
+                f"{result.path} made from {details.get('pulled', image_id)} has "
+                f"sha256 {result.sha256}, but the lock recorded {expected_sha256} "
+                "for the build; the lock is left as it was"
+            )
+        record_artifact(
+            project,
+            env.name,
+            TARGET,
+            sha256=result.sha256,
+            format=wsltar.FORMAT,
+            **image.artifacts(),
+        )
+        details = {
+            **details,
+            "size": str(result.size),
+            "entries": str(result.stats.entries),
+            "dropped": str(len(result.stats.dropped)),
+        }
         way = _install_on_windows(env, result.path)
         table = env.table(Wsl2Table)
         if way and table is not None:
             details["installed"] = f"{table.distro} ({way})"
         return Artifact(TARGET, env.name, str(result.path), result.sha256, details)
 
-    def validate(self, project: Project, env: EnvSpec, options: ValidateOptions,
-                 progress: ProgressFn) -> Path:
+    def validate(
+        self, project: Project, env: EnvSpec, options: ValidateOptions, progress: ProgressFn
+    ) -> Path:
         """Run the probe inside the built `.wsl` (see the module docstring); write and return
         reports/<env>.wsl2.json. ValidationError when there is no `.wsl`, it is not the one the
         lock recorded, or the probe wrote no report."""
         _require_wsl2(env)
         path = wsl_path(project, env.name)
         if not path.is_file():
-            raise ValidationError(f"{path} does not exist; run `envbuilder build --target wsl2 "
-                                  f"--env {env.name}` (or `envbuilder pull`) first")
+            raise ValidationError(
+                f"{path} does not exist; run `envbuilder build --target wsl2 "
+                f"--env {env.name}` (or `envbuilder pull`) first"
+            )
         sha = sha256_file(path)
         lock = _require_lock(project, env)
         recorded = lock.artifacts.get(TARGET, {}).get("sha256")
         if recorded and recorded != sha:
-            raise ValidationError(f"{path} has sha256 {sha}, but the lock recorded {recorded} "
-                                  "for the last build; build it again")
+            raise ValidationError(
+                f"{path} has sha256 {sha}, but the lock recorded {recorded} "
+                "for the last build; build it again"
+            )
         launch = first_launch(path)
         engine = self._engine(env, path, sha, progress)
         if launch.command:
@@ -491,8 +597,10 @@ class Wsl2Builder:
         code, output, report = engine.run(run, launch.user, progress)
         if report is None:
             tail = "\n".join(output.splitlines()[-30:])
-            raise ValidationError(f"the probe wrote no report in the {env.name} distro "
-                                  f"(exit {code}); its output ended with:\n{tail}")
+            raise ValidationError(
+                f"the probe wrote no report in the {env.name} distro "
+                f"(exit {code}); its output ended with:\n{tail}"
+            )
         try:
             json.loads(report)
         except ValueError as exc:
@@ -514,16 +622,31 @@ class Wsl2Builder:
             sha = sha256_file(path)
             want = recorded.get("sha256")
             same = want == sha
-            lines.append((same or not want, f"{env.name}/{TARGET}: {path.name} sha256 {sha} "
-                          + ("is the one the lock records" if same else
-                             f"is NOT the one the lock records ({want})" if want else
-                             "(the lock records none)")))
+            lines.append(
+                (
+                    same or not want,
+                    f"{env.name}/{TARGET}: {path.name} sha256 {sha} "
+                    + (
+                        "is the one the lock records"
+                        if same
+                        else f"is NOT the one the lock records ({want})"
+                        if want
+                        else "(the lock records none)"
+                    ),
+                )
+            )
         tag = image_tag(env.name, lock.targets[TARGET].pylock_sha256)
         image = docker_engine.existing_image(self._docker(), tag)
         if image is not None:
-            lines.append(repro.status_line(env.name, TARGET, f"rootfs image {tag}",
-                                           str(image.id), repro.recorded(lock.artifacts,
-                                                                         TARGET)))
+            lines.append(
+                repro.status_line(
+                    env.name,
+                    TARGET,
+                    f"rootfs image {tag}",
+                    str(image.id),
+                    repro.recorded(lock.artifacts, TARGET),
+                )
+            )
         return lines
 
     def _engine(self, env: EnvSpec, path: Path, sha: str, progress: ProgressFn) -> Engine:
@@ -531,11 +654,17 @@ class Wsl2Builder:
         if os.name == "nt" and table is not None:
             return WslEngine(wslexe.WslExe(wslexe.find_wsl_exe()), table.distro)
         client = self._docker()
-        return DockerEngine(client, import_wsl(client, path, imported_tag(env.name, sha),
-                                               progress), _host_kind(env))
+        return DockerEngine(
+            client, import_wsl(client, path, imported_tag(env.name, sha), progress), _host_kind(env)
+        )
 
-    def push(self, project: Project, env: EnvSpec, options: PushOptions,
-             progress: ProgressFn = no_progress) -> str:
+    def push(
+        self,
+        project: Project,
+        env: EnvSpec,
+        options: PushOptions,
+        progress: ProgressFn = no_progress,
+    ) -> str:
         """Push the env's rootfs image to `registry`/<env>-wsl2:<short lock hash>; record and
         return its repository digest (artifacts.wsl2.repo_digest)."""
         from envbuilder import docker_engine
@@ -546,13 +675,19 @@ class Wsl2Builder:
         pylock_sha = lock.targets[TARGET].pylock_sha256
         repository = docker_engine.registry_repository(options.registry, f"{env.name}-wsl2")
         tag = image_tag(env.name, pylock_sha)
-        digest = docker_engine.push_image(self._docker(), tag, repository, pylock_sha[:12],
-                                          progress)
+        digest = docker_engine.push_image(
+            self._docker(), tag, repository, pylock_sha[:12], progress
+        )
         record_artifact(project, env.name, TARGET, repo_digest=digest)
         return digest
 
-    def pull(self, project: Project, env: EnvSpec, options: PullOptions,
-             progress: ProgressFn = no_progress) -> str:
+    def pull(
+        self,
+        project: Project,
+        env: EnvSpec,
+        options: PullOptions,
+        progress: ProgressFn = no_progress,
+    ) -> str:
         """Pull the pushed rootfs image by the digest the lock records and write
         dist/<env>.wsl from it without building; return "<path> sha256:<hex>". When the lock
         recorded the sha256 of a build, the pulled one must equal it (BuildError otherwise;
@@ -564,19 +699,33 @@ class Wsl2Builder:
         recorded = dict(lock.artifacts.get(TARGET, {}))
         ref = recorded.get("repo_digest")
         if not ref:
-            raise LockError(f"{project.env_lock(env.name)} records no pushed wsl2 image "
-                            f"([artifacts.wsl2] repo_digest); run `envbuilder push --target wsl2 "
-                            f"--env {env.name} --registry HOST/PATH` where it was built")
+            raise LockError(
+                f"{project.env_lock(env.name)} records no pushed wsl2 image "
+                f"([artifacts.wsl2] repo_digest); run `envbuilder push --target wsl2 "
+                f"--env {env.name} --registry HOST/PATH` where it was built"
+            )
         client = self._docker()
         image_id = docker_engine.pull_image(client, ref, progress)
         # Tagged as a build would, so `validate`/`pull` can say whether it is the predicted one.
-        client.images.get(image_id).tag(*docker_engine.split_reference(
-            image_tag(env.name, lock.targets[TARGET].pylock_sha256)))
-        image = repro.observe(client, image_id, lock.targets[TARGET].base_image,
-                              repro.recorded(lock.artifacts, TARGET))
-        artifact = self._write(project, env, lock, client, image, progress,
-                               {"changed": "yes", "image_id": image_id, "pulled": ref},
-                               expected_sha256=recorded.get("sha256"))
+        client.images.get(image_id).tag(
+            *docker_engine.split_reference(image_tag(env.name, lock.targets[TARGET].pylock_sha256))
+        )
+        image = repro.observe(
+            client,
+            image_id,
+            lock.targets[TARGET].base_image,
+            repro.recorded(lock.artifacts, TARGET),
+        )
+        artifact = self._write(
+            project,
+            env,
+            lock,
+            client,
+            image,
+            progress,
+            {"changed": "yes", "image_id": image_id, "pulled": ref},
+            expected_sha256=recorded.get("sha256"),
+        )
         return f"{artifact.reference} sha256:{artifact.digest}"
 
 
@@ -608,4 +757,3 @@ def _remove_older_imports(client: Any, repository: str, keep: str) -> None:
             for old in image.tags:
                 with contextlib.suppress(docker.errors.APIError):
                     client.images.remove(old)
-

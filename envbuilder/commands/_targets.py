@@ -27,12 +27,20 @@ from envbuilder.ui import UI
 def add_selection_arguments(parser: argparse.ArgumentParser, default_target: str | None) -> None:
     """--spec, --env NAME (repeatable), --target T (required unless a default is given), --json."""
     add_common_arguments(parser)
-    parser.add_argument("--env", action="append", default=[], metavar="NAME",
-                        help="env to work on (repeatable; default: every env having the target)")
-    parser.add_argument("--target", choices=registry.names(), default=default_target,
-                        required=default_target is None,
-                        help="deployment target" + (f" (default: {default_target})"
-                                                    if default_target else ""))
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="env to work on (repeatable; default: every env having the target)",
+    )
+    parser.add_argument(
+        "--target",
+        choices=registry.names(),
+        default=default_target,
+        required=default_target is None,
+        help="deployment target" + (f" (default: {default_target})" if default_target else ""),
+    )
     add_json_argument(parser, "the results")
 
 
@@ -51,12 +59,15 @@ def require(target: str, capability: Capability, message: str) -> TargetDescript
 def registry_builder(target: str, verb: Literal["push", "pull"]) -> RegistryBuilder:
     """The builder of `target` for push or pull; UsageError when the target lacks the
     capability (naming the targets that have it)."""
-    descriptor = require(target, verb, "target {target} has no registry; " + verb
-                         + " applies to {have_and}")
+    descriptor = require(
+        target, verb, "target {target} has no registry; " + verb + " applies to {have_and}"
+    )
     builder = descriptor.load_builder()
     if not isinstance(builder, RegistryBuilder):  # a descriptor promising what it cannot do
-        raise TypeError(f"target {target} declares {verb} but its builder {descriptor.builder} "
-                        f"has no {verb}() (a bug in that target)")
+        raise TypeError(
+            f"target {target} declares {verb} but its builder {descriptor.builder} "
+            f"has no {verb}() (a bug in that target)"
+        )
     return builder
 
 

@@ -53,19 +53,32 @@ file (docs/reproducibility.md).
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_selection_arguments(parser, default_target=None)
-    parser.add_argument("--path", type=Path, metavar="DIR",
-                        help="venv targets (native, windows): where the venv goes")
-    parser.add_argument("--force", action="store_true",
-                        help="venv targets (native, windows): replace a venv at the path that "
-                             "envbuilder did not make (its installed packages are removed); a "
-                             "folder holding anything but a venv is still refused")
-    parser.add_argument("--no-cache", action="store_true",
-                        help="image targets (docker, wsl2): build every step again "
-                             "(no layer cache, no up-to-date check)")
-    parser.add_argument("--verify", action="store_true",
-                        help="image targets (docker, wsl2): rebuild from the lock without any "
-                             "cache and fail unless the image digest is the one the lock "
-                             "records, naming the first differing layer and file")
+    parser.add_argument(
+        "--path",
+        type=Path,
+        metavar="DIR",
+        help="venv targets (native, windows): where the venv goes",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="venv targets (native, windows): replace a venv at the path that "
+        "envbuilder did not make (its installed packages are removed); a "
+        "folder holding anything but a venv is still refused",
+    )
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="image targets (docker, wsl2): build every step again "
+        "(no layer cache, no up-to-date check)",
+    )
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="image targets (docker, wsl2): rebuild from the lock without any "
+        "cache and fail unless the image digest is the one the lock "
+        "records, naming the first differing layer and file",
+    )
 
 
 def build_options(args: argparse.Namespace) -> BuildOptions:
@@ -74,16 +87,20 @@ def build_options(args: argparse.Namespace) -> BuildOptions:
     require(args.target, "build", "target {target} cannot be built; targets that can: {have}")
     path = path_option(args, one_env=True)
     if args.no_cache:
-        require(args.target, "no_cache",
-                "--no-cache applies to the image targets ({have}), not {target}")
+        require(
+            args.target,
+            "no_cache",
+            "--no-cache applies to the image targets ({have}), not {target}",
+        )
     if args.verify:
-        require(args.target, "verify",
-                "--verify applies to the targets whose lock predicts an image ({have}), "
-                "not {target}")
+        require(
+            args.target,
+            "verify",
+            "--verify applies to the targets whose lock predicts an image ({have}), not {target}",
+        )
     if args.force:
         require(args.target, "path", PATH_REFUSAL.replace("{option}", "--force"))
-    return BuildOptions(path=path, force=args.force, no_cache=args.no_cache,
-                        verify=args.verify)
+    return BuildOptions(path=path, force=args.force, no_cache=args.no_cache, verify=args.verify)
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:
@@ -99,10 +116,13 @@ def run(args: argparse.Namespace, ui: UI) -> int:
             state += ", verified: the digest the lock records"
         note = artifact.details.get("prediction", "")
         if note.startswith("differs"):
-            ui.warn(f"{env.name}/{artifact.target}: the image {note}; the lock now records "
-                    "this one (`envbuilder build --verify` checks a recorded digest)")
-        ui.print(f"{env.name} {artifact.target} {artifact.reference} "
-                 f"{artifact.digest or '-'} ({state})")
+            ui.warn(
+                f"{env.name}/{artifact.target}: the image {note}; the lock now records "
+                "this one (`envbuilder build --verify` checks a recorded digest)"
+            )
+        ui.print(
+            f"{env.name} {artifact.target} {artifact.reference} {artifact.digest or '-'} ({state})"
+        )
         built.append(artifact)
     if args.json:
         ui.json(_json_result(args.target, built))
@@ -111,8 +131,18 @@ def run(args: argparse.Namespace, ui: UI) -> int:
 
 def _json_result(target: str, built: list[Artifact]) -> dict[str, Any]:
     """The --json object (docs/cli.md): one entry per env, in the order they were built."""
-    return {"command": "build", "ok": True, "target": target,
-            "artifacts": [{"env": a.env, "target": a.target, "reference": a.reference,
-                           "digest": a.digest,
-                           "state": "up to date" if a.details.get("changed") == "no" else "built"}
-                          for a in built]}
+    return {
+        "command": "build",
+        "ok": True,
+        "target": target,
+        "artifacts": [
+            {
+                "env": a.env,
+                "target": a.target,
+                "reference": a.reference,
+                "digest": a.digest,
+                "state": "up to date" if a.details.get("changed") == "no" else "built",
+            }
+            for a in built
+        ],
+    }

@@ -33,7 +33,10 @@ Exit 0 when there are no errors (warnings allowed), 1 when there is any error. W
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_arguments(parser)
     parser.add_argument(
-        "--env", action="append", default=[], metavar="NAME",
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME",
         help="report only findings for this env (repeatable); file-wide findings always show",
     )
     add_json_argument(parser, "the findings")
@@ -49,17 +52,24 @@ def run(args: argparse.Namespace, ui: UI) -> int:
             if result.spec is not None:
                 result.spec.env(name)  # UsageError with a did-you-mean
             elif result.env_names and name not in result.env_names:
-                raise UsageError(f"{args.spec}: no environment {name!r}; known: "
-                                 f"{', '.join(result.env_names)}")
-        findings = [f for f in findings if not f.key.startswith("env.")
-                    or f.key.split(".")[1] in args.env]
+                raise UsageError(
+                    f"{args.spec}: no environment {name!r}; known: {', '.join(result.env_names)}"
+                )
+        findings = [
+            f for f in findings if not f.key.startswith("env.") or f.key.split(".")[1] in args.env
+        ]
     errors = sum(f.severity == "error" for f in findings)
     warnings = len(findings) - errors
     models = install_models(result.spec, args.env) if result.spec else []
     if args.json:
-        ui.json(_json_result(list(result.spec.envs) if result.spec else [],
-                             [dataclasses.asdict(f) for f in findings], ok=not errors,
-                             models=models))
+        ui.json(
+            _json_result(
+                list(result.spec.envs) if result.spec else [],
+                [dataclasses.asdict(f) for f in findings],
+                ok=not errors,
+                models=models,
+            )
+        )
     else:
         for finding in findings:
             ui.print(str(finding))
@@ -84,13 +94,25 @@ def install_models(spec: Spec, only: list[str]) -> list[dict[str, str]]:
         release = load_compat().rocm(env.rocm)
         if release is None:
             continue
-        out.append({"env": name, "rocm": release.version, "install_model": release.install_model,
-                    "label": INSTALL_MODEL_LABELS[release.install_model]})
+        out.append(
+            {
+                "env": name,
+                "rocm": release.version,
+                "install_model": release.install_model,
+                "label": INSTALL_MODEL_LABELS[release.install_model],
+            }
+        )
     return out
 
 
-def _json_result(envs: list[str], findings: list[dict[str, Any]], ok: bool,
-                 models: list[dict[str, str]]) -> dict[str, Any]:
+def _json_result(
+    envs: list[str], findings: list[dict[str, Any]], ok: bool, models: list[dict[str, str]]
+) -> dict[str, Any]:
     """The --json object (docs/cli.md)."""
-    return {"command": "check", "ok": ok, "envs": envs, "findings": findings,
-            "install_models": models}
+    return {
+        "command": "check",
+        "ok": ok,
+        "envs": envs,
+        "findings": findings,
+        "install_models": models,
+    }

@@ -26,19 +26,41 @@ lock, Python) are listed before the numbers. Exit 0 when the reports could be co
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("reports", nargs="+", type=Path, metavar="REPORT",
-                        help="probe report JSON files (at least two, counting --baseline)")
-    parser.add_argument("--baseline", type=Path, metavar="REPORT",
-                        help="the report others are compared with (default: the first)")
+    parser.add_argument(
+        "reports",
+        nargs="+",
+        type=Path,
+        metavar="REPORT",
+        help="probe report JSON files (at least two, counting --baseline)",
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="REPORT",
+        help="the report others are compared with (default: the first)",
+    )
     parser.add_argument("--markdown", type=Path, metavar="PATH", help="also write markdown here")
-    parser.add_argument("--json", type=Path, metavar="PATH",
-                        help="also write JSON here; - prints it on stdout instead of the table")
-    parser.add_argument("--html", type=Path, metavar="DIR",
-                        help="also write DIR/index.html with PNG charts (opens offline; needs "
-                        "matplotlib: pip install 'envbuilder[html]')")
-    parser.add_argument("--noise-floor", type=float, default=compare.DEFAULT_NOISE_FLOOR_PCT,
-                        metavar="PCT", help="smallest difference in %% that can count "
-                        f"(default {compare.DEFAULT_NOISE_FLOOR_PCT:g})")
+    parser.add_argument(
+        "--json",
+        type=Path,
+        metavar="PATH",
+        help="also write JSON here; - prints it on stdout instead of the table",
+    )
+    parser.add_argument(
+        "--html",
+        type=Path,
+        metavar="DIR",
+        help="also write DIR/index.html with PNG charts (opens offline; needs "
+        "matplotlib: pip install 'envbuilder[html]')",
+    )
+    parser.add_argument(
+        "--noise-floor",
+        type=float,
+        default=compare.DEFAULT_NOISE_FLOOR_PCT,
+        metavar="PCT",
+        help="smallest difference in %% that can count "
+        f"(default {compare.DEFAULT_NOISE_FLOOR_PCT:g})",
+    )
 
 
 def _paths(args: argparse.Namespace) -> tuple[list[Path], int]:
@@ -68,22 +90,28 @@ def _refuse_overwriting_inputs(args: argparse.Namespace, inputs: list[Path]) -> 
             continue
         for report in inputs:
             if _same_file(out, report):
-                raise UsageError(f"{option} {out} is the input report {report}; writing it "
-                                 "would overwrite that report: name another file")
+                raise UsageError(
+                    f"{option} {out} is the input report {report}; writing it "
+                    "would overwrite that report: name another file"
+                )
     json_file = _json_file(args)
-    if json_file is not None and args.markdown is not None and _same_file(json_file,
-                                                                          args.markdown):
+    if json_file is not None and args.markdown is not None and _same_file(json_file, args.markdown):
         raise UsageError(f"--json and --markdown both name {args.json}; name two files")
     if args.html is None:
         return
     for report in inputs:
         if _same_file(args.html, report):
-            raise UsageError(f"--html {args.html} is the input report {report}; --html takes a "
-                             "folder to write index.html and charts into")
-        if (compare_html.is_html_output(report.name)
-                and _same_file(args.html, report.resolve().parent)):
-            raise UsageError(f"--html {args.html} would overwrite the input report {report} "
-                             "(it writes index.html and chart-*.png there): name another folder")
+            raise UsageError(
+                f"--html {args.html} is the input report {report}; --html takes a "
+                "folder to write index.html and charts into"
+            )
+        if compare_html.is_html_output(report.name) and _same_file(
+            args.html, report.resolve().parent
+        ):
+            raise UsageError(
+                f"--html {args.html} would overwrite the input report {report} "
+                "(it writes index.html and chart-*.png there): name another folder"
+            )
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:
@@ -124,8 +152,13 @@ def _write_outputs(comp: compare.Comparison, args: argparse.Namespace, ui: UI) -
         with temp_dir("envbuilder-compare-") as tmp:
             made = compare_html.write_html(comp, tmp)
             page = args.html / made.name
-            files.update({args.html / f.name: f.read_bytes() for f in sorted(tmp.iterdir())
-                          if f.is_file() and not f.name.startswith(".")})
+            files.update(
+                {
+                    args.html / f.name: f.read_bytes()
+                    for f in sorted(tmp.iterdir())
+                    if f.is_file() and not f.name.startswith(".")
+                }
+            )
     write_together(files)
     for path in (args.markdown, json_file, page):
         if path is not None:
@@ -160,22 +193,34 @@ def _rich_table(comp: compare.Comparison, header: list[str], rows: list[list[str
     table = Table(title=Text(f"compared with {comp.baseline.label}"), show_lines=False)
     # Minimum widths keep every column readable on an 80-column (or piped) console: cells
     # fold onto more lines instead of a column shrinking to nothing.
-    min_widths = {"metric": 14, "report": 10, "median": 9, "min .. max": 11, "ratio": 5,
-                  "loss": 7, "verdict": 12, "note": 10}
+    min_widths = {
+        "metric": 14,
+        "report": 10,
+        "median": 9,
+        "min .. max": 11,
+        "ratio": 5,
+        "loss": 7,
+        "verdict": 12,
+        "note": 10,
+    }
     for h in header:
         table.add_column(h, overflow="fold", min_width=min_widths.get(h))
     styles = {"faster": "green", "slower": "red"}
     for row in rows:
-        table.add_row(*(Text(cell) for cell in row[: len(header)]),
-                      style=styles.get(row[compare.VERDICT_COLUMN]), end_section=False)
+        table.add_row(
+            *(Text(cell) for cell in row[: len(header)]),
+            style=styles.get(row[compare.VERDICT_COLUMN]),
+            end_section=False,
+        )
     return table
 
 
 def plain_table(header: list[str], rows: list[list[str]]) -> str:
     """Columns padded to their widest cell, two spaces apart, a dashed line under the header."""
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip(),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-              for r in rows]
+    lines = [
+        "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip(),
+        "  ".join("-" * w for w in widths),
+    ]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     return "\n".join(lines)

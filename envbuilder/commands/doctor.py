@@ -25,8 +25,12 @@ Exit 0 when nothing failed (warnings allowed), 1 when a check failed."""
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_arguments(parser)
     parser.add_argument("--env", metavar="NAME", help="check the host against this env's needs")
-    parser.add_argument("--json", action="store_true", help="print the report as one JSON "
-                        "object on stdout (schema: envbuilder/schemas/doctor.schema.json)")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the report as one JSON "
+        "object on stdout (schema: envbuilder/schemas/doctor.schema.json)",
+    )
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:
@@ -46,16 +50,18 @@ def run(args: argparse.Namespace, ui: UI) -> int:
 
 
 def _print(report: doctor.DoctorReport, ui: UI) -> None:
-    title = f"envbuilder doctor ({report.host_kind}" + (f", env {report.env})" if report.env
-                                                         else ")")
+    title = f"envbuilder doctor ({report.host_kind}" + (
+        f", env {report.env})" if report.env else ")"
+    )
     table = Table(title=title)
     for name in ("", "check", "finding", "fix"):
         table.add_column(name, overflow="fold")
     marks = {"ok": ("ok", "green"), "warn": ("warn", "yellow"), "fail": ("FAIL", "red")}
     for f in report.findings:
         mark, style = marks[f.severity]
-        table.add_row(mark, f.check, f.summary, f.fix or "", style=style if f.severity != "ok"
-                      else None)
+        table.add_row(
+            mark, f.check, f.summary, f.fix or "", style=style if f.severity != "ok" else None
+        )
     ui.table(table)
     counts = {s: sum(1 for f in report.findings if f.severity == s) for s in ("ok", "warn", "fail")}
     ui.print(f"{counts['ok']} ok, {counts['warn']} warning(s), {counts['fail']} failed")

@@ -33,8 +33,13 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     if args.list:
         known = explain.load_errors()
         if args.json:
-            ui.json({"command": "explain", "ok": True,
-                     "messages": [{"id": e.id, "title": e.title} for e in known]})
+            ui.json(
+                {
+                    "command": "explain",
+                    "ok": True,
+                    "messages": [{"id": e.id, "title": e.title} for e in known],
+                }
+            )
         else:
             for e in known:
                 ui.print(f"{e.id}: {e.title}")
@@ -45,16 +50,25 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     if len(text.encode("utf-8", "replace")) > explain.MAX_INPUT_BYTES:
         raise UsageError(_too_long("the message"))
     if not text.strip():
-        raise UsageError("the message to explain is empty; paste the error text (quoted) or "
-                         "pipe it in with -")
+        raise UsageError(
+            "the message to explain is empty; paste the error text (quoted) or pipe it in with -"
+        )
     found = explain.match_all(text)
     if args.json:
-        ui.json({"command": "explain", "ok": bool(found), "known": bool(found),
-                 "matches": [e.as_dict() for e in found]})
+        ui.json(
+            {
+                "command": "explain",
+                "ok": bool(found),
+                "known": bool(found),
+                "matches": [e.as_dict() for e in found],
+            }
+        )
         return 0 if found else 1
     if not found:
-        ui.print("Not a known message. `envbuilder explain --list` shows the known ones; "
-                 "`envbuilder doctor` checks the host.")
+        ui.print(
+            "Not a known message. `envbuilder explain --list` shows the known ones; "
+            "`envbuilder doctor` checks the host."
+        )
         return 1
     for i, e in enumerate(found):
         if i:
@@ -69,8 +83,10 @@ def run(args: argparse.Namespace, ui: UI) -> int:
 
 
 def _too_long(what: str) -> str:
-    return (f"{what} is over {explain.MAX_INPUT_BYTES >> 20} MiB, more than explain reads; pass "
-            "the part with the error, e.g. `tail -c 1M train.log | envbuilder explain -`")
+    return (
+        f"{what} is over {explain.MAX_INPUT_BYTES >> 20} MiB, more than explain reads; pass "
+        "the part with the error, e.g. `tail -c 1M train.log | envbuilder explain -`"
+    )
 
 
 def _read_stdin() -> str:

@@ -25,18 +25,38 @@ Exit 0 when every node and the collectives across nodes passed, 1 otherwise."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("job_dir", type=Path, metavar="JOB_DIR",
-                        help="the job's folder, e.g. reports/slurm/cpu.docker/job-12")
-    parser.add_argument("--format", choices=("table", "markdown", "json"), default="table",
-                        help="what to print (default: table)")
-    parser.add_argument("--json", action="store_true",
-                        help="print the fleet report as one JSON object on stdout (as --format "
-                             "json; messages go to stderr)")
-    parser.add_argument("--out", type=Path, metavar="DIR",
-                        help="also write fleet.json, fleet.md and fleet.html into DIR")
-    parser.add_argument("--noise-floor", type=float, default=compare.DEFAULT_NOISE_FLOOR_PCT,
-                        metavar="PCT", help="smallest difference in %% that can count "
-                        f"(default {compare.DEFAULT_NOISE_FLOOR_PCT:g})")
+    parser.add_argument(
+        "job_dir",
+        type=Path,
+        metavar="JOB_DIR",
+        help="the job's folder, e.g. reports/slurm/cpu.docker/job-12",
+    )
+    parser.add_argument(
+        "--format",
+        choices=("table", "markdown", "json"),
+        default="table",
+        help="what to print (default: table)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print the fleet report as one JSON object on stdout (as --format "
+        "json; messages go to stderr)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="also write fleet.json, fleet.md and fleet.html into DIR",
+    )
+    parser.add_argument(
+        "--noise-floor",
+        type=float,
+        default=compare.DEFAULT_NOISE_FLOOR_PCT,
+        metavar="PCT",
+        help="smallest difference in %% that can count "
+        f"(default {compare.DEFAULT_NOISE_FLOOR_PCT:g})",
+    )
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:

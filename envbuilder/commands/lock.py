@@ -59,40 +59,77 @@ always record the index's canonical URL and each file's sha256.
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_arguments(parser)
-    parser.add_argument("--env", action="append", default=[], metavar="NAME",
-                        help="env to lock (repeatable; default: all)")
-    parser.add_argument("--target", choices=registry.names(), action="append", default=[],
-                        help="limit --upgrade/--upgrade-package/--check to these targets")
-    parser.add_argument("--check", action="store_true",
-                        help="verify lockfiles/ against the spec; no network, writes nothing")
-    parser.add_argument("--upgrade-package", "-P", action="extend", nargs="+", default=[],
-                        metavar="NAME",
-                        help="re-resolve these packages (and what they need), keep every other "
-                             "pin (repeatable)")
-    parser.add_argument("--upgrade", "-U", action="store_true",
-                        help="re-resolve everything and re-read base image digests")
-    parser.add_argument("--refresh-base", action="store_true",
-                        help="re-read the base images' digests from their registries (the tag "
-                             "now names another image) and resolve the apt versions on them "
-                             "again; the pylocks are not re-resolved")
-    parser.add_argument("--refresh-apt", action="store_true",
-                        help="resolve the apt versions on the locked base images again (the "
-                             "archive no longer serves a locked one); nothing else changes")
-    parser.add_argument("--no-base-digest", action="store_true",
-                        help="no Docker engine: keep known digests (also with --upgrade), "
-                             "record new base images by tag (render then uses the tag; "
-                             "lock --check notes it)")
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="env to lock (repeatable; default: all)",
+    )
+    parser.add_argument(
+        "--target",
+        choices=registry.names(),
+        action="append",
+        default=[],
+        help="limit --upgrade/--upgrade-package/--check to these targets",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="verify lockfiles/ against the spec; no network, writes nothing",
+    )
+    parser.add_argument(
+        "--upgrade-package",
+        "-P",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="NAME",
+        help="re-resolve these packages (and what they need), keep every other pin (repeatable)",
+    )
+    parser.add_argument(
+        "--upgrade",
+        "-U",
+        action="store_true",
+        help="re-resolve everything and re-read base image digests",
+    )
+    parser.add_argument(
+        "--refresh-base",
+        action="store_true",
+        help="re-read the base images' digests from their registries (the tag "
+        "now names another image) and resolve the apt versions on them "
+        "again; the pylocks are not re-resolved",
+    )
+    parser.add_argument(
+        "--refresh-apt",
+        action="store_true",
+        help="resolve the apt versions on the locked base images again (the "
+        "archive no longer serves a locked one); nothing else changes",
+    )
+    parser.add_argument(
+        "--no-base-digest",
+        action="store_true",
+        help="no Docker engine: keep known digests (also with --upgrade), "
+        "record new base images by tag (render then uses the tag; "
+        "lock --check notes it)",
+    )
     add_json_argument(parser, "what was locked (or, with --check, what is stale)")
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:
-    if args.check and (args.upgrade or args.upgrade_package or args.refresh_base
-                       or args.refresh_apt):
-        raise UsageError("--check cannot be combined with --upgrade, --upgrade-package, "
-                         "--refresh-base or --refresh-apt")
+    if args.check and (
+        args.upgrade or args.upgrade_package or args.refresh_base or args.refresh_apt
+    ):
+        raise UsageError(
+            "--check cannot be combined with --upgrade, --upgrade-package, "
+            "--refresh-base or --refresh-apt"
+        )
     if (args.refresh_base or args.refresh_apt) and args.no_base_digest:
-        flag = "--refresh-base reads digests" if args.refresh_base else \
-            "--refresh-apt runs a container of the base"
+        flag = (
+            "--refresh-base reads digests"
+            if args.refresh_base
+            else "--refresh-apt runs a container of the base"
+        )
         raise UsageError(f"{flag}; it cannot be combined with --no-base-digest")
     project = Project.from_spec(args.spec)
     spec = load_spec(project.spec_path)
@@ -102,16 +139,19 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     return _lock(project, spec, envs, args, ui)
 
 
-def _check(project: Project, spec: Spec, envs: list[EnvSpec], args: argparse.Namespace,
-           ui: UI) -> int:
+def _check(
+    project: Project, spec: Spec, envs: list[EnvSpec], args: argparse.Namespace, ui: UI
+) -> int:
     failed = 0
     outcomes = []
     for env in envs:
-        outcome = check_env(project, env.name, spec.env_hash(env.name), env.targets,
-                            only=args.target or None)
+        outcome = check_env(
+            project, env.name, spec.env_hash(env.name), env.targets, only=args.target or None
+        )
         apt_stale, apt_notes = _check_apt(project, env, args.target)
-        outcome = replace(outcome, stale=(*outcome.stale, *apt_stale),
-                          notes=(*outcome.notes, *apt_notes))
+        outcome = replace(
+            outcome, stale=(*outcome.stale, *apt_stale), notes=(*outcome.notes, *apt_notes)
+        )
         outcomes.append(outcome)
         for note in outcome.notes:
             ui.info(f"note: {note}")
@@ -141,27 +181,38 @@ def _check_apt(project: Project, env: EnvSpec, wanted: list[str]) -> tuple[list[
 
 def _check_json(outcomes: list[CheckOutcome]) -> dict[str, Any]:
     """The --json object of `lock --check` (docs/cli.md)."""
-    return {"command": "lock", "check": True, "ok": not any(o.stale for o in outcomes),
-            "envs": [{"env": o.env, "ok": not o.stale, "stale": list(o.stale),
-                      "notes": list(o.notes)} for o in outcomes]}
+    return {
+        "command": "lock",
+        "check": True,
+        "ok": not any(o.stale for o in outcomes),
+        "envs": [
+            {"env": o.env, "ok": not o.stale, "stale": list(o.stale), "notes": list(o.notes)}
+            for o in outcomes
+        ],
+    }
 
 
-def _lock(project: Project, spec: Spec, envs: list[EnvSpec], args: argparse.Namespace,
-          ui: UI) -> int:
+def _lock(
+    project: Project, spec: Spec, envs: list[EnvSpec], args: argparse.Namespace, ui: UI
+) -> int:
     from envbuilder.locking import LockOptions, lock_env  # keeps `--check` free of uv/docker
 
     options = LockOptions(
-        targets=tuple(args.target) or None, upgrade=args.upgrade,
-        upgrade_packages=tuple(args.upgrade_package), base_digest=not args.no_base_digest,
-        refresh_base=args.refresh_base, refresh_apt=args.refresh_apt,
+        targets=tuple(args.target) or None,
+        upgrade=args.upgrade,
+        upgrade_packages=tuple(args.upgrade_package),
+        base_digest=not args.no_base_digest,
+        refresh_base=args.refresh_base,
+        refresh_apt=args.refresh_apt,
     )
     failures = 0
     entries: list[dict[str, Any]] = []
     for env in envs:
         with ui.progress() as progress:  # no bar until uv runs: a current lock draws none
             try:
-                result = lock_env(project, env, spec.env_hash(env.name), spec.indexes, options,
-                                  progress=progress)
+                result = lock_env(
+                    project, env, spec.env_hash(env.name), spec.indexes, options, progress=progress
+                )
             except EnvbuilderError as exc:
                 ui.error(f"{env.name}: {exc}")
                 failures += 1
@@ -183,15 +234,35 @@ def _lock(project: Project, spec: Spec, envs: list[EnvSpec], args: argparse.Name
     return 1 if failures else 0
 
 
-def _env_json(project: Project, env: str, result: LockResult | None,
-              error: str | None) -> dict[str, Any]:
+def _env_json(
+    project: Project, env: str, result: LockResult | None, error: str | None
+) -> dict[str, Any]:
     """One env's entry in the --json object of `lock` (docs/cli.md)."""
     if result is None:
-        return {"env": env, "ok": False, "status": "failed", "resolved": [], "written": [],
-                "removed": [], "warnings": [], "error": error}
-    status = ("written" if result.written or result.removed
-              else "unchanged" if result.resolved else "current")
-    return {"env": env, "ok": True, "status": status, "resolved": list(result.resolved),
-            "written": [str(p.relative_to(project.root)) for p in result.written],
-            "removed": [str(p.relative_to(project.root)) for p in result.removed],
-            "warnings": list(result.warnings), "error": None}
+        return {
+            "env": env,
+            "ok": False,
+            "status": "failed",
+            "resolved": [],
+            "written": [],
+            "removed": [],
+            "warnings": [],
+            "error": error,
+        }
+    status = (
+        "written"
+        if result.written or result.removed
+        else "unchanged"
+        if result.resolved
+        else "current"
+    )
+    return {
+        "env": env,
+        "ok": True,
+        "status": status,
+        "resolved": list(result.resolved),
+        "written": [str(p.relative_to(project.root)) for p in result.written],
+        "removed": [str(p.relative_to(project.root)) for p in result.removed],
+        "warnings": list(result.warnings),
+        "error": None,
+    }

@@ -36,26 +36,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, ui: UI) -> int:
     """Run the probe; print the table; write --json. Returns 0 when nothing failed."""
     if args.lock and not Path(args.lock).is_file():
-        raise UsageError(f"--lock {args.lock}: no such file (give a PEP 751 pylock.toml, "
-                         "e.g. one under lockfiles/)")
+        raise UsageError(
+            f"--lock {args.lock}: no such file (give a PEP 751 pylock.toml, "
+            "e.g. one under lockfiles/)"
+        )
     to_stdout = args.json == "-"
     if args.json and not to_stdout and Path(args.json).is_dir():
-        raise UsageError(f"--json {args.json} is a folder; give the report's file name, e.g. "
-                         "reports/cpu.native.json")
-    opts = ProbeOptions(level=args.level, expect=args.expect, only=tuple(args.only),
-                        skip=tuple(args.skip),
-                        lock=str(Path(args.lock).resolve()) if args.lock else None,
-                        labels=dict(args.label), repeat=args.repeat, timeout_s=args.timeout)
+        raise UsageError(
+            f"--json {args.json} is a folder; give the report's file name, e.g. "
+            "reports/cpu.native.json"
+        )
+    opts = ProbeOptions(
+        level=args.level,
+        expect=args.expect,
+        only=tuple(args.only),
+        skip=tuple(args.skip),
+        lock=str(Path(args.lock).resolve()) if args.lock else None,
+        labels=dict(args.label),
+        repeat=args.repeat,
+        timeout_s=args.timeout,
+    )
     report = run_probe(opts, progress=ui.info)
     if to_stdout:
         ui.json(report)
         return exit_code(report)
     if args.json:
         try:
-            atomic_write_text(Path(args.json),
-                              json.dumps(report, indent=2, allow_nan=False) + "\n")
+            atomic_write_text(Path(args.json), json.dumps(report, indent=2, allow_nan=False) + "\n")
         except OSError as exc:
-            raise ValidationError(f"cannot write the report to --json {args.json}: "
-                                  f"{exc.strerror or exc}") from None
+            raise ValidationError(
+                f"cannot write the report to --json {args.json}: {exc.strerror or exc}"
+            ) from None
     ui.print(render_table(report))
     return exit_code(report)

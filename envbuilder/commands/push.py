@@ -34,8 +34,12 @@ registry.example.com/ml or 127.0.0.1:5000/envbuilder. Credentials come from the 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_selection_arguments(parser, default_target="docker")
-    parser.add_argument("--registry", required=True, metavar="HOST[:PORT]/PATH",
-                        help="where to push (the env's name is appended)")
+    parser.add_argument(
+        "--registry",
+        required=True,
+        metavar="HOST[:PORT]/PATH",
+        help="where to push (the env's name is appended)",
+    )
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:
@@ -48,8 +52,14 @@ def run(args: argparse.Namespace, ui: UI) -> int:
         with progress_for(ui, bytes_=True) as progress:
             digest_ref = builder.push(project, env, options, progress)
         ui.print(f"{env.name} {digest_ref}")
-        pushed.append({"env": env.name, "target": args.target, "reference": digest_ref,
-                       "digest": digest_ref.rpartition("@")[2]})
+        pushed.append(
+            {
+                "env": env.name,
+                "target": args.target,
+                "reference": digest_ref,
+                "digest": digest_ref.rpartition("@")[2],
+            }
+        )
     if args.json:
         ui.json(_json_result(args.target, args.registry, pushed))
     return 0
@@ -57,5 +67,4 @@ def run(args: argparse.Namespace, ui: UI) -> int:
 
 def _json_result(target: str, registry: str, pushed: list[dict[str, str]]) -> dict[str, Any]:
     """The --json object (docs/cli.md): per env, the pushed image by digest."""
-    return {"command": "push", "ok": True, "target": target, "registry": registry,
-            "pushed": pushed}
+    return {"command": "push", "ok": True, "target": target, "registry": registry, "pushed": pushed}

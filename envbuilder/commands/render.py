@@ -39,13 +39,25 @@ leftover generated files removed.
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_arguments(parser)
-    parser.add_argument("--env", action="append", default=[], metavar="NAME",
-                        help="env to render (repeatable; default: all)")
-    parser.add_argument("--target", action="append", default=[], choices=rendered_targets(),
-                        help="target to render (repeatable; default: "
-                             f"{', '.join(rendered_targets())})")
-    parser.add_argument("--check", action="store_true",
-                        help="compare with the files on disk; write nothing; exit 1 when stale")
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="env to render (repeatable; default: all)",
+    )
+    parser.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        choices=rendered_targets(),
+        help=f"target to render (repeatable; default: {', '.join(rendered_targets())})",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="compare with the files on disk; write nothing; exit 1 when stale",
+    )
     add_json_argument(parser, "the files written, removed or (--check) out of date")
 
 
@@ -58,8 +70,11 @@ def _rel(project: Project, path: Path) -> str:
 
 def _report(project: Project, result: RenderResult, ui: UI) -> int:
     if result.check:
-        for label, paths in (("stale", result.stale), ("missing", result.missing),
-                             ("leftover", result.leftover)):
+        for label, paths in (
+            ("stale", result.stale),
+            ("missing", result.missing),
+            ("leftover", result.leftover),
+        ):
             for path in paths:
                 ui.print(f"{label}: {_rel(project, path)}")
         if result.ok:
@@ -86,9 +101,11 @@ def run(args: argparse.Namespace, ui: UI) -> int:
                 raise UsageError(
                     f"env {env.name!r} has none of the targets {', '.join(args.target)} (its "
                     f"targets: {', '.join(env.targets)}); see env.{env.name}.targets in "
-                    f"{project.spec_path.name}")
-    result = render_all(project, spec, args.env or None, args.target or None, check=args.check,
-                        extras=(SCRIPTS,))
+                    f"{project.spec_path.name}"
+                )
+    result = render_all(
+        project, spec, args.env or None, args.target or None, check=args.check, extras=(SCRIPTS,)
+    )
     code = _report(project, result, ui)
     if args.json:
         ui.json(_json_result(project, result))
@@ -102,5 +119,9 @@ _JSON_LISTS = ("written", "unchanged", "removed", "kept", "stale", "missing", "l
 def _json_result(project: Project, result: RenderResult) -> dict[str, Any]:
     """The --json object (docs/cli.md): each list of files, relative to the spec's folder."""
     ok = result.ok if result.check else True
-    return {"command": "render", "check": result.check, "ok": ok,
-            **{name: [_rel(project, p) for p in getattr(result, name)] for name in _JSON_LISTS}}
+    return {
+        "command": "render",
+        "check": result.check,
+        "ok": ok,
+        **{name: [_rel(project, p) for p in getattr(result, name)] for name in _JSON_LISTS},
+    }

@@ -51,20 +51,43 @@ table; see the options below and docs/cluster.md.
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_selection_arguments(parser, default_target=None)
-    parser.add_argument("--level", choices=("quick", "standard", "long"), default="quick",
-                        help="how much the probe runs (default: quick)")
-    parser.add_argument("--expect", choices=("rocm", "cuda", "cpu"),
-                        help="accelerator the probe must find (default: the env's)")
-    parser.add_argument("--repeat", type=int, default=1, metavar="N",
-                        help="repeat each timed check N times (default: 1)")
-    parser.add_argument("--only", action="append", default=[], metavar="CHECK",
-                        help="run only this check (repeatable)")
-    parser.add_argument("--skip", action="append", default=[], metavar="CHECK",
-                        help="skip this check (repeatable)")
-    parser.add_argument("--timeout", type=float, metavar="SECONDS",
-                        help="give up on a probe after this long")
-    parser.add_argument("--path", type=Path, metavar="DIR",
-                        help="venv targets (native, windows): the venv to validate")
+    parser.add_argument(
+        "--level",
+        choices=("quick", "standard", "long"),
+        default="quick",
+        help="how much the probe runs (default: quick)",
+    )
+    parser.add_argument(
+        "--expect",
+        choices=("rocm", "cuda", "cpu"),
+        help="accelerator the probe must find (default: the env's)",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="repeat each timed check N times (default: 1)",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="CHECK",
+        help="run only this check (repeatable)",
+    )
+    parser.add_argument(
+        "--skip", action="append", default=[], metavar="CHECK", help="skip this check (repeatable)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, metavar="SECONDS", help="give up on a probe after this long"
+    )
+    parser.add_argument(
+        "--path",
+        type=Path,
+        metavar="DIR",
+        help="venv targets (native, windows): the venv to validate",
+    )
     _slurm.add_arguments(parser)  # issue 16
 
 
@@ -73,9 +96,15 @@ def validate_options(args: argparse.Namespace) -> ValidateOptions:
     option the target lacks the capability for."""
     if args.repeat < 1:
         raise UsageError(f"--repeat must be at least 1, not {args.repeat}")
-    return ValidateOptions(level=args.level, expect=args.expect, repeat=args.repeat,
-                           only=tuple(args.only), skip=tuple(args.skip), timeout_s=args.timeout,
-                           path=path_option(args, one_env=False))
+    return ValidateOptions(
+        level=args.level,
+        expect=args.expect,
+        repeat=args.repeat,
+        only=tuple(args.only),
+        skip=tuple(args.skip),
+        timeout_s=args.timeout,
+        path=path_option(args, one_env=False),
+    )
 
 
 def report_status(report: Path) -> str:
@@ -103,9 +132,11 @@ def run(args: argparse.Namespace, ui: UI) -> int:
         for ok, line in image_report(builder, project, env):
             (ui.info if ok else ui.warn)(line)
         ui.print(f"{env.name} {args.target} {status} {report}")
-        reports.append({"env": env.name, "target": args.target, "status": status,
-                        "report": str(report)})
+        reports.append(
+            {"env": env.name, "target": args.target, "status": status, "report": str(report)}
+        )
     if args.json:
-        ui.json({"command": "validate", "ok": not failed, "target": args.target,
-                 "reports": reports})
+        ui.json(
+            {"command": "validate", "ok": not failed, "target": args.target, "reports": reports}
+        )
     return 1 if failed else 0

@@ -58,9 +58,11 @@ def canonical_json(doc: object) -> bytes:
 def gzip_file(src: Path, dest: Path, level: int = GZIP_LEVEL) -> None:
     """gzip `src` into `dest` with mtime 0 and no file name in the header. zlib's output depends
     only on its version and the level."""
-    with src.open("rb") as fin, dest.open("wb") as raw, \
-            gzip.GzipFile(filename="", mode="wb", compresslevel=level, fileobj=raw,
-                          mtime=0) as fout:
+    with (
+        src.open("rb") as fin,
+        dest.open("wb") as raw,
+        gzip.GzipFile(filename="", mode="wb", compresslevel=level, fileobj=raw, mtime=0) as fout,
+    ):
         shutil.copyfileobj(fin, fout, _READ)
 
 
@@ -70,9 +72,16 @@ def rfc3339(epoch: int) -> str:
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def image_config(*, created: str, config: Mapping[str, Any], diff_ids: Sequence[str],
-                 history: Sequence[Mapping[str, Any]], architecture: str = "amd64",
-                 os: str = "linux", extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def image_config(
+    *,
+    created: str,
+    config: Mapping[str, Any],
+    diff_ids: Sequence[str],
+    history: Sequence[Mapping[str, Any]],
+    architecture: str = "amd64",
+    os: str = "linux",
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """An image config document (OCI image spec / Docker image v1.2): `created`, the runtime
     `config` (Env, Cmd, User, Labels, ...), the layers by `diff_ids` (sha256 of each
     uncompressed layer tar) and their `history`. `extra` adds keys such as `variant`."""
@@ -94,12 +103,15 @@ def registry_manifest(config: Blob, layers: Sequence[Blob]) -> dict[str, Any]:
         "schemaVersion": 2,
         "mediaType": MANIFEST_TYPE,
         "config": {"mediaType": CONFIG_TYPE, "size": config.size, "digest": config.digest},
-        "layers": [{"mediaType": LAYER_TYPE, "size": layer.size, "digest": layer.digest}
-                   for layer in layers],
+        "layers": [
+            {"mediaType": LAYER_TYPE, "size": layer.size, "digest": layer.digest}
+            for layer in layers
+        ],
     }
 
 
-def archive_manifest(config_name: str, repo_tags: Sequence[str],
-                     layer_paths: Sequence[str]) -> list[dict[str, Any]]:
+def archive_manifest(
+    config_name: str, repo_tags: Sequence[str], layer_paths: Sequence[str]
+) -> list[dict[str, Any]]:
     """The `manifest.json` of a docker-archive (what `docker load` reads): one image."""
     return [{"Config": config_name, "RepoTags": list(repo_tags), "Layers": list(layer_paths)}]

@@ -39,11 +39,19 @@ def layer_members(path: Path) -> dict[str, Member]:
                 handle = tar.extractfile(info)
                 while handle is not None and (chunk := handle.read(CHUNK)):
                     sha.update(chunk)
-            xattrs = tuple(sorted((k, v) for k, v in info.pax_headers.items()
-                                  if k.startswith("SCHILY.xattr.")))
-            out[info.name.rstrip("/")] = Member(info.type, info.mode, info.uid, info.gid,
-                                                info.size, sha.hexdigest(), info.linkname,
-                                                xattrs)
+            xattrs = tuple(
+                sorted((k, v) for k, v in info.pax_headers.items() if k.startswith("SCHILY.xattr."))
+            )
+            out[info.name.rstrip("/")] = Member(
+                info.type,
+                info.mode,
+                info.uid,
+                info.gid,
+                info.size,
+                sha.hexdigest(),
+                info.linkname,
+                xattrs,
+            )
     return out
 
 
@@ -64,10 +72,15 @@ def first_file_difference(predicted: Path, rebuilt: Path) -> str:
 
 def _how(a: Member, b: Member) -> str:
     parts = []
-    for label, x, y in (("type", a.type, b.type), ("mode", oct(a.mode), oct(b.mode)),
-                        ("owner", f"{a.uid}:{a.gid}", f"{b.uid}:{b.gid}"),
-                        ("size", a.size, b.size), ("content sha256", a.sha256[:16], b.sha256[:16]),
-                        ("link", a.linkname, b.linkname), ("xattrs", a.xattrs, b.xattrs)):
+    for label, x, y in (
+        ("type", a.type, b.type),
+        ("mode", oct(a.mode), oct(b.mode)),
+        ("owner", f"{a.uid}:{a.gid}", f"{b.uid}:{b.gid}"),
+        ("size", a.size, b.size),
+        ("content sha256", a.sha256[:16], b.sha256[:16]),
+        ("link", a.linkname, b.linkname),
+        ("xattrs", a.xattrs, b.xattrs),
+    ):
         if x != y:
             parts.append(f"{label} {x!r} predicted, {y!r} rebuilt")
     return "; ".join(parts)
@@ -75,8 +88,11 @@ def _how(a: Member, b: Member) -> str:
 
 def steps(config: Mapping[str, Any]) -> list[str]:
     """created_by of each history entry that made a layer, bottom layer first."""
-    return [str(h.get("created_by", "")) for h in config.get("history") or []
-            if not h.get("empty_layer")]
+    return [
+        str(h.get("created_by", ""))
+        for h in config.get("history") or []
+        if not h.get("empty_layer")
+    ]
 
 
 def _on_engine(client: Any, image: str) -> bool:
@@ -96,9 +112,16 @@ def _first_layer_difference(expected: Sequence[str], actual: Sequence[str]) -> i
     return None
 
 
-def describe_difference(client: Any, expected_id: str, expected_layers: Sequence[str],
-                        actual_id: str, actual_layers: Sequence[str], *, base: str | None,
-                        workdir: Path) -> str:
+def describe_difference(
+    client: Any,
+    expected_id: str,
+    expected_layers: Sequence[str],
+    actual_id: str,
+    actual_layers: Sequence[str],
+    *,
+    base: str | None,
+    workdir: Path,
+) -> str:
     """A sentence naming the first differing layer (with its Dockerfile step) and, when the
     predicted image is on the engine, the first differing file; or the config difference when
     every layer is the predicted one."""
@@ -114,17 +137,22 @@ def describe_difference(client: Any, expected_id: str, expected_layers: Sequence
     rebuilt = save_image(client, actual_id, wanted.__contains__, workdir / "rebuilt")
     made_by = steps(rebuilt.config)
     step = made_by[position] if position < len(made_by) else "(no history)"
-    head = (f"layer {position + 1} of the image ({index + 1} above the base), made by "
-            f"`{_short(step)}`, differs first (predicted {_at(expected_layers, index)}, "
-            f"rebuilt {_at(actual_layers, index)})")
+    head = (
+        f"layer {position + 1} of the image ({index + 1} above the base), made by "
+        f"`{_short(step)}`, differs first (predicted {_at(expected_layers, index)}, "
+        f"rebuilt {_at(actual_layers, index)})"
+    )
     if index >= len(expected_layers) or index >= len(actual_layers):
         return head + "; the two images have a different number of layers"
     if not have_expected:
-        return (head + "; the predicted image is not on this engine, so no file can be named "
-                "(pull it with `envbuilder pull`, or build it where the lock was recorded, "
-                "then verify again)")
-    predicted = save_image(client, expected_id, {expected_layers[index]}.__contains__,
-                           workdir / "predicted")
+        return (
+            head + "; the predicted image is not on this engine, so no file can be named "
+            "(pull it with `envbuilder pull`, or build it where the lock was recorded, "
+            "then verify again)"
+        )
+    predicted = save_image(
+        client, expected_id, {expected_layers[index]}.__contains__, workdir / "predicted"
+    )
     old, new = predicted.layers.get(position), rebuilt.layers.get(position)
     if old is None or new is None:
         return head
@@ -137,15 +165,16 @@ def _at(layers: Sequence[str], index: int) -> str:
 
 def _short(text: str, limit: int = 120) -> str:
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _config_difference(client: Any, expected_id: str, actual_id: str,
-                       have_expected: bool) -> str:
+def _config_difference(client: Any, expected_id: str, actual_id: str, have_expected: bool) -> str:
     if not have_expected:
-        return ("every layer is the predicted one, the image config differs (labels, "
-                "environment, entrypoint or history); the predicted image is not on this "
-                "engine to compare the configs")
+        return (
+            "every layer is the predicted one, the image config differs (labels, "
+            "environment, entrypoint or history); the predicted image is not on this "
+            "engine to compare the configs"
+        )
     old = client.images.get(expected_id).attrs
     new = client.images.get(actual_id).attrs
     for key in ("Config", "Architecture", "Os", "Created"):

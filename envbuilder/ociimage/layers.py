@@ -97,8 +97,9 @@ class ReadLayer:
 
     def python_sources(self) -> set[str]:
         """The `.py` files this layer writes."""
-        return {n for n, e in self.entries.items()
-                if n.endswith(".py") and e.type == tarfile.REGTYPE}
+        return {
+            n for n, e in self.entries.items() if n.endswith(".py") and e.type == tarfile.REGTYPE
+        }
 
 
 def read_layer(fh: IO[bytes], source_date_epoch: int) -> ReadLayer:
@@ -133,9 +134,15 @@ def read_layer(fh: IO[bytes], source_date_epoch: int) -> ReadLayer:
     return ReadLayer(entries, spool, stats, pyc_heads)
 
 
-def _take_data(fh: IO[bytes], spool: Spool, member: tarfile.TarInfo, entry: Entry,
-               source_date_epoch: int, stats: LayerStats,
-               pyc_heads: dict[str, bytes]) -> Entry:
+def _take_data(
+    fh: IO[bytes],
+    spool: Spool,
+    member: tarfile.TarInfo,
+    entry: Entry,
+    source_date_epoch: int,
+    stats: LayerStats,
+    pyc_heads: dict[str, bytes],
+) -> Entry:
     """The entry with its data located (in place, or appended when rewritten)."""
     entry = replace(entry, size=member.size, offset=member.offset_data)
     name = entry.name
@@ -203,8 +210,13 @@ class _Hashing:
         self.fh.flush()
 
 
-def write_layer(layer: ReadLayer, dest: Path, source_date_epoch: int,
-                progress: ProgressFn = no_progress, label: str = "layer") -> WrittenLayer:
+def write_layer(
+    layer: ReadLayer,
+    dest: Path,
+    source_date_epoch: int,
+    progress: ProgressFn = no_progress,
+    label: str = "layer",
+) -> WrittenLayer:
     """Write `layer` as a deterministic tar to `dest` (sorted entries, one mtime); return it
     with its diff_id."""
     entries = dict(layer.entries)
@@ -215,6 +227,13 @@ def write_layer(layer: ReadLayer, dest: Path, source_date_epoch: int,
     total = sum(e.size for e in ordered if e.type == tarfile.REGTYPE)
     with dest.open("wb") as raw:
         out = _Hashing(raw)
-        write_entries(out, ordered, layer.spool.fh, source_date_epoch,  # type: ignore[arg-type]
-                      progress, total, label)
+        write_entries(
+            out,  # type: ignore[arg-type]
+            ordered,
+            layer.spool.fh,
+            source_date_epoch,
+            progress,
+            total,
+            label,
+        )
     return WrittenLayer(dest, f"sha256:{out.sha.hexdigest()}", out.size, layer.stats)

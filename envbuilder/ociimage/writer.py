@@ -90,8 +90,13 @@ class SavedImage:
     layers: dict[int, Path]  # index in rootfs.diff_ids -> spooled layer tar
 
 
-def save_image(client: Any, image: str, keep: Callable[[str], bool], workdir: Path,
-               progress: ProgressFn = no_progress) -> SavedImage:
+def save_image(
+    client: Any,
+    image: str,
+    keep: Callable[[str], bool],
+    workdir: Path,
+    progress: ProgressFn = no_progress,
+) -> SavedImage:
     """Stream `docker save image`: return its config and, spooled into `workdir`, the layer
     tars whose diff_id `keep` accepts (by their index in the image's layers)."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -153,8 +158,9 @@ def _resolve_link(name: str, linkname: str) -> str:
     return "/".join(out)
 
 
-def _spool_layer(tar: tarfile.TarFile, member: tarfile.TarInfo, workdir: Path,
-                 n: int) -> tuple[str, Path]:
+def _spool_layer(
+    tar: tarfile.TarFile, member: tarfile.TarInfo, workdir: Path, n: int
+) -> tuple[str, Path]:
     """Copy one layer tar of the save stream into `workdir`; return (its diff_id, the file)."""
     source = tar.extractfile(member)
     path = workdir / f"saved-{n}.tar"
@@ -181,9 +187,16 @@ def _base_facts(client: Any, base: str) -> tuple[list[str], int]:
     return diff_ids, len(entries)
 
 
-def write_image(client: Any, engine_image: str, *, base: str | None, source_date_epoch: int,
-                workdir: Path, labels: Mapping[str, str] | None = None,
-                progress: ProgressFn = no_progress) -> WrittenImage:
+def write_image(
+    client: Any,
+    engine_image: str,
+    *,
+    base: str | None,
+    source_date_epoch: int,
+    workdir: Path,
+    labels: Mapping[str, str] | None = None,
+    progress: ProgressFn = no_progress,
+) -> WrittenImage:
     """Write the deterministic image of `engine_image` (built FROM `base`, an image the engine
     has; None: no base, every layer is normalised) into the engine; return it. Temp files go
     to a folder in `workdir`, removed in every case. Raises BuildError when the result is not
@@ -196,18 +209,30 @@ def write_image(client: Any, engine_image: str, *, base: str | None, source_date
         saved = save_image(client, engine_image, lambda d: d not in below, tmp, progress)
         written = _normalise(saved, tmp, source_date_epoch, progress)
         doc = deterministic_config(
-            saved.config, base_diff_ids=base_ids, base_history=base_history,
-            layer_diff_ids=[w.diff_id for _, w in written], created=rfc3339(source_date_epoch),
-            labels={**(labels or {}), REPRO_LABEL: REPRO_FORMAT})
+            saved.config,
+            base_diff_ids=base_ids,
+            base_history=base_history,
+            layer_diff_ids=[w.diff_id for _, w in written],
+            created=rfc3339(source_date_epoch),
+            labels={**(labels or {}), REPRO_LABEL: REPRO_FORMAT},
+        )
         config = canonical_json(doc)
         image_id = digest_bytes(config)
         _load(client, config, [w.path for _, w in written], len(base_ids), progress)
         _check_loaded(client, image_id)
         history = [h for h in doc["history"][base_history:] if not h.get("empty_layer")]
         summaries = tuple(
-            LayerSummary(index, w.diff_id, str(step.get("created_by", "")), w.size,
-                         w.stats.entries, len(w.stats.dropped), len(w.stats.changed))
-            for (index, w), step in zip(written, _pad(history, len(written)), strict=True))
+            LayerSummary(
+                index,
+                w.diff_id,
+                str(step.get("created_by", "")),
+                w.size,
+                w.stats.entries,
+                len(w.stats.dropped),
+                len(w.stats.changed),
+            )
+            for (index, w), step in zip(written, _pad(history, len(written)), strict=True)
+        )
         return WrittenImage(image_id, config, len(base_ids), summaries)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -218,8 +243,9 @@ def _pad(history: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
     return (history + [{}] * n)[:n]
 
 
-def _normalise(saved: SavedImage, tmp: Path, source_date_epoch: int,
-               progress: ProgressFn) -> list[tuple[int, WrittenLayer]]:
+def _normalise(
+    saved: SavedImage, tmp: Path, source_date_epoch: int, progress: ProgressFn
+) -> list[tuple[int, WrittenLayer]]:
     """Read every non-base layer, then write each normalised (pyc headers need to know which
     sources the normalised layers write)."""
     read: list[tuple[int, ReadLayer, IO[bytes]]] = []
@@ -234,8 +260,9 @@ def _normalise(saved: SavedImage, tmp: Path, source_date_epoch: int,
         out = []
         for index, layer, _ in read:
             keep_pyc_heads(layer, sources)
-            written = write_layer(layer, tmp / f"layer-{index}.tar", source_date_epoch,
-                                  progress, f"layer {index}")
+            written = write_layer(
+                layer, tmp / f"layer-{index}.tar", source_date_epoch, progress, f"layer {index}"
+            )
             out.append((index, written))
     for path in set(saved.layers.values()):
         path.unlink(missing_ok=True)
@@ -273,15 +300,17 @@ def _padding(size: int) -> bytes:
     return b"\0" * (-size % tarfile.BLOCKSIZE)
 
 
-def _load(client: Any, config: bytes, layers: list[Path], skipped: int,
-          progress: ProgressFn) -> None:
+def _load(
+    client: Any, config: bytes, layers: list[Path], skipped: int, progress: ProgressFn
+) -> None:
     progress("docker load", 0, None)
     try:
         events = client.api.load_image(_archive(config, layers, skipped))
         for event in events or ():
             if isinstance(event, Mapping) and event.get("error"):
-                raise BuildError(f"`docker load` of the written image failed: "
-                                 f"{str(event['error']).strip()}")
+                raise BuildError(
+                    f"`docker load` of the written image failed: {str(event['error']).strip()}"
+                )
     except BuildError:
         raise
     except Exception as exc:  # docker.errors.APIError and connection errors alike
@@ -294,5 +323,7 @@ def _check_loaded(client: Any, image_id: str) -> None:
     except Exception:  # docker.errors.ImageNotFound
         loaded = "nothing"
     if loaded != image_id:
-        raise BuildError(f"the engine loaded {loaded} for the written image, whose config "
-                         f"digest is {image_id}: the engine changed the image on load")
+        raise BuildError(
+            f"the engine loaded {loaded} for the written image, whose config "
+            f"digest is {image_id}: the engine changed the image on load"
+        )

@@ -27,12 +27,20 @@ from envbuilder.probe.common import (
 def _shape(ctx: Context, gpu: bool) -> dict[str, int]:
     """width, depth, batch and the training steps for the correctness run, by level."""
     if gpu:
-        return dict(ctx.pick({"width": 2048, "depth": 4, "batch": 2048, "steps": 12},
-                             {"width": 4096, "depth": 8, "batch": 4096, "steps": 20},
-                             {"width": 4096, "depth": 8, "batch": 8192, "steps": 50}))
-    return dict(ctx.pick({"width": 256, "depth": 4, "batch": 256, "steps": 12},
-                         {"width": 512, "depth": 4, "batch": 512, "steps": 30},
-                         {"width": 1024, "depth": 6, "batch": 1024, "steps": 50}))
+        return dict(
+            ctx.pick(
+                {"width": 2048, "depth": 4, "batch": 2048, "steps": 12},
+                {"width": 4096, "depth": 8, "batch": 4096, "steps": 20},
+                {"width": 4096, "depth": 8, "batch": 8192, "steps": 50},
+            )
+        )
+    return dict(
+        ctx.pick(
+            {"width": 256, "depth": 4, "batch": 256, "steps": 12},
+            {"width": 512, "depth": 4, "batch": 512, "steps": 30},
+            {"width": 1024, "depth": 6, "batch": 1024, "steps": 50},
+        )
+    )
 
 
 def _task(shape: dict[str, int], device: Any, seed: int) -> tuple[Any, Any, Any]:
@@ -68,10 +76,12 @@ class FunctionalAdam:
         self.params: list[Any] = list(params)
         self.param_groups = [{"params": self.params, "lr": lr}]
         self.lr = lr
-        self.exp_avgs = [torch.zeros_like(p, memory_format=torch.preserve_format)
-                         for p in self.params]
-        self.exp_avg_sqs = [torch.zeros_like(p, memory_format=torch.preserve_format)
-                            for p in self.params]
+        self.exp_avgs = [
+            torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params
+        ]
+        self.exp_avg_sqs = [
+            torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params
+        ]
         self.state_steps = [torch.tensor(0.0, dtype=torch.float32) for _ in self.params]
         self.foreach = all(p.device.type == "cuda" for p in self.params)
 
@@ -86,11 +96,27 @@ class FunctionalAdam:
 
         adam = importlib.import_module("torch.optim.adam").adam
         with torch.no_grad():
-            adam(self.params, [p.grad for p in self.params], self.exp_avgs, self.exp_avg_sqs,
-                 [], self.state_steps, foreach=self.foreach, capturable=False,
-                 differentiable=False, fused=None, grad_scale=None, found_inf=None,
-                 amsgrad=False, beta1=0.9, beta2=0.999, lr=self.lr, weight_decay=0.0,
-                 eps=1e-8, maximize=False)
+            adam(
+                self.params,
+                [p.grad for p in self.params],
+                self.exp_avgs,
+                self.exp_avg_sqs,
+                [],
+                self.state_steps,
+                foreach=self.foreach,
+                capturable=False,
+                differentiable=False,
+                fused=None,
+                grad_scale=None,
+                found_inf=None,
+                amsgrad=False,
+                beta1=0.9,
+                beta2=0.999,
+                lr=self.lr,
+                weight_decay=0.0,
+                eps=1e-8,
+                maximize=False,
+            )
 
 
 def adam_optimizer(params: Any, lr: float) -> Any:
@@ -108,8 +134,9 @@ def adam_optimizer(params: Any, lr: float) -> Any:
 class Trainer:
     """One training step, fp32 or under autocast (with a GradScaler for fp16)."""
 
-    def __init__(self, shape: dict[str, int], device: Any, amp_dtype: Any | None,
-                 seed: int = 0) -> None:
+    def __init__(
+        self, shape: dict[str, int], device: Any, amp_dtype: Any | None, seed: int = 0
+    ) -> None:
         import torch
 
         self.model, self.x, self.y = _task(shape, device, seed)
@@ -165,20 +192,26 @@ def check_training(trainer: Trainer, steps: int) -> dict[str, Any]:
     scale = float(trainer.scaler.get_scale()) if trainer.scaler is not None else None
     if scale is not None and not (math.isfinite(scale) and scale > 0):
         raise CheckFailed(f"GradScaler scale is {scale}")
-    tail = losses[-max(1, steps // 4):]
+    tail = losses[-max(1, steps // 4) :]
     if not min(tail) < 0.9 * losses[0]:
-        raise CheckFailed(f"loss did not fall: first {losses[0]:.4g}, last quarter's best "
-                          f"{min(tail):.4g} (losses: {losses})")
+        raise CheckFailed(
+            f"loss did not fall: first {losses[0]:.4g}, last quarter's best "
+            f"{min(tail):.4g} (losses: {losses})"
+        )
     return {"losses": losses, "scale": scale}
 
 
 def time_steps(trainer: Trainer, ctx: Context) -> list[float]:
     """Milliseconds per training step, one sample per repeat."""
     gpu = trainer.device.type == "cuda"
-    iters = calibrate(trainer.step, trainer.device, ctx.pick(0.1, 0.3, 1.0) if gpu else 0.05,
-                      warmup_s=0.02 if gpu else 0.0, min_iters=2)
-    samples = [1000.0 * time_loop(trainer.step, trainer.device, iters)
-               for _ in range(ctx.repeat)]
+    iters = calibrate(
+        trainer.step,
+        trainer.device,
+        ctx.pick(0.1, 0.3, 1.0) if gpu else 0.05,
+        warmup_s=0.02 if gpu else 0.0,
+        min_iters=2,
+    )
+    samples = [1000.0 * time_loop(trainer.step, trainer.device, iters) for _ in range(ctx.repeat)]
     if not math.isfinite(float(trainer.last_loss.item())):
         raise CheckFailed("loss became non-finite during the timed steps")
     return samples
@@ -195,12 +228,20 @@ def run(ctx: Context) -> CheckResult:
     torch.set_float32_matmul_precision("highest")  # fp32 means fp32, not TF32
     amp = Trainer(shape, device, amp_dtype)
     trained = check_training(amp, shape["steps"])
-    result = CheckResult(details={"device": str(device), "amp_dtype": amp_name,
-                                  "grad_scaler": amp.scaler is not None, **shape, **trained})
+    result = CheckResult(
+        details={
+            "device": str(device),
+            "amp_dtype": amp_name,
+            "grad_scaler": amp.scaler is not None,
+            **shape,
+            **trained,
+        }
+    )
     fp32_ms = time_steps(Trainer(shape, device, None, seed=1), ctx)
     amp_ms = time_steps(amp, ctx)
     result.add_metric("step_time", fp32_ms, "ms", dtype="fp32", higher_is_better=False)
     result.add_metric("step_time", amp_ms, "ms", dtype=amp_name, higher_is_better=False)
-    result.add_metric("amp_speedup", [f / a for f, a in zip(fp32_ms, amp_ms, strict=True)], "x",
-                      dtype=amp_name)
+    result.add_metric(
+        "amp_speedup", [f / a for f, a in zip(fp32_ms, amp_ms, strict=True)], "x", dtype=amp_name
+    )
     return result

@@ -37,8 +37,10 @@ from envbuilder.probe.common import (
 SPAWNED_ENV = "ENVBUILDER_PROBE_SPAWNED"
 #: Element counts for the correctness part; odd ones catch chunking/remainder bugs.
 CHECK_COUNTS = (1, 7, 1023, 65537, 1048579)
-WSL_REASON = ("WSL: multi-GPU is not supported on WSL (AMD: \"mGPU is not supported by "
-              "Microsoft on WSL\"); RCCL collectives are not tested there")
+WSL_REASON = (
+    'WSL: multi-GPU is not supported on WSL (AMD: "mGPU is not supported by '
+    'Microsoft on WSL"); RCCL collectives are not tested there'
+)
 
 
 def bus_factor(world: int) -> float:
@@ -61,9 +63,11 @@ def _sweep_sizes(ctx: Context, gpu: bool) -> list[int]:
 
 def _iters(ctx: Context, gpu: bool, nbytes: int) -> int:
     """Operations per timed sample: the same on every rank (derived from the size only)."""
-    budget, low, high = (ctx.pick((1 << 30, 5, 100), (4 << 30, 5, 200), (16 << 30, 10, 500))
-                         if gpu else ctx.pick((32 << 20, 3, 30), (128 << 20, 3, 50),
-                                              (512 << 20, 5, 100)))
+    budget, low, high = (
+        ctx.pick((1 << 30, 5, 100), (4 << 30, 5, 200), (16 << 30, 10, 500))
+        if gpu
+        else ctx.pick((32 << 20, 3, 30), (128 << 20, 3, 50), (512 << 20, 5, 100))
+    )
     return int(max(low, min(high, budget // nbytes)))
 
 
@@ -132,18 +136,34 @@ def run_rank(ctx: Context, backend: str, rank: int, world: int, local: int) -> C
     if gpu:
         torch.cuda.set_device(device)
     kwargs: dict[str, Any] = {"device_id": device} if gpu else {}
-    dist.init_process_group(backend, rank=rank, world_size=world,
-                            timeout=timedelta(seconds=max(30.0, ctx.timeout_s)), **kwargs)
+    dist.init_process_group(
+        backend,
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=max(30.0, ctx.timeout_s)),
+        **kwargs,
+    )
     try:
         counts = CHECK_COUNTS + ((16777259,) if gpu else ())
         wrong = _check_sums(rank, world, device, counts)
         bad_ranks = _mean_over_ranks(float(bool(wrong)), device, world) * world
-        result = CheckResult(details={"backend": backend, "world_size": world, "rank": rank,
-                                      "device": str(device), "checked_counts": list(counts),
-                                      "ranks_wrong": round(bad_ranks), "iters": {}})
+        result = CheckResult(
+            details={
+                "backend": backend,
+                "world_size": world,
+                "rank": rank,
+                "device": str(device),
+                "checked_counts": list(counts),
+                "ranks_wrong": round(bad_ranks),
+                "iters": {},
+            }
+        )
         if wrong or bad_ranks > 0:
-            raise CheckFailed(f"all_reduce gave wrong sums on {round(bad_ranks)} of {world} "
-                              f"rank(s); here: {'; '.join(wrong) or 'right'}", result)
+            raise CheckFailed(
+                f"all_reduce gave wrong sums on {round(bad_ranks)} of {world} "
+                f"rank(s); here: {'; '.join(wrong) or 'right'}",
+                result,
+            )
         if world == 1:
             # One rank moves no data (NCCL returns at once): a bandwidth would be fiction.
             result.details["sweep"] = "not run: bandwidth needs 2+ ranks"
@@ -151,14 +171,27 @@ def run_rank(ctx: Context, backend: str, rank: int, world: int, local: int) -> C
         for nbytes in _sweep_sizes(ctx, gpu):
             iters = _iters(ctx, gpu, nbytes)
             result.details["iters"][str(nbytes)] = iters
-            seconds = [_mean_over_ranks(_time_all_reduce(ctx, device, nbytes, iters), device,
-                                        world) for _ in range(ctx.repeat)]
+            seconds = [
+                _mean_over_ranks(_time_all_reduce(ctx, device, nbytes, iters), device, world)
+                for _ in range(ctx.repeat)
+            ]
             algbw = [nbytes / s / 1e9 for s in seconds]
             result.add_metric("algbw", algbw, "GB/s", dtype="fp32", size=str(nbytes))
-            result.add_metric("busbw", [a * bus_factor(world) for a in algbw], "GB/s",
-                              dtype="fp32", size=str(nbytes))
-            result.add_metric("time", [s * 1e6 for s in seconds], "us", dtype="fp32",
-                              size=str(nbytes), higher_is_better=False)
+            result.add_metric(
+                "busbw",
+                [a * bus_factor(world) for a in algbw],
+                "GB/s",
+                dtype="fp32",
+                size=str(nbytes),
+            )
+            result.add_metric(
+                "time",
+                [s * 1e6 for s in seconds],
+                "us",
+                dtype="fp32",
+                size=str(nbytes),
+                higher_is_better=False,
+            )
         return result
     finally:
         dist.destroy_process_group()
@@ -187,16 +220,31 @@ def _plan(ctx: Context) -> tuple[str, int, str | None]:
         raise CheckFailed(f"torch {torch.__version__} has no NCCL/RCCL backend")
     count = torch.cuda.device_count()
     if count == 1:
-        return "nccl", 1, ("multi-rank part skipped: 1 GPU visible (a single-rank nccl "
-                           "all_reduce ran; 2+ GPUs or torchrun across nodes test the rest)")
+        return (
+            "nccl",
+            1,
+            (
+                "multi-rank part skipped: 1 GPU visible (a single-rank nccl "
+                "all_reduce ran; 2+ GPUs or torchrun across nodes test the rest)"
+            ),
+        )
     return "nccl", count, None
 
 
 def _rank_env(rank: int, world: int, port: int, backend: str) -> dict[str, str]:
     env = dict(os.environ)
-    env.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
-                "LOCAL_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
-                "MASTER_PORT": str(port), SPAWNED_ENV: "1", "PYTHONUNBUFFERED": "1"})
+    env.update(
+        {
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world),
+            "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(world),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            SPAWNED_ENV: "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     if backend == "gloo" and sys.platform.startswith("linux"):
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # all ranks are local: stay on loopback
     return env
@@ -215,17 +263,24 @@ def _spawn_ranks(ctx: Context, backend: str, world: int) -> list[dict[str, Any]]
             out, log = Path(tmp, f"rank{rank}.json"), Path(tmp, f"rank{rank}.log")
             env = child_env(_rank_env(rank, world, port, backend))
             with log.open("wb") as fh:
-                procs.append(subprocess.Popen(child_command("collectives", ctx_file, out),
-                                              env=env, stdin=subprocess.DEVNULL, stdout=fh,
-                                              stderr=subprocess.STDOUT))
+                procs.append(
+                    subprocess.Popen(
+                        child_command("collectives", ctx_file, out),
+                        env=env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=fh,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
             logs.append(log)
             outs.append(out)
         _wait_all(procs)
         results = []
         for rank, (out, log) in enumerate(zip(outs, logs, strict=True)):
             if not out.is_file():
-                raise RuntimeError(f"rank {rank} died (exit {procs[rank].returncode}):\n"
-                                   f"{output_tail(log)}")
+                raise RuntimeError(
+                    f"rank {rank} died (exit {procs[rank].returncode}):\n{output_tail(log)}"
+                )
             results.append(json.loads(out.read_text()))
         return results
 
@@ -251,11 +306,12 @@ def _merge(results: list[dict[str, Any]], note: str | None) -> CheckResult:
             raise RuntimeError(f"rank {rank}: {res['reason']}")
     for rank, res in enumerate(results):
         if res["status"] == "fail":
-            raise CheckFailed(f"rank {rank}: {res['reason']}",
-                              CheckResult(details=res["details"], metrics=res["metrics"]))
+            raise CheckFailed(
+                f"rank {rank}: {res['reason']}",
+                CheckResult(details=res["details"], metrics=res["metrics"]),
+            )
     first = results[0]
-    details = dict(first["details"], mode="spawned",
-                   ranks=[r["status"] for r in results])
+    details = dict(first["details"], mode="spawned", ranks=[r["status"] for r in results])
     return CheckResult(details=details, metrics=first["metrics"], reason=note)
 
 

@@ -87,17 +87,27 @@ def compare(lock_path: Path) -> dict[str, Any]:
     missing = sorted(n for n in expected if n not in installed)
     extra = sorted(n for n in installed if n not in expected and n not in BOOTSTRAP)
     ignored = sorted(n for n in installed if n not in expected and n in BOOTSTRAP)
-    wrong = [{"name": n, "locked": v, "installed": installed[n]}
-             for n, v in sorted(expected.items())
-             if n in installed and v is not None
-             and normalize_version(v) != normalize_version(installed[n])]
-    return {"lock": str(lock_path),
-            "lock_sha256": hashlib.sha256(lock_path.read_bytes()).hexdigest(),
-            "locked": len(packages), "expected_here": len(expected),
-            "installed": len(installed), "missing": missing, "extra": extra,
-            "wrong_version": wrong, "ignored_bootstrap": ignored,
-            "marker_not_for_here": sorted(not_here), "marker_not_understood": unparsed,
-            "duplicates": duplicates}
+    wrong = [
+        {"name": n, "locked": v, "installed": installed[n]}
+        for n, v in sorted(expected.items())
+        if n in installed
+        and v is not None
+        and normalize_version(v) != normalize_version(installed[n])
+    ]
+    return {
+        "lock": str(lock_path),
+        "lock_sha256": hashlib.sha256(lock_path.read_bytes()).hexdigest(),
+        "locked": len(packages),
+        "expected_here": len(expected),
+        "installed": len(installed),
+        "missing": missing,
+        "extra": extra,
+        "wrong_version": wrong,
+        "ignored_bootstrap": ignored,
+        "marker_not_for_here": sorted(not_here),
+        "marker_not_understood": unparsed,
+        "duplicates": duplicates,
+    }
 
 
 def run(ctx: Context) -> CheckResult:
@@ -112,9 +122,13 @@ def run(ctx: Context) -> CheckResult:
     if details["extra"]:
         problems.append(f"not in the lock: {', '.join(details['extra'])}")
     if details["wrong_version"]:
-        problems.append("wrong version: " + ", ".join(
-            f"{w['name']} {w['installed']} (locked {w['locked']})"
-            for w in details["wrong_version"]))
+        problems.append(
+            "wrong version: "
+            + ", ".join(
+                f"{w['name']} {w['installed']} (locked {w['locked']})"
+                for w in details["wrong_version"]
+            )
+        )
     if problems:
         raise CheckFailed("; ".join(problems), result)
     return result

@@ -14,10 +14,26 @@ from envbuilder.probe.common import CheckFailed, CheckResult, Context, in_wsl
 
 DEVICE_NODES = ("/dev/kfd", "/dev/dri", "/dev/dxg")
 #: Variables that change what ROCm/CUDA/RCCL see or do; recorded as found (never changed).
-ENV_PREFIXES = ("HSA_", "HIP_", "ROCR_", "ROCM_", "RCCL_", "NCCL_", "AMD_", "GPU_DEVICE_ORDINAL",
-                "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "PYTORCH_ROCM_ARCH",
-                "PYTORCH_HIP_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "TORCH_NCCL_",
-                "TORCH_SYMM_MEM_", "NVSHMEM_", "GLOO_", "LD_LIBRARY_PATH")
+ENV_PREFIXES = (
+    "HSA_",
+    "HIP_",
+    "ROCR_",
+    "ROCM_",
+    "RCCL_",
+    "NCCL_",
+    "AMD_",
+    "GPU_DEVICE_ORDINAL",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "PYTORCH_ROCM_ARCH",
+    "PYTORCH_HIP_ALLOC_CONF",
+    "PYTORCH_CUDA_ALLOC_CONF",
+    "TORCH_NCCL_",
+    "TORCH_SYMM_MEM_",
+    "NVSHMEM_",
+    "GLOO_",
+    "LD_LIBRARY_PATH",
+)
 
 
 def relevant_env() -> dict[str, str]:
@@ -50,16 +66,19 @@ def torch_facts() -> dict[str, Any]:
     count = torch.cuda.device_count() if available else 0
     for i in range(count):
         props = torch.cuda.get_device_properties(i)
-        devices.append({
-            "index": i,
-            "name": str(props.name),
-            # CUDA builds fill gcnArchName with the device name: a gfx target only on ROCm.
-            "gfx": (str(getattr(props, "gcnArchName", "")) or None) if torch.version.hip
-            else None,
-            "memory_bytes": int(props.total_memory),
-            "capability": f"{props.major}.{props.minor}",
-            "multiprocessors": int(props.multi_processor_count),
-        })
+        devices.append(
+            {
+                "index": i,
+                "name": str(props.name),
+                # CUDA builds fill gcnArchName with the device name: a gfx target only on ROCm.
+                "gfx": (str(getattr(props, "gcnArchName", "")) or None)
+                if torch.version.hip
+                else None,
+                "memory_bytes": int(props.total_memory),
+                "capability": f"{props.major}.{props.minor}",
+                "multiprocessors": int(props.multi_processor_count),
+            }
+        )
     driver = driver_version()
     if driver is None and available and hasattr(torch._C, "_cuda_getDriverVersion"):
         api = int(torch._C._cuda_getDriverVersion())
@@ -97,18 +116,25 @@ def _expectation_problems(ctx: Context, facts: dict[str, Any]) -> list[str]:
     """What contradicts --expect: a CPU build where a GPU build was promised, no GPU, etc."""
     problems: list[str] = []
     if ctx.expect == "rocm" and not facts["hip"]:
-        problems.append(f"--expect rocm, but torch {facts['torch']} is not a ROCm build "
-                        f"(torch.version.hip is None, cuda={facts['cuda']})")
+        problems.append(
+            f"--expect rocm, but torch {facts['torch']} is not a ROCm build "
+            f"(torch.version.hip is None, cuda={facts['cuda']})"
+        )
     if ctx.expect == "cuda" and not facts["cuda"]:
-        problems.append(f"--expect cuda, but torch {facts['torch']} is not a CUDA build "
-                        f"(torch.version.cuda is None, hip={facts['hip']})")
+        problems.append(
+            f"--expect cuda, but torch {facts['torch']} is not a CUDA build "
+            f"(torch.version.cuda is None, hip={facts['hip']})"
+        )
     if ctx.expect != "cpu" and not facts["devices"]:
-        problems.append(f"--expect {ctx.expect}, but torch sees no GPU "
-                        "(check the driver, the device nodes and *_VISIBLE_DEVICES)")
+        problems.append(
+            f"--expect {ctx.expect}, but torch sees no GPU "
+            "(check the driver, the device nodes and *_VISIBLE_DEVICES)"
+        )
     override = os.environ.get("HSA_OVERRIDE_GFX_VERSION")
     if override is not None and not override.strip():
-        problems.append("HSA_OVERRIDE_GFX_VERSION is set but empty, which breaks GPU detection: "
-                        "unset it")
+        problems.append(
+            "HSA_OVERRIDE_GFX_VERSION is set but empty, which breaks GPU detection: unset it"
+        )
     return problems
 
 
@@ -131,15 +157,20 @@ def run(ctx: Context) -> CheckResult:
     facts = torch_facts()
     nodes = {node: Path(node).exists() for node in DEVICE_NODES}
     wsl = in_wsl()
-    details: dict[str, Any] = {**facts, "device_nodes": nodes, "wsl": wsl,
-                               "env_vars": relevant_env()}
+    details: dict[str, Any] = {
+        **facts,
+        "device_nodes": nodes,
+        "wsl": wsl,
+        "env_vars": relevant_env(),
+    }
     notes: list[str] = []
     if ctx.expect == "rocm" and facts["devices"]:
         wanted = ("/dev/dxg",) if wsl else ("/dev/kfd", "/dev/dri")
         notes += [f"{n} missing" for n in wanted if not nodes[n]]
     if ctx.expect == "cpu" and facts["devices"]:
-        notes.append(f"{len(facts['devices'])} GPU(s) visible, but --expect cpu: "
-                     "the checks run on the CPU")
+        notes.append(
+            f"{len(facts['devices'])} GPU(s) visible, but --expect cpu: the checks run on the CPU"
+        )
     details["notes"] = notes
     result = CheckResult(details=details, reason="; ".join(notes) or None)
     problems = _expectation_problems(ctx, facts)

@@ -35,8 +35,12 @@ CPU_DTYPES = ("bf16", "fp32")
 def _torch_dtype(name: str) -> Any:
     import torch
 
-    return {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16,
-            "bf16": torch.bfloat16}[name]
+    return {
+        "fp32": torch.float32,
+        "tf32": torch.float32,
+        "fp16": torch.float16,
+        "bf16": torch.bfloat16,
+    }[name]
 
 
 @contextmanager
@@ -73,8 +77,9 @@ def check_correct(dtype: str, shape: tuple[int, int, int], device: Any) -> float
     ref = a.double() @ b.double()
     err = relative_error(c, ref)
     if not err <= TOLERANCE[dtype]:  # written so that NaN fails
-        raise CheckFailed(f"{dtype} {m}x{k}x{n}: relative error {err:.3g} exceeds "
-                          f"{TOLERANCE[dtype]:g}")
+        raise CheckFailed(
+            f"{dtype} {m}x{k}x{n}: relative error {err:.3g} exceeds {TOLERANCE[dtype]:g}"
+        )
     return err
 
 
@@ -106,8 +111,12 @@ def time_matmul(dtype: str, size: int, ctx: Context, device: Any) -> tuple[list[
 
     samples: list[float] = []
     with _precision(dtype):
-        iters = calibrate(product, device, ctx.pick(0.05, 0.15, 0.5) if gpu else 0.05,
-                          warmup_s=ctx.pick(0.02, 0.05, 0.2) if gpu else 0.0)
+        iters = calibrate(
+            product,
+            device,
+            ctx.pick(0.05, 0.15, 0.5) if gpu else 0.05,
+            warmup_s=ctx.pick(0.02, 0.05, 0.2) if gpu else 0.0,
+        )
         for _ in range(ctx.repeat):
             seconds = time_loop(product, device, iters)
             samples.append(2.0 * size**3 / seconds / 1e12)
@@ -124,11 +133,14 @@ def run(ctx: Context) -> CheckResult:
     gpu = device.type == "cuda"
     dtypes = GPU_DTYPES if gpu else CPU_DTYPES
     shapes = [(1031, 997, 515)] + ([(2048, 2048, 2048)] if gpu else [])
-    result = CheckResult(details={"device": str(device), "tolerance": TOLERANCE,
-                                  "errors": {}, "iters": {}})
+    result = CheckResult(
+        details={"device": str(device), "tolerance": TOLERANCE, "errors": {}, "iters": {}}
+    )
     if not gpu:
-        result.details["not_run"] = {"tf32": "no TF32 on CPUs",
-                                     "fp16": "slow and rarely used on CPUs"}
+        result.details["not_run"] = {
+            "tf32": "no TF32 on CPUs",
+            "fp16": "slow and rarely used on CPUs",
+        }
     for dtype in dtypes:
         for shape in shapes:
             err = check_correct(dtype, shape, device)

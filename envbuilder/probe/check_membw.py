@@ -38,8 +38,13 @@ def _verify(dst: Any, src: Any, what: str) -> None:
 def _bandwidth(copy: Any, device: Any, ctx: Context, moved_bytes: int) -> list[float]:
     """GB/s samples (one per repeat) of `copy`, counting `moved_bytes` per call."""
     gpu = device.type == "cuda"
-    iters = calibrate(copy, device, ctx.pick(0.05, 0.1, 0.3) if gpu else 0.05,
-                      warmup_s=0.02 if gpu else 0.0, min_iters=2)
+    iters = calibrate(
+        copy,
+        device,
+        ctx.pick(0.05, 0.1, 0.3) if gpu else 0.05,
+        warmup_s=0.02 if gpu else 0.0,
+        min_iters=2,
+    )
     return [moved_bytes / time_loop(copy, device, iters) / 1e9 for _ in range(ctx.repeat)]
 
 
@@ -71,12 +76,14 @@ def run(ctx: Context) -> CheckResult:
             host.copy_(part, non_blocking=True)
 
         # d2h first: afterwards `host` holds src's bytes, so h2d's result is checkable too.
-        result.add_metric("d2h_bandwidth", _bandwidth(d2h, device, ctx, host_bytes), "GB/s",
-                          size=str(host_bytes))
+        result.add_metric(
+            "d2h_bandwidth", _bandwidth(d2h, device, ctx, host_bytes), "GB/s", size=str(host_bytes)
+        )
         torch.cuda.synchronize(device)
         _verify(host, part, "device-to-host")
-        result.add_metric("h2d_bandwidth", _bandwidth(h2d, device, ctx, host_bytes), "GB/s",
-                          size=str(host_bytes))
+        result.add_metric(
+            "h2d_bandwidth", _bandwidth(h2d, device, ctx, host_bytes), "GB/s", size=str(host_bytes)
+        )
         torch.cuda.synchronize(device)
         _verify(dst[:host_bytes], part, "host-to-device")
     return result

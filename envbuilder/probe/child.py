@@ -47,12 +47,17 @@ def _inject_faults(name: str) -> None:
         os._exit(139)
 
 
-def _as_json(status: str, reason: str | None, result: CheckResult | None,
-             extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def _as_json(
+    status: str, reason: str | None, result: CheckResult | None, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
     details = dict(result.details) if result else {}
     details.update(extra or {})
-    return {"status": status, "reason": reason, "details": details,
-            "metrics": list(result.metrics) if result else []}
+    return {
+        "status": status,
+        "reason": reason,
+        "details": details,
+        "metrics": list(result.metrics) if result else [],
+    }
 
 
 def run_child(name: str, ctx: Context) -> dict[str, Any]:
@@ -70,8 +75,12 @@ def run_child(name: str, ctx: Context) -> dict[str, Any]:
     except CheckSkipped as exc:
         return _as_json("skip", str(exc), None)
     except Exception as exc:  # a driver error, an OOM, a bug: the check errs, the run goes on
-        return _as_json("error", f"{type(exc).__name__}: {exc}", None,
-                        {"traceback": traceback.format_exc()[-4000:]})
+        return _as_json(
+            "error",
+            f"{type(exc).__name__}: {exc}",
+            None,
+            {"traceback": traceback.format_exc()[-4000:]},
+        )
     return _as_json("pass", result.reason, result)
 
 

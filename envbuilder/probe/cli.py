@@ -46,33 +46,74 @@ def _seconds(text: str) -> float:
 
 def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     """The probe's options (shared with `envbuilder probe`)."""
-    parser.add_argument("--level", choices=LEVELS, default="quick",
-                        help="quick (seconds), standard (about a minute on a GPU), long")
-    parser.add_argument("--expect", choices=EXPECTS, required=True,
-                        help="what the environment must have: a ROCm/CUDA build with a GPU, "
-                             "or the CPU (a promised GPU that is missing is a failure)")
-    parser.add_argument("--only", action="append", choices=CHECK_NAMES, default=[],
-                        metavar="CHECK", help=f"run only this check (repeatable): "
-                                              f"{', '.join(CHECK_NAMES)}")
-    parser.add_argument("--skip", action="append", choices=CHECK_NAMES, default=[],
-                        metavar="CHECK", help="skip this check (repeatable)")
-    parser.add_argument("--lock", metavar="PYLOCK",
-                        help="PEP 751 pylock.toml the installed packages must equal")
-    parser.add_argument("--label", action="append", type=_label, default=[],
-                        metavar="KEY=VALUE", help="copied into the report (e.g. env=cpu)")
+    parser.add_argument(
+        "--level",
+        choices=LEVELS,
+        default="quick",
+        help="quick (seconds), standard (about a minute on a GPU), long",
+    )
+    parser.add_argument(
+        "--expect",
+        choices=EXPECTS,
+        required=True,
+        help="what the environment must have: a ROCm/CUDA build with a GPU, "
+        "or the CPU (a promised GPU that is missing is a failure)",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=CHECK_NAMES,
+        default=[],
+        metavar="CHECK",
+        help=f"run only this check (repeatable): {', '.join(CHECK_NAMES)}",
+    )
+    parser.add_argument(
+        "--skip",
+        action="append",
+        choices=CHECK_NAMES,
+        default=[],
+        metavar="CHECK",
+        help="skip this check (repeatable)",
+    )
+    parser.add_argument(
+        "--lock", metavar="PYLOCK", help="PEP 751 pylock.toml the installed packages must equal"
+    )
+    parser.add_argument(
+        "--label",
+        action="append",
+        type=_label,
+        default=[],
+        metavar="KEY=VALUE",
+        help="copied into the report (e.g. env=cpu)",
+    )
     parser.add_argument("--json", metavar="PATH", help="write the JSON report here")
-    parser.add_argument("--repeat", type=_positive, default=1, metavar="N",
-                        help="samples per metric (the value is their median)")
-    parser.add_argument("--timeout", type=_seconds, metavar="SECONDS",
-                        help="per-check timeout (default: 120 quick, 300 standard, 1800 long)")
+    parser.add_argument(
+        "--repeat",
+        type=_positive,
+        default=1,
+        metavar="N",
+        help="samples per metric (the value is their median)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help="per-check timeout (default: 120 quick, 300 standard, 1800 long)",
+    )
 
 
 def options_from_args(args: argparse.Namespace) -> ProbeOptions:
     """ProbeOptions from parsed (and checked) arguments."""
-    return ProbeOptions(level=args.level, expect=args.expect, only=tuple(args.only),
-                        skip=tuple(args.skip),
-                        lock=str(Path(args.lock).resolve()) if args.lock else None,
-                        labels=dict(args.label), repeat=args.repeat, timeout_s=args.timeout)
+    return ProbeOptions(
+        level=args.level,
+        expect=args.expect,
+        only=tuple(args.only),
+        skip=tuple(args.skip),
+        lock=str(Path(args.lock).resolve()) if args.lock else None,
+        labels=dict(args.label),
+        repeat=args.repeat,
+        timeout_s=args.timeout,
+    )
 
 
 def report_path(path: str) -> Path:
@@ -125,9 +166,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["--_worker"]:
         return _worker_main(argv)
     parser = argparse.ArgumentParser(
-        prog="probe", description="envbuilder's validation suite (stdlib + torch only).",
-        epilog="Exit codes: 0 nothing failed, 1 a check failed or erred, 2 usage, "
-               "130 interrupted.")
+        prog="probe",
+        description="envbuilder's validation suite (stdlib + torch only).",
+        epilog="Exit codes: 0 nothing failed, 1 a check failed or erred, 2 usage, 130 interrupted.",
+    )
     parser.add_argument("--version", action="version", version=f"envbuilder-probe {PROBE_VERSION}")
     add_probe_arguments(parser)
     args = parser.parse_args(argv)

@@ -50,14 +50,23 @@ class Context:
     timeout_s: float = 120.0
 
     def to_json(self) -> dict[str, Any]:
-        return {"level": self.level, "expect": self.expect, "repeat": self.repeat,
-                "lock": self.lock, "timeout_s": self.timeout_s}
+        return {
+            "level": self.level,
+            "expect": self.expect,
+            "repeat": self.repeat,
+            "lock": self.lock,
+            "timeout_s": self.timeout_s,
+        }
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> Context:
-        return Context(level=str(data["level"]), expect=str(data["expect"]),
-                       repeat=int(data["repeat"]), lock=data.get("lock"),
-                       timeout_s=float(data.get("timeout_s", 120.0)))
+        return Context(
+            level=str(data["level"]),
+            expect=str(data["expect"]),
+            repeat=int(data["repeat"]),
+            lock=data.get("lock"),
+            timeout_s=float(data.get("timeout_s", 120.0)),
+        )
 
     def pick(self, quick: Any, standard: Any, long: Any) -> Any:
         """The value for this run's level."""
@@ -73,22 +82,44 @@ class CheckResult:
     #: A note for a passing check (e.g. the part that was skipped, and why).
     reason: str | None = None
 
-    def add_metric(self, name: str, samples: Sequence[float], unit: str, *,
-                   dtype: str | None = None, size: str | None = None,
-                   higher_is_better: bool = True) -> None:
+    def add_metric(
+        self,
+        name: str,
+        samples: Sequence[float],
+        unit: str,
+        *,
+        dtype: str | None = None,
+        size: str | None = None,
+        higher_is_better: bool = True,
+    ) -> None:
         """Record a metric; its value is the median of `samples` (one sample per repeat)."""
-        self.metrics.append(metric(name, samples, unit, dtype=dtype, size=size,
-                                   higher_is_better=higher_is_better))
+        self.metrics.append(
+            metric(name, samples, unit, dtype=dtype, size=size, higher_is_better=higher_is_better)
+        )
 
 
-def metric(name: str, samples: Sequence[float], unit: str, *, dtype: str | None = None,
-           size: str | None = None, higher_is_better: bool = True) -> dict[str, Any]:
+def metric(
+    name: str,
+    samples: Sequence[float],
+    unit: str,
+    *,
+    dtype: str | None = None,
+    size: str | None = None,
+    higher_is_better: bool = True,
+) -> dict[str, Any]:
     """A metric in the report's shape: `value` is the median of `samples`."""
     clean = [float(s) for s in samples]
     if not clean:
         raise ValueError(f"metric {name} has no samples")
-    return {"name": name, "value": statistics.median(clean), "unit": unit, "dtype": dtype,
-            "size": size, "samples": clean, "higher_is_better": higher_is_better}
+    return {
+        "name": name,
+        "value": statistics.median(clean),
+        "unit": unit,
+        "dtype": dtype,
+        "size": size,
+        "samples": clean,
+        "higher_is_better": higher_is_better,
+    }
 
 
 def faults() -> frozenset[str]:
@@ -130,9 +161,11 @@ def torch_device(ctx: Context) -> Any:
     if ctx.expect == "cpu":
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        raise CheckFailed(f"--expect {ctx.expect}, but torch sees no GPU "
-                          f"(torch {torch.__version__}, hip={torch.version.hip}, "
-                          f"cuda={torch.version.cuda})")
+        raise CheckFailed(
+            f"--expect {ctx.expect}, but torch sees no GPU "
+            f"(torch {torch.__version__}, hip={torch.version.hip}, "
+            f"cuda={torch.version.cuda})"
+        )
     index = local_rank() % max(1, torch.cuda.device_count())
     torch.cuda.set_device(index)
     return torch.device("cuda", index)
@@ -162,8 +195,15 @@ def time_loop(fn: Callable[[], Any], device: Any, iters: int) -> float:
     return (time.perf_counter() - t0) / iters
 
 
-def calibrate(fn: Callable[[], Any], device: Any, target_s: float, *, warmup_s: float = 0.0,
-              min_iters: int = 3, max_iters: int = 10_000) -> int:
+def calibrate(
+    fn: Callable[[], Any],
+    device: Any,
+    target_s: float,
+    *,
+    warmup_s: float = 0.0,
+    min_iters: int = 3,
+    max_iters: int = 10_000,
+) -> int:
     """Warm `fn` up (first calls load kernels and handles; then about `warmup_s` seconds of
     calls, so clocks settle) and return how many calls fill about `target_s` seconds."""
     fn()

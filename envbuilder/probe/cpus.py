@@ -79,8 +79,9 @@ def _ancestors(root: Path, rel: str) -> list[Path]:
     return found
 
 
-def cgroup_cpu_quota(proc_cgroup: Path = PROC_SELF_CGROUP,
-                     root: Path = CGROUP_ROOT) -> float | None:
+def cgroup_cpu_quota(
+    proc_cgroup: Path = PROC_SELF_CGROUP, root: Path = CGROUP_ROOT
+) -> float | None:
     """The tightest CPU quota (in CPUs) of this process's cgroup and its parents; None: none.
 
     cgroup v2 (`0::/path` in /proc/self/cgroup): `cpu.max` along the path. cgroup v1 (a line
@@ -103,8 +104,9 @@ def cgroup_cpu_quota(proc_cgroup: Path = PROC_SELF_CGROUP,
             for mount in (root / controllers, root / "cpu", root / "cpu,cpuacct"):
                 folders = _ancestors(mount, rel) if mount.is_dir() else []
                 for folder in folders:
-                    q = _quota_v1(_read(folder / "cpu.cfs_quota_us"),
-                                  _read(folder / "cpu.cfs_period_us"))
+                    q = _quota_v1(
+                        _read(folder / "cpu.cfs_quota_us"), _read(folder / "cpu.cfs_period_us")
+                    )
                     if q is not None:
                         quotas.append(q)
                 if folders:
@@ -120,8 +122,13 @@ def usable_cpus(allowed: int | None, quota: float | None) -> int | None:
     return capped if allowed is None else min(allowed, capped)
 
 
-def cpu_warnings(load: list[float] | None, cores: int | None, torch_threads: int | None,
-                 allowed: int | None, quota: float | None) -> list[str]:
+def cpu_warnings(
+    load: list[float] | None,
+    cores: int | None,
+    torch_threads: int | None,
+    allowed: int | None,
+    quota: float | None,
+) -> list[str]:
     """Why this run's CPU figures are not to be trusted, if they are not; empty otherwise.
 
     The load average counts the whole machine's runnable tasks, so it is held against the
@@ -129,14 +136,20 @@ def cpu_warnings(load: list[float] | None, cores: int | None, torch_threads: int
     """
     warnings = []
     if load is not None and cores and load[0] > cores:
-        warnings.append(f"the machine was loaded beyond its cores at the start (load average "
-                        f"{load[0]:g} on {cores} cores): other work competed with the checks, "
-                        "so CPU figures are low and noisy")
+        warnings.append(
+            f"the machine was loaded beyond its cores at the start (load average "
+            f"{load[0]:g} on {cores} cores): other work competed with the checks, "
+            "so CPU figures are low and noisy"
+        )
     usable = usable_cpus(allowed, quota)
     if torch_threads is not None and usable is not None and torch_threads > usable:
-        limit = (f"a CPU quota of {quota:g} CPUs" if quota is not None
-                 and math.ceil(quota) < (allowed or math.inf)
-                 else f"{allowed} allowed CPUs")
-        warnings.append(f"torch ran {torch_threads} threads on {limit}: the threads contend "
-                        f"and CPU figures suffer (OMP_NUM_THREADS={usable} fits)")
+        limit = (
+            f"a CPU quota of {quota:g} CPUs"
+            if quota is not None and math.ceil(quota) < (allowed or math.inf)
+            else f"{allowed} allowed CPUs"
+        )
+        warnings.append(
+            f"torch ran {torch_threads} threads on {limit}: the threads contend "
+            f"and CPU figures suffer (OMP_NUM_THREADS={usable} fits)"
+        )
     return warnings

@@ -59,8 +59,7 @@ def _toml_value(text: str) -> Any:
         return text[1:-1]
     if text.startswith('"'):
         return json.loads(text)  # TOML basic strings use JSON's escapes
-    return [_toml_value(v.strip()) for v in re.findall(r"""("(?:[^"\\]|\\.)*"|'[^']*')""",
-                                                        text)]
+    return [_toml_value(v.strip()) for v in re.findall(r"""("(?:[^"\\]|\\.)*"|'[^']*')""", text)]
 
 
 def parse_pylock_subset(text: str) -> dict[str, Any]:
@@ -99,16 +98,21 @@ def read_pylock(path: Path) -> tuple[list[LockedPackage], dict[str, Any]]:
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise LockReadError(f"cannot read {path}: {exc}") from exc
     if "lock-version" not in data or not isinstance(data.get("packages"), list):
-        raise LockReadError(f"{path} is not a PEP 751 lock: it needs `lock-version` and "
-                            "`[[packages]]`")
+        raise LockReadError(
+            f"{path} is not a PEP 751 lock: it needs `lock-version` and `[[packages]]`"
+        )
     packages = []
     for i, entry in enumerate(data["packages"]):
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise LockReadError(f"{path}: packages[{i}] has no `name`")
         version = entry.get("version")
-        packages.append(LockedPackage(canonical_name(entry["name"]),
-                                      str(version) if version is not None else None,
-                                      entry.get("marker")))
+        packages.append(
+            LockedPackage(
+                canonical_name(entry["name"]),
+                str(version) if version is not None else None,
+                entry.get("marker"),
+            )
+        )
     return packages, data
 
 
@@ -119,24 +123,34 @@ def marker_environment(lock: Mapping[str, Any]) -> dict[str, Any]:
     if impl.releaselevel != "final":
         impl_version += impl.releaselevel[0] + str(impl.serial)
     return {
-        "os_name": os.name, "sys_platform": sys.platform,
+        "os_name": os.name,
+        "sys_platform": sys.platform,
         "platform_machine": platform.machine(),
         "platform_python_implementation": platform.python_implementation(),
-        "platform_release": platform.release(), "platform_system": platform.system(),
+        "platform_release": platform.release(),
+        "platform_system": platform.system(),
         "platform_version": platform.version(),
         "python_version": ".".join(platform.python_version_tuple()[:2]),
         "python_full_version": platform.python_version(),
         "implementation_name": sys.implementation.name,
-        "implementation_version": impl_version, "extra": "",
+        "implementation_version": impl_version,
+        "extra": "",
         "extras": frozenset(),
         "dependency_groups": frozenset(lock.get("default-groups", [])),
     }
 
 
-_TOKEN = re.compile(r"""\s*(?:(?P<str>'[^']*'|"[^"]*")|(?P<op>===|==|!=|<=|>=|~=|<|>|\(|\))
-                        |(?P<word>[A-Za-z_][A-Za-z0-9_.]*))""", re.VERBOSE)
-_VERSION_VARS = {"python_version", "python_full_version", "implementation_version",
-                 "platform_release"}
+_TOKEN = re.compile(
+    r"""\s*(?:(?P<str>'[^']*'|"[^"]*")|(?P<op>===|==|!=|<=|>=|~=|<|>|\(|\))
+                        |(?P<word>[A-Za-z_][A-Za-z0-9_.]*))""",
+    re.VERBOSE,
+)
+_VERSION_VARS = {
+    "python_version",
+    "python_full_version",
+    "implementation_version",
+    "platform_release",
+}
 
 
 def _tokens(marker: str) -> list[tuple[str, str]]:
@@ -171,8 +185,14 @@ def _compare(left: Any, op: str, right: Any, versions: bool) -> bool:
         if op == "~=":
             prefix = rk[0][:-1]
             return la >= ra and lk[0][: len(prefix)] == prefix
-        return {"==": la == ra, "!=": la != ra, "<": la < ra, "<=": la <= ra,
-                ">": la > ra, ">=": la >= ra}[op]
+        return {
+            "==": la == ra,
+            "!=": la != ra,
+            "<": la < ra,
+            "<=": la <= ra,
+            ">": la > ra,
+            ">=": la >= ra,
+        }[op]
     if op in ("==", "==="):
         return bool(left == right)
     if op == "!=":

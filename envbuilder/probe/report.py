@@ -30,8 +30,10 @@ def _num(value: float) -> str:
 
 def _table(rows: list[list[str]]) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-            for row in rows]
+    return [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
 
 
 def _short(text: str | None, limit: int = 90) -> str:
@@ -47,8 +49,10 @@ def _cpu_lines(fp: dict[str, Any]) -> list[str]:
     load = fp.get("load_avg")
     quota_text = f"quota {quota:g} CPUs" if quota is not None else "no quota"
     load_text = f"load average at start {load[0]:g}" if load else "load average unknown"
-    line = (f"cpus: {fp['cpus_allowed']} allowed of {fp.get('cpu_count')}, {quota_text}; "
-            f"torch threads {fp.get('torch_threads')}; {load_text}")
+    line = (
+        f"cpus: {fp['cpus_allowed']} allowed of {fp.get('cpu_count')}, {quota_text}; "
+        f"torch threads {fp.get('torch_threads')}; {load_text}"
+    )
     return [line, *(f"WARNING: {w}" for w in fp.get("cpu_warnings") or [])]
 
 
@@ -58,28 +62,53 @@ def render_table(report: dict[str, Any]) -> str:
     fp = report["fingerprint"]
     devices = ", ".join(d["name"] for d in fp["devices"]) or "no GPU"
     build = f"hip {fp['hip']}" if fp["hip"] else (f"cuda {fp['cuda']}" if fp["cuda"] else "cpu")
-    lines = [f"envbuilder probe {report['probe_version']}: level {opts['level']}, expect "
-             f"{opts['expect']}, repeat {opts['repeat']}; torch {fp['torch']} ({build}); "
-             f"{devices}; {fp['host_os']}{' (WSL)' if fp['wsl'] else ''}",
-             *_cpu_lines(fp), ""]
+    lines = [
+        f"envbuilder probe {report['probe_version']}: level {opts['level']}, expect "
+        f"{opts['expect']}, repeat {opts['repeat']}; torch {fp['torch']} ({build}); "
+        f"{devices}; {fp['host_os']}{' (WSL)' if fp['wsl'] else ''}",
+        *_cpu_lines(fp),
+        "",
+    ]
     rows = [["check", "status", "time", "note"]]
-    rows += [[c["name"], c["status"].upper() if c["status"] in ("fail", "error")
-              else c["status"], f"{c['duration_s']:.1f}s", _short(c["reason"])]
-             for c in report["checks"]]
+    rows += [
+        [
+            c["name"],
+            c["status"].upper() if c["status"] in ("fail", "error") else c["status"],
+            f"{c['duration_s']:.1f}s",
+            _short(c["reason"]),
+        ]
+        for c in report["checks"]
+    ]
     lines += _table(rows)
     metric_rows = [["check", "metric", "dtype", "size", "value", "unit", "min..max"]]
     for c in report["checks"]:
         for m in c["metrics"]:
-            spread = (f"{_num(min(m['samples']))}..{_num(max(m['samples']))}"
-                      if len(m["samples"]) > 1 else "")
-            metric_rows.append([c["name"], m["name"], m["dtype"] or "-",
-                                _size(c["name"], m["size"]), _num(m["value"]), m["unit"],
-                                spread])
+            spread = (
+                f"{_num(min(m['samples']))}..{_num(max(m['samples']))}"
+                if len(m["samples"]) > 1
+                else ""
+            )
+            metric_rows.append(
+                [
+                    c["name"],
+                    m["name"],
+                    m["dtype"] or "-",
+                    _size(c["name"], m["size"]),
+                    _num(m["value"]),
+                    m["unit"],
+                    spread,
+                ]
+            )
     if len(metric_rows) > 1:
         lines += ["", *_table(metric_rows)]
-    counts = {s: sum(1 for c in report["checks"] if c["status"] == s)
-              for s in ("pass", "fail", "error", "skip")}
-    lines += ["", f"result: {report['status'].upper()} ("
-              + ", ".join(f"{n} {s}" for s, n in counts.items())
-              + f") in {report['duration_s']:.1f} s"]
+    counts = {
+        s: sum(1 for c in report["checks"] if c["status"] == s)
+        for s in ("pass", "fail", "error", "skip")
+    }
+    lines += [
+        "",
+        f"result: {report['status'].upper()} ("
+        + ", ".join(f"{n} {s}" for s, n in counts.items())
+        + f") in {report['duration_s']:.1f} s",
+    ]
     return "\n".join(lines)

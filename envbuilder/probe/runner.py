@@ -59,8 +59,7 @@ class ProbeOptions:
 
     def selected(self) -> list[str]:
         """The checks to run, in their fixed order."""
-        return [c for c in CHECK_NAMES
-                if (not self.only or c in self.only) and c not in self.skip]
+        return [c for c in CHECK_NAMES if (not self.only or c in self.only) and c not in self.skip]
 
 
 def probe_root() -> Path:
@@ -90,8 +89,10 @@ def _probe_command(args: list[str]) -> list[str]:
     root = probe_root()
     if root.is_file():
         return [sys.executable, str(root), *args]
-    boot = (f"import sys; sys.path[0] = {str(root)!r}; "
-            "from envbuilder.probe.cli import main; sys.exit(main())")
+    boot = (
+        f"import sys; sys.path[0] = {str(root)!r}; "
+        "from envbuilder.probe.cli import main; sys.exit(main())"
+    )
     return [sys.executable, "-c", boot, *args]
 
 
@@ -112,8 +113,9 @@ def kill_tree(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is not None and sys.platform == "win32":
         return
     if sys.platform == "win32":
-        subprocess.run(["taskkill", "/F", "/T", "/PID", str(proc.pid)],
-                       capture_output=True, check=False)
+        subprocess.run(
+            ["taskkill", "/F", "/T", "/PID", str(proc.pid)], capture_output=True, check=False
+        )
     else:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -193,9 +195,14 @@ class CheckWorker:
         self.started += 1
         self.log = self.workdir / f"worker{self.started}.log"
         with self.log.open("wb") as fh:
-            self.proc = subprocess.Popen(worker_command(self.ctx_file), env=child_env(),
-                                         stdin=subprocess.PIPE, stdout=fh,
-                                         stderr=subprocess.STDOUT, **_session_kwargs())
+            self.proc = subprocess.Popen(
+                worker_command(self.ctx_file),
+                env=child_env(),
+                stdin=subprocess.PIPE,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                **_session_kwargs(),
+            )
         return self.proc
 
     def close(self) -> None:
@@ -222,7 +229,7 @@ class CheckWorker:
             proc.stdin.flush()
 
     def _wait(self, proc: subprocess.Popen[bytes], out: Path, deadline: float) -> str:
-        """"done" (result written), "died" or "timeout"."""
+        """ "done" (result written), "died" or "timeout"."""
         while True:
             if out.is_file():
                 return "done"
@@ -246,17 +253,22 @@ class CheckWorker:
         entry: dict[str, Any] = {"name": name, "duration_s": round(time.monotonic() - start, 3)}
         if outcome == "timeout":
             self.close()
-            entry.update(status="error", reason=f"timed out after {timeout_s:g} s", details={},
-                         metrics=[])
+            entry.update(
+                status="error", reason=f"timed out after {timeout_s:g} s", details={}, metrics=[]
+            )
         elif outcome == "died":
             self.close()
-            entry.update(status="error", reason=_exit_description(proc.returncode),
-                         details={}, metrics=[])
+            entry.update(
+                status="error", reason=_exit_description(proc.returncode), details={}, metrics=[]
+            )
         else:
             data = json.loads(out.read_text(encoding="utf-8"))
-            entry.update(status=data["status"], reason=data["reason"],
-                         details=_finite(data["details"]),
-                         metrics=_clean_metrics(data["metrics"]))
+            entry.update(
+                status=data["status"],
+                reason=data["reason"],
+                details=_finite(data["details"]),
+                metrics=_clean_metrics(data["metrics"]),
+            )
             if entry["status"] == "error":
                 self.close()
         entry["details"]["worker_pid"] = proc.pid
@@ -279,14 +291,21 @@ def _host_os() -> str:
 def cpu_facts(load: list[float] | None, torch_threads: int | None) -> dict[str, Any]:
     """The fingerprint's CPU part: what the run could use, and how busy the machine was."""
     allowed, quota = cpus_allowed(), cgroup_cpu_quota()
-    return {"torch_threads": torch_threads, "cpus_allowed": allowed, "cpu_quota": quota,
-            "load_avg": load,
-            "cpu_warnings": cpu_warnings(load, os.cpu_count(), torch_threads, allowed, quota)}
+    return {
+        "torch_threads": torch_threads,
+        "cpus_allowed": allowed,
+        "cpu_quota": quota,
+        "load_avg": load,
+        "cpu_warnings": cpu_warnings(load, os.cpu_count(), torch_threads, allowed, quota),
+    }
 
 
-def fingerprint(device_entry: dict[str, Any] | None, opts: ProbeOptions,
-                load: list[float] | None = None,
-                packages: tuple[str, int] | None = None) -> dict[str, Any]:
+def fingerprint(
+    device_entry: dict[str, Any] | None,
+    opts: ProbeOptions,
+    load: list[float] | None = None,
+    packages: tuple[str, int] | None = None,
+) -> dict[str, Any]:
     """What was tested: interpreter, torch build, devices, host, CPUs, lock (see the schema).
 
     `load` is the load average taken before the first check started; `packages` the
@@ -296,30 +315,50 @@ def fingerprint(device_entry: dict[str, Any] | None, opts: ProbeOptions,
     from envbuilder.probe.check_device import relevant_env
 
     facts = (device_entry or {}).get("details", {})
-    devices = [{"index": d["index"], "name": d["name"], "gfx": d.get("gfx"),
-                "memory_bytes": d["memory_bytes"]} for d in facts.get("devices", [])]
-    lock_sha = (hashlib.sha256(Path(opts.lock).read_bytes()).hexdigest()
-                if opts.lock else None)
+    devices = [
+        {
+            "index": d["index"],
+            "name": d["name"],
+            "gfx": d.get("gfx"),
+            "memory_bytes": d["memory_bytes"],
+        }
+        for d in facts.get("devices", [])
+    ]
+    lock_sha = hashlib.sha256(Path(opts.lock).read_bytes()).hexdigest() if opts.lock else None
     # In the parent, whose interpreter is the env's: it sees what the checks import.
     packages_sha, packages_count = packages or installed_packages_digest()
     threads = facts.get("threads")
     return {
-        "python": platform.python_version(), "torch": facts.get("torch"),
-        "hip": facts.get("hip"), "cuda": facts.get("cuda"), "driver": facts.get("driver"),
-        "nccl": facts.get("nccl"), "devices": devices, "host_os": _host_os(),
-        "kernel": platform.release(), "machine": platform.machine(), "wsl": in_wsl(),
-        "cpu_count": os.cpu_count(), **cpu_facts(load, threads if isinstance(threads, int)
-                                                 else None),
+        "python": platform.python_version(),
+        "torch": facts.get("torch"),
+        "hip": facts.get("hip"),
+        "cuda": facts.get("cuda"),
+        "driver": facts.get("driver"),
+        "nccl": facts.get("nccl"),
+        "devices": devices,
+        "host_os": _host_os(),
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+        "wsl": in_wsl(),
+        "cpu_count": os.cpu_count(),
+        **cpu_facts(load, threads if isinstance(threads, int) else None),
         "lock_sha256": lock_sha,
-        "packages_sha256": packages_sha, "packages_count": packages_count,
+        "packages_sha256": packages_sha,
+        "packages_count": packages_count,
         "env_vars": relevant_env(),
     }
 
 
 def _skipped(name: str, opts: ProbeOptions) -> dict[str, Any]:
     why = "not in --only" if opts.only and name not in opts.only else "--skip"
-    return {"name": name, "status": "skip", "reason": why, "duration_s": 0.0, "details": {},
-            "metrics": []}
+    return {
+        "name": name,
+        "status": "skip",
+        "reason": why,
+        "duration_s": 0.0,
+        "details": {},
+        "metrics": [],
+    }
 
 
 def run_probe(opts: ProbeOptions, progress: ProgressFn | None = None) -> dict[str, Any]:
@@ -330,16 +369,23 @@ def run_probe(opts: ProbeOptions, progress: ProgressFn | None = None) -> dict[st
     for warning in cpu_warnings(load, os.cpu_count(), None, None, None):
         say(f"warning: {warning}")
     t0 = time.monotonic()
-    ctx = Context(level=opts.level, expect=opts.expect, repeat=opts.repeat, lock=opts.lock,
-                  timeout_s=opts.check_timeout_s)
+    ctx = Context(
+        level=opts.level,
+        expect=opts.expect,
+        repeat=opts.repeat,
+        lock=opts.lock,
+        timeout_s=opts.check_timeout_s,
+    )
     selected = opts.selected()
     checks: list[dict[str, Any]] = []
     device_entry: dict[str, Any] | None = None
     from envbuilder.probe.check_conformance import installed_packages_digest
 
     # The parent idles while the first check starts the worker: hash the packages meanwhile.
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool, \
-            tempfile.TemporaryDirectory(prefix="envbuilder-probe-") as tmp:
+    with (
+        concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool,
+        tempfile.TemporaryDirectory(prefix="envbuilder-probe-") as tmp,
+    ):
         packages = pool.submit(installed_packages_digest)
         workdir = Path(tmp)
         ctx_file = workdir / "ctx.json"
@@ -353,22 +399,34 @@ def run_probe(opts: ProbeOptions, progress: ProgressFn | None = None) -> dict[st
                     continue
                 say(f"[{i + 1}/{len(CHECK_NAMES)}] {name} ...")
                 entry = worker.run(name, opts.check_timeout_s)
-                say(f"[{i + 1}/{len(CHECK_NAMES)}] {name}: {entry['status']} "
+                say(
+                    f"[{i + 1}/{len(CHECK_NAMES)}] {name}: {entry['status']} "
                     f"({entry['duration_s']:.1f} s)"
-                    f"{': ' + entry['reason'] if entry['reason'] else ''}")
+                    f"{': ' + entry['reason'] if entry['reason'] else ''}"
+                )
                 checks.append(entry)
                 if name == "device":
                     device_entry = entry
         digest = packages.result()
     failed = any(c["status"] in ("fail", "error") for c in checks)
     return {
-        "schema_version": SCHEMA_VERSION, "tool": "envbuilder-probe",
-        "probe_version": PROBE_VERSION, "started_at": started.isoformat(timespec="seconds"),
-        "duration_s": round(time.monotonic() - t0, 3), "status": "fail" if failed else "pass",
-        "options": {"level": opts.level, "expect": opts.expect, "repeat": opts.repeat,
-                    "only": list(opts.only), "skip": list(opts.skip), "lock": opts.lock,
-                    "timeout_s": opts.check_timeout_s},
-        "labels": dict(opts.labels), "fingerprint": fingerprint(device_entry, opts, load, digest),
+        "schema_version": SCHEMA_VERSION,
+        "tool": "envbuilder-probe",
+        "probe_version": PROBE_VERSION,
+        "started_at": started.isoformat(timespec="seconds"),
+        "duration_s": round(time.monotonic() - t0, 3),
+        "status": "fail" if failed else "pass",
+        "options": {
+            "level": opts.level,
+            "expect": opts.expect,
+            "repeat": opts.repeat,
+            "only": list(opts.only),
+            "skip": list(opts.skip),
+            "lock": opts.lock,
+            "timeout_s": opts.check_timeout_s,
+        },
+        "labels": dict(opts.labels),
+        "fingerprint": fingerprint(device_entry, opts, load, digest),
         "checks": checks,
     }
 

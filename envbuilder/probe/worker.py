@@ -49,8 +49,12 @@ def _settle(data: dict[str, Any]) -> dict[str, Any]:
         torch.cuda.empty_cache()
     except Exception as exc:  # a sticky CUDA/HIP error: this process's context is spent
         details = dict(data["details"], after_check=f"{type(exc).__name__}: {exc}")
-        return {**data, "status": "error", "details": details,
-                "reason": f"GPU error after the check: {type(exc).__name__}: {exc}"}
+        return {
+            **data,
+            "status": "error",
+            "details": details,
+            "reason": f"GPU error after the check: {type(exc).__name__}: {exc}",
+        }
     return data
 
 

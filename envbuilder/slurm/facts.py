@@ -1,6 +1,6 @@
 """envbuilder/data/slurm.toml as values: how the batch script starts an env on a node.
 
-    load_facts() -> SlurmFacts      CompatDataError when the shipped file is malformed
+load_facts() -> SlurmFacts      CompatDataError when the shipped file is malformed
 """
 
 from __future__ import annotations
@@ -41,8 +41,7 @@ def _per_accelerator(table: Mapping[str, Any], where: str) -> dict[str, str]:
     for accelerator in ACCELERATORS:
         value = table.get(accelerator)
         if not isinstance(value, str):
-            raise CompatDataError(f"envbuilder/data/{FILE}: {where}.{accelerator} must be a "
-                                  "string")
+            raise CompatDataError(f"envbuilder/data/{FILE}: {where}.{accelerator} must be a string")
         out[accelerator] = value
     return out
 
@@ -66,12 +65,15 @@ def load_facts() -> SlurmFacts:
     kinds = _per_accelerator(_table(data, "host_kind", ""), "host_kind")
     for accelerator, kind in kinds.items():
         if kind not in HOST_KINDS:
-            raise CompatDataError(f"envbuilder/data/{FILE}: host_kind.{accelerator} = {kind!r} "
-                                  f"is not one of docker.toml's {', '.join(HOST_KINDS)}")
+            raise CompatDataError(
+                f"envbuilder/data/{FILE}: host_kind.{accelerator} = {kind!r} "
+                f"is not one of docker.toml's {', '.join(HOST_KINDS)}"
+            )
     runtimes = _table(data, "runtime", "")
     apptainer = _table(runtimes, "apptainer", "runtime.")
-    flags = _per_accelerator(_table(apptainer, "gpu_flag", "runtime.apptainer."),
-                             "runtime.apptainer.gpu_flag")
+    flags = _per_accelerator(
+        _table(apptainer, "gpu_flag", "runtime.apptainer."), "runtime.apptainer.gpu_flag"
+    )
     torchrun = _table(data, "torchrun", "")
     return SlurmFacts(
         host_kind={a: cast(HostKind, k) for a, k in kinds.items()},

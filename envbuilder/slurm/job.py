@@ -24,10 +24,21 @@ from envbuilder import interrupts
 from envbuilder.errors import EngineError
 
 #: Job states after which nothing of the job runs any more (Slurm's JOB_STATE_CODES).
-FINAL_STATES = frozenset({
-    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
-    "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT",
-})
+FINAL_STATES = frozenset(
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "REVOKED",
+        "SPECIAL_EXIT",
+    }
+)
 #: What we say when Slurm has forgotten a job: no accounting, and MinJobAge has passed.
 FORGOTTEN = "GONE"
 COMMAND_TIMEOUT_S = 60.0
@@ -60,21 +71,30 @@ class JobState:
         text = f"job {self.job_id} {self.state}"
         if self.node_list and self.node_list not in ("(null)", "None"):
             text += f" on {self.node_list}"
-        extras = [x for x in (self.reason if self.reason not in ("None", "") else "",
-                              self.run_time) if x]
+        extras = [
+            x for x in (self.reason if self.reason not in ("None", "") else "", self.run_time) if x
+        ]
         return text + (f" ({', '.join(extras)})" if extras else "")
 
 
-def _run(args: Sequence[str], env: Mapping[str, str], cwd: Path | None = None,
-         timeout: float = COMMAND_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+def _run(
+    args: Sequence[str],
+    env: Mapping[str, str],
+    cwd: Path | None = None,
+    timeout: float = COMMAND_TIMEOUT_S,
+) -> subprocess.CompletedProcess[str]:
     try:
         return interrupts.run(list(args), cwd=cwd, env=env, timeout=timeout)
     except FileNotFoundError:
-        raise SlurmError(f"{args[0]} is not installed here: run envbuilder on a machine with "
-                         "Slurm's client commands (a login node; Debian: slurm-client)") from None
+        raise SlurmError(
+            f"{args[0]} is not installed here: run envbuilder on a machine with "
+            "Slurm's client commands (a login node; Debian: slurm-client)"
+        ) from None
     except subprocess.TimeoutExpired:
-        raise SlurmError(f"{' '.join(args[:3])} did not answer within {timeout:g} s: is "
-                         "slurmctld up (`scontrol ping`)?") from None
+        raise SlurmError(
+            f"{' '.join(args[:3])} did not answer within {timeout:g} s: is "
+            "slurmctld up (`scontrol ping`)?"
+        ) from None
 
 
 def _failed(args: Sequence[str], result: subprocess.CompletedProcess[str]) -> SlurmError:
@@ -121,11 +141,18 @@ def _scontrol(job_id: str, env: Mapping[str, str]) -> JobState | None:
         raise _failed(args, result)
     fields = dict(_FIELD.findall(result.stdout))
     if "JobState" not in fields:
-        raise SlurmError(f"scontrol show job {job_id} answered no JobState: "
-                         f"{result.stdout.strip()[:200]!r}")
-    return JobState(job_id, fields["JobState"], fields.get("Reason", ""),
-                    fields.get("NodeList", ""), fields.get("ExitCode", ""),
-                    fields.get("RunTime", ""), fields.get("TimeLimit", ""))
+        raise SlurmError(
+            f"scontrol show job {job_id} answered no JobState: {result.stdout.strip()[:200]!r}"
+        )
+    return JobState(
+        job_id,
+        fields["JobState"],
+        fields.get("Reason", ""),
+        fields.get("NodeList", ""),
+        fields.get("ExitCode", ""),
+        fields.get("RunTime", ""),
+        fields.get("TimeLimit", ""),
+    )
 
 
 def _sacct(job_id: str, env: Mapping[str, str]) -> JobState | None:
@@ -150,12 +177,14 @@ def poll(job_id: str, env: Mapping[str, str]) -> JobState:
     if queued is not None:
         return queued
     final = _scontrol(job_id, env) or _sacct(job_id, env)
-    return final or JobState(job_id, FORGOTTEN,
-                             "Slurm no longer knows the job (no accounting; MinJobAge passed)")
+    return final or JobState(
+        job_id, FORGOTTEN, "Slurm no longer knows the job (no accounting; MinJobAge passed)"
+    )
 
 
-def cancel(job_id: str, env: Mapping[str, str], wait_s: float = 60.0,
-           interval_s: float = 1.0) -> JobState:
+def cancel(
+    job_id: str, env: Mapping[str, str], wait_s: float = 60.0, interval_s: float = 1.0
+) -> JobState:
     """scancel the job and wait (at most `wait_s`) until nothing of it runs; its last state."""
     args = ["scancel", job_id]
     result = _run(args, env)

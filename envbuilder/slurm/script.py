@@ -61,7 +61,7 @@ class ClusterTargets:
 
 
 def cluster_kind(target: str) -> str | None:
-    """"image" for a target with the `cluster` and `push` capabilities (a registry holds it),
+    """ "image" for a target with the `cluster` and `push` capabilities (a registry holds it),
     "venv" for one with `cluster` and `path` (a venv in a folder), None otherwise."""
     descriptor = registry.get(target)
     if not descriptor.has("cluster"):
@@ -181,12 +181,16 @@ def _header(inputs: Mapping[str, Any], marker: str) -> list[str]:
         f"input-sha256: {digest}",
     ]
     if not inputs["locked"]:
-        lines.append(f"NOT LOCKED: run `envbuilder lock --env {env}`, then render again; until "
-                     "then this script refuses to run.")
+        lines.append(
+            f"NOT LOCKED: run `envbuilder lock --env {env}`, then render again; until "
+            "then this script refuses to run."
+        )
     elif inputs["image_pylock_sha256"] and not inputs["image"]:
-        lines.append(f"NOT PUSHED: the image runtimes need ENVBUILDER_IMAGE until `envbuilder "
-                     f"push --env {env} --registry HOST/PATH` records the image and this file "
-                     "is rendered again.")
+        lines.append(
+            f"NOT PUSHED: the image runtimes need ENVBUILDER_IMAGE until `envbuilder "
+            f"push --env {env} --registry HOST/PATH` records the image and this file "
+            "is rendered again."
+        )
     return lines
 
 
@@ -197,8 +201,7 @@ def render_script(project: Project, spec: Spec, env: EnvSpec) -> dict[Path, byte
         return {}
     inputs = _inputs(project, spec, env)
     try:
-        text = environment().get_template(TEMPLATE).render(
-            header=_header(inputs, MARKER), **inputs)
+        text = environment().get_template(TEMPLATE).render(header=_header(inputs, MARKER), **inputs)
     except quoting.QuotingError as exc:
         raise RenderError(f"environments.toml: env.{env.name}: {exc}") from None
     return {script_path(project, env.name): _encode(SCRIPT_NAME, text)}

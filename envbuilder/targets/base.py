@@ -31,8 +31,9 @@ Schema = Mapping[str, Any]
 #: refusal(value) says why that quoting cannot carry `value` (None: it can).
 VariableQuoting = tuple[tuple[str, Callable[[str], str | None]], ...]
 #: The capability names, as `Capabilities` fields and `registry.with_capability` takes them.
-Capability = Literal["build", "push", "pull", "path", "no_cache", "verify", "cluster",
-                     "needs_docker"]
+Capability = Literal[
+    "build", "push", "pull", "path", "no_cache", "verify", "cluster", "needs_docker"
+]
 #: The ROCm location a Linux target's activation sets for a ROCm env.
 LINUX_ROCM_PATH = "/opt/rocm"
 #: Ubuntu release -> codename, for AMD's amdgpu-install package paths
@@ -43,7 +44,7 @@ UBUNTU_REPOSITORIES = ("ubuntu", "library/ubuntu", "docker.io/ubuntu", "docker.i
 
 
 def plain_ubuntu_release(ref: str) -> str | None:
-    """"24.04" for `ubuntu:24.04` (or `ubuntu:noble`, a registry prefix, a digest), None for
+    """ "24.04" for `ubuntu:24.04` (or `ubuntu:noble`, a registry prefix, a digest), None for
     any other image (a rocm/* image, another distribution, no tag)."""
     name = ref.split("@", 1)[0]
     repo, sep, tag = name.rpartition(":")
@@ -143,11 +144,13 @@ class Builder(Protocol):
     """Builds a target's artifact from the locked, rendered definition and validates it by
     running the probe inside it. Builders never print: they report through `progress`."""
 
-    def build(self, project: Project, env: EnvSpec, options: BuildOptions,
-              progress: ProgressFn) -> Artifact: ...
+    def build(
+        self, project: Project, env: EnvSpec, options: BuildOptions, progress: ProgressFn
+    ) -> Artifact: ...
 
-    def validate(self, project: Project, env: EnvSpec, options: ValidateOptions,
-                 progress: ProgressFn) -> Path:
+    def validate(
+        self, project: Project, env: EnvSpec, options: ValidateOptions, progress: ProgressFn
+    ) -> Path:
         """Run the probe inside the built artifact; return the path of the JSON report written
         to project.report(env.name, target). Raises ValidationError if it cannot run."""
         ...
@@ -157,13 +160,15 @@ class Builder(Protocol):
 class RegistryBuilder(Builder, Protocol):
     """A builder of a target with the `push` and `pull` capabilities."""
 
-    def push(self, project: Project, env: EnvSpec, options: PushOptions,
-             progress: ProgressFn) -> str:
+    def push(
+        self, project: Project, env: EnvSpec, options: PushOptions, progress: ProgressFn
+    ) -> str:
         """Push the artifact; record and return its repository digest reference."""
         ...
 
-    def pull(self, project: Project, env: EnvSpec, options: PullOptions,
-             progress: ProgressFn) -> str:
+    def pull(
+        self, project: Project, env: EnvSpec, options: PullOptions, progress: ProgressFn
+    ) -> str:
         """Pull what the lock records; return what was made (image id, path and sha256)."""
         ...
 
@@ -208,13 +213,20 @@ def activation_step(variables: Mapping[str, str], scripts: tuple[str, ...]) -> W
     writes them: `python -m venv` Activate.ps1, uv activate.ps1), the same blocks
     `envbuilder build` writes (envbuilder.activate)."""
     values = dict(variables)
-    makers = {"activate": activate.bash_block, "activate.ps1": activate.powershell_block,
-              "activate.bat": activate.cmd_activate_block,
-              "deactivate.bat": activate.cmd_deactivate_block}
+    makers = {
+        "activate": activate.bash_block,
+        "activate.ps1": activate.powershell_block,
+        "activate.bat": activate.cmd_activate_block,
+        "deactivate.bat": activate.cmd_deactivate_block,
+    }
     blocks = tuple(
-        (name, tuple(makers[name.lower()](values).replace("\r\n", "\n").splitlines())
-         if values else (),
-         "crlf" if name.endswith(".bat") else "auto")
+        (
+            name,
+            tuple(makers[name.lower()](values).replace("\r\n", "\n").splitlines())
+            if values
+            else (),
+            "crlf" if name.endswith(".bat") else "auto",
+        )
         for name in scripts
     )
     return WriteActivation(activate.BEGIN, activate.END, blocks, tuple(values.items()))

@@ -86,8 +86,9 @@ def parse(ctx: TableContext) -> DockerTable | None:
     python = ctx.raw.get("python", "python3")
     ctx.report("python", grammar.interpreter_problem(python))
     if base is None:
-        ctx.report("base", 'missing; set base = "debian:bookworm-slim" (an image reference '
-                   "with a tag)")
+        ctx.report(
+            "base", 'missing; set base = "debian:bookworm-slim" (an image reference with a tag)'
+        )
         return None
     ctx.report("base", grammar.image_problem(base))
     ctx.report("base", grammar.image_untagged(base), "warning")
@@ -111,12 +112,13 @@ def amdgpu_install_steps(env: EnvSpec, inputs: PlanInputs, base: str) -> tuple[S
     if ubuntu is None:
         return ()
     where = f"env {env.name!r} (ROCm {rocm.version}, docker.base {base})"
-    url = rocm.amdgpu_install_url(UBUNTU_CODENAMES[ubuntu]) if ubuntu in UBUNTU_CODENAMES \
-        else None
+    url = rocm.amdgpu_install_url(UBUNTU_CODENAMES[ubuntu]) if ubuntu in UBUNTU_CODENAMES else None
     if url is None:
-        raise RenderError(f"{where}: the compatibility data has no amdgpu-install package for "
-                          f"Ubuntu {ubuntu}; use base = \"ubuntu:22.04\" or \"ubuntu:24.04\", "
-                          "or the release's rocm/dev-ubuntu image; run `envbuilder check`")
+        raise RenderError(
+            f"{where}: the compatibility data has no amdgpu-install package for "
+            f'Ubuntu {ubuntu}; use base = "ubuntu:22.04" or "ubuntu:24.04", '
+            "or the release's rocm/dev-ubuntu image; run `envbuilder check`"
+        )
     return (AmdgpuInstall(rocm.version, ubuntu, url),)
 
 
@@ -128,40 +130,53 @@ def plan(env: EnvSpec, inputs: PlanInputs) -> Plan:
         raise RenderError(f"env {env.name!r} has no [env.{env.name}.docker] table")
     lock = inputs.lock
     base, pinned = from_image(table.base, lock)
-    runtime = Stage("runtime", base, pinned, (
-        AptInstall(python_packages(env.apt)),
-        *amdgpu_install_steps(env, inputs, table.base),
-        CreateUser(table.user, UID, GPU_GROUPS),
-    ))
-    build = build_stage("runtime", table.python, env.python,
-                        sdists=sdk_release(env) is not None)
+    runtime = Stage(
+        "runtime",
+        base,
+        pinned,
+        (
+            AptInstall(python_packages(env.apt)),
+            *amdgpu_install_steps(env, inputs, table.base),
+            CreateUser(table.user, UID, GPU_GROUPS),
+        ),
+    )
+    build = build_stage("runtime", table.python, env.python, sdists=sdk_release(env) is not None)
     if sdk_release(env) is not None:
-        build = replace(build, steps=(*build.steps,
-                                      LinkRocmSdkRoot(f"{VENV}/bin/rocm-sdk", PIP_SDK_ROCM_LINK)))
-    final = Stage(None, "runtime", True, (
-        CopyFromStage("build", VENV, VENV),
-        SetEnv(tuple(inputs.variables.items()), path_prepend=f"{VENV}/bin"),
-        labels(env, lock),
-        RunAsUser(UID, f"/home/{table.user}"),
-    ))
+        build = replace(
+            build, steps=(*build.steps, LinkRocmSdkRoot(f"{VENV}/bin/rocm-sdk", PIP_SDK_ROCM_LINK))
+        )
+    final = Stage(
+        None,
+        "runtime",
+        True,
+        (
+            CopyFromStage("build", VENV, VENV),
+            SetEnv(tuple(inputs.variables.items()), path_prepend=f"{VENV}/bin"),
+            labels(env, lock),
+            RunAsUser(UID, f"/home/{table.user}"),
+        ),
+    )
     return Plan(env.name, NAME, env.description, lock.locked, (runtime, build, final))
 
 
-DESCRIPTOR = registry.register(TargetDescriptor(
-    name=NAME,
-    summary="an OCI image envbuilder/<env>:<short lock hash>, built by a Docker engine",
-    table=DockerTable,
-    keys=KEYS,
-    parse=parse,
-    platforms=("x86_64-manylinux_2_28",),
-    os="linux",
-    builder="envbuilder.builders.docker:DockerBuilder",
-    capabilities=Capabilities(push=True, pull=True, no_cache=True, verify=True, cluster=True,
-                              needs_docker=True),
-    base_image=base_image,
-    variables=image_variables,
-    variable_quoting=(("the Dockerfile's ENV line", quoting.dockerfile_refusal),),
-    plan=plan,
-    templates=(("Dockerfile", "docker/Dockerfile.j2"),),
-    output_dir="dockerfiles",
-))
+DESCRIPTOR = registry.register(
+    TargetDescriptor(
+        name=NAME,
+        summary="an OCI image envbuilder/<env>:<short lock hash>, built by a Docker engine",
+        table=DockerTable,
+        keys=KEYS,
+        parse=parse,
+        platforms=("x86_64-manylinux_2_28",),
+        os="linux",
+        builder="envbuilder.builders.docker:DockerBuilder",
+        capabilities=Capabilities(
+            push=True, pull=True, no_cache=True, verify=True, cluster=True, needs_docker=True
+        ),
+        base_image=base_image,
+        variables=image_variables,
+        variable_quoting=(("the Dockerfile's ENV line", quoting.dockerfile_refusal),),
+        plan=plan,
+        templates=(("Dockerfile", "docker/Dockerfile.j2"),),
+        output_dir="dockerfiles",
+    )
+)

@@ -39,7 +39,7 @@ KEYS: Schema = {"python": "str"}
 def parse(ctx: TableContext) -> NativeTable:
     py = ctx.raw.get("python", ctx.python)
     if py is not None and not grammar.PYTHON_RE.fullmatch(py):
-        ctx.report("python", f"{py!r} is not a Python major.minor version; write e.g. \"3.12\"")
+        ctx.report("python", f'{py!r} is not a Python major.minor version; write e.g. "3.12"')
     return NativeTable(python=py or "")
 
 
@@ -54,24 +54,27 @@ def plan(env: EnvSpec, inputs: PlanInputs) -> Plan:
     steps: tuple[Step, ...] = (
         FindPython(table.python),
         CreateVenv("uv", venv_folder(env.name, NAME)),
-        SyncPylock(f"lockfiles/{lock.pylock or pylock_name(env.name, NAME)}",
-                   lock.pylock_sha256),
+        SyncPylock(f"lockfiles/{lock.pylock or pylock_name(env.name, NAME)}", lock.pylock_sha256),
         activation_step(dict(inputs.variables), ("activate", "activate.ps1")),
     )
     return Plan(env.name, NAME, env.description, lock.locked, steps=steps)
 
 
-DESCRIPTOR = registry.register(TargetDescriptor(
-    name=NAME,
-    summary="a venv on this Linux host (--path DIR, default .envbuilder/venvs/<env>-native)",
-    table=NativeTable,
-    keys=KEYS,
-    parse=parse,
-    platforms=("x86_64-manylinux_2_28",),
-    os="linux",
-    builder="envbuilder.builders.venv:NativeVenvBuilder",
-    capabilities=Capabilities(path=True, cluster=True),
-    variable_quoting=(("the venv's activate script", quoting.sh_refusal),
-                      ("the venv's Activate.ps1", quoting.ps_refusal)),
-    plan=plan,
-))
+DESCRIPTOR = registry.register(
+    TargetDescriptor(
+        name=NAME,
+        summary="a venv on this Linux host (--path DIR, default .envbuilder/venvs/<env>-native)",
+        table=NativeTable,
+        keys=KEYS,
+        parse=parse,
+        platforms=("x86_64-manylinux_2_28",),
+        os="linux",
+        builder="envbuilder.builders.venv:NativeVenvBuilder",
+        capabilities=Capabilities(path=True, cluster=True),
+        variable_quoting=(
+            ("the venv's activate script", quoting.sh_refusal),
+            ("the venv's Activate.ps1", quoting.ps_refusal),
+        ),
+        plan=plan,
+    )
+)

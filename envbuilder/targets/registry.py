@@ -45,8 +45,10 @@ def _load() -> None:
         try:
             loaded = entry.load()
         except Exception as exc:  # a broken plugin is named, never a traceback
-            raise EnvbuilderError(f"the target plugin {entry.name!r} ({entry.value}) cannot be "
-                                  f"loaded: {exc}; fix or uninstall it") from None
+            raise EnvbuilderError(
+                f"the target plugin {entry.name!r} ({entry.value}) cannot be "
+                f"loaded: {exc}; fix or uninstall it"
+            ) from None
         if isinstance(loaded, TargetDescriptor):
             register(loaded)
 
@@ -56,12 +58,16 @@ def register(descriptor: TargetDescriptor) -> TargetDescriptor:
     A second, different target of the same name is refused."""
     _load()
     if not grammar.TARGET_NAME_RE.fullmatch(descriptor.name):
-        raise EnvbuilderError(f"target name {descriptor.name!r} is not lower-case letters and "
-                              "digits starting with a letter (it becomes part of file names)")
+        raise EnvbuilderError(
+            f"target name {descriptor.name!r} is not lower-case letters and "
+            "digits starting with a letter (it becomes part of file names)"
+        )
     known = _DESCRIPTORS.get(descriptor.name)
     if known is not None and known is not descriptor:
-        raise EnvbuilderError(f"two targets are called {descriptor.name!r} ({known.builder} and "
-                              f"{descriptor.builder}); uninstall one of them")
+        raise EnvbuilderError(
+            f"two targets are called {descriptor.name!r} ({known.builder} and "
+            f"{descriptor.builder}); uninstall one of them"
+        )
     _DESCRIPTORS[descriptor.name] = descriptor
     # the built-ins first, in their order, whichever module was imported first; then the others
     # in the order they were registered
@@ -81,8 +87,10 @@ def get(name: str) -> TargetDescriptor:
     """The descriptor of target `name`."""
     _load()
     if name not in _DESCRIPTORS:
-        raise UsageError(f"unknown target {name!r}{did_you_mean(name, _DESCRIPTORS)}; choose one "
-                         f"of: {', '.join(_DESCRIPTORS)}")
+        raise UsageError(
+            f"unknown target {name!r}{did_you_mean(name, _DESCRIPTORS)}; choose one "
+            f"of: {', '.join(_DESCRIPTORS)}"
+        )
     return _DESCRIPTORS[name]
 
 

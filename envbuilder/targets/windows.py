@@ -48,14 +48,18 @@ class WindowsTable(TargetTable):
 
 #: `packages` and `index_pins` replace the env-wide ones for this target (the spec loader keeps
 #: them on EnvSpec.target_packages / target_index_pins).
-KEYS: Schema = {"python": "str", "hip_path": "str", "packages": "list[str]",
-                "index_pins": "map[str]"}
+KEYS: Schema = {
+    "python": "str",
+    "hip_path": "str",
+    "packages": "list[str]",
+    "index_pins": "map[str]",
+}
 
 
 def parse(ctx: TableContext) -> WindowsTable:
     py = ctx.raw.get("python", ctx.python)
     if py is not None and not grammar.PYTHON_RE.fullmatch(py):
-        ctx.report("python", f"{py!r} is not a Python major.minor version; write e.g. \"3.12\"")
+        ctx.report("python", f'{py!r} is not a Python major.minor version; write e.g. "3.12"')
     hip_path = ctx.raw.get("hip_path")
     if hip_path is not None:
         ctx.report("hip_path", grammar.windows_path_problem(hip_path))
@@ -78,8 +82,9 @@ def variables(env: EnvSpec) -> dict[str, str]:
     # `rocm-sdk path --root` finds it (a venv placed at build time has no fixed path to write).
     if env.accelerator == "rocm" and env.rocm and sdk_release(env) is None:
         table = env.table(WindowsTable)
-        out["HIP_PATH"] = (table.hip_path if table and table.hip_path else None) \
-            or default_hip_path(env.rocm)
+        out["HIP_PATH"] = (
+            table.hip_path if table and table.hip_path else None
+        ) or default_hip_path(env.rocm)
     out.update(env.env)
     for name in WINDOWS_IGNORED:
         out.pop(name, None)
@@ -98,30 +103,37 @@ def plan(env: EnvSpec, inputs: PlanInputs) -> Plan:
         FindPython(table.python),
         CreateVenv("py", ".venv"),
         InstallPylock(WINDOWS_PIP, pylock, lock.pylock_sha256),
-        activation_step(dict(inputs.variables),
-                        ("activate", "Activate.ps1", "activate.bat", "deactivate.bat")),
+        activation_step(
+            dict(inputs.variables), ("activate", "Activate.ps1", "activate.bat", "deactivate.bat")
+        ),
     )
     return Plan(env.name, NAME, env.description, lock.locked, steps=steps)
 
 
-DESCRIPTOR = registry.register(TargetDescriptor(
-    name=NAME,
-    summary="a venv on native Windows (--path DIR), or windows/<env>/setup.ps1 without envbuilder",
-    table=WindowsTable,
-    keys=KEYS,
-    parse=parse,
-    platforms=("x86_64-pc-windows-msvc",),
-    os="windows",
-    builder="envbuilder.builders.venv:WindowsVenvBuilder",
-    capabilities=Capabilities(path=True, host=("windows",)),
-    variables=variables,
-    variable_quoting=(("the venv's activate.bat", quoting.cmd_set_refusal),
-                      ("setup.ps1 and the venv's Activate.ps1", quoting.ps_refusal),
-                      ("the venv's activate script", quoting.sh_refusal)),
-    plan=plan,
-    templates=(
-        ("setup.ps1", "windows/setup.ps1.j2"),
-        ("README.md", "windows/README.md.j2"),
-    ),
-    output_dir="windows",
-))
+DESCRIPTOR = registry.register(
+    TargetDescriptor(
+        name=NAME,
+        summary=(
+            "a venv on native Windows (--path DIR), or windows/<env>/setup.ps1 without envbuilder"
+        ),
+        table=WindowsTable,
+        keys=KEYS,
+        parse=parse,
+        platforms=("x86_64-pc-windows-msvc",),
+        os="windows",
+        builder="envbuilder.builders.venv:WindowsVenvBuilder",
+        capabilities=Capabilities(path=True, host=("windows",)),
+        variables=variables,
+        variable_quoting=(
+            ("the venv's activate.bat", quoting.cmd_set_refusal),
+            ("setup.ps1 and the venv's Activate.ps1", quoting.ps_refusal),
+            ("the venv's activate script", quoting.sh_refusal),
+        ),
+        plan=plan,
+        templates=(
+            ("setup.ps1", "windows/setup.ps1.j2"),
+            ("README.md", "windows/README.md.j2"),
+        ),
+        output_dir="windows",
+    )
+)

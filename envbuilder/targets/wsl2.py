@@ -77,8 +77,7 @@ class Wsl2Table(TargetTable):
     systemd: bool = True
 
 
-KEYS: Schema = {"distro": "str", "ubuntu": "str", "base": "str", "user": "str",
-                "systemd": "bool"}
+KEYS: Schema = {"distro": "str", "ubuntu": "str", "base": "str", "user": "str", "systemd": "bool"}
 
 
 def parse(ctx: TableContext) -> Wsl2Table | None:
@@ -88,10 +87,13 @@ def parse(ctx: TableContext) -> Wsl2Table | None:
     ctx.report("distro", grammar.distro_problem(ctx.env, distro, derived="distro" not in t))
     ubuntu = t.get("ubuntu")
     if ubuntu is not None and not grammar.UBUNTU_RE.fullmatch(ubuntu):
-        ctx.report("ubuntu", f"{ubuntu!r} is not an Ubuntu release; write e.g. \"24.04\"")
+        ctx.report("ubuntu", f'{ubuntu!r} is not an Ubuntu release; write e.g. "24.04"')
     if ctx.accelerator == "rocm" and ubuntu is None:
-        ctx.report("ubuntu", "missing; the WSL ROCm stack is installed for an Ubuntu release: "
-                   'set ubuntu = "24.04" or "22.04"')
+        ctx.report(
+            "ubuntu",
+            "missing; the WSL ROCm stack is installed for an Ubuntu release: "
+            'set ubuntu = "24.04" or "22.04"',
+        )
     user = t.get("user", "envbuilder")
     ctx.report("user", grammar.user_problem(user))
     base = t.get("base", f"ubuntu:{ubuntu}" if ubuntu else None)
@@ -100,8 +102,9 @@ def parse(ctx: TableContext) -> Wsl2Table | None:
         return None
     ctx.report("base", grammar.image_problem(base))
     ctx.report("base", grammar.image_untagged(base), "warning")
-    return Wsl2Table(distro=distro, base=base, ubuntu=ubuntu, user=user,
-                     systemd=t.get("systemd", True))
+    return Wsl2Table(
+        distro=distro, base=base, ubuntu=ubuntu, user=user, systemd=t.get("systemd", True)
+    )
 
 
 def base_image(env: EnvSpec) -> str | None:
@@ -120,32 +123,43 @@ def system_file(env: EnvSpec) -> str | None:
     return f"{lib.url}#sha256={lib.sha256}"
 
 
-def _pip_sdk_stack(env: EnvSpec, rocm: RocmRelease, ubuntu: str | None,
-                   lock: LockPins) -> list[Step]:
+def _pip_sdk_stack(
+    env: EnvSpec, rocm: RocmRelease, ubuntu: str | None, lock: LockPins
+) -> list[Step]:
     """A pip-SDK release in WSL: the ROCm user space is the locked wheels; only librocdxg (the
     /dev/dxg bridge, a prebuilt .deb pinned by sha256 in the lock) is installed from outside."""
     compat = load_compat()
     where = f"env {env.name!r} (ROCm {rocm.version}, the pip SDK)"
     lib = compat.librocdxg_for(rocm)
     if rocm.wsl_stack != "rocdxg" or lib is None:
-        raise RenderError(f"{where}: the compatibility data pairs no prebuilt librocdxg with this "
-                          "release; run `envbuilder check`")
+        raise RenderError(
+            f"{where}: the compatibility data pairs no prebuilt librocdxg with this "
+            "release; run `envbuilder check`"
+        )
     dxg = compat.dxg
     if dxg is not None and ubuntu not in dxg.ubuntu:
-        raise RenderError(f"{where}: librocdxg supports Ubuntu {', '.join(dxg.ubuntu)}, not "
-                          f"{ubuntu}")
+        raise RenderError(
+            f"{where}: librocdxg supports Ubuntu {', '.join(dxg.ubuntu)}, not {ubuntu}"
+        )
     url, _, sha = (lock.system_file or system_file(env) or lib.url).partition("#sha256=")
     check = dxg.dids_conf_host if dxg is not None and lib.dids_conf else None
-    steps: list[Step] = [InstallDeb(f"librocdxg {lib.version} (ROCm's WSL bridge to /dev/dxg)",
-                                    url, sha or None, check)]
+    steps: list[Step] = [
+        InstallDeb(
+            f"librocdxg {lib.version} (ROCm's WSL bridge to /dev/dxg)", url, sha or None, check
+        )
+    ]
     if ubuntu == "24.04":
-        steps.append(RemoveDistroPackages(
-            DISTRO_HSA_PACKAGES, "Ubuntu 24.04's own ROCr/thunk would shadow the SDK's"))
+        steps.append(
+            RemoveDistroPackages(
+                DISTRO_HSA_PACKAGES, "Ubuntu 24.04's own ROCr/thunk would shadow the SDK's"
+            )
+        )
     return steps
 
 
-def _wsl_stack(env: EnvSpec, rocm: RocmRelease | None, ubuntu: str | None,
-               lock: LockPins) -> list[Step]:
+def _wsl_stack(
+    env: EnvSpec, rocm: RocmRelease | None, ubuntu: str | None, lock: LockPins
+) -> list[Step]:
     """The ROCm WSL stack and the distro-package removal, or nothing for non-ROCm envs."""
     if env.accelerator != "rocm":
         return []
@@ -157,26 +171,38 @@ def _wsl_stack(env: EnvSpec, rocm: RocmRelease | None, ubuntu: str | None,
     if ubuntu not in UBUNTU_CODENAMES:
         raise RenderError(f"{where}: wsl2.ubuntu must be one of {sorted(UBUNTU_CODENAMES)}")
     if ubuntu not in rocm.ubuntu:
-        raise RenderError(f"{where}: Ubuntu {ubuntu} is not supported in WSL by this release "
-                          f"(supported: {', '.join(rocm.ubuntu)})")
+        raise RenderError(
+            f"{where}: Ubuntu {ubuntu} is not supported in WSL by this release "
+            f"(supported: {', '.join(rocm.ubuntu)})"
+        )
     url = rocm.amdgpu_install_url(UBUNTU_CODENAMES[ubuntu])
     if not url:
         raise RenderError(f"{where}: the compatibility data has no amdgpu-install package")
     legacy = rocm.wsl_stack == "legacy"
-    steps: list[Step] = [RocmWslStack(
-        rocm.wsl_stack, rocm.version, ubuntu, url,
-        "wsl,rocm" if legacy else "rocm",
-        () if legacy else LIBROCDXG_BUILD_DEPS,
-    )]
+    steps: list[Step] = [
+        RocmWslStack(
+            rocm.wsl_stack,
+            rocm.version,
+            ubuntu,
+            url,
+            "wsl,rocm" if legacy else "rocm",
+            () if legacy else LIBROCDXG_BUILD_DEPS,
+        )
+    ]
     if ubuntu == "24.04":
-        steps.append(RemoveDistroPackages(
-            DISTRO_HSA_PACKAGES, "Ubuntu 24.04's own ROCr/thunk shadow /opt/rocm inside WSL"))
+        steps.append(
+            RemoveDistroPackages(
+                DISTRO_HSA_PACKAGES, "Ubuntu 24.04's own ROCr/thunk shadow /opt/rocm inside WSL"
+            )
+        )
     return steps
 
 
 def _profile_lines(variables: Mapping[str, str]) -> tuple[str, ...]:
-    lines = ["# Environment of this envbuilder distro (login shells read /etc/profile.d).",
-             f'export PATH="{VENV}/bin:$PATH"']
+    lines = [
+        "# Environment of this envbuilder distro (login shells read /etc/profile.d).",
+        f'export PATH="{VENV}/bin:$PATH"',
+    ]
     lines += [f"export {env_name(k)}={sh_quote(v)}" for k, v in variables.items()]
     return tuple(lines)
 
@@ -207,60 +233,92 @@ def plan(env: EnvSpec, inputs: PlanInputs) -> Plan:
         # Microsoft's modern format: oobe.sh creates the user at first launch (docs/wsl2.md).
         ReserveUid(UID, GPU_GROUPS),
         WriteFile("/etc/profile.d/envbuilder.sh", _profile_lines(variables)),
-        WriteBinaryFile(ICON_PATH, wslicon.icon_base64_lines(),
-                        "The Start-menu icon ([shortcut] icon), drawn by envbuilder.wslicon."),
+        WriteBinaryFile(
+            ICON_PATH,
+            wslicon.icon_base64_lines(),
+            "The Start-menu icon ([shortcut] icon), drawn by envbuilder.wslicon.",
+        ),
     ]
     build = build_stage("rootfs", "python3", env.python, sdists=pip_sdk)
     if env.accelerator == "rocm" and rocm is not None and rocm.libhsa_fix is not None:
         torch_lib = f"{VENV}/lib/python{env.python}/site-packages/torch/lib"
         build = replace(build, steps=(*build.steps, LibhsaFix(rocm.libhsa_fix, torch_lib)))
     if pip_sdk:
-        build = replace(build, steps=(*build.steps,
-                                      LinkRocmSdkRoot(f"{VENV}/bin/rocm-sdk", PIP_SDK_ROCM_LINK)))
-    final = Stage(None, "rootfs", True, (
-        CopyFromStage("build", VENV, VENV),
-        InstallConfFiles((
-            ("envbuilder/wsl.conf", "/etc/wsl.conf", "0644"),
-            ("envbuilder/wsl-distribution.conf", "/etc/wsl-distribution.conf", "0644"),
-            ("envbuilder/oobe.sh", OOBE_PATH, "0755"),
-        )),
-        labels(env, lock),
-    ))
+        build = replace(
+            build, steps=(*build.steps, LinkRocmSdkRoot(f"{VENV}/bin/rocm-sdk", PIP_SDK_ROCM_LINK))
+        )
+    final = Stage(
+        None,
+        "rootfs",
+        True,
+        (
+            CopyFromStage("build", VENV, VENV),
+            InstallConfFiles(
+                (
+                    ("envbuilder/wsl.conf", "/etc/wsl.conf", "0644"),
+                    ("envbuilder/wsl-distribution.conf", "/etc/wsl-distribution.conf", "0644"),
+                    ("envbuilder/oobe.sh", OOBE_PATH, "0755"),
+                )
+            ),
+            labels(env, lock),
+        ),
+    )
     welcome = (
         f"This is the envbuilder distro {wsl.distro!r}: {env.description}",
         f"Python {env.python} venv with the locked packages: {VENV} (on PATH in login shells).",
     )
     # The oobe script builds librocdxg from source on the amdgpu-install rocdxg path only; on the
     # pip SDK the prebuilt .deb is in the image already.
-    config = WslConfig(wsl.distro, wsl.user, UID, wsl.systemd, OOBE_PATH, VENV,
-                       rocdxg and not pip_sdk, welcome, ICON_PATH)
+    config = WslConfig(
+        wsl.distro,
+        wsl.user,
+        UID,
+        wsl.systemd,
+        OOBE_PATH,
+        VENV,
+        rocdxg and not pip_sdk,
+        welcome,
+        ICON_PATH,
+    )
     stages = (Stage("rootfs", base, pinned, tuple(rootfs)), build, final)
     return Plan(env.name, NAME, env.description, lock.locked, stages, wsl=config)
 
 
-DESCRIPTOR = registry.register(TargetDescriptor(
-    name=NAME,
-    summary="a .wsl distro file, dist/<env>.wsl (installed as the env's distro on Windows)",
-    table=Wsl2Table,
-    keys=KEYS,
-    parse=parse,
-    platforms=("x86_64-manylinux_2_28",),
-    os="linux",
-    builder="envbuilder.builders.wsl2:Wsl2Builder",
-    capabilities=Capabilities(push=True, pull=True, no_cache=True, verify=True, needs_docker=True,
-                              host=("linux", "windows")),
-    base_image=base_image,
-    system_file=system_file,
-    variables=image_variables,
-    variable_quoting=(("/etc/profile.d/envbuilder.sh on a Dockerfile RUN line",
-                       quoting.dockerfile_sh_refusal),),
-    plan=plan,
-    templates=(
-        ("Dockerfile", "wsl/Dockerfile.j2"),
-        ("wsl.conf", "wsl/wsl.conf.j2"),
-        ("wsl-distribution.conf", "wsl/wsl-distribution.conf.j2"),
-        ("oobe.sh", "wsl/oobe.sh.j2"),
-    ),
-    template_globals={"gpu_groups": GPU_GROUPS, "librocdxg_git": LIBROCDXG_GIT},
-    output_dir="wsl",
-))
+DESCRIPTOR = registry.register(
+    TargetDescriptor(
+        name=NAME,
+        summary="a .wsl distro file, dist/<env>.wsl (installed as the env's distro on Windows)",
+        table=Wsl2Table,
+        keys=KEYS,
+        parse=parse,
+        platforms=("x86_64-manylinux_2_28",),
+        os="linux",
+        builder="envbuilder.builders.wsl2:Wsl2Builder",
+        capabilities=Capabilities(
+            push=True,
+            pull=True,
+            no_cache=True,
+            verify=True,
+            needs_docker=True,
+            host=("linux", "windows"),
+        ),
+        base_image=base_image,
+        system_file=system_file,
+        variables=image_variables,
+        variable_quoting=(
+            (
+                "/etc/profile.d/envbuilder.sh on a Dockerfile RUN line",
+                quoting.dockerfile_sh_refusal,
+            ),
+        ),
+        plan=plan,
+        templates=(
+            ("Dockerfile", "wsl/Dockerfile.j2"),
+            ("wsl.conf", "wsl/wsl.conf.j2"),
+            ("wsl-distribution.conf", "wsl/wsl-distribution.conf.j2"),
+            ("oobe.sh", "wsl/oobe.sh.j2"),
+        ),
+        template_globals={"gpu_groups": GPU_GROUPS, "librocdxg_git": LIBROCDXG_GIT},
+        output_dir="wsl",
+    )
+)

@@ -19,17 +19,42 @@ from envbuilder.reprotar import sort_key as sort_key
 # The facts below follow microsoft/WSL distributions/validate-modern.py (at 3e27a6a, 2026-08).
 #: Keys Microsoft's validator accepts in /etc/wsl-distribution.conf (section.key, lower case).
 DISTRIBUTION_CONF_KEYS = frozenset(
-    {"oobe.command", "oobe.defaultuid", "oobe.defaultname", "shortcut.icon", "shortcut.enabled",
-     "windowsterminal.profiletemplate", "windowsterminal.enabled"}
+    {
+        "oobe.command",
+        "oobe.defaultuid",
+        "oobe.defaultname",
+        "shortcut.icon",
+        "shortcut.enabled",
+        "windowsterminal.profiletemplate",
+        "windowsterminal.enabled",
+    }
 )
 #: Keys Microsoft's validator accepts in /etc/wsl.conf (WSL_CONF_KEYS); any other is an error.
-WSL_CONF_KEYS = frozenset({
-    "automount.cgroups", "automount.enabled", "automount.ldconfig", "automount.mountfstab",
-    "automount.options", "automount.root", "boot.command", "boot.protectbinfmt", "boot.systemd",
-    "fileserver.enabled", "filesystem.umask", "general.hostname", "gpu.appendlibpath",
-    "gpu.enabled", "interop.appendwindowspath", "interop.enabled", "network.generatehosts",
-    "network.generateresolvconf", "network.hostname", "time.usewindowstimezone", "user.default",
-})
+WSL_CONF_KEYS = frozenset(
+    {
+        "automount.cgroups",
+        "automount.enabled",
+        "automount.ldconfig",
+        "automount.mountfstab",
+        "automount.options",
+        "automount.root",
+        "boot.command",
+        "boot.protectbinfmt",
+        "boot.systemd",
+        "fileserver.enabled",
+        "filesystem.umask",
+        "general.hostname",
+        "gpu.appendlibpath",
+        "gpu.enabled",
+        "interop.appendwindowspath",
+        "interop.enabled",
+        "network.generatehosts",
+        "network.generateresolvconf",
+        "network.hostname",
+        "time.usewindowstimezone",
+        "user.default",
+    }
+)
 #: Accepted in /etc/wsl.conf but warned about: the modern format creates the default user at
 #: first launch ([oobe] defaultUid + the oobe command), so no image should name one.
 DISCOURAGED_WSL_CONF_KEYS = frozenset({"user.default"})
@@ -40,8 +65,7 @@ TERMINAL_PROFILE_DIRS = ("/usr/lib/wsl",)
 #: Extended attributes WSL1 cannot store (a warning: the distro would not import there).
 WSL1_UNSUPPORTED_XATTRS = ("security.selinux", "security.ima", "security.evm")
 #: Where the validator looks for enabled units: `*.target.wants` folders of these.
-SYSTEMD_UNIT_DIRS = ("usr/local/lib/systemd/system", "usr/lib/systemd/system",
-                     "etc/systemd/system")
+SYSTEMD_UNIT_DIRS = ("usr/local/lib/systemd/system", "usr/lib/systemd/system", "etc/systemd/system")
 WSL_CONF = "etc/wsl.conf"
 DISTRIBUTION_CONF = "etc/wsl-distribution.conf"
 #: Fixed gzip level: part of the artifact's identity (a different level -> a different sha256).
@@ -63,8 +87,11 @@ def parse_conf(data: bytes, where: str) -> dict[str, str]:
         parser.read_string(data.decode("utf-8"))
     except (configparser.Error, UnicodeDecodeError) as exc:
         raise BuildError(f"{where} is not a valid INI file: {exc}") from exc
-    return {f"{section}.{key.lower()}": parser[section][key]
-            for section in parser.sections() for key in parser[section]}
+    return {
+        f"{section}.{key.lower()}": parser[section][key]
+        for section in parser.sections()
+        for key in parser[section]
+    }
 
 
 def parse_passwd(data: bytes) -> dict[int, list[str]]:

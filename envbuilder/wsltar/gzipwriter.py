@@ -23,8 +23,9 @@ class ParallelGzipWriter(io.RawIOBase):
     BLOCK = 1 << 20
     _WINDOW = 1 << 15
 
-    def __init__(self, fh: IO[bytes], compresslevel: int = COMPRESSLEVEL,
-                 threads: int | None = None) -> None:
+    def __init__(
+        self, fh: IO[bytes], compresslevel: int = COMPRESSLEVEL, threads: int | None = None
+    ) -> None:
         self.fh = fh
         self.level = compresslevel
         self.threads = max(1, threads or min(4, os.cpu_count() or 1))
@@ -50,15 +51,14 @@ class ParallelGzipWriter(io.RawIOBase):
         self._size += len(data)
         self._buf += data
         while len(self._buf) > self.BLOCK:  # keep a remainder: the last block must be final
-            block = bytes(self._buf[:self.BLOCK])
-            del self._buf[:self.BLOCK]
+            block = bytes(self._buf[: self.BLOCK])
+            del self._buf[: self.BLOCK]
             self._submit(block, last=False)
         return len(data)
 
     def _submit(self, block: bytes, last: bool) -> None:
-        self._pending.append(self._pool.submit(_deflate, block, self._prev_tail, self.level,
-                                               last))
-        self._prev_tail = block[-self._WINDOW:]
+        self._pending.append(self._pool.submit(_deflate, block, self._prev_tail, self.level, last))
+        self._prev_tail = block[-self._WINDOW :]
         while len(self._pending) > 2 * self.threads:
             self.fh.write(self._pending.popleft().result())
 
@@ -70,8 +70,10 @@ class ParallelGzipWriter(io.RawIOBase):
                 self._buf.clear()
                 while self._pending:
                     self.fh.write(self._pending.popleft().result())
-                self.fh.write(self._crc.to_bytes(4, "little")
-                              + (self._size & 0xFFFFFFFF).to_bytes(4, "little"))
+                self.fh.write(
+                    self._crc.to_bytes(4, "little")
+                    + (self._size & 0xFFFFFFFF).to_bytes(4, "little")
+                )
             finally:
                 self._pool.shutdown(wait=True, cancel_futures=True)
         super().close()
@@ -100,5 +102,3 @@ class HashingWriter(io.RawIOBase):
         n = len(b)
         self.size += n
         return n
-
-

@@ -45,8 +45,19 @@ from envbuilder.wsltar.conventions import (
 from envbuilder.wsltar.gzipwriter import HashingWriter, ParallelGzipWriter
 
 #: Re-exported: the package face (envbuilder.wsltar) offers them.
-__all__ = ["Entry", "IterStream", "NormalizeStats", "WslResult", "drop_reason", "mask_entries",
-           "normalize", "pyc_header_fix", "rewrite_content", "scrub_shadow", "write_wsl"]
+__all__ = [
+    "Entry",
+    "IterStream",
+    "NormalizeStats",
+    "WslResult",
+    "drop_reason",
+    "mask_entries",
+    "normalize",
+    "pyc_header_fix",
+    "rewrite_content",
+    "scrub_shadow",
+    "write_wsl",
+]
 
 # ----------------------------------------------------------------------------- rules
 
@@ -93,8 +104,14 @@ def mask_entries(entries: dict[str, Entry]) -> list[Entry]:
     if not any(b in entries for b in SYSTEMD_BINARIES):
         return []
     return [
-        Entry(name=f"etc/systemd/system/{unit}", type=tarfile.SYMTYPE, mode=0o777, uid=0, gid=0,
-              linkname="/dev/null")
+        Entry(
+            name=f"etc/systemd/system/{unit}",
+            type=tarfile.SYMTYPE,
+            mode=0o777,
+            uid=0,
+            gid=0,
+            linkname="/dev/null",
+        )
         for unit in discouraged_units()
     ]
 
@@ -112,8 +129,9 @@ class NormalizeStats:
     changed: dict[str, str] = field(default_factory=dict)  # name -> what changed
 
 
-def _read_members(source: IO[bytes], spool: Spool, source_date_epoch: int,
-                  stats: NormalizeStats) -> dict[str, Entry]:
+def _read_members(
+    source: IO[bytes], spool: Spool, source_date_epoch: int, stats: NormalizeStats
+) -> dict[str, Entry]:
     """Pass 1: every kept member of the export, by clean name, data spooled."""
     entries: dict[str, Entry] = {}
     try:
@@ -129,8 +147,14 @@ def _read_members(source: IO[bytes], spool: Spool, source_date_epoch: int,
     return entries
 
 
-def _take_member(tar: tarfile.TarFile, member: tarfile.TarInfo, entries: dict[str, Entry],
-                 spool: Spool, source_date_epoch: int, stats: NormalizeStats) -> None:
+def _take_member(
+    tar: tarfile.TarFile,
+    member: tarfile.TarInfo,
+    entries: dict[str, Entry],
+    spool: Spool,
+    source_date_epoch: int,
+    stats: NormalizeStats,
+) -> None:
     name = clean_name(member.name)
     if not name:
         return  # the root directory itself
@@ -145,8 +169,14 @@ def _take_member(tar: tarfile.TarFile, member: tarfile.TarInfo, entries: dict[st
     entries[name] = entry
 
 
-def _spool_file(tar: tarfile.TarFile, member: tarfile.TarInfo, entry: Entry, spool: Spool,
-                source_date_epoch: int, stats: NormalizeStats) -> Entry:
+def _spool_file(
+    tar: tarfile.TarFile,
+    member: tarfile.TarInfo,
+    entry: Entry,
+    spool: Spool,
+    source_date_epoch: int,
+    stats: NormalizeStats,
+) -> Entry:
     src = tar.extractfile(member)
     name = entry.name
     if rewrites_content(name):
@@ -165,8 +195,9 @@ def _spool_file(tar: tarfile.TarFile, member: tarfile.TarInfo, entry: Entry, spo
 # ----------------------------------------------------------------------------- fixing
 
 
-def _fix_conf_files(entries: dict[str, Entry], spool_read: Callable[[Entry], bytes],
-                    stats: NormalizeStats) -> None:
+def _fix_conf_files(
+    entries: dict[str, Entry], spool_read: Callable[[Entry], bytes], stats: NormalizeStats
+) -> None:
     """Both conf files root:root 0644; the oobe command root:root 0755."""
     for name in (WSL_CONF, DISTRIBUTION_CONF):
         entry = entries.get(name)
@@ -186,8 +217,10 @@ def _fix_conf_files(entries: dict[str, Entry], spool_read: Callable[[Entry], byt
         oobe = clean_name(command.split()[0])
         target = entries.get(oobe)
         if target is None or target.type != tarfile.REGTYPE:
-            raise BuildError(f"/{DISTRIBUTION_CONF}: oobe.command {command!r} is not a file "
-                             "in the rootfs; render the wsl files again (envbuilder render)")
+            raise BuildError(
+                f"/{DISTRIBUTION_CONF}: oobe.command {command!r} is not a file "
+                "in the rootfs; render the wsl files again (envbuilder render)"
+            )
         entries[oobe] = replace(target, uid=0, gid=0, mode=0o755)
 
 
@@ -213,8 +246,14 @@ class WslResult:
     stats: NormalizeStats
 
 
-def normalize(source: IO[bytes], out: IO[bytes], *, source_date_epoch: int, spool_dir: Path,
-              progress: ProgressFn = no_progress) -> NormalizeStats:
+def normalize(
+    source: IO[bytes],
+    out: IO[bytes],
+    *,
+    source_date_epoch: int,
+    spool_dir: Path,
+    progress: ProgressFn = no_progress,
+) -> NormalizeStats:
     """Read a rootfs tar stream (`docker export`, plain or compressed) and write the normalized,
     uncompressed tar to `out`. Raises BuildError when the rootfs breaks a rule that cannot be
     fixed here (no root user, a conf file that is a link, a missing oobe command)."""
@@ -245,9 +284,15 @@ def normalize(source: IO[bytes], out: IO[bytes], *, source_date_epoch: int, spoo
     return stats
 
 
-def write_wsl(source: IO[bytes], dest: Path, *, source_date_epoch: int,
-              compresslevel: int = COMPRESSLEVEL, threads: int | None = None,
-              progress: ProgressFn = no_progress) -> WslResult:
+def write_wsl(
+    source: IO[bytes],
+    dest: Path,
+    *,
+    source_date_epoch: int,
+    compresslevel: int = COMPRESSLEVEL,
+    threads: int | None = None,
+    progress: ProgressFn = no_progress,
+) -> WslResult:
     """Normalize `source` (a rootfs tar stream) into the `.wsl` file `dest`, atomically (temp
     file + rename; on error nothing is written). Compressed by `ParallelGzipWriter` (the bytes
     do not depend on `threads`); the gzip header carries no name and mtime 0."""
@@ -258,8 +303,13 @@ def write_wsl(source: IO[bytes], dest: Path, *, source_date_epoch: int,
             hasher = HashingWriter(raw)
             gz = ParallelGzipWriter(hasher, compresslevel, threads)  # type: ignore[arg-type]
             try:
-                stats = normalize(source, gz, source_date_epoch=source_date_epoch,  # type: ignore[arg-type]
-                                  spool_dir=dest.parent, progress=progress)
+                stats = normalize(
+                    source,
+                    gz,  # type: ignore[arg-type]
+                    source_date_epoch=source_date_epoch,
+                    spool_dir=dest.parent,
+                    progress=progress,
+                )
             except BaseException:
                 gz._pool.shutdown(wait=True, cancel_futures=True)
                 raise
@@ -272,5 +322,3 @@ def write_wsl(source: IO[bytes], dest: Path, *, source_date_epoch: int,
         Path(tmp).unlink(missing_ok=True)
         raise
     return WslResult(path=dest, sha256=hasher.sha.hexdigest(), size=hasher.size, stats=stats)
-
-

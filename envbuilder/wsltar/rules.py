@@ -102,8 +102,13 @@ class TarView:
 
 def is_x86_64_elf(head: bytes) -> bool:
     """What `file` calls "ELF 64-bit ... x86-64, version 1" (validate-modern.py's magic check)."""
-    return (len(head) >= 20 and head[:4] == b"\x7fELF" and head[4] == 2 and head[6] == 1
-            and int.from_bytes(head[18:20], "little" if head[5] == 1 else "big") == 62)
+    return (
+        len(head) >= 20
+        and head[:4] == b"\x7fELF"
+        and head[4] == 2
+        and head[6] == 1
+        and int.from_bytes(head[18:20], "little" if head[5] == 1 else "big") == 62
+    )
 
 
 #: Compressed tars WSL installs (validate-modern.py KNOWN_TAR_FORMATS): gzip and xz.
@@ -118,8 +123,14 @@ def check_wsl_tar(path: Path, *, source_date_epoch: int | None = None) -> list[R
         head = fh.read(6)
         fh.seek(0)
         if not head.startswith(_TAR_MAGICS):
-            findings.append(RuleFinding("error", "microsoft", "format",
-                                        "not gzip or xz compressed (the tar formats WSL takes)"))
+            findings.append(
+                RuleFinding(
+                    "error",
+                    "microsoft",
+                    "format",
+                    "not gzip or xz compressed (the tar formats WSL takes)",
+                )
+            )
         with tarfile.open(fileobj=fh, mode="r:*") as tar:
             view = TarView(tar)
             findings += _microsoft_checks(view)
@@ -133,17 +144,25 @@ def _microsoft_checks(view: TarView) -> list[RuleFinding]:
     def add(level: Level, rule: str, message: str) -> None:
         out.append(RuleFinding(level, "microsoft", rule, message))
 
-    def mode_owner(path: str, modes: tuple[int, ...], gid: int | None = 0,
-                   max_size: int | None = None,
-                   optional: bool = False) -> tarfile.TarInfo | None:
+    def mode_owner(
+        path: str,
+        modes: tuple[int, ...],
+        gid: int | None = 0,
+        max_size: int | None = None,
+        optional: bool = False,
+    ) -> tarfile.TarInfo | None:
         member = view.resolve(path)
         if member is None:
             if not optional:
                 add("error", "present", f"{path} not found in the tar")
             return None
         if member.mode not in modes:
-            add("warning", "mode", f"{path} has mode {oct(member.mode)}, expected one of "
-                f"{', '.join(oct(m) for m in modes)}")
+            add(
+                "warning",
+                "mode",
+                f"{path} has mode {oct(member.mode)}, expected one of "
+                f"{', '.join(oct(m) for m in modes)}",
+            )
         if member.uid != 0:
             add("warning", "owner", f"{path} has uid {member.uid}, expected 0")
         if gid is not None and member.gid != gid:
@@ -158,14 +177,20 @@ def _microsoft_checks(view: TarView) -> list[RuleFinding]:
         keys = _conf_keys(view, dist, "/etc/wsl-distribution.conf", add)
         unexpected = sorted(k for k in keys if k not in DISTRIBUTION_CONF_KEYS)
         if unexpected:
-            add("error", "distribution-conf-keys",
-                f"unexpected keys in /etc/wsl-distribution.conf: {unexpected}")
+            add(
+                "error",
+                "distribution-conf-keys",
+                f"unexpected keys in /etc/wsl-distribution.conf: {unexpected}",
+            )
         command = keys.get("oobe.command")
         if command:
             mode_owner(command, (0o775, 0o755))
             if not command.startswith(OOBE_DIRS):
-                add("warning", "oobe-location",
-                    f"oobe.command {command!r} is not under {' or '.join(OOBE_DIRS)}")
+                add(
+                    "warning",
+                    "oobe-location",
+                    f"oobe.command {command!r} is not under {' or '.join(OOBE_DIRS)}",
+                )
         uid_text = keys.get("oobe.defaultuid")
         if uid_text:
             if uid_text != "1000":
@@ -175,17 +200,23 @@ def _microsoft_checks(view: TarView) -> list[RuleFinding]:
         if icon:
             mode_owner(icon, (0o664, 0o644), max_size=1024 * 1024)
             if not icon.startswith(ICON_DIRS):
-                add("warning", "icon-location", f"shortcut.icon {icon!r} is not under "
-                    f"{' or '.join(ICON_DIRS)}")
+                add(
+                    "warning",
+                    "icon-location",
+                    f"shortcut.icon {icon!r} is not under {' or '.join(ICON_DIRS)}",
+                )
         else:
             add("warning", "icon", "no shortcut.icon provided")
         template = keys.get("windowsterminal.profiletemplate")
         if template:
             mode_owner(template, (0o660, 0o640), max_size=1024 * 1024)
             if not template.startswith(TERMINAL_PROFILE_DIRS):
-                add("warning", "terminal-profile-location",
+                add(
+                    "warning",
+                    "terminal-profile-location",
                     f"windowsterminal.profileTemplate {template!r} is not under "
-                    f"{' or '.join(TERMINAL_PROFILE_DIRS)}")
+                    f"{' or '.join(TERMINAL_PROFILE_DIRS)}",
+                )
     wsl_conf = view.resolve("/etc/wsl.conf")
     if wsl_conf is not None:
         mode_owner("/etc/wsl.conf", (0o664, 0o644))
@@ -194,9 +225,12 @@ def _microsoft_checks(view: TarView) -> list[RuleFinding]:
         if extra:
             add("error", "wsl-conf-keys", f"unexpected keys in /etc/wsl.conf: {extra}")
         for key in sorted(DISCOURAGED_WSL_CONF_KEYS & keys.keys()):
-            add("warning", "wsl-conf-discouraged",
+            add(
+                "warning",
+                "wsl-conf-discouraged",
                 f"discouraged /etc/wsl.conf key: {key}={keys[key]} (the modern format creates "
-                "the default user at first launch: [oobe] defaultUid and the oobe command)")
+                "the default user at first launch: [oobe] defaultUid and the oobe command)",
+            )
         if keys.get("boot.systemd", "").lower() == "true":
             _elf(view, "/sbin/init", add, mode_owner)
     passwd = mode_owner("/etc/passwd", (0o664, 0o644))
@@ -209,13 +243,17 @@ def _microsoft_checks(view: TarView) -> list[RuleFinding]:
         add("warning", "systemd-unit", f"discouraged systemd unit enabled: {unit}")
     xattrs, sample = _wsl1_unsupported_xattrs(view)
     if xattrs:
-        add("warning", "xattrs", f"extended attributes WSL1 does not support: {xattrs}, "
-            f"e.g. on {sample}")
+        add(
+            "warning",
+            "xattrs",
+            f"extended attributes WSL1 does not support: {xattrs}, e.g. on {sample}",
+        )
     return out
 
 
-def _conf_keys(view: TarView, member: tarfile.TarInfo, where: str,
-               add: Callable[[Level, str, str], None]) -> dict[str, str]:
+def _conf_keys(
+    view: TarView, member: tarfile.TarInfo, where: str, add: Callable[[Level, str, str], None]
+) -> dict[str, str]:
     try:
         return parse_conf(view.read(member), where)
     except BuildError as exc:
@@ -223,15 +261,21 @@ def _conf_keys(view: TarView, member: tarfile.TarInfo, where: str,
         return {}
 
 
-def _elf(view: TarView, path: str, add: Callable[[Level, str, str], None],
-         mode_owner: Callable[..., tarfile.TarInfo | None], optional: bool = False) -> None:
+def _elf(
+    view: TarView,
+    path: str,
+    add: Callable[[Level, str, str], None],
+    mode_owner: Callable[..., tarfile.TarInfo | None],
+    optional: bool = False,
+) -> None:
     member = mode_owner(path, (0o755, 0o775, 0o555), optional=optional)
     if member is not None and not is_x86_64_elf(view.read(member)[:64]):
         add("error", "elf", f"{path} is not an x86-64 ELF executable")
 
 
-def _passwd_checks(data: bytes, default_uid: int | None,
-                   add: Callable[[Level, str, str], None]) -> None:
+def _passwd_checks(
+    data: bytes, default_uid: int | None, add: Callable[[Level, str, str], None]
+) -> None:
     seen: dict[int, str] = {}
     for line in data.decode("utf-8", "replace").splitlines():
         fields = line.split(":")
@@ -248,8 +292,11 @@ def _passwd_checks(data: bytes, default_uid: int | None,
     elif seen[0] != "root":
         add("error", "root", f"/etc/passwd has uid 0 named {seen[0]!r}, not root")
     if default_uid is not None and default_uid in seen:
-        add("warning", "default-user-exists",
-            f"/etc/passwd already has the default uid {default_uid} ({seen[default_uid]})")
+        add(
+            "warning",
+            "default-user-exists",
+            f"/etc/passwd already has the default uid {default_uid} ({seen[default_uid]})",
+        )
 
 
 def _enabled_discouraged_units(view: TarView) -> list[str]:
@@ -261,8 +308,11 @@ def _enabled_discouraged_units(view: TarView) -> list[str]:
     for name, member in view.by_name.items():
         base = posixpath.basename(name)
         wants = posixpath.dirname(name)
-        if (base not in discouraged or not wants.endswith(".target.wants")
-                or posixpath.dirname(wants) not in SYSTEMD_UNIT_DIRS):
+        if (
+            base not in discouraged
+            or not wants.endswith(".target.wants")
+            or posixpath.dirname(wants) not in SYSTEMD_UNIT_DIRS
+        ):
             continue
         if _points_at_dev_null(view, member) or _is_masked(view, base):
             continue
@@ -317,14 +367,19 @@ def _envbuilder_checks(view: TarView, source_date_epoch: int | None) -> list[Rul
         add("unique", "duplicate entries")
     for member in view.members:
         if member.uname or member.gname:
-            add("numeric-owner",
-                f"{member.name} carries owner names ({member.uname}:{member.gname})")
+            add(
+                "numeric-owner",
+                f"{member.name} carries owner names ({member.uname}:{member.gname})",
+            )
             break
     if source_date_epoch is not None:
         wrong = [m.name for m in view.members if m.mtime != source_date_epoch]
         if wrong:
-            add("mtime", f"{len(wrong)} entries have an mtime other than SOURCE_DATE_EPOCH "
-                f"{source_date_epoch}, e.g. {wrong[0]}")
+            add(
+                "mtime",
+                f"{len(wrong)} entries have an mtime other than SOURCE_DATE_EPOCH "
+                f"{source_date_epoch}, e.g. {wrong[0]}",
+            )
     if "etc/resolv.conf" in view.by_name:
         add("resolv-conf", "the tar has /etc/resolv.conf (WSL generates it)")
     kernels = [n for n in view.by_name if is_kernel(n)]
@@ -354,5 +409,3 @@ def gzip_header_is_deterministic(path: Path) -> bool:
         head = fh.read(10)
     flags, mtime = head[3], int.from_bytes(head[4:8], "little")
     return head[:3] == b"\x1f\x8b\x08" and not flags & 0x08 and mtime == 0
-
-

@@ -37,17 +37,19 @@ def plan(env: EnvSpec, inputs: PlanInputs) -> Plan:
     return Plan(env.name, NAME, env.description, inputs.lock.locked, steps=steps)
 
 
-DESCRIPTOR = registry.register(TargetDescriptor(
-    name=NAME,
-    summary="a note file, dist/<env>.note (a test target)",
-    table=NoteTable,
-    keys={"message": "str"},
-    parse=parse,
-    platforms=("x86_64-manylinux_2_28",),
-    os="linux",
-    builder="fourth_target.builder:NoteBuilder",
-    plan=plan,
-    templates=(("note.txt", "note.txt.j2"),),
-    template_package=("fourth_target", "templates"),
-    output_dir="notes",
-))
+DESCRIPTOR = registry.register(
+    TargetDescriptor(
+        name=NAME,
+        summary="a note file, dist/<env>.note (a test target)",
+        table=NoteTable,
+        keys={"message": "str"},
+        parse=parse,
+        platforms=("x86_64-manylinux_2_28",),
+        os="linux",
+        builder="fourth_target.builder:NoteBuilder",
+        plan=plan,
+        templates=(("note.txt", "note.txt.j2"),),
+        template_package=("fourth_target", "templates"),
+        output_dir="notes",
+    )
+)

@@ -15,10 +15,10 @@ from fourth_target import NAME, NoteTable
 
 
 class NoteBuilder:
-    def build(self, project: Project, env: EnvSpec, options: BuildOptions,
-              progress: ProgressFn) -> Artifact:
-        verified = load_verified_lock(project, env.name, NAME,
-                                      current_spec_hash(project, env.name))
+    def build(
+        self, project: Project, env: EnvSpec, options: BuildOptions, progress: ProgressFn
+    ) -> Artifact:
+        verified = load_verified_lock(project, env.name, NAME, current_spec_hash(project, env.name))
         table = env.table(NoteTable)
         message = table.message if table is not None else ""
         data = f"{message}\nlock {verified.pylock.entry.pylock_sha256}\n".encode()
@@ -27,6 +27,7 @@ class NoteBuilder:
         progress(f"{env.name}/{NAME}: wrote {path}", 1, 1)
         return Artifact(NAME, env.name, str(path), sha256_bytes(data), {"changed": "yes"})
 
-    def validate(self, project: Project, env: EnvSpec, options: ValidateOptions,
-                 progress: ProgressFn) -> Path:
+    def validate(
+        self, project: Project, env: EnvSpec, options: ValidateOptions, progress: ProgressFn
+    ) -> Path:
         raise ValidationError("a note has no probe to run")

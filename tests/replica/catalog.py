@@ -90,8 +90,12 @@ def _platform_marker(target: str, targets: Mapping[str, Sequence[str]]) -> str:
     return ""
 
 
-def _target_extras(spec: Mapping[str, Any], version: str, platform: str | None,
-                   targets: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+def _target_extras(
+    spec: Mapping[str, Any],
+    version: str,
+    platform: str | None,
+    targets: Mapping[str, Sequence[str]],
+) -> dict[str, list[str]]:
     """Per-target extras plus the all-targets extra. `platform` None: every target, with
     platform markers when the spec asks for them (the rocm sdist); else the targets of that
     platform only (a wheel built for that platform: torch)."""
@@ -121,13 +125,15 @@ def _expand_tags(entry: Mapping[str, Any]) -> list[str]:
     return tags
 
 
-def _files_of_entry(entry: Mapping[str, Any], name: str, target: str | None,
-                    targets: Mapping[str, Sequence[str]]) -> Iterator[StandinFile]:
+def _files_of_entry(
+    entry: Mapping[str, Any], name: str, target: str | None, targets: Mapping[str, Sequence[str]]
+) -> Iterator[StandinFile]:
     version = str(entry["version"])
     fmt = {"target": target or "", "version": version}
     requires = [str(r).format(**fmt) for r in entry.get("requires_dist", [])]
-    extras = {k: [str(r).format(**fmt) for r in v]
-              for k, v in dict(entry.get("extras", {})).items()}
+    extras = {
+        k: [str(r).format(**fmt) for r in v] for k, v in dict(entry.get("extras", {})).items()
+    }
     round_ = int(entry.get("round", 1))
     index = str(entry["index"])
     if entry.get("kind") == "sdist":
@@ -155,8 +161,10 @@ def load_catalog(path: Path = DATA) -> Catalog:
     raw = tomllib.loads(path.read_text(encoding="utf-8"))
     targets = {p: tuple(raw["targets"][p]) for p in PLATFORMS}
     all_targets = sorted(set(targets["linux"]) | set(targets["windows"]))
-    indexes = {key: IndexInfo(key, str(v["canonical"]), int(v["unknown_project_status"]))
-               for key, v in raw["indexes"].items()}
+    indexes = {
+        key: IndexInfo(key, str(v["canonical"]), int(v["unknown_project_status"]))
+        for key, v in raw["indexes"].items()
+    }
     files: list[StandinFile] = []
     for entry in raw["package"]:
         if entry.get("for_each_target"):
@@ -169,10 +177,10 @@ def load_catalog(path: Path = DATA) -> Catalog:
     for link in raw.get("link", []):
         names: list[str] = []
         for name in link["names"]:
-            names += ([name.format(target=t) for t in all_targets] if "{target}" in name
-                      else [name])
-        links.append(Link(link["index"], link["target_index"], tuple(names),
-                          bool(link.get("hashes", True))))
+            names += [name.format(target=t) for t in all_targets] if "{target}" in name else [name]
+        links.append(
+            Link(link["index"], link["target_index"], tuple(names), bool(link.get("hashes", True)))
+        )
     _check_unique(files)
     return Catalog(indexes, tuple(files), tuple(links), targets)
 

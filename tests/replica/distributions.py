@@ -50,9 +50,13 @@ def requirement_lines(requires: Sequence[str], extras: Mapping[str, Sequence[str
     return lines
 
 
-def metadata_text(name: str, version: str, requires: Sequence[str] = (),
-                  extras: Mapping[str, Sequence[str]] | None = None,
-                  summary: str = "envbuilder test stand-in") -> str:
+def metadata_text(
+    name: str,
+    version: str,
+    requires: Sequence[str] = (),
+    extras: Mapping[str, Sequence[str]] | None = None,
+    summary: str = "envbuilder test stand-in",
+) -> str:
     """A core-metadata (2.1) document with the given dependencies."""
     head = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}", f"Summary: {summary}"]
     return "\n".join(head + requirement_lines(requires, extras or {})) + "\n"
@@ -91,8 +95,14 @@ def wheel_filename(name: str, version: str, tag: str) -> str:
     return f"{dist_filename_stem(name)}-{version}-{tag}.whl"
 
 
-def write_wheel(folder: Path, name: str, version: str, tag: str, requires: Sequence[str] = (),
-                extras: Mapping[str, Sequence[str]] | None = None) -> Path:
+def write_wheel(
+    folder: Path,
+    name: str,
+    version: str,
+    tag: str,
+    requires: Sequence[str] = (),
+    extras: Mapping[str, Sequence[str]] | None = None,
+) -> Path:
     """Write one stand-in wheel into `folder`; return its path."""
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / wheel_filename(name, version, tag)
@@ -162,25 +172,38 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 '''
 
 
-def sdist_bytes(name: str, version: str, requires: Sequence[str],
-                extras: Mapping[str, Sequence[str]], default_target_family: str) -> bytes:
+def sdist_bytes(
+    name: str,
+    version: str,
+    requires: Sequence[str],
+    extras: Mapping[str, Sequence[str]],
+    default_target_family: str,
+) -> bytes:
     """A `.tar.gz` sdist whose dependency metadata is dynamic (PKG-INFO says so, as setuptools
     does for a setup.py that computes install_requires), so a resolver must build it. In
     `extras`, the text BUILD_HOST_TARGET stands for the target chosen on the build host."""
     stem = dist_filename_stem(name)
     root = f"{stem}-{version}"
-    pkg_info = "\n".join([
-        "Metadata-Version: 2.2", f"Name: {name}", f"Version: {version}",
-        "Summary: envbuilder test stand-in (sdist)",
-        "Dynamic: Requires-Dist", "Dynamic: Provides-Extra",
-    ]) + "\n"
+    pkg_info = (
+        "\n".join(
+            [
+                "Metadata-Version: 2.2",
+                f"Name: {name}",
+                f"Version: {version}",
+                "Summary: envbuilder test stand-in (sdist)",
+                "Dynamic: Requires-Dist",
+                "Dynamic: Provides-Extra",
+            ]
+        )
+        + "\n"
+    )
     files = {
         "PKG-INFO": pkg_info,
         # The real sdist's build requirement (TheRock's rocm/pyproject.toml, SOURCES.md S1), so
         # an installer must find setuptools>=70.2.0 to build it, as for the real one; the
         # backend itself stays in-tree and needs nothing of it.
         "pyproject.toml": f"[build-system]\nrequires = [{BUILD_REQUIRES!r}]\n"
-                          'build-backend = "standin_backend"\nbackend-path = ["."]\n',
+        'build-backend = "standin_backend"\nbackend-path = ["."]\n',
         "standin_backend.py": _BACKEND,
         "STEM": stem + "\n",
         "VERSION": version + "\n",
@@ -189,8 +212,9 @@ def sdist_bytes(name: str, version: str, requires: Sequence[str],
     }
     buffer = io.BytesIO()
     # mtime 0 and a fixed gzip header: the bytes depend only on the arguments.
-    with tarfile.open(fileobj=buffer, mode="w:gz", format=tarfile.PAX_FORMAT,
-                      compresslevel=9) as tar:
+    with tarfile.open(
+        fileobj=buffer, mode="w:gz", format=tarfile.PAX_FORMAT, compresslevel=9
+    ) as tar:
         for path, text in files.items():
             data = text.encode()
             info = tarfile.TarInfo(f"{root}/{path}")
@@ -208,8 +232,14 @@ def sdist_filename(name: str, version: str) -> str:
     return f"{dist_filename_stem(name)}-{version}.tar.gz"
 
 
-def write_sdist(folder: Path, name: str, version: str, requires: Sequence[str],
-                extras: Mapping[str, Sequence[str]], default_target_family: str) -> Path:
+def write_sdist(
+    folder: Path,
+    name: str,
+    version: str,
+    requires: Sequence[str],
+    extras: Mapping[str, Sequence[str]],
+    default_target_family: str,
+) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / sdist_filename(name, version)
     out.write_bytes(sdist_bytes(name, version, requires, extras, default_target_family))

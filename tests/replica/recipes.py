@@ -30,8 +30,9 @@ def amd_names(devices: Sequence[str]) -> list[str]:
     return names
 
 
-def amd_recipe(devices: Sequence[str], platform: str, amd_url: str,
-               torch: str = "torch", python: str = "3.12") -> CompileRequest:
+def amd_recipe(
+    devices: Sequence[str], platform: str, amd_url: str, torch: str = "torch", python: str = "3.12"
+) -> CompileRequest:
     """Recipe A. `torch` is the torch requirement without the device extras
     (`torch==2.12.0+rocm7.14.0`); they are added, one per device."""
     with_devices = Requirement(torch)
@@ -39,8 +40,11 @@ def amd_recipe(devices: Sequence[str], platform: str, amd_url: str,
     names = amd_names(devices)
     packages = [str(with_devices), f"rocm[libraries]=={ROCM_SDK}", *names[2:]]
     return CompileRequest(
-        packages=tuple(packages), platform=platform, python=python,
-        pins=dict.fromkeys(names, "amd"), explicit={"amd": amd_url},
+        packages=tuple(packages),
+        platform=platform,
+        python=python,
+        pins=dict.fromkeys(names, "amd"),
+        explicit={"amd": amd_url},
     )
 
 
@@ -51,12 +55,19 @@ def narrowed_rocm(devices: Sequence[str], specifier: str = "==7.14.*") -> str:
     return f"rocm[{extras}]{specifier}"
 
 
-def pytorch_recipe(devices: Sequence[str], platform: str, pytorch_url: str, amd_url: str,
-                   torch: str = "torch==2.14.1+rocm7.14",
-                   python: str = "3.12") -> CompileRequest:
+def pytorch_recipe(
+    devices: Sequence[str],
+    platform: str,
+    pytorch_url: str,
+    amd_url: str,
+    torch: str = "torch==2.14.1+rocm7.14",
+    python: str = "3.12",
+) -> CompileRequest:
     """Recipe B."""
     return CompileRequest(
-        packages=(torch, "triton-rocm"), platform=platform, python=python,
+        packages=(torch, "triton-rocm"),
+        platform=platform,
+        python=python,
         pins={"torch": "pytorch-rocm714", "triton-rocm": "pytorch-rocm714"},
         explicit={"pytorch-rocm714": pytorch_url},
         overrides=(narrowed_rocm(devices),),

@@ -29,9 +29,11 @@ from replica.catalog import Catalog, StandinFile, project_name
 
 def _page(title: str, anchors: list[str]) -> str:
     body = "\n".join(anchors)
-    return (f"<!DOCTYPE html>\n<html><head><meta name=\"pypi:repository-version\" "
-            f"content=\"1.0\"><title>{html.escape(title)}</title></head>\n<body>\n{body}\n"
-            "</body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html><head><meta name="pypi:repository-version" '
+        f'content="1.0"><title>{html.escape(title)}</title></head>\n<body>\n{body}\n'
+        "</body></html>\n"
+    )
 
 
 def _anchor(href: str, text: str) -> str:
@@ -59,19 +61,21 @@ def write_layout(catalog: Catalog, root: Path, round_: int = 1) -> None:
             if link.hashes:
                 href += f"#sha256={_sha256(f)}"
             pages.setdefault((link.index, project_name(f.name)), []).append(
-                _anchor(href, f.filename))
+                _anchor(href, f.filename)
+            )
     for key in catalog.indexes:
         projects = sorted(p for (i, p) in pages if i == key)
         simple = root / key / "simple"
         simple.mkdir(parents=True, exist_ok=True)
         (simple / "index.html").write_text(
-            _page(f"{key}: simple index", [_anchor(f"{p}/", p) for p in projects]),
-            encoding="utf-8")
+            _page(f"{key}: simple index", [_anchor(f"{p}/", p) for p in projects]), encoding="utf-8"
+        )
         for project in projects:
             folder = simple / project
             folder.mkdir()
             (folder / "index.html").write_text(
-                _page(f"Links for {project}", sorted(pages[(key, project)])), encoding="utf-8")
+                _page(f"Links for {project}", sorted(pages[(key, project)])), encoding="utf-8"
+            )
 
 
 def _sha256(f: StandinFile) -> str:
@@ -98,8 +102,9 @@ class RequestLog:
             self.entries.clear()
 
 
-def _handler(root: Path, catalog: Catalog,
-             log: RequestLog) -> type[http.server.BaseHTTPRequestHandler]:
+def _handler(
+    root: Path, catalog: Catalog, log: RequestLog
+) -> type[http.server.BaseHTTPRequestHandler]:
     class Handler(http.server.SimpleHTTPRequestHandler):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, directory=str(root), **kwargs)

@@ -102,9 +102,12 @@ class CompileResult:
             arts = [("sdist", pkg["sdist"])] if "sdist" in pkg else []
             arts += [("wheel", w) for w in pkg.get("wheels", [])]
             name = str(canonicalize_name(pkg["name"]))
-            out[name] = LockedPackage(name, str(pkg["version"]),
-                                      tuple(str(a["url"]) for _, a in arts),
-                                      tuple(k for k, _ in arts))
+            out[name] = LockedPackage(
+                name,
+                str(pkg["version"]),
+                tuple(str(a["url"]) for _, a in arts),
+                tuple(k for k, _ in arts),
+            )
         return out
 
     def versions(self) -> dict[str, str]:
@@ -118,17 +121,29 @@ def _toml_str(value: str) -> str:
 def pyproject_text(request: CompileRequest) -> str:
     """The throw-away pyproject.toml, laid out as envbuilder.uvrun.pyproject_for lays it out."""
     lines = [
-        "[project]", 'name = "envbuilder-lock"', 'version = "0"',
-        f"requires-python = {_toml_str('>=' + request.python)}", "dependencies = [",
-        *(f"    {_toml_str(p)}," for p in request.packages), "]", "",
+        "[project]",
+        'name = "envbuilder-lock"',
+        'version = "0"',
+        f"requires-python = {_toml_str('>=' + request.python)}",
+        "dependencies = [",
+        *(f"    {_toml_str(p)}," for p in request.packages),
+        "]",
+        "",
     ]
     for name, url in sorted(request.explicit.items()):
-        lines += ["[[tool.uv.index]]", f"name = {_toml_str(name)}", f"url = {_toml_str(url)}",
-                  "explicit = true", ""]
+        lines += [
+            "[[tool.uv.index]]",
+            f"name = {_toml_str(name)}",
+            f"url = {_toml_str(url)}",
+            "explicit = true",
+            "",
+        ]
     if request.pins:
         lines.append("[tool.uv.sources]")
-        lines += [f"{_toml_str(str(canonicalize_name(p)))} = {{ index = {_toml_str(i)} }}"
-                  for p, i in sorted(request.pins.items())]
+        lines += [
+            f"{_toml_str(str(canonicalize_name(p)))} = {{ index = {_toml_str(i)} }}"
+            for p, i in sorted(request.pins.items())
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -146,11 +161,24 @@ def config_text(searched: Sequence[SearchedIndex]) -> str:
 def command_line(request: CompileRequest) -> list[str]:
     """The uv command, flags in envbuilder's order, then the additions."""
     cmd = [
-        uv_bin(), "pip", "compile", "pyproject.toml",
-        "--format", "pylock.toml", "--output-file", "pylock.toml",
-        "--python-version", request.python, "--python-platform", request.platform,
-        "--generate-hashes", "--no-header", "--no-config", "--quiet",
-        "--python", sys.executable,
+        uv_bin(),
+        "pip",
+        "compile",
+        "pyproject.toml",
+        "--format",
+        "pylock.toml",
+        "--output-file",
+        "pylock.toml",
+        "--python-version",
+        request.python,
+        "--python-platform",
+        request.platform,
+        "--generate-hashes",
+        "--no-header",
+        "--no-config",
+        "--quiet",
+        "--python",
+        sys.executable,
     ]
     for name in request.upgrade_packages:
         cmd += ["--upgrade-package", name]
@@ -161,9 +189,15 @@ def command_line(request: CompileRequest) -> list[str]:
     return cmd + list(request.extra_args)
 
 
-def compile_pylock(request: CompileRequest, work: Path, *, default_index: str, cache: Path,
-                   previous: str | None = None,
-                   environ: Mapping[str, str] | None = None) -> CompileResult:
+def compile_pylock(
+    request: CompileRequest,
+    work: Path,
+    *,
+    default_index: str,
+    cache: Path,
+    previous: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> CompileResult:
     """Write the inputs into `work` (a new folder) and run uv there."""
     work.mkdir(parents=True, exist_ok=False)
     (work / "pyproject.toml").write_text(pyproject_text(request), encoding="utf-8")
@@ -176,14 +210,18 @@ def compile_pylock(request: CompileRequest, work: Path, *, default_index: str, c
     base = os.environ if environ is None else environ
     env = {
         **{k: v for k, v in base.items() if not k.startswith("UV_")},
-        "UV_DEFAULT_INDEX": default_index, "UV_CACHE_DIR": str(cache),
-        "NO_COLOR": "1", "UV_NO_PROGRESS": "1",
+        "UV_DEFAULT_INDEX": default_index,
+        "UV_CACHE_DIR": str(cache),
+        "NO_COLOR": "1",
+        "UV_NO_PROGRESS": "1",
         # the replica listens on 127.0.0.1: never route it through a proxy
-        "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1",
+        "NO_PROXY": "127.0.0.1",
+        "no_proxy": "127.0.0.1",
     }
     cmd = command_line(request)
-    proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, check=False,
-                          timeout=120)
+    proc = subprocess.run(
+        cmd, cwd=work, env=env, capture_output=True, text=True, check=False, timeout=120
+    )
     out = work / "pylock.toml"
     text = out.read_text(encoding="utf-8") if proc.returncode == 0 and out.is_file() else None
     return CompileResult(tuple(cmd), proc.returncode, proc.stderr, text)

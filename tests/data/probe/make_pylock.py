@@ -34,8 +34,12 @@ def installed() -> dict[str, str]:
 def render(packages: dict[str, str]) -> str:
     """The pylock text (names sorted, so the output is stable)."""
     py = f"{sys.version_info.major}.{sys.version_info.minor}"
-    lines = ['lock-version = "1.0"', f'requires-python = ">={py}"',
-             'created-by = "envbuilder-tests"', ""]
+    lines = [
+        'lock-version = "1.0"',
+        f'requires-python = ">={py}"',
+        'created-by = "envbuilder-tests"',
+        "",
+    ]
     for name in sorted(packages):
         lines += ["[[packages]]", f'name = "{name}"', f'version = "{packages[name]}"', ""]
     return "\n".join(lines)
