@@ -5,7 +5,8 @@ same devices, and every ROCm-family name listed AND pinned to the index torch is
 Why each part (docs/rocm.md, "Locking the pip SDK", shown against a replica of AMD's index):
   * the device extras come from the env's GPUs (`gpu`, one or several): a lock holds only their
     device code (about 1 GB each) instead of `device-all` (every target, many GB);
-  * `rocm[libraries,device-...]==<release>` pins the SDK to the env's release;
+  * `rocm[libraries,devel,device-...]==<release>` pins the SDK to the env's release; `devel`
+    because `rocm-sdk path --root` (the image's ROCM_PATH) needs it (TheRock therock-7.14);
   * `uv pip compile` applies an index pin to direct dependencies only, so each ROCm-family name
     the resolution needs (envbuilder/data/rocm.toml [pip_sdk]) is listed and pinned; PyPI holds
     placeholder packages (`rocm 0.1.0`, `rocm-sdk-*`) and a CUDA torch/triton under the same
@@ -42,8 +43,9 @@ def device_extras(devices: tuple[str, ...]) -> list[str]:
 
 
 def rocm_requirement(release: RocmRelease, devices: tuple[str, ...]) -> str:
-    """`rocm[libraries,device-gfx1100]==7.14.1`: the SDK of the release, with the devices."""
-    return f"rocm[{','.join(['libraries', *device_extras(devices)])}]=={release.version}"
+    """`rocm[libraries,devel,device-gfx1100]==7.14.1`: the SDK of the release, with the devices
+    (`devel`: `rocm-sdk path --root` needs it)."""
+    return f"rocm[{','.join(['libraries', 'devel', *device_extras(devices)])}]=={release.version}"
 
 
 def lock_inputs(env: EnvSpec, target: str) -> tuple[tuple[str, ...], dict[str, str]]:

@@ -1181,7 +1181,7 @@ def test_check_resolves_the_install_model(
     packages, pins = lock_inputs(env, targets[0])
     if model == "pip-sdk":
         assert packages[0] == torch.replace("torch==", "torch[device-gfx1100]==")
-        assert f"rocm[libraries,device-gfx1100]=={rocm}" in packages
+        assert f"rocm[libraries,devel,device-gfx1100]=={rocm}" in packages
         assert set(pins.values()) == {"idx"} and "rocm-sdk-device-gfx1100" in pins
     else:
         assert (packages, pins) == ((torch,), {"torch": "idx"})

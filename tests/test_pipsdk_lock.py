@@ -83,7 +83,13 @@ def test_flagship_locks_its_device_packages_from_amds_index(project: Path) -> No
         pkgs = packages(pylock(project, target))
         assert {n for n in pkgs if "device-gfx" in n} == DEVICES, target
         assert pkgs["torch"]["version"] == "2.12.0+rocm7.14.1"
-        for name in ("rocm", "rocm-sdk-core", "rocm-sdk-libraries", "rocm-sdk-device-gfx1100"):
+        for name in (
+            "rocm",
+            "rocm-sdk-core",
+            "rocm-sdk-libraries",
+            "rocm-sdk-devel",
+            "rocm-sdk-device-gfx1100",
+        ):
             assert pkgs[name]["version"] == "7.14.1", (target, name)
         # every ROCm-family name from AMD's index, recorded by its canonical URLs: no PyPI
         # placeholder (rocm 0.1.0, rocm-sdk-*), no CUDA torch or triton
@@ -93,6 +99,7 @@ def test_flagship_locks_its_device_packages_from_amds_index(project: Path) -> No
             "rocm-bootstrap",
             "rocm-sdk-core",
             "rocm-sdk-libraries",
+            "rocm-sdk-devel",
             "torch",
             "triton",
             *DEVICES,
