@@ -168,20 +168,26 @@ def test_committed_cpu_lock_pins_this_workplaces_seed(seed_dir: Path, registry: 
     )
 
 
-def _tiny_image(tmp_path: Path, registry: str, name: str, text: str) -> str:
-    tree = tmp_path / f"tree-{text}"
-    (tree / "etc").mkdir(parents=True)
-    (tree / "etc" / "release").write_text(text)
-    out = tmp_path / f"img-{text}"
-    out.mkdir()
-    return str(seed.push_image(registry, name, "v1", seed.build_image(tree, out)))
+def _tiny_image(tmp_path: Path, registry: str, name: str, text: str, docker_client: Any) -> str:
+    """A small image pushed as NAME:v1, its repository digest returned. It is built on the
+    seeded Debian base: `lock` resolves the plan's apt packages in a container of the base
+    (docs/reproducibility.md), so the base needs a shell and apt like any real one."""
+    context = tmp_path / f"context-{text}"
+    context.mkdir()
+    (context / "Dockerfile").write_text(
+        f"FROM debian:bookworm-slim\nRUN echo {text} > /etc/release\n", encoding="utf-8"
+    )
+    ref = f"{registry}/{name}"
+    docker_client.images.build(path=str(context), tag=f"{ref}:v1", network_mode="host", rm=True)
+    docker_client.images.push(ref, tag="v1")
+    return str(docker_client.images.get_registry_data(f"{ref}:v1").id)
 
 
 def test_refresh_base_re_reads_the_digest_only(
     tmp_path: Path, registry: str, docker_client: Any
 ) -> None:
     name = "envbuilder-test/refresh-base"
-    first = _tiny_image(tmp_path, registry, name, "one")
+    first = _tiny_image(tmp_path, registry, name, "one", docker_client)
     make_wheel(tmp_path / "mirror", "tinytorch", "1.0+cpu")
     project = write_spec(
         tmp_path / "proj",
@@ -214,7 +220,9 @@ base = "{registry}/{name}:v1"
     os.utime(pylock, ns=(1_000_000_000, 1_000_000_000))
     before = (pylock.read_bytes(), pylock.stat().st_mtime_ns)
 
-    second = _tiny_image(tmp_path, registry, name, "two")  # the tag now names another image
+    second = _tiny_image(
+        tmp_path, registry, name, "two", docker_client
+    )  # the tag now names another image
     assert second != first
     assert lock() == 0 and pinned() == f"{registry}/{name}:v1@{first}"  # known digest kept
     assert lock("--refresh-base") == 0
