@@ -47,7 +47,7 @@ def envbuilder(
 @pytest.fixture
 def shipped(tmp_path: Path) -> Path:
     shutil.copy(ROOT / "environments.toml", tmp_path / "environments.toml")
-    for name in ("lockfiles", "dockerfiles", "wsl", "windows"):
+    for name in ("lockfiles", "dockerfiles", "wsl", "windows", "slurm"):
         shutil.copytree(ROOT / name, tmp_path / name)
     return tmp_path
 

@@ -32,7 +32,7 @@ from envbuilder.project import Project
 
 REPO = Path(__file__).resolve().parent.parent
 #: What a copy of the shipped project holds (the committed cpu lock, rendered files).
-SHIPPED = ("environments.toml", "lockfiles", "dockerfiles", "wsl", "windows")
+SHIPPED = ("environments.toml", "lockfiles", "dockerfiles", "wsl", "windows", "slurm")
 PIN = "debian:bookworm-slim@sha256:" + "1" * 64
 
 
