@@ -242,6 +242,13 @@ def test_job_is_killed_at_its_time_limit(
         lambda: job_fields(slurm_cluster, job_id)["JobState"] != "RUNNING",
     )
     elapsed = time.monotonic() - started
+    # COMPLETING is Slurm's passage from RUNNING to the final state while slurmd kills the
+    # job's processes; on a loaded machine it lasts seconds, so wait it out.
+    wait_until(
+        f"job {job_id} past COMPLETING",
+        60,
+        lambda: job_fields(slurm_cluster, job_id)["JobState"] != "COMPLETING",
+    )
     fields = job_fields(slurm_cluster, job_id)
     assert (fields["JobState"], fields["Reason"]) == ("TIMEOUT", "TimeLimit"), fields
     assert elapsed >= low - 5, f"killed after {elapsed:.0f}s, before its limit"
