@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -22,6 +21,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+from shipped import copy_shipped, project_parts
 from test_lock_support import FAKE_INDEX_URL, make_wheel
 
 from envbuilder.cli import COMMANDS
@@ -29,7 +29,6 @@ from envbuilder.cli import COMMANDS
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMAS = ROOT / "envbuilder" / "schemas"
 CLI_SCHEMA = json.loads((SCHEMAS / "cli.schema.json").read_text(encoding="utf-8"))
-RENDERED = ("dockerfiles", "wsl", "windows", "slurm")
 
 SMALL_SPEC = """
 [indexes.fake]
@@ -83,12 +82,7 @@ def run_json(
 
 def _copy_shipped(dest: Path, rendered: bool = True) -> Path:
     """The shipped spec and lockfiles (and rendered folders) in `dest`; returns `dest`."""
-    dest.mkdir(parents=True, exist_ok=True)
-    shutil.copy(ROOT / "environments.toml", dest / "environments.toml")
-    shutil.copytree(ROOT / "lockfiles", dest / "lockfiles")
-    for name in RENDERED if rendered else ():
-        shutil.copytree(ROOT / name, dest / name)
-    return dest
+    return copy_shipped(dest, project_parts() if rendered else ("environments.toml", "lockfiles"))
 
 
 @pytest.fixture

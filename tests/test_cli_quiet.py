@@ -6,12 +6,12 @@ small env of two local wheels that locks and builds offline)."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from shipped import copy_shipped
 from test_lock_support import FAKE_INDEX_URL, make_wheel
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,10 +46,7 @@ def envbuilder(
 
 @pytest.fixture
 def shipped(tmp_path: Path) -> Path:
-    shutil.copy(ROOT / "environments.toml", tmp_path / "environments.toml")
-    for name in ("lockfiles", "dockerfiles", "wsl", "windows", "slurm"):
-        shutil.copytree(ROOT / name, tmp_path / name)
-    return tmp_path
+    return copy_shipped(tmp_path)
 
 
 def small_project(root: Path) -> tuple[Path, dict[str, str]]:

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from shipped import rendered_folders
 from test_lock_support import FAKE_INDEX_URL, make_wheel
 
 from envbuilder.builders.venv import MARKER as VENV_MARKER
@@ -57,7 +58,7 @@ TEMP_NAME = re.compile(
     r"\.tmp$|^\.tmp|^\.part-|^envbuilder-(lock|probe|compare)-"
     r"|^venv-wheelhouse-|^context-|" + re.escape(JOURNAL)
 )
-RENDERED = ("dockerfiles", "wsl", "windows", "slurm")
+RENDERED = rendered_folders()
 
 
 # --- running a command and interrupting it ------------------------------------------------------

@@ -23,6 +23,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from shipped import project_parts
 from test_lock_support import make_wheel, write_spec
 
 from envbuilder.cli import main
@@ -32,7 +33,7 @@ from envbuilder.project import Project
 
 REPO = Path(__file__).resolve().parent.parent
 #: What a copy of the shipped project holds (the committed cpu lock, rendered files).
-SHIPPED = ("environments.toml", "lockfiles", "dockerfiles", "wsl", "windows", "slurm")
+SHIPPED = project_parts()
 PIN = "debian:bookworm-slim@sha256:" + "1" * 64
 
 

@@ -33,6 +33,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from shipped import rendered_folders
 from test_lock_support import FAKE_INDEX_URL, make_wheel
 
 from envbuilder.cli import main
@@ -199,13 +200,13 @@ def run_failing(
 
 # --- render -------------------------------------------------------------------------------------
 
-RENDERED = ("dockerfiles", "wsl", "windows")
+RENDERED = rendered_folders()
 
 
 @pytest.fixture(scope="module")
 def render_template(workdir: Path) -> tuple[Path, list[Path]]:
     """The shipped project with every rendered file out of date (a line added): render rewrites
-    all 17 files. (A changed spec would make the cpu lock older than the spec: render refuses.)"""
+    every file. (A changed spec would make the cpu lock older than the spec: render refuses.)"""
     template = workdir / "render-template"
     template.mkdir()
     for name in ("environments.toml", "lockfiles", *RENDERED):
