@@ -249,3 +249,55 @@ def test_lock_refuses_an_sdist_whose_build_backend_is_not_locked(
         encoding="utf-8",
     )
     assert main(["lock", "--spec", str(project), "--env", "sdkonly"]) == 0
+
+
+def _with_native_target(project: Path) -> None:
+    """The flagship spec with `native` among rocm714's targets."""
+    text = project.read_text(encoding="utf-8")
+    section = text.index("[env.rocm714]")
+    start = text.index("targets = [", section)
+    end = text.index("]", start)
+    targets = text[start:end] + ', "native"'
+    project.write_text(text[:start] + targets + text[end:], encoding="utf-8")
+
+
+def _activated(venv: Path, name: str) -> str:
+    """The value of `name` after sourcing the venv's bin/activate in bash."""
+    proc = subprocess.run(
+        ["bash", "-c", f'. {shlex.quote(str(venv / "bin" / "activate"))} && printf %s "${name}"'],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return proc.stdout
+
+
+def test_native_venv_activation_sets_rocm_path_from_rocm_sdk(
+    project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A pip-SDK venv's ROCm lives inside it: after the install the builder asks the venv's
+    `rocm-sdk path --root` and writes the answer as ROCM_PATH; a rebuild finds it current."""
+    _with_native_target(project)
+    assert main(["lock", "--spec", str(project), "--env", "rocm714", "--no-base-digest"]) == 0
+    venv = tmp_path / "venv"
+    build = ["build", "--spec", str(project), "--env", "rocm714", "--target", "native"]
+    assert main([*build, "--path", str(venv)]) == 0, capsys.readouterr().err
+    asked = subprocess.run(
+        [str(venv / "bin" / "rocm-sdk"), "path", "--root"], capture_output=True, text=True
+    )
+    assert asked.returncode == 0, asked.stderr
+    root = asked.stdout.strip()
+    site = venv / "lib" / f"python{HOST_PYTHON}" / "site-packages"
+    assert Path(root) == site.resolve() / "_rocm_sdk_devel"
+    assert _activated(venv, "ROCM_PATH") == root
+    capsys.readouterr()
+    assert main([*build, "--path", str(venv)]) == 0
+    assert "venv is current" in capsys.readouterr().err
+
+    # A venv whose rocm-sdk no longer answers is not current: the build syncs it again, which
+    # puts the command back, and the activation keeps the same root.
+    (venv / "bin" / "rocm-sdk").unlink()
+    assert main([*build, "--path", str(venv)]) == 0
+    assert "venv is current" not in capsys.readouterr().err
+    assert (venv / "bin" / "rocm-sdk").is_file()
+    assert _activated(venv, "ROCM_PATH") == root

@@ -39,6 +39,7 @@ from envbuilder.builders.proberun import probe_options
 from envbuilder.errors import BuildError, UsageError, ValidationError
 from envbuilder.fsutil import atomic_write_bytes, temp_dir
 from envbuilder.model import EnvSpec
+from envbuilder.pipsdk import sdk_release
 from envbuilder.plan import FindPython, LockPins, Plan, PlanInputs, WriteActivation
 from envbuilder.progress import ProgressFn
 from envbuilder.project import Project, pylock_name, venv_folder
@@ -513,11 +514,11 @@ class VenvBuilder:
         folder = claim_folder(venv, options.force)
         layout = VenvLayout(venv, self.windows)
         lock_sha = self._verified_lock_sha(project, env)
-        variables = self.variables(env)
-        if folder.kind == "ours" and self._is_current(layout, env, lock_sha, variables):
+        if folder.kind == "ours" and self._is_current(layout, env, lock_sha):
             progress(f"{env.name}/{self.name}: venv is current", 1, 1)
             return self._artifact(env, venv, lock_sha, None)
         python, packages, changes = self._install_locked(project, env, folder, progress)
+        variables = self._venv_variables(layout, env)
         _write_or_fail(
             lambda: activate.write_activation(Path(layout.scripts), variables, self.windows),
             layout.scripts,
@@ -651,9 +652,29 @@ class VenvBuilder:
             f"it again: {again}"
         )
 
-    def _is_current(
-        self, layout: VenvLayout, env: EnvSpec, lock_sha: str, variables: Mapping[str, str]
-    ) -> bool:
+    def _venv_variables(self, layout: VenvLayout, env: EnvSpec) -> dict[str, str]:
+        """The plan's variables, and on a pip-SDK release (Linux) ROCM_PATH first: what the
+        venv's `rocm-sdk path --root` says (ROCm lives inside the venv; the path is known only
+        once it is installed), unless the spec sets ROCM_PATH itself. BuildError when the venv
+        cannot answer."""
+        variables = self.variables(env)
+        if self.windows or sdk_release(env) is None or "ROCM_PATH" in variables:
+            return variables
+        return {"ROCM_PATH": self._sdk_root(layout), **variables}
+
+    def _sdk_root(self, layout: VenvLayout) -> str:
+        command = str(layout.scripts / "rocm-sdk")
+        proc = _run([command, "path", "--root"], "asking rocm-sdk for ROCm's root", timeout=120)
+        root = proc.stdout.strip()
+        if proc.returncode != 0 or not root or "\n" in root:
+            said = _tail(proc.stderr) or f"it printed {proc.stdout.strip()!r}"
+            raise BuildError(
+                f"`{command} path --root` (the pip SDK's ROCm root, the venv's ROCM_PATH) "
+                f"failed with exit code {proc.returncode}:\n{said}"
+            )
+        return root
+
+    def _is_current(self, layout: VenvLayout, env: EnvSpec, lock_sha: str) -> bool:
         marker = read_marker(Path(layout.marker))
         if marker is None or marker_state(marker) != COMPLETE:
             return False
@@ -675,8 +696,15 @@ class VenvBuilder:
             and _is_venv_at(state, Path(layout.root))
             and self._python_matches(state["python"], env)
             and not package_diff(state["packages"], packages)
-            and activate.activation_is_current(Path(layout.scripts), variables, self.windows)
+            and self._activation_is_current(layout, env)
         )
+
+    def _activation_is_current(self, layout: VenvLayout, env: EnvSpec) -> bool:
+        try:
+            variables = self._venv_variables(layout, env)
+        except BuildError:
+            return False  # rocm-sdk does not answer: the venv is synced again
+        return activate.activation_is_current(Path(layout.scripts), variables, self.windows)
 
     def _python_matches(self, full: str, env: EnvSpec) -> bool:
         return full.rsplit(".", 1)[0] == self.python_request(env)
@@ -763,7 +791,10 @@ class VenvBuilder:
         """Run the probe in an empty folder: a project checkout as the working directory would
         put its own packages (e.g. envbuilder.egg-info) on `python -m`'s path."""
         run_env = _clean_env()
-        run_env.update(self.variables(env))
+        try:
+            run_env.update(self._venv_variables(layout, env))
+        except BuildError as exc:
+            raise ValidationError(str(exc)) from None
         run_env["VIRTUAL_ENV"] = str(layout.root)
         run_env["PATH"] = os.pathsep.join([str(layout.scripts), run_env.get("PATH", "")])
         try:

@@ -180,9 +180,9 @@ def no_base_image(env: EnvSpec) -> str | None:
 
 def linux_variables(env: EnvSpec) -> dict[str, str]:
     """The variables a Linux venv's activation sets, in a fixed order: ROCM_PATH (ROCm envs
-    only; not for a pip-SDK release, whose root is inside the venv, where `rocm-sdk path --root`
-    finds it: a venv placed at build time has no fixed path to write), then the spec's `env`,
-    then its RCCL/NCCL settings."""
+    only; on a pip-SDK release the root is inside the venv, known once it is installed, so the
+    venv builder adds ROCM_PATH from `rocm-sdk path --root` after installing), then the spec's
+    `env`, then its RCCL/NCCL settings."""
     return _linux(env, None)
 
 

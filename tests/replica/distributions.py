@@ -155,6 +155,20 @@ def _line(path, data):
     return path + ",sha256=" + digest + "," + str(len(data))
 
 
+# What the real `rocm` package's `rocm-sdk path --root` answers is the folder of ROCm's files in
+# site-packages; the stand-in answers the same place (_rocm_sdk_devel) without the files, so that
+# a build that asks it (the images' ROCM_PATH link, a venv's activation) runs for real.
+ROCM_SDK_MAIN = b"""import sys
+from pathlib import Path
+
+
+def main():
+    if sys.argv[1:] != ["path", "--root"]:
+        sys.exit("envbuilder test stand-in of rocm-sdk: only `rocm-sdk path --root`")
+    print(Path(__file__).resolve().parent.parent / "_rocm_sdk_devel")
+"""
+
+
 def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     files = {
         "_" + STEM + "_standin.py": b"ENVBUILDER_TEST_STANDIN = True\\n",
@@ -162,6 +176,12 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
         INFO + "/WHEEL": b"Wheel-Version: 1.0\\nGenerator: envbuilder-test-replica\\n"
                          b"Root-Is-Purelib: true\\nTag: py3-none-any\\n",
     }
+    if STEM == "rocm":  # the real one ships the rocm-sdk command (TheRock rocm_sdk)
+        files["rocm_sdk/__init__.py"] = b""
+        files["rocm_sdk/__main__.py"] = ROCM_SDK_MAIN
+        files[INFO + "/entry_points.txt"] = (
+            b"[console_scripts]\\nrocm-sdk = rocm_sdk.__main__:main\\n"
+        )
     record = [_line(p, d) for p, d in files.items()] + [INFO + "/RECORD,,"]
     files[INFO + "/RECORD"] = ("\\n".join(record) + "\\n").encode()
     name = STEM + "-" + VERSION + "-py3-none-any.whl"
