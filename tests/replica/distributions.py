@@ -155,9 +155,11 @@ def _line(path, data):
     return path + ",sha256=" + digest + "," + str(len(data))
 
 
-# What the real `rocm` package's `rocm-sdk path --root` answers is the folder of ROCm's files in
-# site-packages; the stand-in answers the same place (_rocm_sdk_devel) without the files, so that
-# a build that asks it (the images' ROCM_PATH link, a venv's activation) runs for real.
+# The real `rocm` package's `rocm-sdk path --root` expands rocm-sdk-devel's tarball into
+# site-packages/_rocm_sdk_devel on first use and answers that folder (TheRock therock-7.14,
+# rocm_sdk/__main__.py _do_path -> _devel.get_devel_root); the stand-in makes the same folder,
+# empty, and answers it, so that a build that asks (the images' ROCM_PATH link, a venv's
+# activation) runs for real.
 ROCM_SDK_MAIN = b"""import sys
 from pathlib import Path
 
@@ -165,7 +167,9 @@ from pathlib import Path
 def main():
     if sys.argv[1:] != ["path", "--root"]:
         sys.exit("envbuilder test stand-in of rocm-sdk: only `rocm-sdk path --root`")
-    print(Path(__file__).resolve().parent.parent / "_rocm_sdk_devel")
+    root = Path(__file__).resolve().parent.parent / "_rocm_sdk_devel"
+    root.mkdir(exist_ok=True)
+    print(root)
 """
 
 
