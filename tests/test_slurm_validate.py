@@ -28,7 +28,8 @@ import jsonschema
 import pytest
 from conftest import SlurmCluster, service_missing
 
-from envbuilder import lockfile
+from envbuilder import activate, lockfile, pyfinder
+from envbuilder.builders.venv import uv_venv_environment
 from envbuilder.cli import main
 from envbuilder.compat import load_compat
 from envbuilder.errors import RenderError
@@ -278,6 +279,32 @@ def test_pyxis_image_names(image: str, enroot: str) -> None:
         check=True,
     )
     assert result.stdout.strip() == enroot
+
+
+def test_venv_runtime_runs_commands_with_the_venvs_activation(tmp_path: Path) -> None:
+    """The venv runtime gets the env's variables from the venv's activation (as `validate
+    --target native` sets them), the script's `set -euo pipefail` in force: a real uv venv with
+    envbuilder's activation block, and the script's own run_env."""
+    venv = tmp_path / "venv"
+    subprocess.run(
+        [pyfinder.uv_bin(), "venv", "--no-project", "--python", sys.executable, str(venv)],
+        check=True,
+        capture_output=True,
+        env=uv_venv_environment(),
+    )
+    value = "a b $(not run) 'q'"
+    activate.write_activation(venv / "bin", {"ENVBUILDER_T": value, "NCCL_DEBUG": "WARN"}, False)
+    function = _script_function(ROOT / "slurm" / ENV / "validate.sbatch", "run_env")
+    shown = 'printf "%s|%s|%s" "$ENVBUILDER_T" "$NCCL_DEBUG" "$VIRTUAL_ENV"'
+    result = subprocess.run(
+        ["bash", "-c", f"set -euo pipefail\n{function}\nrun_env n sh -c '{shown}'"],
+        env={"PATH": os.environ["PATH"], "RUNTIME": "venv", "ENVBUILDER_VENV": str(venv)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{value}|WARN|{venv}"
 
 
 def test_script_refuses_inputs_that_are_not_the_lock(tmp_path: Path) -> None:
