@@ -716,6 +716,15 @@ def noise_rule_text(floor_pct: float) -> str:
     )
 
 
+def check_noise_floor(noise_floor_pct: float) -> None:
+    """--noise-floor must be a percentage: CompareError otherwise (NaN and inf included)."""
+    if not 0 <= noise_floor_pct < 100 or math.isnan(noise_floor_pct):
+        raise CompareError(
+            f"--noise-floor {noise_floor_pct:g}: the noise floor must be a percentage from 0 "
+            f"up to 100 (default {DEFAULT_NOISE_FLOOR_PCT:g})"
+        )
+
+
 def compare_reports(
     reports: Sequence[Report], baseline: int = 0, noise_floor_pct: float = DEFAULT_NOISE_FLOOR_PCT
 ) -> Comparison:
@@ -723,8 +732,7 @@ def compare_reports(
     baseline first. Raises CompareError when there is nothing to compare."""
     if len(reports) < 2:
         raise CompareError("compare needs at least two reports")
-    if not 0 <= noise_floor_pct < 100 or math.isnan(noise_floor_pct):
-        raise CompareError(f"noise floor {noise_floor_pct}% must be between 0 and 100")
+    check_noise_floor(noise_floor_pct)
     ordered = [reports[baseline]] + [r for i, r in enumerate(reports) if i != baseline]
     ordered = _unique_labels(ordered)
     base = ordered[0]

@@ -2,7 +2,7 @@
 
     read_job_dir(job_dir, job=None, noise_floor_pct=2.0) -> Fleet
     table_rows(fleet), TABLE_HEADER, cross_rows(fleet), CROSS_HEADER   the tables
-    to_json(fleet) / dumps_json(fleet) / to_markdown(fleet) / write_html(fleet, path)
+    to_json(fleet) / dumps_json(fleet) / to_markdown(fleet) / to_html(fleet)
     write_reports(fleet, folder) -> {"json": path, "markdown": path, "html": path}
 
 The job folder is what slurm/<env>/validate.sbatch writes (docs/cluster.md): `hosts` ("NODE
@@ -22,7 +22,9 @@ Rows: failed nodes first (failed checks, or no report: why), then outliers, then
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -31,7 +33,7 @@ from typing import Any
 from envbuilder import compare
 from envbuilder.compare import Metric, MetricKey, Report
 from envbuilder.errors import CompareError
-from envbuilder.fsutil import atomic_write_text
+from envbuilder.fsutil import write_together
 
 TOOL = "envbuilder-fleet"
 FORMAT_VERSION = 1
@@ -40,7 +42,23 @@ JUDGED: tuple[tuple[str, str | None], ...] = (("matmul", None), ("collectives", 
 #: The matmul dtype the table shows first (what training runs), when a report has it.
 MATMUL_DTYPES = ("bf16", "fp16", "fp32")
 TAIL_LINES = 4
+#: The small files of a job folder (hosts, phase, NODE.exit) are bytes to kilobytes: `hosts` is
+#: one "NODE ADDRESS" line per node. Only this much is read, so a stray big file costs nothing.
+MAX_SMALL_FILE_BYTES = 1024 * 1024
+#: Of a node's log only the end is read (the last TAIL_LINES lines, each cut to TAIL_LINE_CHARS):
+#: a log can be gigabytes (NCCL_DEBUG=INFO on many ranks), and only its end says why.
+TAIL_BYTES = 64 * 1024
+TAIL_LINE_CHARS = 300
+#: torchrun's world size in a rank report; a larger figure is a damaged report, not a job (one
+#: "no report" row is made per missing rank, so an absurd figure would cost memory and time).
+MAX_WORLD_SIZE = 1 << 16
 _RANK_FILE = re.compile(r"all\.rank(\d+)\.json\Z")
+
+
+def _file_name_ok(node: str) -> bool:
+    """Whether a node name from `hosts` can be a file name under nodes/ and collectives/: not a
+    path ("../x", "/etc/passwd"), so nothing outside the job folder is read for it."""
+    return node not in ("", ".", "..") and not any(c in node for c in "/\\\0")
 
 
 @dataclass(frozen=True)
@@ -130,6 +148,8 @@ class Fleet:
     notes: tuple[str, ...]
     noise_floor_pct: float
     noise_rule: str
+    #: the report files that were read (node and rank reports): --out must not replace them
+    inputs: tuple[Path, ...] = ()
 
     @property
     def failed_nodes(self) -> tuple[str, ...]:
@@ -158,24 +178,49 @@ class Fleet:
 # --------------------------------------------------------------------------- reading
 
 
-def _read_text(path: Path) -> str | None:
+def _read_bytes(path: Path, limit: int, tail: bool = False) -> bytes | None:
+    """At most `limit` bytes of a regular file (its end when `tail`); None when it is missing,
+    unreadable or not a regular file. O_NONBLOCK: opening a FIFO for reading would otherwise
+    wait for a writer before fstat could refuse it (a job folder is a shared, writable place)."""
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError:
         return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        if tail and info.st_size > limit:
+            os.lseek(fd, info.st_size - limit, os.SEEK_SET)
+        with open(fd, "rb", closefd=False) as fh:
+            return fh.read(limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _read_text(path: Path, limit: int = MAX_SMALL_FILE_BYTES) -> str | None:
+    data = _read_bytes(path, limit)
+    return None if data is None else data.decode("utf-8", errors="replace")
 
 
 def _tail(path: Path, lines: int = TAIL_LINES) -> str:
-    text = _read_text(path) or ""
+    data = _read_bytes(path, TAIL_BYTES, tail=True) or b""
+    text = compare.printable(data.decode("utf-8", errors="replace"))
     kept = [line.strip() for line in text.splitlines() if line.strip()]
-    return " | ".join(kept[-lines:])
+    return " | ".join(
+        line if len(line) <= TAIL_LINE_CHARS else line[:TAIL_LINE_CHARS] + "..."
+        for line in kept[-lines:]
+    )
 
 
 def _job_nodes(job_dir: Path, job: JobInfo) -> list[str]:
     """The job's nodes: the script's `hosts` file, else what Slurm said, else the reports."""
     hosts = _read_text(job_dir / "hosts")
     if hosts:
-        return [line.split()[0] for line in hosts.splitlines() if line.strip()]
+        # a node named twice (a hand-edited file) is one row
+        return list(dict.fromkeys(line.split()[0] for line in hosts.splitlines() if line.strip()))
     if job.nodes:
         return list(job.nodes)
     return sorted(p.stem for p in (job_dir / "nodes").glob("*.json"))
@@ -195,6 +240,11 @@ def _why_no_report(job_dir: Path, folder: str, node: str, job: JobInfo) -> str:
 
 
 def _node_row(job_dir: Path, node: str, job: JobInfo) -> tuple[NodeRow, Report | None]:
+    if not _file_name_ok(node):
+        # e.g. "../x" or "/etc/passwd" in a damaged hosts file: not read as a path
+        shown = compare.printable(node)[:TAIL_LINE_CHARS]
+        why = f"{job_dir / 'hosts'}: {shown!r} is not a node name (a path, not a host name)"
+        return NodeRow(shown, "no report", None, (why,)), None
     path = job_dir / "nodes" / f"{node}.json"
     if not path.is_file():
         why = _why_no_report(job_dir, "nodes", node, job)
@@ -317,7 +367,8 @@ def _cross(job_dir: Path, nodes: Sequence[str], rows: Sequence[NodeRow], job: Jo
     folder = job_dir / "collectives"
     phase = (_read_text(job_dir / "phase") or "").strip()
     reports = _rank_reports(folder)
-    ran = [n for n in nodes if (folder / f"{n}.exit").exists() or (folder / f"{n}.log").exists()]
+    named = [n for n in nodes if _file_name_ok(n)]  # the others are not read as paths
+    ran = [n for n in named if (folder / f"{n}.exit").exists() or (folder / f"{n}.log").exists()]
     if not reports and not ran:
         if phase in ("probe", "collectives") or not phase:
             return CrossNode(
@@ -340,7 +391,15 @@ def _cross(job_dir: Path, nodes: Sequence[str], rows: Sequence[NodeRow], job: Jo
             ranks.append(RankRow(rank, "?", "no report", str(exc)))
             continue
         status, reason, details = _collectives_entry(report, path)
-        world = world or (int(details["world_size"]) if "world_size" in details else None)
+        if "world_size" in details and world is None:
+            size = details["world_size"]
+            if isinstance(size, int) and not isinstance(size, bool) and 1 <= size <= MAX_WORLD_SIZE:
+                world = size
+            else:
+                problems.append(
+                    f"{path}: details.world_size of the collectives check is {size!r}; "
+                    f"expected a rank count from 1 to {MAX_WORLD_SIZE}"
+                )
         ranks.append(RankRow(rank, report.labels.get("node", "?"), status, reason))
         if rank == 0:
             rank0 = report
@@ -349,7 +408,7 @@ def _cross(job_dir: Path, nodes: Sequence[str], rows: Sequence[NodeRow], job: Jo
             if rank not in reports:
                 ranks.append(RankRow(rank, "?", "no report", None))
         ranks.sort(key=lambda r: r.rank)
-    for node in nodes:
+    for node in named:
         code = (_read_text(folder / f"{node}.exit") or "").strip()
         if code not in ("", "0"):
             problems.append(
@@ -409,9 +468,16 @@ def read_job_dir(
 ) -> Fleet:
     """The fleet report of one job folder. A node without a report is a failed row saying why
     (its exit code and output, or the job's state); reports that are not probe reports too."""
+    compare.check_noise_floor(noise_floor_pct)
     if not job_dir.is_dir():
+        what = "is not a folder" if job_dir.exists() else "no such job folder"
+        raise CompareError(f"{job_dir}: {what} (validate.sbatch writes RUN_DIR/job-<id>/)")
+    if job is None and not any(
+        (job_dir / name).exists() for name in ("hosts", "nodes", "collectives")
+    ):
         raise CompareError(
-            f"{job_dir}: no such job folder (validate.sbatch writes RUN_DIR/job-<id>/)"
+            f"{job_dir}: not a job folder (no hosts file, no nodes/ or collectives/); "
+            "validate.sbatch writes RUN_DIR/job-<id>/ with them"
         )
     info = job or JobInfo(job_dir.name.removeprefix("job-"))
     nodes = _job_nodes(job_dir, info)
@@ -437,6 +503,7 @@ def read_job_dir(
     env, target = _env_target(reports)
     if info.note:
         notes.insert(0, info.note)
+    inputs = [r.report for r in rows if r.report is not None]
     return Fleet(
         job_dir,
         info,
@@ -447,6 +514,7 @@ def read_job_dir(
         tuple(notes),
         noise_floor_pct,
         compare.noise_rule_text(noise_floor_pct),
+        (*inputs, *_rank_reports(job_dir / "collectives").values()),
     )
 
 
@@ -650,7 +718,7 @@ def to_markdown(fleet: Fleet) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_html(fleet: Fleet, dest: Path) -> Path:
+def to_html(fleet: Fleet) -> str:
     """One self-contained page (no scripts, no network)."""
     from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
@@ -660,7 +728,7 @@ def write_html(fleet: Fleet, dest: Path) -> Path:
         undefined=StrictUndefined,
         keep_trailing_newline=True,
     )
-    page = env.get_template("index.html.j2").render(
+    return env.get_template("index.html.j2").render(
         title=_title(fleet),
         fleet=fleet,
         ok=fleet.ok,
@@ -671,18 +739,37 @@ def write_html(fleet: Fleet, dest: Path) -> Path:
         cross_header=CROSS_HEADER,
         cross_rows=cross_rows(fleet),
     )
-    atomic_write_text(dest, page)
-    return dest
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """The same file by path (symlinks followed) or, when both exist, by inode (hard links)."""
+    try:
+        return a.resolve() == b.resolve() or a.samefile(b)
+    except (OSError, RuntimeError):  # one does not exist (yet), or a symlink loop
+        return False
 
 
 def write_reports(fleet: Fleet, folder: Path) -> dict[str, Path]:
-    """fleet.json, fleet.md and fleet.html in `folder` (each written atomically)."""
+    """fleet.json, fleet.md and fleet.html in `folder`, written together (an error writes none).
+    Refuses (CompareError) a folder where one of them would replace a report that was read,
+    e.g. --out JOB/nodes with a node named "fleet"."""
     paths = {
         "json": folder / "fleet.json",
         "markdown": folder / "fleet.md",
         "html": folder / "fleet.html",
     }
-    atomic_write_text(paths["json"], dumps_json(fleet))
-    atomic_write_text(paths["markdown"], to_markdown(fleet))
-    write_html(fleet, paths["html"])
+    for out in paths.values():
+        for report in fleet.inputs:
+            if _same_file(out, report):
+                raise CompareError(
+                    f"{out} is the report {report} that the fleet report is made of; "
+                    "writing it would overwrite that report: name another folder"
+                )
+    write_together(
+        {
+            paths["json"]: dumps_json(fleet).encode("utf-8"),
+            paths["markdown"]: to_markdown(fleet).encode("utf-8"),
+            paths["html"]: to_html(fleet).encode("utf-8"),
+        }
+    )
     return paths
