@@ -79,10 +79,23 @@ def _command_modules() -> list[tuple[str, ModuleType]]:
     return [(n, command_module(n)) for n in names]
 
 
+def path_value(text: str) -> Path:
+    """argparse type of every path option: an empty string is refused (exit 2). Path("") is
+    ".", so `--run-dir "$UNSET"` would otherwise quietly mean the current folder and write
+    there (a job folder, probe.pyz, reports)."""
+    if not text:
+        raise argparse.ArgumentTypeError(
+            "an empty path (an unset shell variable?); name a file or folder, "
+            "e.g. . for the current one"
+        )
+    return Path(text)
+
+
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """Options every command that reads the spec shares."""
     parser.add_argument(
         "--spec",
+        type=path_value,
         default="environments.toml",
         metavar="PATH",
         help="the spec file (default: ./environments.toml); outputs go beside it",

@@ -372,6 +372,46 @@ def test_a_hand_written_script_is_never_overwritten(project: Project) -> None:
     assert MARKER not in script.read_text()
 
 
+@pytest.mark.parametrize("present", [(), ("sbatch",)])
+def test_missing_slurm_commands_are_named_before_anything_is_written(
+    project: Project,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    present: tuple[str, ...],
+) -> None:
+    """With sbatch but no squeue a job was submitted and then left running unwatched (the
+    bug): every command a run needs is looked up first, nothing written or submitted."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in present:
+        found = shutil.which(name)
+        if found is None:
+            pytest.skip(f"no {name} on PATH: the Slurm client is not installed")
+        (bin_dir / name).symlink_to(found)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.delenv("SLURM_CONF", raising=False)  # a regression then cannot submit a job
+    assert cli(project, "validate", "--env", ENV, "--target", "docker", "--slurm") == 1
+    err = capsys.readouterr().err
+    missing = [c for c in ("sbatch", "squeue", "scontrol", "scancel") if c not in present]
+    assert f"error: {', '.join(missing)} are not on PATH ({bin_dir})" in err, err
+    assert not (project.root / "reports").exists()
+    assert not slurm_script.script_path(project, ENV).exists()
+
+
+@pytest.mark.parametrize("option", ["--run-dir", "--path", "--spec"])
+def test_an_empty_path_is_a_usage_error(
+    project: Project, capsys: pytest.CaptureFixture[str], option: str
+) -> None:
+    """`--run-dir "$UNSET"`: Path("") is ".", so the job ran in the current folder (the bug)."""
+    args = ["validate", "--env", ENV, "--target", "docker", "--slurm", option, ""]
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    assert f"argument {option}: an empty path" in capsys.readouterr().err
+    assert not (project.root / "reports").exists()
+
+
 # --------------------------------------------------------------------------- on the cluster
 
 
@@ -722,3 +762,42 @@ def test_native_venv_on_a_shared_file_system(
     rank0 = load(job_dir / "collectives" / "all.json")
     assert check_entry(rank0, "collectives")["details"]["world_size"] == 4
     assert load(job_dir / "fleet.json")["status"] == "pass"
+
+
+@pytest.mark.slow
+def test_a_job_that_cannot_be_followed_is_cancelled(
+    slurm_env: SlurmCluster,
+    pushed_image: str,
+    cluster_project: Project,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """squeue failing after the submission (slurmctld unreachable) left the job running with
+    nobody watching it. The shared controller cannot be stopped here, so this `squeue` is a
+    script that answers as squeue does when it cannot reach slurmctld; sbatch, scontrol and
+    scancel are the real ones, and the real cluster says the job was cancelled."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("sbatch", "scontrol", "scancel"):
+        found = shutil.which(name)
+        assert found is not None, f"no {name} on PATH"
+        (bin_dir / name).symlink_to(found)
+    squeue = bin_dir / "squeue"
+    squeue.write_text(
+        "#!/bin/sh\necho 'slurm_load_jobs error: Unable to contact slurm controller "
+        "(connect failure)' >&2\nexit 1\n"
+    )
+    squeue.chmod(0o755)
+    path = os.environ["PATH"]
+    monkeypatch.setenv("PATH", str(bin_dir))
+    code = cli(cluster_project, "validate", "--env", ENV, "--target", "docker", "--slurm")
+    monkeypatch.setenv("PATH", path)
+    err = capsys.readouterr().err
+    assert code == 1, err
+    match = re.search(r"error: job (\d+) was submitted, but envbuilder cannot follow it: ", err)
+    assert match is not None, err
+    job_id = match.group(1)
+    assert "Unable to contact slurm controller" in err
+    assert f"envbuilder cancelled job {job_id}" in err and "Traceback" not in err
+    assert job_state(slurm_env, job_id) == "CANCELLED"

@@ -11,13 +11,13 @@ Private (leading underscore): the CLI does not discover it as a command.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 from rich.text import Text
 
 from envbuilder import fleet
+from envbuilder.cli import path_value
 from envbuilder.commands._targets import progress_for, require, selected
 from envbuilder.errors import UsageError
 from envbuilder.slurm.run import SlurmOutcome, SlurmRequest, validate_on_slurm
@@ -87,7 +87,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--run-dir",
-        type=Path,
+        type=path_value,
         metavar="DIR",
         help="a folder every node sees, for the probe and the results (default: "
         "reports/slurm/<env>.<target>/ beside the spec)",

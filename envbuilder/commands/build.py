@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from envbuilder.cli import path_value
 from envbuilder.commands._targets import (
     PATH_REFUSAL,
     add_selection_arguments,
@@ -55,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_selection_arguments(parser, default_target=None)
     parser.add_argument(
         "--path",
-        type=Path,
+        type=path_value,
         metavar="DIR",
         help="venv targets (native, windows): where the venv goes",
     )

@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from envbuilder import compare, compare_html
+from envbuilder.cli import path_value
 from envbuilder.errors import UsageError
 from envbuilder.fsutil import temp_dir, write_together
 from envbuilder.ui import UI
@@ -29,26 +30,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "reports",
         nargs="+",
-        type=Path,
+        type=path_value,
         metavar="REPORT",
         help="probe report JSON files (at least two, counting --baseline)",
     )
     parser.add_argument(
         "--baseline",
-        type=Path,
+        type=path_value,
         metavar="REPORT",
         help="the report others are compared with (default: the first)",
     )
-    parser.add_argument("--markdown", type=Path, metavar="PATH", help="also write markdown here")
+    parser.add_argument(
+        "--markdown", type=path_value, metavar="PATH", help="also write markdown here"
+    )
     parser.add_argument(
         "--json",
-        type=Path,
+        type=path_value,
         metavar="PATH",
         help="also write JSON here; - prints it on stdout instead of the table",
     )
     parser.add_argument(
         "--html",
-        type=Path,
+        type=path_value,
         metavar="DIR",
         help="also write DIR/index.html with PNG charts (opens offline; needs "
         "matplotlib: pip install 'envbuilder[html]')",

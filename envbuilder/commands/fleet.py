@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from envbuilder import compare, fleet
+from envbuilder.cli import path_value
 from envbuilder.commands._slurm import fleet_table
 from envbuilder.ui import UI
 
@@ -27,7 +27,7 @@ Exit 0 when every node and the collectives across nodes passed, 1 otherwise."""
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "job_dir",
-        type=Path,
+        type=path_value,
         metavar="JOB_DIR",
         help="the job's folder, e.g. reports/slurm/cpu.docker/job-12",
     )
@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--out",
-        type=Path,
+        type=path_value,
         metavar="DIR",
         help="also write fleet.json, fleet.md and fleet.html into DIR",
     )

@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from envbuilder.cli import path_value
 from envbuilder.commands import _slurm
 from envbuilder.commands._targets import (
     add_selection_arguments,
@@ -84,7 +85,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--path",
-        type=Path,
+        type=path_value,
         metavar="DIR",
         help="venv targets (native, windows): the venv to validate",
     )

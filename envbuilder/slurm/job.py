@@ -4,7 +4,9 @@
     poll(job_id, env) -> JobState                            squeue while queued, then
                                                              scontrol show job / sacct
     cancel(job_id, env, wait_s) -> JobState                  scancel, then until it is over
+    scancel(job_id, env)                                     scancel only
     expand_nodes(node_list, env) -> [node]                   scontrol show hostnames
+    require_commands(env)                                    the commands above are on PATH
 
 Every command runs through envbuilder.interrupts.run (its own session; ended with its group on
 Ctrl-C or a timeout). A missing command or one Slurm refuses is a SlurmError naming the
@@ -13,7 +15,9 @@ command and Slurm's own message.
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -42,6 +46,9 @@ FINAL_STATES = frozenset(
 #: What we say when Slurm has forgotten a job: no accounting, and MinJobAge has passed.
 FORGOTTEN = "GONE"
 COMMAND_TIMEOUT_S = 60.0
+#: What a run needs: submit, follow, cancel (sacct is optional: not every cluster keeps
+#: accounting, and poll() does without it).
+COMMANDS = ("sbatch", "squeue", "scontrol", "scancel")
 _FIELD = re.compile(r"(\w+)=(\S*)")
 
 
@@ -95,6 +102,20 @@ def _run(
             f"{' '.join(args[:3])} did not answer within {timeout:g} s: is "
             "slurmctld up (`scontrol ping`)?"
         ) from None
+
+
+def require_commands(env: Mapping[str, str]) -> None:
+    """SlurmError naming every missing client command, before anything is submitted: a job
+    that sbatch queued but squeue cannot follow, or scancel cannot end, would be left running."""
+    path = env.get("PATH", os.defpath)
+    missing = [c for c in COMMANDS if shutil.which(c, path=path) is None]
+    if missing:
+        raise SlurmError(
+            f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not on PATH "
+            f"({path}): envbuilder submits, follows and cancels the job with "
+            f"{', '.join(COMMANDS)}; run it on a machine with Slurm's client commands "
+            "(a login node; Debian: slurm-client)"
+        )
 
 
 def _failed(args: Sequence[str], result: subprocess.CompletedProcess[str]) -> SlurmError:
@@ -182,14 +203,19 @@ def poll(job_id: str, env: Mapping[str, str]) -> JobState:
     )
 
 
-def cancel(
-    job_id: str, env: Mapping[str, str], wait_s: float = 60.0, interval_s: float = 1.0
-) -> JobState:
-    """scancel the job and wait (at most `wait_s`) until nothing of it runs; its last state."""
+def scancel(job_id: str, env: Mapping[str, str]) -> None:
+    """Ask Slurm to end the job (a job it no longer knows is fine); SlurmError if it refuses."""
     args = ["scancel", job_id]
     result = _run(args, env)
     if result.returncode != 0 and "invalid job id" not in result.stderr.lower():
         raise _failed(args, result)
+
+
+def cancel(
+    job_id: str, env: Mapping[str, str], wait_s: float = 60.0, interval_s: float = 1.0
+) -> JobState:
+    """scancel the job and wait (at most `wait_s`) until nothing of it runs; its last state."""
+    scancel(job_id, env)
     deadline = time.monotonic() + wait_s
     state = poll(job_id, env)
     while not state.finished and time.monotonic() < deadline:

@@ -278,6 +278,18 @@ def follow(
         final = slurm_job.cancel(job_id, environ)
         progress(f"{final.describe()}", 0, None)
         raise
+    except slurm_job.SlurmError as exc:
+        # The job is queued and envbuilder cannot see it any more (slurmctld down, squeue
+        # refusing): cancel it rather than leave it running unwatched, and say which job.
+        try:
+            slurm_job.scancel(job_id, environ)  # no waiting: polling is what failed
+            after = f"envbuilder cancelled job {job_id}"
+        except slurm_job.SlurmError:
+            after = f"cancel it with `scancel {job_id}`"
+        raise slurm_job.SlurmError(
+            f"job {job_id} was submitted, but envbuilder cannot follow it: {exc}; {after} "
+            f"(its folder: {job_dir})"
+        ) from None
 
 
 # --------------------------------------------------------------------------- the whole run
@@ -296,6 +308,7 @@ def validate_on_slurm(
     runtime = check_request(target, request)
     if target not in env.targets:
         raise UsageError(f"env {env.name!r} has no target {target!r}")
+    slurm_job.require_commands(os.environ)  # before anything is written or submitted
     common, select, cross = probe_words(env, options)
     verified = lockfile.load_verified_lock(project, env.name, target, spec.env_hash(env.name))
     script = write_script(project, spec, env, progress)
