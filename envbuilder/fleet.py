@@ -1,6 +1,7 @@
 """The fleet report: one row per node of a cluster validation, and the collectives across nodes.
 
     read_job_dir(job_dir, job=None, noise_floor_pct=2.0) -> Fleet
+    read_text_small(path), tail_lines(path)   a job folder's small files and logs, read safely
     table_rows(fleet), TABLE_HEADER, cross_rows(fleet), CROSS_HEADER   the tables
     to_json(fleet) / dumps_json(fleet) / to_markdown(fleet) / to_html(fleet)
     write_reports(fleet, folder) -> {"json": path, "markdown": path, "html": path}
@@ -200,12 +201,16 @@ def _read_bytes(path: Path, limit: int, tail: bool = False) -> bytes | None:
         os.close(fd)
 
 
-def _read_text(path: Path, limit: int = MAX_SMALL_FILE_BYTES) -> str | None:
+def read_text_small(path: Path, limit: int = MAX_SMALL_FILE_BYTES) -> str | None:
+    """A small file of a job folder (hosts, phase, NODE.exit) as text, at most `limit` bytes;
+    None when it is missing, unreadable or not a regular file (a FIFO would block)."""
     data = _read_bytes(path, limit)
     return None if data is None else data.decode("utf-8", errors="replace")
 
 
-def _tail(path: Path, lines: int = TAIL_LINES) -> str:
+def tail_lines(path: Path, lines: int = TAIL_LINES) -> str:
+    """The last non-blank lines of a log, joined by ' | ': only its end is read, each line cut
+    short, control characters shown as '?'; '' when it is missing or not a regular file."""
     data = _read_bytes(path, TAIL_BYTES, tail=True) or b""
     text = compare.printable(data.decode("utf-8", errors="replace"))
     kept = [line.strip() for line in text.splitlines() if line.strip()]
@@ -217,7 +222,7 @@ def _tail(path: Path, lines: int = TAIL_LINES) -> str:
 
 def _job_nodes(job_dir: Path, job: JobInfo) -> list[str]:
     """The job's nodes: the script's `hosts` file, else what Slurm said, else the reports."""
-    hosts = _read_text(job_dir / "hosts")
+    hosts = read_text_small(job_dir / "hosts")
     if hosts:
         # a node named twice (a hand-edited file) is one row
         return list(dict.fromkeys(line.split()[0] for line in hosts.splitlines() if line.strip()))
@@ -227,8 +232,8 @@ def _job_nodes(job_dir: Path, job: JobInfo) -> list[str]:
 
 
 def _why_no_report(job_dir: Path, folder: str, node: str, job: JobInfo) -> str:
-    code = (_read_text(job_dir / folder / f"{node}.exit") or "").strip()
-    tail = _tail(job_dir / folder / f"{node}.log")
+    code = (read_text_small(job_dir / folder / f"{node}.exit") or "").strip()
+    tail = tail_lines(job_dir / folder / f"{node}.log")
     if not code:
         state = job.state or "unknown"
         what = f"did not finish (job {state}{': ' + job.reason if job.reason else ''})"
@@ -365,7 +370,7 @@ def _collectives_entry(report: Report, path: Path) -> tuple[str, str | None, dic
 
 def _cross(job_dir: Path, nodes: Sequence[str], rows: Sequence[NodeRow], job: JobInfo) -> CrossNode:
     folder = job_dir / "collectives"
-    phase = (_read_text(job_dir / "phase") or "").strip()
+    phase = (read_text_small(job_dir / "phase") or "").strip()
     reports = _rank_reports(folder)
     named = [n for n in nodes if _file_name_ok(n)]  # the others are not read as paths
     ran = [n for n in named if (folder / f"{n}.exit").exists() or (folder / f"{n}.log").exists()]
@@ -409,10 +414,10 @@ def _cross(job_dir: Path, nodes: Sequence[str], rows: Sequence[NodeRow], job: Jo
                 ranks.append(RankRow(rank, "?", "no report", None))
         ranks.sort(key=lambda r: r.rank)
     for node in named:
-        code = (_read_text(folder / f"{node}.exit") or "").strip()
+        code = (read_text_small(folder / f"{node}.exit") or "").strip()
         if code not in ("", "0"):
             problems.append(
-                f"{node}: torchrun exited with {code}; output: {_tail(folder / f'{node}.log')}"
+                f"{node}: torchrun exited with {code}; output: {tail_lines(folder / f'{node}.log')}"
             )
         elif not code and node in ran:
             problems.append(f"{node}: did not finish (job {job.state or 'unknown'})")

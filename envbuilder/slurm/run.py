@@ -237,7 +237,7 @@ def sbatch_arguments(env: str, request: SlurmRequest, run_dir: Path) -> list[str
 
 def _nodes_done(job_dir: Path) -> tuple[int, str]:
     done = len(list((job_dir / "nodes").glob("*.exit")))
-    phase = (job_dir / "phase").read_text().strip() if (job_dir / "phase").is_file() else ""
+    phase = (fleet.read_text_small(job_dir / "phase") or "").strip()
     return done, phase
 
 
@@ -365,15 +365,12 @@ def _job_note(state: slurm_job.JobState, cancelled: str | None, run_dir: Path) -
     if state.state == "COMPLETED" and not cancelled:
         return None
     out = run_dir / f"slurm-{state.job_id}.out"
-    try:
-        lines = [x for x in out.read_text(errors="replace").splitlines() if x.strip()][-3:]
-    except OSError:
-        lines = []
+    tail = fleet.tail_lines(out, 3)  # its end only: a batch output can be big
     parts = [
         f"envbuilder cancelled the job: {cancelled}"
         if cancelled
         else f"the job ended {state.state}"
         + (f" ({state.reason})" if state.reason not in ("", "None") else ""),
-        f"batch output {out.name}: " + " | ".join(lines) if lines else "",
+        f"batch output {out.name}: {tail}" if tail else "",
     ]
     return "; ".join(p for p in parts if p)
