@@ -61,7 +61,7 @@ from urllib.parse import unquote, urlsplit
 from packaging.markers import InvalidMarker, Marker
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
-from envbuilder import aptlock
+from envbuilder import aptlock, grammar
 from envbuilder.errors import LockError
 from envbuilder.fsutil import sha256_bytes, write_if_changed
 from envbuilder.grammar import ENV_NAME_RE
@@ -199,6 +199,13 @@ def parse_env_lock(data: Mapping[str, Any], where: str) -> EnvLock:
         _check_table(table, _TARGET_KEYS, f"{where}: targets.{name}")
         _check_pylock_name(table["pylock"], data["env"], name, where)
         _check_base_reason(table, f"{where}: targets.{name}")
+        base = table.get("base_image")
+        if base is not None and not grammar.IMAGE_RE.fullmatch(base):
+            # checked here, or the renderer's refusal would name the spec, which holds no digest
+            raise LockError(
+                f"{where}: targets.{name}.base_image = {base!r} is not an image reference "
+                f"(NAME:TAG@sha256:<64 lower-case hex digits>); {_RELOCK}"
+            )
         if "system_file" in table and not SYSTEM_FILE_RE.fullmatch(table["system_file"]):
             raise LockError(
                 f"{where}: targets.{name}.system_file must be "
@@ -212,9 +219,9 @@ def parse_env_lock(data: Mapping[str, Any], where: str) -> EnvLock:
         targets[name] = TargetLock(**table)
     artifacts: dict[str, dict[str, str]] = {}
     for name, table in data.get("artifacts", {}).items():
-        if not isinstance(table, dict) or not all(isinstance(v, str) for v in table.values()):
+        if not isinstance(table, dict):
             raise LockError(f"{where}: artifacts.{name} must be a table of strings; {_RELOCK}")
-        artifacts[name] = dict(table)
+        artifacts[name] = _check_artifacts(table, f"{where}: artifacts.{name}")
     return EnvLock(
         version=data["version"],
         env=data["env"],
@@ -224,6 +231,43 @@ def parse_env_lock(data: Mapping[str, Any], where: str) -> EnvLock:
         targets=targets,
         artifacts=artifacts,
     )
+
+
+_DIGEST = r"sha256:[0-9a-f]{64}"
+#: The recorded values envbuilder compares with or hands to an engine, and what each must be:
+#: a malformed one is refused when the lock is read (lock --check, render, build --verify before
+#: any build, pull), not minutes later, or pasted into a rendered script.
+_ARTIFACT_FORMS: dict[str, tuple[re.Pattern[str], str]] = {
+    "image_id": (re.compile(rf"{_DIGEST}\Z"), "'sha256:' and 64 lower-case hex digits"),
+    "layers": (
+        re.compile(rf"({_DIGEST}( {_DIGEST})*)?\Z"),
+        "layer digests ('sha256:' and 64 lower-case hex digits) separated by spaces",
+    ),
+    "sha256": (re.compile(r"[0-9a-f]{64}\Z"), "64 lower-case hex digits"),
+    "repo_digest": (
+        re.compile(rf"[A-Za-z0-9][A-Za-z0-9._:/-]*@{_DIGEST}\Z"),
+        "an image reference pinned by digest (REGISTRY/REPO@sha256:<64 hex digits>)",
+    ),
+    "tag": (re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]*\Z"), "an image name and tag"),
+    "repro_format": (re.compile(r"[0-9]+\Z"), "a format number such as '1'"),
+    "format": (re.compile(r"[0-9]+\Z"), "a format number such as '1'"),
+}
+
+
+def _check_artifacts(table: dict[str, object], where: str) -> dict[str, str]:
+    """An [artifacts.<target>] table: string values, each known key in its form."""
+    checked: dict[str, str] = {}
+    for key, value in table.items():
+        if not isinstance(value, str):
+            raise LockError(
+                f"{where}.{key} must be a string, not {type(value).__name__} ({value!r}); {_RELOCK}"
+            )
+        form = _ARTIFACT_FORMS.get(key)
+        if form is not None and not form[0].match(value):
+            shown = value if len(value) <= 120 else value[:117] + "..."
+            raise LockError(f"{where}.{key} = {shown!r} is not {form[1]}; {_RELOCK}")
+        checked[key] = value
+    return checked
 
 
 def _untrusted_fix(env: str | None) -> str:

@@ -104,7 +104,42 @@ def test_dump_is_canonical_and_reads_back(tmp_path: Path) -> None:
         (lambda t: t.replace('python = "3.11"\n', "", 1), "missing key 'python'"),
         (
             lambda t: t.replace("[artifacts.docker]", "[artifacts.docker]\nlayers = 3"),
-            "artifacts.docker must be a table of strings",
+            r"artifacts.docker.layers must be a string, not int \(3\)",
+        ),
+        # recorded digests in the wrong form: refused when read, not after a build (issue: a
+        # non-hex image_id passed lock --check and build --verify only failed after building)
+        (
+            lambda t: t.replace('"sha256:' + "34" * 32, '"sha256:' + "zz" * 32),
+            "artifacts.docker.image_id = 'sha256:zz.*' is not 'sha256:' and 64 lower-case hex",
+        ),
+        (
+            lambda t: t.replace('"sha256:' + "34" * 32, '"' + "34" * 32),
+            "artifacts.docker.image_id = '3434.*' is not 'sha256:'",
+        ),
+        (
+            lambda t: t.replace("[artifacts.docker]", '[artifacts.docker]\nlayers = "md5:ab"'),
+            "artifacts.docker.layers = 'md5:ab' is not layer digests",
+        ),
+        (
+            lambda t: t.replace("[artifacts.docker]", '[artifacts.docker]\nrepro_format = "x"'),
+            "artifacts.docker.repro_format = 'x' is not a format number",
+        ),
+        (
+            lambda t: t.replace(
+                "[artifacts.docker]",
+                '[artifacts.docker]\nrepo_digest = "r/x\\"; touch y; \\"@sha256:' + "a" * 64 + '"',
+            ),
+            "artifacts.docker.repo_digest = .* is not an image reference pinned by digest",
+        ),
+        (
+            lambda t: t.replace(
+                "[artifacts.docker]", '[artifacts.wsl2]\nsha256 = "ABC"\n[artifacts.docker]'
+            ),
+            "artifacts.wsl2.sha256 = 'ABC' is not 64 lower-case hex digits",
+        ),
+        (
+            lambda t: t.replace("@sha256:", "@sha256:zz", 1),
+            r"targets.docker.base_image = 'debian:bookworm-slim@sha256:zz.*' is not an image ref",
         ),
         (lambda t: t + "[[", "not valid TOML"),
     ],
