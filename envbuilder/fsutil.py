@@ -5,6 +5,7 @@
     write_together(files)            several files anywhere: all written, or none on an error
     recover(root)                    finish or undo a commit a crash left half-done
     temp_dir(prefix, dir)            a temp folder an interrupt cannot leak
+    read_input_bytes(path)           a user's input file: regular files only, bounded
     WriteError                       what a failing disk looks like to the user: the path and why
 
 Every write error (read-only file system, full disk, a file where a folder should be, a folder
@@ -22,6 +23,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -165,6 +167,42 @@ def write_if_changed(path: Path, data: bytes, mode: int | None = None) -> bool:
         return False
     atomic_write_bytes(path, data, mode)
     return True
+
+
+#: A spec, a lock or a pylock is kilobytes to a few MiB; a bigger file is not one, and reading it
+#: whole would only cost memory.
+MAX_INPUT_BYTES = 64 * 1024 * 1024
+
+
+def read_input_bytes(path: Path, limit: int = MAX_INPUT_BYTES) -> bytes:
+    """The bytes of an input file (a spec, a lock, a pylock). Raises FileNotFoundError,
+    IsADirectoryError, or OSError whose strerror says what the path is instead (a FIFO, a
+    device) or that it is over `limit` bytes: reading a FIFO would wait for a writer forever,
+    a device like /dev/zero never ends. O_NONBLOCK lets the open of a FIFO return, so that
+    fstat can refuse it; regular files ignore the flag."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, "is a folder", str(path))
+        if not stat.S_ISREG(mode):
+            kind = (
+                "a named pipe (FIFO)"
+                if stat.S_ISFIFO(mode)
+                else "a device"
+                if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                else "a socket"
+                if stat.S_ISSOCK(mode)
+                else "not a file"
+            )
+            raise OSError(errno.EINVAL, f"it is {kind}, not a regular file", str(path))
+        with open(fd, "rb", closefd=False) as fh:
+            data = fh.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"it is over {limit >> 20} MiB, too big to be one", str(path))
+    return data
 
 
 @contextlib.contextmanager

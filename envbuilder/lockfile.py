@@ -63,7 +63,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from envbuilder import aptlock, grammar
 from envbuilder.errors import LockError
-from envbuilder.fsutil import sha256_bytes, write_if_changed
+from envbuilder.fsutil import read_input_bytes, sha256_bytes, write_if_changed
 from envbuilder.grammar import ENV_NAME_RE
 from envbuilder.project import Project, pylock_name
 from envbuilder.specload import load_spec
@@ -365,11 +365,13 @@ def read_env_lock(path: Path, where: str | None = None) -> EnvLock:
     path). Raises LockError saying what is wrong."""
     where = where or str(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = tomllib.loads(read_input_bytes(path).decode("utf-8"))
     except FileNotFoundError:
         raise LockError(f"{where}: no such lock; run `envbuilder lock`") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise LockError(f"{where}: not valid TOML ({exc}); {_RELOCK}") from None
+    except OSError as exc:
+        raise LockError(f"{where}: cannot be read ({exc.strerror or exc}); {_RELOCK}") from None
     return parse_env_lock(data, where)
 
 
@@ -575,7 +577,7 @@ def verify_pylock(
     path = project.lockfiles / entry.pylock
     name = _rel(project, path)
     try:
-        data = path.read_bytes()
+        data = read_input_bytes(path)
     except FileNotFoundError:
         raise PylockError(
             f"{name} is missing (named by {lock_file}, targets.{target}.pylock); run {relock}",
@@ -583,7 +585,8 @@ def verify_pylock(
         ) from None
     except OSError as exc:
         raise PylockError(
-            f"{name} cannot be read ({exc.strerror}); check its permissions",
+            f"{name} cannot be read ({exc.strerror}); check what is there and its permissions, "
+            f"or lock again: {relock}",
             f"{name} cannot be read ({exc.strerror})",
         ) from None
     actual = sha256_bytes(data)

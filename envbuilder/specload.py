@@ -29,6 +29,7 @@ from packaging.version import InvalidVersion, Version
 from envbuilder import compatrules, grammar
 from envbuilder.compat import load_compat
 from envbuilder.errors import SpecError
+from envbuilder.fsutil import read_input_bytes
 from envbuilder.grammar import CUDA_RE, PYTHON_RE, ROCM_RE
 from envbuilder.model import (
     Accelerator,
@@ -219,7 +220,7 @@ def _has(table: Mapping[str, Any], path: Sequence[str]) -> bool:
 
 def _parse(path: Path, ctx: FindingCollector) -> dict[str, Any] | None:
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = read_input_bytes(path).decode("utf-8")
     except FileNotFoundError:
         ctx.error("file", "not found; create it (see docs/spec.md) or pass --spec PATH")
         return None
