@@ -153,6 +153,17 @@ def unpinned_reason(base_image: str | None) -> str | None:
     return "no-base-digest"
 
 
+#: How a lock's value types are named in messages ("must be an integer", not "a int").
+_KIND_NAMES: dict[type, str] = {
+    str: "a string",
+    int: "an integer",
+    bool: "true or false",
+    float: "a number",
+    list: "an array",
+    dict: "a table",
+}
+
+
 def _check_table(data: Mapping[str, Any], schema: Mapping[str, type], where: str) -> None:
     for key in data:
         if key not in schema:
@@ -166,7 +177,8 @@ def _check_table(data: Mapping[str, Any], schema: Mapping[str, type], where: str
             raise LockError(f"{where}: missing key {key!r}; {_RELOCK}")
         value = data[key]
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise LockError(f"{where}: {key} must be a {kind.__name__}, not {value!r}; {_RELOCK}")
+            what = _KIND_NAMES.get(kind, kind.__name__)
+            raise LockError(f"{where}: {key} must be {what}, not {value!r}; {_RELOCK}")
 
 
 def parse_env_lock(data: Mapping[str, Any], where: str) -> EnvLock:

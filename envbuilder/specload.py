@@ -164,6 +164,12 @@ def _type_name(value: Any) -> str:
         list: "an array",
         dict: "a table",
     }
+    if isinstance(value, list):
+        if not value:
+            return "an empty array"
+        odd = next((v for v in value if not isinstance(v, str)), None)
+        if odd is not None:  # what is in it, since "not an array" would be wrong
+            return f"an array holding {_type_name(odd)}"
     return names.get(type(value), type(value).__name__)
 
 

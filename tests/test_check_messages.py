@@ -145,6 +145,20 @@ CASES: list[tuple[str, Mutation, str, str, list[str]]] = [
         ['must be a list of strings, not a string; write ["torch"]'],
     ),
     (
+        "wrong-type-list-items",
+        gpu(packages=["torch", 2]),
+        "env.gpu.packages",
+        "error",
+        ["must be a list of strings, not an array holding an integer"],
+    ),
+    (
+        "gpu-empty-list",
+        gpu(gpu=[]),
+        "env.gpu.gpu",
+        "error",
+        ["must be a string or a list of strings, not an empty array"],
+    ),
+    (
         "wrong-type-bool",
         gpu_table("wsl2", systemd="yes"),
         "env.gpu.wsl2.systemd",

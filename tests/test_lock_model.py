@@ -98,7 +98,7 @@ def test_dump_is_canonical_and_reads_back(tmp_path: Path) -> None:
         (lambda t: t.replace("version = 1", "version = 0"), "not supported"),
         (
             lambda t: t.replace("source_date_epoch = 1700000000", 'source_date_epoch = "x"'),
-            "source_date_epoch must be a int",
+            "source_date_epoch must be an integer",
         ),
         (lambda t: t.replace("[targets.native]", "[targets.mac]"), "unknown target 'mac'"),
         (lambda t: t.replace('python = "3.11"\n', "", 1), "missing key 'python'"),
