@@ -212,7 +212,7 @@ def _finish_interrupted_writes(args: argparse.Namespace, ui: UI) -> None:
     """A commit of several files (lockfiles/, rendered files) that a crash or SIGKILL cut short
     is finished (or, before its commit point, undone) before anything reads those files."""
     spec = getattr(args, "spec", None)
-    if not isinstance(spec, str):
+    if not isinstance(spec, (str, Path)):  # --spec is a Path (path_value), or absent
         return
     from envbuilder.fsutil import recover
     from envbuilder.project import Project
