@@ -23,9 +23,7 @@ Rows: failed nodes first (failed checks, or no report: why), then outliers, then
 from __future__ import annotations
 
 import json
-import os
 import re
-import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -34,7 +32,7 @@ from typing import Any
 from envbuilder import compare
 from envbuilder.compare import Metric, MetricKey, Report
 from envbuilder.errors import CompareError
-from envbuilder.fsutil import write_together
+from envbuilder.fsutil import read_regular_bytes, same_file, write_together
 
 TOOL = "envbuilder-fleet"
 FORMAT_VERSION = 1
@@ -180,25 +178,12 @@ class Fleet:
 
 
 def _read_bytes(path: Path, limit: int, tail: bool = False) -> bytes | None:
-    """At most `limit` bytes of a regular file (its end when `tail`); None when it is missing,
-    unreadable or not a regular file. O_NONBLOCK: opening a FIFO for reading would otherwise
-    wait for a writer before fstat could refuse it (a job folder is a shared, writable place)."""
+    """fsutil.read_regular_bytes, or None when the file is missing, unreadable or not a regular
+    file (a job folder is a shared, writable place: a FIFO there must not block)."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        return read_regular_bytes(path, limit, tail)
     except OSError:
         return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return None
-        if tail and info.st_size > limit:
-            os.lseek(fd, info.st_size - limit, os.SEEK_SET)
-        with open(fd, "rb", closefd=False) as fh:
-            return fh.read(limit)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def read_text_small(path: Path, limit: int = MAX_SMALL_FILE_BYTES) -> str | None:
@@ -746,14 +731,6 @@ def to_html(fleet: Fleet) -> str:
     )
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    """The same file by path (symlinks followed) or, when both exist, by inode (hard links)."""
-    try:
-        return a.resolve() == b.resolve() or a.samefile(b)
-    except (OSError, RuntimeError):  # one does not exist (yet), or a symlink loop
-        return False
-
-
 def write_reports(fleet: Fleet, folder: Path) -> dict[str, Path]:
     """fleet.json, fleet.md and fleet.html in `folder`, written together (an error writes none).
     Refuses (CompareError) a folder where one of them would replace a report that was read,
@@ -765,7 +742,7 @@ def write_reports(fleet: Fleet, folder: Path) -> dict[str, Path]:
     }
     for out in paths.values():
         for report in fleet.inputs:
-            if _same_file(out, report):
+            if same_file(out, report):
                 raise CompareError(
                     f"{out} is the report {report} that the fleet report is made of; "
                     "writing it would overwrite that report: name another folder"

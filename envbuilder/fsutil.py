@@ -5,7 +5,9 @@
     write_together(files)            several files anywhere: all written, or none on an error
     recover(root)                    finish or undo a commit a crash left half-done
     temp_dir(prefix, dir)            a temp folder an interrupt cannot leak
+    read_regular_bytes(path, limit)  a regular file's bytes (or its end), bounded; FIFOs refused
     read_input_bytes(path)           a user's input file: regular files only, bounded
+    same_file(a, b)                  whether two paths name one file (links followed)
     WriteError                       what a failing disk looks like to the user: the path and why
 
 Every write error (read-only file system, full disk, a file where a folder should be, a folder
@@ -174,35 +176,54 @@ def write_if_changed(path: Path, data: bytes, mode: int | None = None) -> bool:
 MAX_INPUT_BYTES = 64 * 1024 * 1024
 
 
-def read_input_bytes(path: Path, limit: int = MAX_INPUT_BYTES) -> bytes:
-    """The bytes of an input file (a spec, a lock, a pylock). Raises FileNotFoundError,
-    IsADirectoryError, or OSError whose strerror says what the path is instead (a FIFO, a
-    device) or that it is over `limit` bytes: reading a FIFO would wait for a writer forever,
-    a device like /dev/zero never ends. O_NONBLOCK lets the open of a FIFO return, so that
-    fstat can refuse it; regular files ignore the flag."""
+def _kind_of(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a file"
+
+
+def read_regular_bytes(path: Path, limit: int, tail: bool = False) -> bytes:
+    """At most `limit` bytes of a regular file (its last `limit` bytes when `tail`). Raises
+    FileNotFoundError, IsADirectoryError, or OSError whose strerror says what the path is
+    instead (a FIFO, a device): reading a FIFO would wait for a writer forever, a device like
+    /dev/zero never ends. O_NONBLOCK lets the open of a FIFO return, so that fstat can refuse
+    it; regular files ignore the flag."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     try:
-        mode = os.fstat(fd).st_mode
-        if stat.S_ISDIR(mode):
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
             raise IsADirectoryError(errno.EISDIR, "is a folder", str(path))
-        if not stat.S_ISREG(mode):
-            kind = (
-                "a named pipe (FIFO)"
-                if stat.S_ISFIFO(mode)
-                else "a device"
-                if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-                else "a socket"
-                if stat.S_ISSOCK(mode)
-                else "not a file"
-            )
+        if not stat.S_ISREG(info.st_mode):
+            kind = _kind_of(info.st_mode)
             raise OSError(errno.EINVAL, f"it is {kind}, not a regular file", str(path))
+        if tail and info.st_size > limit:
+            os.lseek(fd, info.st_size - limit, os.SEEK_SET)
         with open(fd, "rb", closefd=False) as fh:
-            data = fh.read(limit + 1)
+            return fh.read(limit)
     finally:
         os.close(fd)
+
+
+def read_input_bytes(path: Path, limit: int = MAX_INPUT_BYTES) -> bytes:
+    """The bytes of an input file (a spec, a lock, a pylock): read_regular_bytes, and an
+    OSError saying so when it is over `limit` bytes."""
+    data = read_regular_bytes(path, limit + 1)
     if len(data) > limit:
         raise OSError(errno.EFBIG, f"it is over {limit >> 20} MiB, too big to be one", str(path))
     return data
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """The same file by path (symlinks followed) or, when both exist, by inode (hard links):
+    an output that is one of the inputs would replace it."""
+    try:
+        return a.resolve() == b.resolve() or a.samefile(b)
+    except (OSError, RuntimeError):  # one does not exist (yet), or a symlink loop
+        return False
 
 
 @contextlib.contextmanager

@@ -11,7 +11,7 @@ from rich.text import Text
 from envbuilder import compare, compare_html
 from envbuilder.cli import path_value
 from envbuilder.errors import UsageError
-from envbuilder.fsutil import temp_dir, write_together
+from envbuilder.fsutil import same_file, temp_dir, write_together
 from envbuilder.ui import UI
 
 HELP = "compare validation reports: ratios, loss %, spread over repeats, noise verdicts"
@@ -76,39 +76,29 @@ def _paths(args: argparse.Namespace) -> tuple[list[Path], int]:
     return [args.baseline, *paths], 0
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    """The same file by path (symlinks followed) or, when both exist, by inode (hard links)."""
-    try:
-        if a.resolve() == b.resolve():
-            return True
-        return a.samefile(b)
-    except (OSError, RuntimeError):  # one does not exist (yet), or a symlink loop
-        return False
-
-
 def _refuse_overwriting_inputs(args: argparse.Namespace, inputs: list[Path]) -> None:
     """An output that is one of the input reports would replace it: refuse before reading."""
     for option, out in (("--json", _json_file(args)), ("--markdown", args.markdown)):
         if out is None:
             continue
         for report in inputs:
-            if _same_file(out, report):
+            if same_file(out, report):
                 raise UsageError(
                     f"{option} {out} is the input report {report}; writing it "
                     "would overwrite that report: name another file"
                 )
     json_file = _json_file(args)
-    if json_file is not None and args.markdown is not None and _same_file(json_file, args.markdown):
+    if json_file is not None and args.markdown is not None and same_file(json_file, args.markdown):
         raise UsageError(f"--json and --markdown both name {args.json}; name two files")
     if args.html is None:
         return
     for report in inputs:
-        if _same_file(args.html, report):
+        if same_file(args.html, report):
             raise UsageError(
                 f"--html {args.html} is the input report {report}; --html takes a "
                 "folder to write index.html and charts into"
             )
-        if compare_html.is_html_output(report.name) and _same_file(
+        if compare_html.is_html_output(report.name) and same_file(
             args.html, report.resolve().parent
         ):
             raise UsageError(
