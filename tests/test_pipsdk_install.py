@@ -123,8 +123,6 @@ def installed(venv: Path) -> dict[str, str]:
         text=True,
         check=True,
     )
-    import json
-
     data: dict[str, str] = json.loads(out.stdout)
     return data
 
