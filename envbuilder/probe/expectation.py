@@ -142,7 +142,8 @@ def _hip_findings(exp: Expectation, found: dict[str, Any]) -> tuple[list[str], l
     if exp.accelerator != "rocm" or not hip:
         return [], []
     if exp.hip is None:
-        return [], [f"HIP {hip}: no expected HIP version was given (--expect-hip)"]
+        why = "envbuilder gives it when its data holds the release's HIP version"
+        return [], [f"HIP {hip}: no --expect-hip given ({why})"]
     if not starts_with(hip, exp.hip):
         ships = f" (ROCm {exp.rocm} ships HIP {exp.hip})" if exp.rocm else ""
         return [f"HIP {hip} is not HIP {exp.hip}{ships}"], []
