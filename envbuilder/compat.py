@@ -19,10 +19,12 @@ CONTRACT (other modules code against these names; keep them stable):
     Compat.dxg / Compat.librocdxg                librocdxg facts (wsl.toml)
     Compat.librocdxg_for(release) -> Librocdxg | None  the prebuilt librocdxg a release pairs with
     Compat.pip_sdk -> PipSdkNames                 names a pip-SDK lock pins (rocm.toml [pip_sdk])
+    RocmRelease.hip                              its HIP major.minor (rocm.toml [[hip]]) or None
 """
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import functools
 import re
@@ -86,6 +88,10 @@ class RocmRelease:
     unverified: bool = False  # derived from a pattern, not a checked fact
     install: tuple[InstallModel, ...] = ("amdgpu-install",)  # the first is envbuilder's
     pip_index: str | None = None  # the pip SDK's wheel index, if the release has one
+    #: HIP major.minor it ships ("7.14"; torch.version.hip starts with it), rocm.toml [[hip]];
+    #: None where the data holds none (the probe then says the HIP version was not checked)
+    hip: str | None = None
+    hip_source: str = ""
 
     @property
     def install_model(self) -> InstallModel:
@@ -713,10 +719,11 @@ def load_compat() -> Compat:
     """All shipped compatibility data, typed and checked; cached. Raises CompatDataError."""
     gpus = _rows("gpus.toml", _read("gpus.toml"), "gpu", _gpu)
     rocm_data = _read("rocm.toml")
-    unknown = set(rocm_data) - {"release", "pip_sdk"}
+    unknown = set(rocm_data) - {"release", "pip_sdk", "hip"}
     if unknown:
         raise CompatDataError(f"envbuilder/data/rocm.toml: unknown table [{sorted(unknown)[0]}]")
     releases = _rows("rocm.toml", rocm_data, "release", _release)
+    releases = _with_hip(releases, _rows("rocm.toml", rocm_data, "hip", _hip_line))
     sets, matrix, windows = _torch_data()
     wsl = _read("wsl.toml")
     return Compat(
@@ -733,6 +740,43 @@ def load_compat() -> Compat:
         librocdxg=tuple(_rows("wsl.toml", wsl, "librocdxg", _librocdxg)),
         pip_sdk=_pip_sdk(rocm_data.get("pip_sdk")),
     )
+
+
+_HIP = re.compile(r"[0-9]+\.[0-9]+")
+
+
+def _hip_line(r: _Reader) -> tuple[str, tuple[str, ...], str]:
+    """A [[hip]] row: (HIP major.minor, the releases shipping it, source)."""
+    version = r.get("version", str)
+    if not _HIP.fullmatch(version):
+        raise r._fail("version", f"expected a HIP major.minor such as 7.14, got {version!r}")
+    releases = r.strs("releases")
+    if not releases:
+        raise r._fail("releases", "expected at least one release")
+    return version, releases, r.get("source", str)
+
+
+def _with_hip(
+    releases: list[RocmRelease], lines: list[tuple[str, tuple[str, ...], str]]
+) -> list[RocmRelease]:
+    """`releases` with the HIP version of each [[hip]] row; a row naming a release that is not a
+    [[release]], or a release named twice, is a data error."""
+    known = {r.version for r in releases}
+    hip: dict[str, tuple[str, str]] = {}
+    for i, (version, names, source) in enumerate(lines):
+        for name in names:
+            where = f"envbuilder/data/rocm.toml: hip[{i}].releases"
+            if name not in known:
+                raise CompatDataError(f"{where}: {name!r} is not a [[release]] version")
+            if name in hip:
+                raise CompatDataError(f"{where}: {name!r} is already in another [[hip]] row")
+            hip[name] = (version, source)
+    return [
+        dataclasses.replace(r, hip=hip[r.version][0], hip_source=hip[r.version][1])
+        if r.version in hip
+        else r
+        for r in releases
+    ]
 
 
 def _pip_sdk(table: Any) -> PipSdkNames:

@@ -95,6 +95,10 @@ def test_probe_passes_inside_the_image(cpu_project: Project, cpu_image: str) -> 
     assert report["status"] == "pass"
     assert report["labels"] == {"env": "cpu", "target": "docker"}
     assert report["fingerprint"]["torch"].startswith("2.13.0")
+    conformance = next(c for c in report["checks"] if c["name"] == "conformance")
+    release = conformance["details"]["release"]  # issue 24: what was expected and found
+    assert release["expected"] == {"accelerator": "cpu", "rocm": None, "hip": None, "gfx": []}
+    assert release["summary"] == "no ROCm expected (cpu env): torch 2.13.0+cpu, no GPU"
 
 
 def test_static_image_checks(cpu_host: Any, docker_client: Any, cpu_image: str) -> None:

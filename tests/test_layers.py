@@ -69,6 +69,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "envbuilder.ociimage",
             "envbuilder.aptlock",
             "envbuilder.repro",
+            "envbuilder.probeargs",
         ),
     ),
     ("builders", ("envbuilder.builders", "envbuilder.slurm.run")),

@@ -133,6 +133,36 @@ def test_build_creates_the_venv_from_the_lock_and_the_probe_passes(built: Built)
     assert (built.project.reports / f"{ENV}.native.json").is_file()
 
 
+def test_validate_command_reports_the_expected_and_found_release(built: Built) -> None:
+    """Issue 24's acceptance: `envbuilder validate --target native --env cpu` writes a report
+    that says which release and devices it expected (none: a cpu env) and which it found."""
+    from envbuilder.cli import main
+
+    code = main(
+        [
+            "-q",
+            "validate",
+            "--target",
+            "native",
+            "--env",
+            ENV,
+            "--path",
+            str(built.venv),
+            "--only",
+            "conformance",
+            "--spec",
+            str(built.project.spec_path),
+        ]
+    )
+    report = json.loads((built.project.reports / f"{ENV}.native.json").read_text())
+    assert code == 0, json.dumps(report["checks"], indent=1)[:4000]
+    release = _checks(report)["conformance"]["details"]["release"]  # type: ignore[index]
+    assert release["expected"] == {"accelerator": "cpu", "rocm": None, "hip": None, "gfx": []}
+    assert release["found"]["torch"] == "2.13.0+cpu"
+    assert release["found"]["build"] == "cpu" and release["found"]["devices"] == []
+    assert release["summary"] == "no ROCm expected (cpu env): torch 2.13.0+cpu, no GPU"
+
+
 def test_activate_sets_the_env_variables_and_gives_torch(built: Built) -> None:
     act = built.venv / "bin" / "activate"
     out = subprocess.run(

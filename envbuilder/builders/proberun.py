@@ -6,23 +6,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from envbuilder.model import EnvSpec
+from envbuilder.probeargs import probe_args
 from envbuilder.targets.base import ValidateOptions
 
 
 def probe_options(env: EnvSpec, options: ValidateOptions, labels: Mapping[str, str]) -> list[str]:
-    """The probe's command-line options for `options` and `labels` (in their order), shared by
-    every target: --expect defaults to the env's accelerator; --repeat is left out when 1 (the
-    probe's default). Where the probe runs, its --lock/--json/--timeout are the target's."""
-    args = ["--level", options.level, "--expect", options.expect or env.accelerator]
-    for key, value in labels.items():
-        args += ["--label", f"{key}={value}"]
-    if options.repeat != 1:
-        args += ["--repeat", str(options.repeat)]
-    for check in options.only:
-        args += ["--only", check]
-    for check in options.skip:
-        args += ["--skip", check]
-    return args
+    """The probe's command-line options for `options` and `labels`, shared by every target
+    (envbuilder.probeargs.probe_args: --expect defaults to the env's accelerator, a ROCm run
+    carries the release check's --expect-rocm/--expect-hip/--expect-gfx). Where the probe
+    runs, its --lock/--json/--timeout are the target's."""
+    return probe_args(env, options, labels)
 
 
 def probe_zipapp_bytes() -> bytes:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from envbuilder.errors import UsageError, ValidationError
 from envbuilder.fsutil import atomic_write_text
-from envbuilder.probe.cli import add_probe_arguments
+from envbuilder.probe.cli import add_probe_arguments, expectation_error, options_from_args
 from envbuilder.probe.report import render_table
-from envbuilder.probe.runner import ProbeOptions, exit_code, run_probe
+from envbuilder.probe.runner import exit_code, run_probe
 from envbuilder.ui import UI
 
 HELP = "run the validation suite (the probe) in this environment"
@@ -46,17 +46,10 @@ def run(args: argparse.Namespace, ui: UI) -> int:
             f"--json {args.json} is a folder; give the report's file name, e.g. "
             "reports/cpu.native.json"
         )
-    opts = ProbeOptions(
-        level=args.level,
-        expect=args.expect,
-        only=tuple(args.only),
-        skip=tuple(args.skip),
-        lock=str(Path(args.lock).resolve()) if args.lock else None,
-        labels=dict(args.label),
-        repeat=args.repeat,
-        timeout_s=args.timeout,
-    )
-    report = run_probe(opts, progress=ui.info)
+    mismatch = expectation_error(args)
+    if mismatch:
+        raise UsageError(mismatch)
+    report = run_probe(options_from_args(args), progress=ui.info)
     if to_stdout:
         ui.json(report)
         return exit_code(report)

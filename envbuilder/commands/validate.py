@@ -61,7 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--expect",
         choices=("rocm", "cuda", "cpu"),
-        help="accelerator the probe must find (default: the env's)",
+        help="accelerator the probe must find (default: the env's; a ROCm env's run also "
+        "checks the locked release, its HIP version and the GPU targets: docs/probe.md)",
     )
     parser.add_argument(
         "--repeat",

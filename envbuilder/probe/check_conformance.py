@@ -9,6 +9,10 @@ Findings: missing (locked, not installed), extra (installed, not locked), wrong 
 The bootstrap rule: pip, setuptools and wheel, which `python -m venv`/ensurepip put into
 every venv, are ignored when installed but absent from the lock; when the lock names them,
 they are checked like any other package.
+
+The release check (`envbuilder.probe.expectation`) is part of this check, with or without a
+lock: torch's build, HIP version and the visible GPUs' gfx targets against --expect and the
+--expect-rocm/--expect-hip/--expect-gfx options; its findings are `details.release`.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ import importlib.metadata
 from pathlib import Path
 from typing import Any
 
-from envbuilder.probe.common import CheckFailed, CheckResult, CheckSkipped, Context
+from envbuilder.probe.common import CheckFailed, CheckResult, Context
+from envbuilder.probe.expectation import Expectation, compare_release, summary
 from envbuilder.probe.pylock import (
     LockReadError,
     MarkerError,
@@ -110,12 +115,8 @@ def compare(lock_path: Path) -> dict[str, Any]:
     }
 
 
-def run(ctx: Context) -> CheckResult:
-    """Skip without --lock; fail on any missing, extra or wrong-version distribution."""
-    if not ctx.lock:
-        raise CheckSkipped("no --lock PYLOCK given")
-    details = compare(Path(ctx.lock))
-    result = CheckResult(details=details)
+def _package_problems(details: dict[str, Any]) -> list[str]:
+    """The lock comparison's failures as text: missing, extra, wrong version."""
     problems = []
     if details["missing"]:
         problems.append(f"missing: {', '.join(details['missing'])}")
@@ -129,6 +130,42 @@ def run(ctx: Context) -> CheckResult:
                 for w in details["wrong_version"]
             )
         )
+    return problems
+
+
+def expectation(ctx: Context) -> Expectation:
+    """The release check's expectation from the probe's options."""
+    return Expectation(ctx.expect, ctx.expect_rocm, ctx.expect_hip, ctx.expect_gfx)
+
+
+def release_findings(ctx: Context) -> dict[str, Any]:
+    """details.release: torch's build and the visible GPUs against the expectation."""
+    try:
+        from envbuilder.probe.check_device import torch_facts
+
+        facts = torch_facts()
+    except ImportError as exc:  # no torch here: nothing to compare, and that is a failure
+        exp = expectation(ctx)
+        findings = compare_release(exp, {})
+        findings["problems"].insert(0, f"torch does not import ({exc})")
+        findings["summary"] = summary(
+            exp, findings["found"], findings["problems"], findings["not_checked"]
+        )
+        return findings
+    return compare_release(expectation(ctx), facts)
+
+
+def run(ctx: Context) -> CheckResult:
+    """Fail on any missing, extra or wrong-version distribution (with --lock) and on any
+    problem of the release check; without --lock only the release check runs (noted)."""
+    release = release_findings(ctx)
+    details: dict[str, Any] = compare(Path(ctx.lock)) if ctx.lock else {"lock": None}
+    details["release"] = release
+    problems = _package_problems(details) if ctx.lock else []
+    if release["problems"]:
+        problems.append("release: " + "; ".join(release["problems"]))
+    note = None if ctx.lock else "packages not compared: no --lock PYLOCK given"
+    result = CheckResult(details=details, reason=note)
     if problems:
         raise CheckFailed("; ".join(problems), result)
     return result

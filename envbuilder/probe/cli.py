@@ -1,6 +1,7 @@
 """Command line of the probe (the same for `python -m envbuilder.probe` and the zipapp).
 
     python probe.pyz --level quick|standard|long --expect rocm|cuda|cpu [--only C] [--skip C]
+        [--expect-rocm RELEASE] [--expect-hip MAJOR.MINOR] [--expect-gfx GFX ...]
         [--lock PYLOCK] [--label key=value ...] [--json PATH] [--repeat N] [--timeout S]
 
 Exit codes: 0 nothing failed, 1 a check failed or erred, 2 usage, 130 interrupted.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import sys
 from collections.abc import Sequence
@@ -37,6 +39,17 @@ def _positive(text: str) -> int:
     return value
 
 
+def _pattern(what: str, regex: str, example: str) -> Any:
+    """An argparse type that accepts `regex` (a full match) and names an example otherwise."""
+
+    def parse(text: str) -> str:
+        if not re.fullmatch(regex, text):
+            raise argparse.ArgumentTypeError(f"expected {what} such as {example}, got {text!r}")
+        return text
+
+    return parse
+
+
 def _seconds(text: str) -> float:
     value = float(text)
     if not value > 0:
@@ -59,6 +72,7 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
         help="what the environment must have: a ROCm/CUDA build with a GPU, "
         "or the CPU (a promised GPU that is missing is a failure)",
     )
+    add_expectation_arguments(parser)
     parser.add_argument(
         "--only",
         action="append",
@@ -102,6 +116,52 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_expectation_arguments(parser: argparse.ArgumentParser) -> None:
+    """What the release check (part of conformance) holds torch and the GPUs against."""
+    parser.add_argument(
+        "--expect-rocm",
+        type=_pattern("a ROCm release", r"[0-9]+(\.[0-9]+)+", "7.14.1"),
+        metavar="RELEASE",
+        help="with --expect rocm: the ROCm release the env locks; torch's local version "
+        "tag (+rocm7.14.1, or its line +rocm7.14) must name it",
+    )
+    parser.add_argument(
+        "--expect-hip",
+        type=_pattern("a HIP version", r"[0-9]+(\.[0-9]+)+", "7.14"),
+        metavar="MAJOR.MINOR",
+        help="with --expect rocm: torch.version.hip must start with it (the HIP the release "
+        "ships; without it the HIP version is recorded, not checked)",
+    )
+    parser.add_argument(
+        "--expect-gfx",
+        action="append",
+        type=_pattern("a gfx target", r"gfx[0-9a-f]+", "gfx1100"),
+        default=[],
+        metavar="GFX",
+        help="with --expect rocm (repeatable): the GPU targets the lock holds device code "
+        "for; every visible GPU must be one of them",
+    )
+
+
+def expectation_error(args: argparse.Namespace) -> str | None:
+    """Why the --expect-* options do not fit --expect (a usage error), or None."""
+    given = [
+        name
+        for name, value in (
+            ("--expect-rocm", args.expect_rocm),
+            ("--expect-hip", args.expect_hip),
+            ("--expect-gfx", args.expect_gfx),
+        )
+        if value
+    ]
+    if given and args.expect != "rocm":
+        return (
+            f"{', '.join(given)}: only with --expect rocm (they describe a ROCm env), "
+            f"not with --expect {args.expect}"
+        )
+    return None
+
+
 def options_from_args(args: argparse.Namespace) -> ProbeOptions:
     """ProbeOptions from parsed (and checked) arguments."""
     return ProbeOptions(
@@ -113,6 +173,9 @@ def options_from_args(args: argparse.Namespace) -> ProbeOptions:
         labels=dict(args.label),
         repeat=args.repeat,
         timeout_s=args.timeout,
+        expect_rocm=args.expect_rocm,
+        expect_hip=args.expect_hip,
+        expect_gfx=tuple(dict.fromkeys(args.expect_gfx)),
     )
 
 
@@ -175,6 +238,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.lock and not Path(args.lock).is_file():
         parser.error(f"--lock {args.lock}: no such file")
+    mismatch = expectation_error(args)
+    if mismatch:
+        parser.error(mismatch)
     if args.json and Path(args.json).is_dir():
         parser.error(f"--json {args.json} is a folder; give the report's file name")
     opts = options_from_args(args)

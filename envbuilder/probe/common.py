@@ -48,6 +48,10 @@ class Context:
     repeat: int
     lock: str | None = None
     timeout_s: float = 120.0
+    #: the release check's expectation (--expect-rocm, --expect-hip, --expect-gfx)
+    expect_rocm: str | None = None
+    expect_hip: str | None = None
+    expect_gfx: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -56,6 +60,9 @@ class Context:
             "repeat": self.repeat,
             "lock": self.lock,
             "timeout_s": self.timeout_s,
+            "expect_rocm": self.expect_rocm,
+            "expect_hip": self.expect_hip,
+            "expect_gfx": list(self.expect_gfx),
         }
 
     @staticmethod
@@ -66,6 +73,9 @@ class Context:
             repeat=int(data["repeat"]),
             lock=data.get("lock"),
             timeout_s=float(data.get("timeout_s", 120.0)),
+            expect_rocm=data.get("expect_rocm"),
+            expect_hip=data.get("expect_hip"),
+            expect_gfx=tuple(data.get("expect_gfx") or ()),
         )
 
     def pick(self, quick: Any, standard: Any, long: Any) -> Any:

@@ -56,6 +56,15 @@ def _cpu_lines(fp: dict[str, Any]) -> list[str]:
     return [line, *(f"WARNING: {w}" for w in fp.get("cpu_warnings") or [])]
 
 
+def _release_lines(report: dict[str, Any]) -> list[str]:
+    """The release check's line (probe 1.2, when conformance ran): expected vs found."""
+    for c in report["checks"]:
+        release = (c.get("details") or {}).get("release") if c["name"] == "conformance" else None
+        if isinstance(release, dict) and release.get("summary"):
+            return [f"release: {release['summary']}"]
+    return []
+
+
 def render_table(report: dict[str, Any]) -> str:
     """Checks, then metrics (median, and min..max when repeated), then the verdict."""
     opts = report["options"]
@@ -67,6 +76,7 @@ def render_table(report: dict[str, Any]) -> str:
         f"{opts['expect']}, repeat {opts['repeat']}; torch {fp['torch']} ({build}); "
         f"{devices}; {fp['host_os']}{' (WSL)' if fp['wsl'] else ''}",
         *_cpu_lines(fp),
+        *_release_lines(report),
         "",
     ]
     rows = [["check", "status", "time", "note"]]

@@ -31,7 +31,7 @@ from typing import Any
 from envbuilder.probe.common import CHECK_NAMES, Context, in_wsl
 from envbuilder.probe.cpus import cgroup_cpu_quota, cpu_warnings, cpus_allowed, load_average
 
-PROBE_VERSION = "1.1.0"
+PROBE_VERSION = "1.2.0"
 SCHEMA_VERSION = 1
 #: Default per-check timeout by level (seconds); --timeout overrides.
 DEFAULT_TIMEOUT_S = {"quick": 120.0, "standard": 300.0, "long": 1800.0}
@@ -52,6 +52,9 @@ class ProbeOptions:
     labels: dict[str, str] = field(default_factory=dict)
     repeat: int = 1
     timeout_s: float | None = None
+    expect_rocm: str | None = None
+    expect_hip: str | None = None
+    expect_gfx: tuple[str, ...] = ()
 
     @property
     def check_timeout_s(self) -> float:
@@ -361,6 +364,22 @@ def _skipped(name: str, opts: ProbeOptions) -> dict[str, Any]:
     }
 
 
+def options_json(opts: ProbeOptions) -> dict[str, Any]:
+    """The report's `options`: what the probe was asked (the expect_* keys from probe 1.2)."""
+    return {
+        "level": opts.level,
+        "expect": opts.expect,
+        "expect_rocm": opts.expect_rocm,
+        "expect_hip": opts.expect_hip,
+        "expect_gfx": list(opts.expect_gfx),
+        "repeat": opts.repeat,
+        "only": list(opts.only),
+        "skip": list(opts.skip),
+        "lock": opts.lock,
+        "timeout_s": opts.check_timeout_s,
+    }
+
+
 def run_probe(opts: ProbeOptions, progress: ProgressFn | None = None) -> dict[str, Any]:
     """Run the selected checks in the shared worker; return the report (schema v1)."""
     say = progress or (lambda _msg: None)
@@ -375,6 +394,9 @@ def run_probe(opts: ProbeOptions, progress: ProgressFn | None = None) -> dict[st
         repeat=opts.repeat,
         lock=opts.lock,
         timeout_s=opts.check_timeout_s,
+        expect_rocm=opts.expect_rocm,
+        expect_hip=opts.expect_hip,
+        expect_gfx=opts.expect_gfx,
     )
     selected = opts.selected()
     checks: list[dict[str, Any]] = []
@@ -416,15 +438,7 @@ def run_probe(opts: ProbeOptions, progress: ProgressFn | None = None) -> dict[st
         "started_at": started.isoformat(timespec="seconds"),
         "duration_s": round(time.monotonic() - t0, 3),
         "status": "fail" if failed else "pass",
-        "options": {
-            "level": opts.level,
-            "expect": opts.expect,
-            "repeat": opts.repeat,
-            "only": list(opts.only),
-            "skip": list(opts.skip),
-            "lock": opts.lock,
-            "timeout_s": opts.check_timeout_s,
-        },
+        "options": options_json(opts),
         "labels": dict(opts.labels),
         "fingerprint": fingerprint(device_entry, opts, load, digest),
         "checks": checks,
