@@ -31,16 +31,12 @@ from envbuilder.compat import (
     Gpu,
     RocmRelease,
     TorchIndexEntry,
-    WindowsWheels,
     load_compat,
 )
 from envbuilder.errors import EnvbuilderError
 from envbuilder.model import EnvSpec, FindingSink, Index
 from envbuilder.targets import registry
-from envbuilder.targets.base import UBUNTU_CODENAMES, plain_ubuntu_release
-from envbuilder.targets.docker import DockerTable
-from envbuilder.targets.windows import WindowsTable
-from envbuilder.targets.wsl2 import Wsl2Table
+from envbuilder.targets.base import CheckContext, packages_key, python_key, requirement_for
 
 HSA_VAR = "HSA_OVERRIDE_GFX_VERSION"
 
@@ -49,21 +45,12 @@ HSA_VAR = "HSA_OVERRIDE_GFX_VERSION"
 
 
 def check_spec_wide(envs: Sequence[EnvSpec], ctx: FindingSink) -> None:
-    """Checks across envs: names that must be unique on one machine."""
-    seen: dict[str, str] = {}
-    for env in envs:
-        wsl2 = env.table(Wsl2Table)
-        if wsl2 is None:
-            continue
-        distro = wsl2.distro.lower()  # WSL compares distro names case-insensitively
-        if distro in seen:
-            ctx.env_finding(
-                env.name,
-                ("wsl2", "distro"),
-                f"{wsl2.distro!r} is also env "
-                f"{seen[distro]!r}'s WSL distro name; give each env its own",
-            )
-        seen.setdefault(distro, env.name)
+    """Checks across envs, each target's own (`TargetDescriptor.checks_across`) over the envs
+    that list it."""
+    for descriptor in registry.all():
+        listing = [env for env in envs if descriptor.name in env.targets]
+        if listing:
+            descriptor.checks_across(listing, ctx)
 
 
 def check_env(env: EnvSpec, indexes: Mapping[str, Index], ctx: FindingSink) -> None:
@@ -75,11 +62,12 @@ def check_env(env: EnvSpec, indexes: Mapping[str, Index], ctx: FindingSink) -> N
         _check_torch(env, target, label, indexes, compat, ctx)
         _check_wheel_urls(env, target, label, ctx)
     _check_pins_used(env, ctx)
-    _check_images(env, compat, ctx)
     _check_hsa(env, compat, _linux_torch_rows(env, indexes, compat), ctx)
     _check_rccl(env, compat, ctx)
-    _check_windows(env, compat, indexes, ctx)
     check_variables(env, ctx)
+    targets = CheckContext(compat, indexes, ctx)
+    for target in env.targets:  # each target's own rules (its descriptor's `checks`)
+        registry.get(target).checks(env, targets)
 
 
 def check_variables(env: EnvSpec, ctx: FindingSink) -> None:
@@ -114,14 +102,12 @@ def check_variables(env: EnvSpec, ctx: FindingSink) -> None:
 def _variable_path(env: EnvSpec, target: str, name: str) -> tuple[str, ...] | None:
     """The spec key a variable of the target's `variables(env)` comes from (None: envbuilder's
     own, e.g. ROCM_PATH). RCCL settings win over `env` on Linux (targets.base.linux_variables)."""
-    if registry.get(target).os != "windows" and name in env.rccl:
+    descriptor = registry.get(target)
+    if not descriptor.on_windows and name in env.rccl:
         return ("rccl", name)
     if name in env.env:
         return ("env", name)
-    windows = env.table(WindowsTable)
-    if target == "windows" and name == "HIP_PATH" and windows and windows.hip_path:
-        return ("windows", "hip_path")
-    return None
+    return descriptor.variable_key(env, name)
 
 
 def _target_groups(env: EnvSpec) -> list[tuple[str, str]]:
@@ -142,63 +128,15 @@ def _linux_torch_rows(
     """The matrix rows that can serve the env's Linux torch requirement (several when it is a
     range), from the index it is pinned to; empty when envbuilder does not know that index."""
     for target in env.targets:
-        if registry.get(target).os == "windows":
+        if registry.get(target).on_windows:
             continue
         pin = env.index_pins_for(target).get("torch")
         index = indexes.get(pin) if pin else None
-        req = _torch_req(env, target)
+        req = requirement_for(env, target, "torch")
         rows = compat.index_rows(index.url) if index else []
         if rows and req is not None and req.url is None:
             return [r for r in rows if r.serves(req.specifier)]
     return []
-
-
-def _check_images(env: EnvSpec, compat: Compat, ctx: FindingSink) -> None:
-    """The base image's python3 must be the env's Python; a ROCm dev image its ROCm release."""
-    bases: list[tuple[tuple[str, ...], str, str | None]] = []
-    if (docker := env.table(DockerTable)) is not None:
-        bases.append((("docker", "base"), docker.base, docker.python))
-    if (wsl2 := env.table(Wsl2Table)) is not None:
-        bases.append((("wsl2", "base"), wsl2.base, "python3"))
-    for path, ref, interpreter in bases:
-        known = compat.base_image(ref)
-        if known is not None and interpreter == "python3" and known.python != env.python:
-            ctx.env_finding(
-                env.name,
-                path,
-                f"{ref}'s python3 is {known.python}, but the env's "
-                f"Python is {env.python} (the venv is made with the base image's "
-                f"python3); use a base with Python {env.python} or set python = "
-                f'"{known.python}"',
-            )
-        m = re.fullmatch(r"rocm/dev-ubuntu-[0-9.]+:([0-9]+(?:\.[0-9]+)*)(?:-.*)?", ref)
-        if m and env.rocm and not _same_release(m.group(1), env.rocm):
-            ctx.env_finding(
-                env.name,
-                path,
-                f"{ref} is ROCm {m.group(1)}, but the env's rocm is "
-                f"{env.rocm}; use the image of that release",
-                "warning",
-            )
-    release = compat.rocm(env.rocm) if env.accelerator == "rocm" and env.rocm else None
-    ubuntu = plain_ubuntu_release(docker.base) if docker is not None else None
-    if release is not None and release.install_model == "amdgpu-install" and ubuntu is not None:
-        # The docker plan installs the release with its amdgpu-install .deb (targets/docker.py).
-        codename = UBUNTU_CODENAMES.get(ubuntu)
-        if codename is None or release.amdgpu_install_url(codename) is None:
-            ctx.env_finding(
-                env.name,
-                ("docker", "base"),
-                f"ROCm {release.version} on a plain "
-                f"Ubuntu {ubuntu} image: the compatibility data has no "
-                f"amdgpu-install package for it; use ubuntu:22.04 or ubuntu:24.04",
-            )
-
-
-def _same_release(a: str, b: str) -> bool:
-    va, vb = Version(a), Version(b)
-    n = min(len(va.release), len(vb.release))
-    return va.release[:n] == vb.release[:n]
 
 
 def _check_rocm(env: EnvSpec, compat: Compat, ctx: FindingSink) -> None:
@@ -231,45 +169,6 @@ def _check_rocm(env: EnvSpec, compat: Compat, ctx: FindingSink) -> None:
             "warning",
         )
     _check_install_model(env, release, compat, ctx)
-    if "wsl2" not in env.targets:
-        return
-    if release.install_model == "pip-sdk":
-        _check_pip_sdk_wsl(env, release, compat, ctx)
-        return
-    if release.install_model != "amdgpu-install":
-        near = ", ".join(compat.nearest_wsl_releases(release.version)[:3])
-        ctx.env_finding(
-            env.name,
-            ("rocm",),
-            f"ROCm {release.version} installs through "
-            f"{INSTALL_MODEL_LABELS[release.install_model]}, but envbuilder's wsl2 "
-            "distro installs ROCm with amdgpu-install; for the wsl2 target use a "
-            f"release it can install: {near}",
-        )
-        return
-    if release.wsl_stack is None:
-        near = ", ".join(compat.nearest_wsl_releases(release.version)[:3])
-        ctx.env_finding(
-            env.name,
-            ("rocm",),
-            f"ROCm {release.version} ships no WSL runtime "
-            "(no hsa-runtime-rocr4wsl-amdgpu package); for the wsl2 target use the "
-            f"nearest releases that have one: {near}",
-        )
-    wsl2 = env.table(Wsl2Table)
-    if wsl2 is None:
-        return  # its table has errors, reported already
-    _check_wsl_ubuntu(env, release, ctx)
-    ubuntu = wsl2.ubuntu
-    if ubuntu and not wsl2.base.startswith((f"ubuntu:{ubuntu}", f"rocm/dev-ubuntu-{ubuntu}:")):
-        ctx.env_finding(
-            env.name,
-            ("wsl2", "base"),
-            f"{wsl2.base} does not look like Ubuntu "
-            f"{ubuntu}, which the WSL ROCm stack is installed for; leave base unset "
-            f"(ubuntu:{ubuntu}) unless it is an Ubuntu {ubuntu} image",
-            "warning",
-        )
 
 
 def _check_install_model(
@@ -338,81 +237,6 @@ def _check_pip_sdk(env: EnvSpec, release: RocmRelease, compat: Compat, ctx: Find
             break
 
 
-def _check_pip_sdk_wsl(
-    env: EnvSpec, release: RocmRelease, compat: Compat, ctx: FindingSink
-) -> None:
-    """WSL on the pip SDK: the wheels plus the prebuilt librocdxg the data pairs with the
-    release, on an Ubuntu release librocdxg supports."""
-    lib = compat.librocdxg_for(release)
-    if release.wsl_stack != "rocdxg" or lib is None:
-        ctx.env_finding(
-            env.name,
-            ("rocm",),
-            f"ROCm {release.version}: envbuilder's data pairs no "
-            "prebuilt librocdxg (the WSL bridge to /dev/dxg) with this release; for "
-            "the wsl2 target use ROCm 7.14.x",
-        )
-        return
-    wsl2 = env.table(Wsl2Table)
-    dxg = compat.dxg
-    if wsl2 is not None and wsl2.ubuntu and dxg is not None and wsl2.ubuntu not in dxg.ubuntu:
-        ctx.env_finding(
-            env.name,
-            ("wsl2", "ubuntu"),
-            f"librocdxg supports Ubuntu {', '.join(dxg.ubuntu)}, not {wsl2.ubuntu}",
-        )
-    if not lib.sha256:
-        ctx.env_finding(
-            env.name,
-            ("targets",),
-            f"librocdxg {lib.version} ({lib.deb}) has no "
-            "confirmed sha256 in envbuilder's data, so the wsl2 target stays not "
-            "locked for it and its build stops there (envbuilder/data/wsl.toml)",
-            "warning",
-        )
-    if lib.unverified:
-        ctx.env_finding(
-            env.name,
-            ("targets",),
-            f"the librocdxg {lib.version} facts are unverified ({lib.source})",
-            "warning",
-        )
-
-
-def _check_wsl_ubuntu(env: EnvSpec, release: RocmRelease, ctx: FindingSink) -> None:
-    """The WSL plan installs the release's amdgpu-install package for the Ubuntu release's
-    codename: the renderer refuses an Ubuntu release it has no codename or package for."""
-    wsl2 = env.table(Wsl2Table)
-    ubuntu = wsl2.ubuntu if wsl2 else None
-    if ubuntu is None:
-        return  # missing: reported with the wsl2 table
-    path = ("wsl2", "ubuntu")
-    codename = UBUNTU_CODENAMES.get(ubuntu)
-    if codename is None:
-        ctx.env_finding(
-            env.name,
-            path,
-            f"Ubuntu {ubuntu} is not a release AMD's WSL ROCm stack is "
-            f"packaged for; use {' or '.join(sorted(UBUNTU_CODENAMES))}",
-        )
-    elif release.wsl_stack is None:
-        return  # no stack at all: reported on rocm
-    elif ubuntu not in release.ubuntu:
-        ctx.env_finding(
-            env.name,
-            path,
-            f"Ubuntu {ubuntu} is not supported by ROCm "
-            f"{release.version} in WSL; use {' or '.join(release.ubuntu)}",
-        )
-    elif release.amdgpu_install_url(codename) is None:
-        ctx.env_finding(
-            env.name,
-            path,
-            f"envbuilder's data has no amdgpu-install package of ROCm "
-            f"{release.version} for Ubuntu {ubuntu}; use another release",
-        )
-
-
 def _check_gpu(env: EnvSpec, compat: Compat, ctx: FindingSink) -> None:
     if env.gpu is None:
         if env.accelerator == "rocm":
@@ -437,10 +261,6 @@ def _check_gpu(env: EnvSpec, compat: Compat, ctx: FindingSink) -> None:
         return
     label = f"{env.gpu} ({gpu.gfx})"
     release = compat.rocm(env.rocm) if env.rocm else None
-    if "wsl2" in env.targets:
-        _check_gpu_wsl(env, gpu, label, release, ctx)
-    if "windows" in env.targets:
-        _check_gpu_windows(env, gpu, label, compat.windows_set(env.rocm) if env.rocm else None, ctx)
     if gpu.unverified:
         ctx.env_finding(
             env.name,
@@ -452,47 +272,6 @@ def _check_gpu(env: EnvSpec, compat: Compat, ctx: FindingSink) -> None:
     _check_gpu_official(env, gpu, label, release, ctx)
 
 
-def _check_gpu_wsl(
-    env: EnvSpec, gpu: Gpu, label: str, release: RocmRelease | None, ctx: FindingSink
-) -> None:
-    if not gpu.wsl:
-        ctx.env_finding(
-            env.name,
-            ("targets",),
-            f"{label} is not supported by AMD's WSL stack "
-            "(WSL supports RDNA3/RDNA4 GPUs such as RX 7900 XTX, RX 7800 XT, RX 9070 "
-            "XT); remove 'wsl2' or use the docker target on a Linux host",
-        )
-    elif gpu.wsl_since and release and Version(release.version) < Version(gpu.wsl_since):
-        ctx.env_finding(
-            env.name,
-            ("targets",),
-            f"{label} is supported by AMD's WSL stack from "
-            f"ROCm {gpu.wsl_since}, not in ROCm {release.version}; remove 'wsl2' or "
-            "use the docker target on a Linux host",
-        )
-
-
-def _check_gpu_windows(
-    env: EnvSpec, gpu: Gpu, label: str, wheels: WindowsWheels | None, ctx: FindingSink
-) -> None:
-    """The Windows wheel set of the env's release decides (7.14+: its own gfx list); without
-    one, the GPU table's `windows` flag (AMD's gfx110X, gfx1151, gfx120X wheels up to 7.2.x)."""
-    if wheels.covers(gpu) if wheels else gpu.windows:
-        return
-    which = (
-        f"for ROCm {wheels.rocm} ({', '.join(wheels.gfx)})"
-        if wheels and wheels.gfx
-        else "(gfx110X, gfx1151, gfx120X)"
-    )
-    ctx.env_finding(
-        env.name,
-        ("targets",),
-        f"{label} is not covered by AMD's native-Windows "
-        f"PyTorch wheels {which}; remove 'windows' or use wsl2/docker",
-    )
-
-
 def _check_gpu_official(
     env: EnvSpec, gpu: Gpu, label: str, release: RocmRelease | None, ctx: FindingSink
 ) -> None:
@@ -500,7 +279,7 @@ def _check_gpu_official(
     if (
         release is None
         or not gpu.linux_official_known
-        or not {"docker", "native"} & set(env.targets)
+        or not any(registry.get(t).gpu_stack == "linux" for t in env.targets)
     ):
         return
     if since is None or Version(release.version) < Version(since):
@@ -514,18 +293,6 @@ def _check_gpu_official(
         )
 
 
-def _torch_req(env: EnvSpec, target: str) -> Requirement | None:
-    for spec in env.packages_for(target):
-        req = Requirement(spec)
-        if canonicalize_name(req.name) == "torch":
-            return req
-    return None
-
-
-def _pkg_path(env: EnvSpec, target: str) -> tuple[str, ...]:
-    return (target, "packages") if target in env.target_packages else ("packages",)
-
-
 def _check_torch(
     env: EnvSpec,
     target: str,
@@ -534,14 +301,14 @@ def _check_torch(
     compat: Compat,
     ctx: FindingSink,
 ) -> None:
-    req = _torch_req(env, target)
+    req = requirement_for(env, target, "torch")
     if req is None or req.url is not None:
         return
     python = env.python_for(target)
     pin = env.index_pins_for(target).get("torch")
-    path = _pkg_path(env, target)
+    path = packages_key(env, target)
     if pin is None:
-        if env.accelerator == "rocm" and registry.get(target).os != "windows":
+        if env.accelerator == "rocm" and not registry.get(target).on_windows:
             ctx.env_finding(
                 env.name,
                 ("index_pins",),
@@ -570,7 +337,7 @@ def _check_torch(
     if not in_range:
         ctx.env_finding(
             env.name,
-            _python_path(env, target),
+            python_key(env, target),
             f"Python {python}{label}: "
             f"{req} on the {name} index has wheels for Python {_pyrange(serving[0])} "
             f"only; use a Python in that range or another torch version",
@@ -623,12 +390,6 @@ def _check_index_matches_release(env: EnvSpec, row: TorchIndexEntry, ctx: Findin
         )
 
 
-def _python_path(env: EnvSpec, target: str) -> tuple[str, ...]:
-    """Where the target's Python is set: its own table's `python` when that differs from the
-    env's, else the env's."""
-    return (target, "python") if env.python_for(target) != env.python else ("python",)
-
-
 def _served(rows: Sequence[TorchIndexEntry]) -> str:
     return ", ".join(dict.fromkeys(str(v) for r in rows for v in r.candidates()))
 
@@ -670,7 +431,7 @@ def _check_wheel_urls(env: EnvSpec, target: str, label: str, ctx: FindingSink) -
         except InvalidWheelFilename:
             ctx.env_finding(
                 env.name,
-                _pkg_path(env, target),
+                packages_key(env, target),
                 f"{req.name}: {filename!r} is not a valid wheel file name",
             )
             continue
@@ -679,16 +440,16 @@ def _check_wheel_urls(env: EnvSpec, target: str, label: str, ctx: FindingSink) -
         if not ({f"cp{python}", "py3", f"py{python}"} & interpreters):
             ctx.env_finding(
                 env.name,
-                _pkg_path(env, target),
+                packages_key(env, target),
                 f"{req.name}: the wheel {filename} is "
                 f"for {', '.join(sorted(interpreters))}, but the {target} target uses "
                 f"Python {env.python_for(target)}; use a matching wheel or Python",
             )
-        want = "win" if registry.get(target).os == "windows" else "linux"
+        want = "win" if registry.get(target).on_windows else "linux"
         if "any" not in platforms and not any(want in p for p in platforms):
             ctx.env_finding(
                 env.name,
-                _pkg_path(env, target),
+                packages_key(env, target),
                 f"{req.name}: the wheel {filename} is "
                 f"for {', '.join(sorted(platforms))}, not for the {target} target; "
                 f"give the {target} target its own packages ([env.{env.name}.{target}] "
@@ -715,7 +476,7 @@ def _check_hsa(
     (they differ per index and torch version: torch.toml [gfx_set])."""
     gpu = compat.gpu(env.gpu) if env.gpu else None
     if HSA_VAR not in env.env:
-        if gpu is not None and any(registry.get(t).os != "windows" for t in env.targets):
+        if gpu is not None and any(not registry.get(t).on_windows for t in env.targets):
             _check_hsa_needed(env, compat, gpu, torch_rows, ctx)
         return
     value = env.env[HSA_VAR]
@@ -748,9 +509,12 @@ def _check_hsa(
             "HSA_OVERRIDE_GFX_VERSION",
             "warning",
         )
-    if "windows" in env.targets:
+    if windows := [t for t in env.targets if registry.get(t).on_windows]:
         ctx.env_finding(
-            env.name, path, "has no effect on Windows (the windows target ignores it)", "warning"
+            env.name,
+            path,
+            f"has no effect on Windows (the {', '.join(windows)} target ignores it)",
+            "warning",
         )
 
 
@@ -879,109 +643,3 @@ def _check_pytorch_knob(
             f'(RCCL does not read it); use {real} = "{value}"',
             "warning",
         )
-
-
-def _check_windows(
-    env: EnvSpec, compat: Compat, indexes: Mapping[str, Index], ctx: FindingSink
-) -> None:
-    table = env.table(WindowsTable)
-    if "windows" not in env.targets or table is None or env.accelerator != "rocm":
-        return
-    wheels = _windows_wheels_for(env, compat)
-    _check_windows_python(env, table.python, compat, wheels, ctx)
-    if env.rocm and compat.windows_set(env.rocm) is None:
-        known = ", ".join(w.rocm for w in compat.windows_wheels)
-        ctx.env_finding(
-            env.name,
-            ("rocm",),
-            f"AMD publishes native-Windows PyTorch wheels for ROCm "
-            f"{known}, not {env.rocm}; the windows target uses those wheels' own ROCm",
-            "warning",
-        )
-    _check_windows_torch(env, compat, indexes, wheels, ctx)
-
-
-def _windows_wheels_for(env: EnvSpec, compat: Compat) -> WindowsWheels | None:
-    """The Windows wheel set the windows target uses: the one its torch URL points into, else
-    the one of the env's ROCm release line."""
-    req = _torch_req(env, "windows")
-    if req is not None and req.url is not None:
-        url = req.url
-        hit = next(
-            (w for w in compat.windows_wheels if not w.index and url.startswith(w.url)), None
-        )
-        if hit is not None:
-            return hit
-    return compat.windows_set(env.rocm) if env.rocm else None
-
-
-def _py_versions(spec: SpecifierSet) -> list[str]:
-    """The Python major.minor versions 3.8 - 3.15 a specifier admits ("3.11", "3.12")."""
-    return [f"3.{m}" for m in range(8, 16) if spec.contains(f"3.{m}.0", prereleases=True)]
-
-
-def _check_windows_python(
-    env: EnvSpec, python: str, compat: Compat, wheels: WindowsWheels | None, ctx: FindingSink
-) -> None:
-    sets = [wheels] if wheels else [w for w in compat.windows_wheels if not w.index]
-    if any(w.python.contains(python + ".0", prereleases=True) for w in sets):
-        return
-    ok = list(dict.fromkeys(v for w in sets for v in _py_versions(w.python)))
-    which = f" for ROCm {wheels.rocm}" if wheels else ""
-    table = f"[env.{env.name}.windows]"
-    ctx.env_finding(
-        env.name,
-        _python_path(env, "windows"),
-        f"Python {python}: "
-        f"AMD's native-Windows PyTorch wheels{which} need Python {' or '.join(ok)}; "
-        f'set {table} python = "{ok[-1] if ok else "3.12"}" or drop the windows '
-        "target",
-    )
-
-
-def _check_windows_torch(
-    env: EnvSpec,
-    compat: Compat,
-    indexes: Mapping[str, Index],
-    wheels: WindowsWheels | None,
-    ctx: FindingSink,
-) -> None:
-    table = f"[env.{env.name}.windows]"
-    req = _torch_req(env, "windows")
-    pin = env.index_pins_for("windows").get("torch")
-    if req is None:
-        example = wheels if wheels and not wheels.index else compat.windows_wheels[0]
-        ctx.env_finding(
-            env.name,
-            _pkg_path(env, "windows"),
-            "no torch for the windows target; "
-            f"give it AMD's Windows wheel, e.g. {table} packages = "
-            f'["torch @ {example.wheel_urls()[0]}"]',
-            "warning",
-        )
-    elif (
-        req.url is None and pin is not None and not _is_amd_windows_index(compat, indexes.get(pin))
-    ):
-        ctx.env_finding(
-            env.name,
-            ("windows", "index_pins"),
-            "torch for windows is pinned to a "
-            f"Linux wheel index; set {table} packages to AMD's Windows wheel and "
-            "index_pins = {}",
-        )
-    elif req.url is not None and any(
-        req.url.startswith(w.url) and w.unverified for w in compat.windows_wheels
-    ):
-        ctx.env_finding(
-            env.name,
-            _pkg_path(env, "windows"),
-            "AMD's Windows wheel URLs are unverified here (see envbuilder/data/torch.toml)",
-            "warning",
-        )
-
-
-def _is_amd_windows_index(compat: Compat, index: Index | None) -> bool:
-    """Whether `index` is the multi-arch index AMD's 7.14+ Windows wheels come from."""
-    return index is not None and any(
-        w.index and index.url.rstrip("/") == w.url.rstrip("/") for w in compat.windows_wheels
-    )

@@ -143,6 +143,28 @@ def test_a_bad_key_in_the_fourth_targets_table_is_reported_with_file_and_key(
 
 
 @pytest.mark.usefixtures("note")
+def test_the_fourth_targets_own_rules_run_through_its_descriptor(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`check` calls the descriptor's `checks` for each env listing the target and its
+    `checks_across` over those envs; envbuilder's rules module names no target."""
+    project = project_with_note(tmp_path / "proj")
+    text = project.spec_path.read_text()
+    second = text.split("[env.cpu]", 1)[1].replace("[env.cpu.note]", "[env.gpu.note]")
+    second = second.replace('accelerator = "cpu"', 'accelerator = "cuda"')
+    project.spec_path.write_text(text + "\n[env.gpu]" + second)
+    code, out = cli(capsys, "check", "--spec", str(project.spec_path))
+    assert code == 1, out
+    spec = project.spec_path
+    assert f"{spec}: env.gpu.targets: warning: a note cannot use the cuda GPU" in out
+    assert f"{spec}: env.gpu.note.message: error: says what env 'cpu' says" in out
+    assert f"{spec}: env.cpu.targets: warning" not in out
+    rules = (Path(__file__).parents[1] / "envbuilder" / "compatrules.py").read_text()
+    for target in registry.names():
+        assert f'"{target}"' not in rules, target
+
+
+@pytest.mark.usefixtures("note")
 def test_capabilities_the_fourth_target_lacks_are_usage_errors(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -11,15 +11,21 @@ is the one list of descriptors; everything that lists targets asks it.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
 from envbuilder import activate
 from envbuilder.activate import checked_variables
+from envbuilder.compat import Compat
 from envbuilder.imagedefs import VENV
-from envbuilder.model import EnvSpec, FindingSink, Severity, TargetTable
+from envbuilder.model import EnvSpec, FindingSink, Index, Severity, TargetTable
 from envbuilder.pipsdk import sdk_release
 from envbuilder.plan import Plan, PlanInputs, WriteActivation
 from envbuilder.progress import ProgressFn
@@ -92,6 +98,92 @@ class TableContext:
         """A finding on `env.NAME.<target>.<key>` when `problem` is not None."""
         if problem is not None:
             self.sink.env_finding(self.env, (self.target, key), problem, severity)
+
+
+@dataclass(frozen=True)
+class CheckContext:
+    """What a descriptor's `checks` get from `envbuilder check`: the compatibility data, the
+    spec's indexes, and where to report (findings on `env.NAME.<key>`)."""
+
+    compat: Compat
+    indexes: Mapping[str, Index]
+    sink: FindingSink
+
+
+#: A target's own compatibility rules for one env that lists it (`TargetDescriptor.checks`).
+EnvChecks = Callable[[EnvSpec, CheckContext], None]
+#: A target's rules across the envs that list it (names that must be unique on one machine).
+SpecChecks = Callable[[Sequence[EnvSpec], FindingSink], None]
+#: The spec key a variable of `variables(env)` comes from, where the target has its own
+#: (windows: HIP_PATH from `hip_path`); None: the generic rules decide (env, rccl).
+VariableKey = Callable[[EnvSpec, str], tuple[str, ...] | None]
+
+
+def no_env_checks(env: EnvSpec, ctx: CheckContext) -> None:
+    """For targets with no rules of their own."""
+
+
+def no_spec_checks(envs: Sequence[EnvSpec], sink: FindingSink) -> None:
+    """For targets with no rules across envs."""
+
+
+def no_variable_key(env: EnvSpec, name: str) -> tuple[str, ...] | None:
+    """For targets whose variables all come from the env's `env` and `rccl` tables."""
+    return None
+
+
+def requirement_for(env: EnvSpec, target: str, name: str) -> Requirement | None:
+    """The first of the target's packages that is project `name` (PEP 503 compared), or None."""
+    want = canonicalize_name(name)
+    for spec in env.packages_for(target):
+        req = Requirement(spec)
+        if canonicalize_name(req.name) == want:
+            return req
+    return None
+
+
+def packages_key(env: EnvSpec, target: str) -> tuple[str, ...]:
+    """Where the target's packages are set: its own table's, else the env's."""
+    return (target, "packages") if target in env.target_packages else ("packages",)
+
+
+def python_key(env: EnvSpec, target: str) -> tuple[str, ...]:
+    """Where the target's Python is set: its own table's `python` when that differs from the
+    env's, else the env's."""
+    return (target, "python") if env.python_for(target) != env.python else ("python",)
+
+
+def check_base_python(
+    env: EnvSpec, path: tuple[str, ...], ref: str, interpreter: str | None, ctx: CheckContext
+) -> None:
+    """An image target's base: its python3 must be the env's Python (the venv is made with it),
+    and a ROCm dev image must be of the env's ROCm release."""
+    known = ctx.compat.base_image(ref)
+    if known is not None and interpreter == "python3" and known.python != env.python:
+        ctx.sink.env_finding(
+            env.name,
+            path,
+            f"{ref}'s python3 is {known.python}, but the env's "
+            f"Python is {env.python} (the venv is made with the base image's "
+            f"python3); use a base with Python {env.python} or set python = "
+            f'"{known.python}"',
+        )
+    m = re.fullmatch(r"rocm/dev-ubuntu-[0-9.]+:([0-9]+(?:\.[0-9]+)*)(?:-.*)?", ref)
+    if m and env.rocm and not same_release(m.group(1), env.rocm):
+        ctx.sink.env_finding(
+            env.name,
+            path,
+            f"{ref} is ROCm {m.group(1)}, but the env's rocm is "
+            f"{env.rocm}; use the image of that release",
+            "warning",
+        )
+
+
+def same_release(a: str, b: str) -> bool:
+    """Whether two release strings agree as far as both go ("7.14" and "7.14.1" do)."""
+    va, vb = Version(a), Version(b)
+    n = min(len(va.release), len(vb.release))
+    return va.release[:n] == vb.release[:n]
 
 
 @dataclass(frozen=True)
@@ -255,6 +347,17 @@ class TargetDescriptor:
     template_package: tuple[str, str] = ("envbuilder", "templates")  # jinja2 PackageLoader
     template_globals: Mapping[str, Any] = field(default_factory=dict)  # extra template values
     output_dir: str | None = None  # committed folder of rendered files, beside the spec
+    #: which GPU stack the env's packages meet there: the Linux driver (docker, native), WSL's
+    #: /dev/dxg bridge, or the Windows driver (what the GPU and HSA rules go by)
+    gpu_stack: Literal["linux", "wsl", "windows"] = "linux"
+    checks: EnvChecks = no_env_checks  # the target's own rules (`envbuilder check`)
+    checks_across: SpecChecks = no_spec_checks  # its rules across envs
+    variable_key: VariableKey = no_variable_key  # where its own variables come from
+
+    @property
+    def on_windows(self) -> bool:
+        """Whether the env's packages run on Windows (no RCCL, no HSA variables there)."""
+        return self.os == "windows"
 
     @property
     def lock_platform(self) -> str:

@@ -35,9 +35,11 @@ from envbuilder.targets.base import (
     PIP_SDK_ROCM_LINK,
     UBUNTU_CODENAMES,
     Capabilities,
+    CheckContext,
     Schema,
     TableContext,
     TargetDescriptor,
+    check_base_python,
     image_variables,
     plain_ubuntu_release,
 )
@@ -159,6 +161,29 @@ def plan(env: EnvSpec, inputs: PlanInputs) -> Plan:
     return Plan(env.name, NAME, env.description, lock.locked, (runtime, build, final))
 
 
+def checks(env: EnvSpec, ctx: CheckContext) -> None:
+    """The docker rules (`envbuilder check`): the base's Python and ROCm release; an
+    amdgpu-install release on a plain Ubuntu base needs that release's .deb for its codename
+    (the plan installs it: amdgpu_install_steps)."""
+    table = env.table(DockerTable)
+    if table is None:
+        return
+    check_base_python(env, (NAME, "base"), table.base, table.python, ctx)
+    release = ctx.compat.rocm(env.rocm) if env.accelerator == "rocm" and env.rocm else None
+    ubuntu = plain_ubuntu_release(table.base)
+    if release is None or release.install_model != "amdgpu-install" or ubuntu is None:
+        return
+    codename = UBUNTU_CODENAMES.get(ubuntu)
+    if codename is None or release.amdgpu_install_url(codename) is None:
+        ctx.sink.env_finding(
+            env.name,
+            (NAME, "base"),
+            f"ROCm {release.version} on a plain "
+            f"Ubuntu {ubuntu} image: the compatibility data has no "
+            f"amdgpu-install package for it; use ubuntu:22.04 or ubuntu:24.04",
+        )
+
+
 DESCRIPTOR = registry.register(
     TargetDescriptor(
         name=NAME,
@@ -178,5 +203,6 @@ DESCRIPTOR = registry.register(
         plan=plan,
         templates=(("Dockerfile", "docker/Dockerfile.j2"),),
         output_dir="dockerfiles",
+        checks=checks,
     )
 )

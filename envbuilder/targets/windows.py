@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from packaging.specifiers import SpecifierSet
+
 from envbuilder import activate, grammar, quoting
+from envbuilder.compat import Compat, Gpu, WindowsWheels
 from envbuilder.errors import RenderError
-from envbuilder.model import EnvSpec, TargetTable
+from envbuilder.model import EnvSpec, FindingSink, Index, TargetTable
 from envbuilder.pipsdk import sdk_release
 from envbuilder.plan import (
     CreateVenv,
@@ -22,10 +25,14 @@ from envbuilder.project import pylock_name
 from envbuilder.targets import registry
 from envbuilder.targets.base import (
     Capabilities,
+    CheckContext,
     Schema,
     TableContext,
     TargetDescriptor,
     activation_step,
+    packages_key,
+    python_key,
+    requirement_for,
 )
 
 NAME = "windows"
@@ -110,6 +117,140 @@ def plan(env: EnvSpec, inputs: PlanInputs) -> Plan:
     return Plan(env.name, NAME, env.description, lock.locked, steps=steps)
 
 
+# --- the windows target's compatibility rules (`envbuilder check`) ---------------------------
+
+
+def checks(env: EnvSpec, ctx: CheckContext) -> None:
+    """The windows rules for a ROCm env that lists the target: the GPU is covered by AMD's
+    native-Windows wheels, the table's Python is one those wheels are built for, and torch is
+    AMD's Windows wheel (a URL, or the multi-arch index of 7.14+)."""
+    if env.accelerator != "rocm":
+        return
+    gpu = ctx.compat.gpu(env.gpu) if env.gpu else None
+    if gpu is not None:
+        _check_gpu(env, gpu, ctx.compat.windows_set(env.rocm) if env.rocm else None, ctx.sink)
+    table = env.table(WindowsTable)
+    if table is None:
+        return
+    wheels = _wheels_for(env, ctx.compat)
+    _check_python(env, table.python, ctx.compat, wheels, ctx.sink)
+    if env.rocm and ctx.compat.windows_set(env.rocm) is None:
+        known = ", ".join(w.rocm for w in ctx.compat.windows_wheels)
+        ctx.sink.env_finding(
+            env.name,
+            ("rocm",),
+            f"AMD publishes native-Windows PyTorch wheels for ROCm "
+            f"{known}, not {env.rocm}; the windows target uses those wheels' own ROCm",
+            "warning",
+        )
+    _check_torch(env, ctx, wheels)
+
+
+def variable_key(env: EnvSpec, name: str) -> tuple[str, ...] | None:
+    """HIP_PATH comes from the table's `hip_path` when it sets one."""
+    table = env.table(WindowsTable)
+    if name == "HIP_PATH" and table and table.hip_path:
+        return (NAME, "hip_path")
+    return None
+
+
+def _check_gpu(env: EnvSpec, gpu: Gpu, wheels: WindowsWheels | None, sink: FindingSink) -> None:
+    """The Windows wheel set of the env's release decides (7.14+: its own gfx list); without
+    one, the GPU table's `windows` flag (AMD's gfx110X, gfx1151, gfx120X wheels up to 7.2.x)."""
+    if wheels.covers(gpu) if wheels else gpu.windows:
+        return
+    which = (
+        f"for ROCm {wheels.rocm} ({', '.join(wheels.gfx)})"
+        if wheels and wheels.gfx
+        else "(gfx110X, gfx1151, gfx120X)"
+    )
+    sink.env_finding(
+        env.name,
+        ("targets",),
+        f"{env.gpu} ({gpu.gfx}) is not covered by AMD's native-Windows "
+        f"PyTorch wheels {which}; remove 'windows' or use wsl2/docker",
+    )
+
+
+def _wheels_for(env: EnvSpec, compat: Compat) -> WindowsWheels | None:
+    """The Windows wheel set the target uses: the one its torch URL points into, else the one
+    of the env's ROCm release line."""
+    req = requirement_for(env, NAME, "torch")
+    if req is not None and req.url is not None:
+        url = req.url
+        hit = next(
+            (w for w in compat.windows_wheels if not w.index and url.startswith(w.url)), None
+        )
+        if hit is not None:
+            return hit
+    return compat.windows_set(env.rocm) if env.rocm else None
+
+
+def _py_versions(spec: SpecifierSet) -> list[str]:
+    """The Python major.minor versions 3.8 - 3.15 a specifier admits ("3.11", "3.12")."""
+    return [f"3.{m}" for m in range(8, 16) if spec.contains(f"3.{m}.0", prereleases=True)]
+
+
+def _check_python(
+    env: EnvSpec, python: str, compat: Compat, wheels: WindowsWheels | None, sink: FindingSink
+) -> None:
+    sets = [wheels] if wheels else [w for w in compat.windows_wheels if not w.index]
+    if any(w.python.contains(python + ".0", prereleases=True) for w in sets):
+        return
+    ok = list(dict.fromkeys(v for w in sets for v in _py_versions(w.python)))
+    which = f" for ROCm {wheels.rocm}" if wheels else ""
+    table = f"[env.{env.name}.windows]"
+    sink.env_finding(
+        env.name,
+        python_key(env, NAME),
+        f"Python {python}: "
+        f"AMD's native-Windows PyTorch wheels{which} need Python {' or '.join(ok)}; "
+        f'set {table} python = "{ok[-1] if ok else "3.12"}" or drop the windows '
+        "target",
+    )
+
+
+def _check_torch(env: EnvSpec, ctx: CheckContext, wheels: WindowsWheels | None) -> None:
+    compat = ctx.compat
+    table = f"[env.{env.name}.windows]"
+    req = requirement_for(env, NAME, "torch")
+    pin = env.index_pins_for(NAME).get("torch")
+    if req is None:
+        example = wheels if wheels and not wheels.index else compat.windows_wheels[0]
+        ctx.sink.env_finding(
+            env.name,
+            packages_key(env, NAME),
+            "no torch for the windows target; "
+            f"give it AMD's Windows wheel, e.g. {table} packages = "
+            f'["torch @ {example.wheel_urls()[0]}"]',
+            "warning",
+        )
+    elif req.url is None and pin is not None and not _is_amd_index(compat, ctx.indexes.get(pin)):
+        ctx.sink.env_finding(
+            env.name,
+            (NAME, "index_pins"),
+            "torch for windows is pinned to a "
+            f"Linux wheel index; set {table} packages to AMD's Windows wheel and "
+            "index_pins = {}",
+        )
+    elif req.url is not None and any(
+        req.url.startswith(w.url) and w.unverified for w in compat.windows_wheels
+    ):
+        ctx.sink.env_finding(
+            env.name,
+            packages_key(env, NAME),
+            "AMD's Windows wheel URLs are unverified here (see envbuilder/data/torch.toml)",
+            "warning",
+        )
+
+
+def _is_amd_index(compat: Compat, index: Index | None) -> bool:
+    """Whether `index` is the multi-arch index AMD's 7.14+ Windows wheels come from."""
+    return index is not None and any(
+        w.index and index.url.rstrip("/") == w.url.rstrip("/") for w in compat.windows_wheels
+    )
+
+
 DESCRIPTOR = registry.register(
     TargetDescriptor(
         name=NAME,
@@ -135,5 +276,8 @@ DESCRIPTOR = registry.register(
             ("README.md", "windows/README.md.j2"),
         ),
         output_dir="windows",
+        gpu_stack="windows",
+        checks=checks,
+        variable_key=variable_key,
     )
 )

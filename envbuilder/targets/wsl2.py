@@ -4,14 +4,16 @@ builder is `envbuilder.builders.wsl2`."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from packaging.version import Version
+
 from envbuilder import grammar, quoting, wslicon
-from envbuilder.compat import RocmRelease, load_compat
+from envbuilder.compat import INSTALL_MODEL_LABELS, Gpu, RocmRelease, load_compat
 from envbuilder.errors import RenderError
 from envbuilder.imagedefs import UID, VENV
-from envbuilder.model import EnvSpec, TargetTable
+from envbuilder.model import EnvSpec, FindingSink, TargetTable
 from envbuilder.pipsdk import sdk_release
 from envbuilder.plan import (
     GPU_GROUPS,
@@ -44,9 +46,11 @@ from envbuilder.targets.base import (
     PIP_SDK_ROCM_LINK,
     UBUNTU_CODENAMES,
     Capabilities,
+    CheckContext,
     Schema,
     TableContext,
     TargetDescriptor,
+    check_base_python,
     image_variables,
 )
 
@@ -284,6 +288,175 @@ def plan(env: EnvSpec, inputs: PlanInputs) -> Plan:
     return Plan(env.name, NAME, env.description, lock.locked, stages, wsl=config)
 
 
+# --- the wsl2 target's compatibility rules (`envbuilder check`) ------------------------------
+
+
+def checks(env: EnvSpec, ctx: CheckContext) -> None:
+    """The wsl2 rules for an env that lists the target: its base's Python, a release the distro
+    can install (an amdgpu-install WSL stack, or the pip SDK with a paired librocdxg) on the
+    table's Ubuntu, and a GPU that AMD's WSL stack supports."""
+    table = env.table(Wsl2Table)
+    if table is not None:
+        check_base_python(env, ("wsl2", "base"), table.base, "python3", ctx)
+    release = ctx.compat.rocm(env.rocm) if env.rocm else None
+    if release is not None:
+        _check_release(env, release, table, ctx)
+    gpu = ctx.compat.gpu(env.gpu) if env.gpu and env.accelerator == "rocm" else None
+    if gpu is not None:
+        _check_gpu(env, gpu, release, ctx.sink)
+
+
+def checks_across(envs: Sequence[EnvSpec], sink: FindingSink) -> None:
+    """Each env's distro name is its own (WSL compares them case-insensitively)."""
+    seen: dict[str, str] = {}
+    for env in envs:
+        wsl2 = env.table(Wsl2Table)
+        if wsl2 is None:
+            continue
+        distro = wsl2.distro.lower()
+        if distro in seen:
+            sink.env_finding(
+                env.name,
+                ("wsl2", "distro"),
+                f"{wsl2.distro!r} is also env "
+                f"{seen[distro]!r}'s WSL distro name; give each env its own",
+            )
+        seen.setdefault(distro, env.name)
+
+
+def _check_release(
+    env: EnvSpec, release: RocmRelease, table: Wsl2Table | None, ctx: CheckContext
+) -> None:
+    if release.install_model == "pip-sdk":
+        _check_pip_sdk(env, release, table, ctx)
+        return
+    near = ", ".join(ctx.compat.nearest_wsl_releases(release.version)[:3])
+    if release.install_model != "amdgpu-install":
+        ctx.sink.env_finding(
+            env.name,
+            ("rocm",),
+            f"ROCm {release.version} installs through "
+            f"{INSTALL_MODEL_LABELS[release.install_model]}, but envbuilder's wsl2 "
+            "distro installs ROCm with amdgpu-install; for the wsl2 target use a "
+            f"release it can install: {near}",
+        )
+        return
+    if release.wsl_stack is None:
+        ctx.sink.env_finding(
+            env.name,
+            ("rocm",),
+            f"ROCm {release.version} ships no WSL runtime "
+            "(no hsa-runtime-rocr4wsl-amdgpu package); for the wsl2 target use the "
+            f"nearest releases that have one: {near}",
+        )
+    if table is None:
+        return  # its table has errors, reported already
+    _check_ubuntu(env, release, table, ctx.sink)
+    ubuntu = table.ubuntu
+    if ubuntu and not table.base.startswith((f"ubuntu:{ubuntu}", f"rocm/dev-ubuntu-{ubuntu}:")):
+        ctx.sink.env_finding(
+            env.name,
+            ("wsl2", "base"),
+            f"{table.base} does not look like Ubuntu "
+            f"{ubuntu}, which the WSL ROCm stack is installed for; leave base unset "
+            f"(ubuntu:{ubuntu}) unless it is an Ubuntu {ubuntu} image",
+            "warning",
+        )
+
+
+def _check_pip_sdk(
+    env: EnvSpec, release: RocmRelease, table: Wsl2Table | None, ctx: CheckContext
+) -> None:
+    """WSL on the pip SDK: the wheels plus the prebuilt librocdxg the data pairs with the
+    release, on an Ubuntu release librocdxg supports."""
+    lib = ctx.compat.librocdxg_for(release)
+    if release.wsl_stack != "rocdxg" or lib is None:
+        ctx.sink.env_finding(
+            env.name,
+            ("rocm",),
+            f"ROCm {release.version}: envbuilder's data pairs no "
+            "prebuilt librocdxg (the WSL bridge to /dev/dxg) with this release; for "
+            "the wsl2 target use ROCm 7.14.x",
+        )
+        return
+    dxg = ctx.compat.dxg
+    if table is not None and table.ubuntu and dxg is not None and table.ubuntu not in dxg.ubuntu:
+        ctx.sink.env_finding(
+            env.name,
+            ("wsl2", "ubuntu"),
+            f"librocdxg supports Ubuntu {', '.join(dxg.ubuntu)}, not {table.ubuntu}",
+        )
+    if not lib.sha256:
+        ctx.sink.env_finding(
+            env.name,
+            ("targets",),
+            f"librocdxg {lib.version} ({lib.deb}) has no "
+            "confirmed sha256 in envbuilder's data, so the wsl2 target stays not "
+            "locked for it and its build stops there (envbuilder/data/wsl.toml)",
+            "warning",
+        )
+    if lib.unverified:
+        ctx.sink.env_finding(
+            env.name,
+            ("targets",),
+            f"the librocdxg {lib.version} facts are unverified ({lib.source})",
+            "warning",
+        )
+
+
+def _check_ubuntu(env: EnvSpec, release: RocmRelease, table: Wsl2Table, sink: FindingSink) -> None:
+    """The WSL plan installs the release's amdgpu-install package for the Ubuntu release's
+    codename: the renderer refuses an Ubuntu release it has no codename or package for."""
+    ubuntu = table.ubuntu
+    if ubuntu is None:
+        return  # missing: reported with the wsl2 table
+    path = ("wsl2", "ubuntu")
+    codename = UBUNTU_CODENAMES.get(ubuntu)
+    if codename is None:
+        sink.env_finding(
+            env.name,
+            path,
+            f"Ubuntu {ubuntu} is not a release AMD's WSL ROCm stack is "
+            f"packaged for; use {' or '.join(sorted(UBUNTU_CODENAMES))}",
+        )
+    elif release.wsl_stack is None:
+        return  # no stack at all: reported on rocm
+    elif ubuntu not in release.ubuntu:
+        sink.env_finding(
+            env.name,
+            path,
+            f"Ubuntu {ubuntu} is not supported by ROCm "
+            f"{release.version} in WSL; use {' or '.join(release.ubuntu)}",
+        )
+    elif release.amdgpu_install_url(codename) is None:
+        sink.env_finding(
+            env.name,
+            path,
+            f"envbuilder's data has no amdgpu-install package of ROCm "
+            f"{release.version} for Ubuntu {ubuntu}; use another release",
+        )
+
+
+def _check_gpu(env: EnvSpec, gpu: Gpu, release: RocmRelease | None, sink: FindingSink) -> None:
+    label = f"{env.gpu} ({gpu.gfx})"
+    if not gpu.wsl:
+        sink.env_finding(
+            env.name,
+            ("targets",),
+            f"{label} is not supported by AMD's WSL stack "
+            "(WSL supports RDNA3/RDNA4 GPUs such as RX 7900 XTX, RX 7800 XT, RX 9070 "
+            "XT); remove 'wsl2' or use the docker target on a Linux host",
+        )
+    elif gpu.wsl_since and release and Version(release.version) < Version(gpu.wsl_since):
+        sink.env_finding(
+            env.name,
+            ("targets",),
+            f"{label} is supported by AMD's WSL stack from "
+            f"ROCm {gpu.wsl_since}, not in ROCm {release.version}; remove 'wsl2' or "
+            "use the docker target on a Linux host",
+        )
+
+
 DESCRIPTOR = registry.register(
     TargetDescriptor(
         name=NAME,
@@ -320,5 +493,8 @@ DESCRIPTOR = registry.register(
         ),
         template_globals={"gpu_groups": GPU_GROUPS, "librocdxg_git": LIBROCDXG_GIT},
         output_dir="wsl",
+        gpu_stack="wsl",
+        checks=checks,
+        checks_across=checks_across,
     )
 )

@@ -4,14 +4,15 @@ Nothing in envbuilder knows about it; importing this package registers it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from envbuilder import grammar
 from envbuilder.errors import RenderError
-from envbuilder.model import EnvSpec, TargetTable
+from envbuilder.model import EnvSpec, FindingSink, TargetTable
 from envbuilder.plan import Plan, PlanInputs, WriteFile
 from envbuilder.targets import registry
-from envbuilder.targets.base import TableContext, TargetDescriptor
+from envbuilder.targets.base import CheckContext, TableContext, TargetDescriptor
 
 NAME = "note"
 
@@ -37,6 +38,29 @@ def plan(env: EnvSpec, inputs: PlanInputs) -> Plan:
     return Plan(env.name, NAME, env.description, inputs.lock.locked, steps=steps)
 
 
+def checks(env: EnvSpec, ctx: CheckContext) -> None:
+    """The target's own rule, run by `envbuilder check` through the descriptor: a note is not
+    for GPU envs (a warning, so the env still checks)."""
+    if env.accelerator != "cpu":
+        ctx.sink.env_finding(
+            env.name, ("targets",), f"a note cannot use the {env.accelerator} GPU", "warning"
+        )
+
+
+def checks_across(envs: Sequence[EnvSpec], sink: FindingSink) -> None:
+    """Across the envs that list it: two notes may not say the same."""
+    seen: dict[str, str] = {}
+    for env in envs:
+        table = env.table(NoteTable)
+        if table is None:
+            continue
+        if table.message in seen:
+            sink.env_finding(
+                env.name, (NAME, "message"), f"says what env {seen[table.message]!r} says"
+            )
+        seen.setdefault(table.message, env.name)
+
+
 DESCRIPTOR = registry.register(
     TargetDescriptor(
         name=NAME,
@@ -51,5 +75,7 @@ DESCRIPTOR = registry.register(
         templates=(("note.txt", "note.txt.j2"),),
         template_package=("fourth_target", "templates"),
         output_dir="notes",
+        checks=checks,
+        checks_across=checks_across,
     )
 )
