@@ -133,6 +133,14 @@ class DockerBuilder:
 
     name = TARGET
 
+    def local_image(self, env: str, pylock_sha256: str) -> str | None:
+        """The id of this engine's image of `env` built from that pylock (its tag and lock
+        label), or None."""
+        image = docker_engine.existing_image(docker_engine.connect(), image_tag(env, pylock_sha256))
+        if image is None or (image.labels or {}).get(LOCK_LABEL) != pylock_sha256:
+            return None
+        return str(image.id)
+
     # --- build ---------------------------------------------------------------------------
 
     def build(

@@ -34,7 +34,7 @@ from envbuilder.render import MARKER
 from envbuilder.slurm import job as slurm_job
 from envbuilder.slurm.script import IMAGE_RUNTIMES, cluster_kind, pushed_image, render_script
 from envbuilder.targets import registry
-from envbuilder.targets.base import ValidateOptions
+from envbuilder.targets.base import LocalImageBuilder, ValidateOptions, VenvBuilderProtocol
 
 #: The runtime of each kind of cluster target unless told otherwise.
 DEFAULT_RUNTIME = {"image": "docker", "venv": "venv"}
@@ -152,22 +152,20 @@ def write_script(project: Project, spec: Spec, env: EnvSpec, progress: ProgressF
     return path
 
 
-def _local_image(env: str, pylock_sha256: str) -> str:
-    """The id of the local image built from this lock (envbuilder/<env>:<short hash>)."""
-    from envbuilder import docker_engine
-    from envbuilder.builders.docker import image_tag
-    from envbuilder.imagedefs import LOCK_LABEL
-
-    tag = image_tag(env, pylock_sha256)
-    image = docker_engine.existing_image(docker_engine.connect(), tag)
-    if image is None or (image.labels or {}).get(LOCK_LABEL) != pylock_sha256:
+def _local_image(env: str, target: str, pylock_sha256: str) -> str:
+    """The id of the local image built from this lock, as the target's builder finds it."""
+    builder = registry.get(target).load_builder()
+    image = (
+        builder.local_image(env, pylock_sha256) if isinstance(builder, LocalImageBuilder) else None
+    )
+    if image is None:
         raise ValidationError(
             f"no image for the nodes: the lock records no pushed image and the Docker engine "
-            f"has no {tag} built from this lock. On a cluster, build and push it (`envbuilder "
-            f"build --target docker --env {env}`, `envbuilder push --env {env} --registry "
-            "HOST/PATH`); the nodes pull it by digest"
+            f"has no image of {env} built from this lock. On a cluster, build and push it "
+            f"(`envbuilder build --target {target} --env {env}`, `envbuilder push --env {env} "
+            "--registry HOST/PATH`); the nodes pull it by digest"
         )
-    return str(image.id)
+    return image
 
 
 def choose_image(
@@ -184,23 +182,15 @@ def choose_image(
             f"--runtime {runtime} pulls the image from a registry, and the lock records no "
             f"pushed image; run `envbuilder push --env {env} --registry HOST/PATH` first"
         )
-    return _local_image(env, pylock_sha256)
+    return _local_image(env, target, pylock_sha256)
 
 
 def _venv(project: Project, env: EnvSpec, target: str, path: Path | None) -> Path:
-    """The venv the nodes run: --path, else the target's default folder."""
-    from envbuilder.builders.venv import VenvBuilder, default_venv_path
-
+    """The venv the nodes run: --path, else the target's default folder (its builder says)."""
     builder = registry.get(target).load_builder()
-    venv = (
-        builder.venv_path(project, env, path)
-        if isinstance(builder, VenvBuilder)
-        else Path(
-            os.path.abspath(  # noqa: PTH100
-                path or default_venv_path(project, env.name, target)
-            )
-        )
-    )
+    if not isinstance(builder, VenvBuilderProtocol):
+        raise UsageError(f"target {target} makes no venv for the nodes to run")
+    venv = builder.venv_path(project, env, path)
     if not (venv / "bin" / "python").exists():
         raise ValidationError(
             f"no venv at {venv}; build it on a file system every node sees "

@@ -265,6 +265,25 @@ class RegistryBuilder(Builder, Protocol):
         ...
 
 
+@runtime_checkable
+class LocalImageBuilder(Builder, Protocol):
+    """A builder whose artifact is an image in the local engine (what a cluster's nodes sharing
+    this engine run when no pushed image is recorded)."""
+
+    def local_image(self, env: str, pylock_sha256: str) -> str | None:
+        """The id of the local image built from that pylock, or None."""
+        ...
+
+
+@runtime_checkable
+class VenvBuilderProtocol(Builder, Protocol):
+    """A builder whose artifact is a venv at a path (`--path DIR`, else its default folder)."""
+
+    def venv_path(self, project: Project, env: EnvSpec, path: Path | None = None) -> Path:
+        """Where the env's venv is, absolute."""
+        ...
+
+
 def no_base_image(env: EnvSpec) -> str | None:
     """For targets that build on no image (venvs)."""
     return None
