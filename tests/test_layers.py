@@ -55,6 +55,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "envbuilder.render",
             "envbuilder.buildcontext",
             "envbuilder.imagebuild",
+            "envbuilder.imageregistry",
             "envbuilder.docker_engine",
             "envbuilder.wsltar",
             "envbuilder.wslexe",

@@ -20,18 +20,16 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any
 
 import docker
 import docker.errors
 
-from envbuilder import docker_engine, lockfile, repro
+from envbuilder import docker_engine, imageregistry, lockfile, repro
 from envbuilder.buildcontext import ca_bundle_path
 from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes
 from envbuilder.compat import HostKind
 from envbuilder.errors import (
     BuildError,
-    LockError,
     RegistryError,
     UsageError,
     ValidationError,
@@ -294,18 +292,16 @@ class DockerBuilder:
         repository digest ("HOST/REPO/<env>@sha256:...")."""
         _lock, target = _docker_lock(project, env.name)
         tag = image_tag(env.name, target.pylock_sha256)
-        repository = docker_engine.registry_repository(options.registry, env.name)
-        client = docker_engine.connect()
-        image = docker_engine.existing_image(client, tag)
-        if image is None:
-            raise RegistryError(
-                f"no image {tag} to push; run `envbuilder build --target docker --env {env.name}`"
-            )
-        digest_ref = docker_engine.push_image(
-            client, tag, repository, target.pylock_sha256[:12], progress
+        image_id, digest_ref = imageregistry.push_locked(
+            docker_engine.connect(),
+            tag,
+            docker_engine.registry_repository(options.registry, env.name),
+            target.pylock_sha256,
+            f"envbuilder build --target docker --env {env.name}",
+            progress,
         )
         lockfile.record_artifact(
-            project, env.name, TARGET, image_id=str(image.id), tag=tag, repo_digest=digest_ref
+            project, env.name, TARGET, image_id=image_id, tag=tag, repo_digest=digest_ref
         )
         return digest_ref
 
@@ -316,35 +312,20 @@ class DockerBuilder:
         current lock (and is the recorded image), tag it envbuilder/<env>:<short hash>; return
         the image id. A mismatch raises RegistryError and tags nothing."""
         lock, target = _docker_lock(project, env.name)
-        recorded = lock.artifacts.get(TARGET, {})
-        digest_ref = recorded.get("repo_digest")
-        if not digest_ref:
-            raise LockError(
-                f"{project.env_lock(env.name)} records no pushed image for {env.name} "
-                f"([artifacts.docker] repo_digest); run `envbuilder push --env {env.name} "
-                "--registry HOST/PATH` on the machine that built it"
-            )
-        client = docker_engine.connect()
-        image_id = docker_engine.pull_image(client, digest_ref, progress)
-        image = client.images.get(image_id)
-        problem = _mismatch(image, target.pylock_sha256, recorded.get("image_id"))
-        if problem:
-            raise RegistryError(f"refusing {digest_ref}: {problem}")
-        tag = image_tag(env.name, target.pylock_sha256)
-        image.tag(*docker_engine.split_reference(tag))
-        return image_id
-
-
-def _mismatch(image: Any, lock_sha256: str, recorded_id: str | None) -> str | None:
-    label = (image.labels or {}).get(LOCK_LABEL)
-    if label != lock_sha256:
-        return (
-            f"it was built from lock {label or '(no label)'}, but the docker pylock's sha256 "
-            f"is {lock_sha256}; build and push again, or check out the matching lock"
+        recorded = dict(lock.artifacts.get(TARGET, {}))
+        ref = imageregistry.pushed_reference(
+            recorded,
+            str(project.env_lock(env.name)),
+            f"envbuilder push --env {env.name} --registry HOST/PATH",
         )
-    if recorded_id and image.id != recorded_id:
-        return f"its image id {image.id} is not the recorded {recorded_id}"
-    return None
+        return imageregistry.pull_locked(
+            docker_engine.connect(),
+            ref,
+            image_tag(env.name, target.pylock_sha256),
+            target.pylock_sha256,
+            recorded.get("image_id"),
+            progress,
+        )
 
 
 def probe_arguments(env: EnvSpec, options: ValidateOptions) -> list[str]:

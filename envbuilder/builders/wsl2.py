@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from envbuilder import repro, wslexe, wsltar
 from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes
-from envbuilder.errors import BuildError, EngineError, LockError, ValidationError
+from envbuilder.errors import BuildError, EngineError, ValidationError
 from envbuilder.fsutil import atomic_write_bytes, sha256_file
 from envbuilder.imagedefs import (
     ENV_LABEL,
@@ -667,16 +667,19 @@ class Wsl2Builder:
     ) -> str:
         """Push the env's rootfs image to `registry`/<env>-wsl2:<short lock hash>; record and
         return its repository digest (artifacts.wsl2.repo_digest)."""
-        from envbuilder import docker_engine
+        from envbuilder import docker_engine, imageregistry
         from envbuilder.lockfile import record_artifact
 
         _require_wsl2(env)
         lock = _require_lock(project, env)
         pylock_sha = lock.targets[TARGET].pylock_sha256
-        repository = docker_engine.registry_repository(options.registry, f"{env.name}-wsl2")
-        tag = image_tag(env.name, pylock_sha)
-        digest = docker_engine.push_image(
-            self._docker(), tag, repository, pylock_sha[:12], progress
+        _image_id, digest = imageregistry.push_locked(
+            self._docker(),
+            image_tag(env.name, pylock_sha),
+            docker_engine.registry_repository(options.registry, f"{env.name}-wsl2"),
+            pylock_sha,
+            f"envbuilder build --target wsl2 --env {env.name}",
+            progress,
         )
         record_artifact(project, env.name, TARGET, repo_digest=digest)
         return digest
@@ -688,27 +691,26 @@ class Wsl2Builder:
         options: PullOptions,
         progress: ProgressFn = no_progress,
     ) -> str:
-        """Pull the pushed rootfs image by the digest the lock records and write
-        dist/<env>.wsl from it without building; return "<path> sha256:<hex>". When the lock
-        recorded the sha256 of a build, the pulled one must equal it (BuildError otherwise;
-        the file is written all the same, so it can be inspected)."""
-        from envbuilder import docker_engine
+        """Pull the pushed rootfs image by the digest the lock records (refused unless it was
+        built from the current lock, as docker's pull does) and write dist/<env>.wsl from it
+        without building; return "<path> sha256:<hex>". When the lock recorded the sha256 of a
+        build, the pulled one must equal it (BuildError otherwise; the file is written all the
+        same, so it can be inspected)."""
+        from envbuilder import imageregistry
 
         _require_wsl2(env)
         lock = _require_lock(project, env)
         recorded = dict(lock.artifacts.get(TARGET, {}))
-        ref = recorded.get("repo_digest")
-        if not ref:
-            raise LockError(
-                f"{project.env_lock(env.name)} records no pushed wsl2 image "
-                f"([artifacts.wsl2] repo_digest); run `envbuilder push --target wsl2 "
-                f"--env {env.name} --registry HOST/PATH` where it was built"
-            )
+        ref = imageregistry.pushed_reference(
+            recorded,
+            str(project.env_lock(env.name)),
+            f"envbuilder push --target wsl2 --env {env.name} --registry HOST/PATH",
+        )
         client = self._docker()
-        image_id = docker_engine.pull_image(client, ref, progress)
+        pylock_sha = lock.targets[TARGET].pylock_sha256
         # Tagged as a build would, so `validate`/`pull` can say whether it is the predicted one.
-        client.images.get(image_id).tag(
-            *docker_engine.split_reference(image_tag(env.name, lock.targets[TARGET].pylock_sha256))
+        image_id = imageregistry.pull_locked(
+            client, ref, image_tag(env.name, pylock_sha), pylock_sha, None, progress
         )
         image = repro.observe(
             client,
