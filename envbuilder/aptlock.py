@@ -135,14 +135,13 @@ def plan_apt_stages(env: Any, target: str) -> list[AptStage]:
     """The apt stages of `env`'s plan for `target` (its descriptor's `plan`; none for targets
     without one). The pins of the lock do not change which stages install what."""
     from envbuilder import plan
-    from envbuilder.compat import load_compat
     from envbuilder.errors import RenderError
     from envbuilder.targets import registry
 
     descriptor = registry.get(target)
     if descriptor.plan is None or target not in env.targets:
         return []
-    rocm = load_compat().rocm(env.rocm) if env.accelerator == "rocm" and env.rocm else None
+    rocm = env.release
     try:
         built = descriptor.plan(env, plan.PlanInputs(rocm, plan.LockPins(), {}))
     except RenderError:

@@ -142,7 +142,7 @@ def _linux_torch_rows(
 def _check_rocm(env: EnvSpec, compat: Compat, ctx: FindingSink) -> None:
     if env.rocm is None:
         return
-    release = compat.rocm(env.rocm)
+    release = env.release
     if release is None:
         known = ", ".join(r.version for r in compat.releases)
         ctx.env_finding(
@@ -260,7 +260,7 @@ def _check_gpu(env: EnvSpec, compat: Compat, ctx: FindingSink) -> None:
     if gpu is None:
         return
     label = f"{env.gpu} ({gpu.gfx})"
-    release = compat.rocm(env.rocm) if env.rocm else None
+    release = env.release
     if gpu.unverified:
         ctx.env_finding(
             env.name,
@@ -498,7 +498,7 @@ def _check_hsa(
         return
     if gpu is not None:
         _check_hsa_value(env, gpu, value, torch_rows, ctx)
-    release = compat.rocm(env.rocm) if env.rocm else None
+    release = env.release
     if release is not None and release.install_model == "pip-sdk":
         ctx.env_finding(
             env.name,

@@ -66,7 +66,6 @@ from envbuilder.errors import LockError
 from envbuilder.fsutil import read_input_bytes, sha256_bytes, write_if_changed
 from envbuilder.grammar import ENV_NAME_RE
 from envbuilder.project import Project, pylock_name
-from envbuilder.specload import load_spec
 from envbuilder.targets import registry
 
 #: The lock format this envbuilder reads and writes.
@@ -400,11 +399,6 @@ def load_env_lock(project: Project, env: str) -> EnvLock | None:
             f"not of {env!r}; {_untrusted_fix(env)}"
         )
     return lock
-
-
-def current_spec_hash(project: Project, env: str) -> str:
-    """The env's hash in the project's spec as it is now (what a current lock records)."""
-    return load_spec(project.spec_path).env_hash(env)
 
 
 def require_current(project: Project, lock: EnvLock, spec_hash: str | None) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
+from envbuilder.compat import RocmRelease, load_compat
 from envbuilder.errors import UsageError
 from envbuilder.fsutil import sha256_bytes
 
@@ -108,6 +109,18 @@ class EnvSpec:
     # The named indexes the env pins any package to (any target), by name: where the wheel
     # cache looks for mirrors, so building never reads the spec file again.
     indexes: Mapping[str, Index] = field(default_factory=dict)
+    #: the env's hash in the spec it was loaded from (Spec.env_hash): what a current lock
+    #: records, so the stages after `check` compare against it and never read the spec again
+    spec_hash: str = ""
+
+    @property
+    def release(self) -> RocmRelease | None:
+        """The ROCm release `rocm` resolves to in the compatibility data (None for cpu/cuda envs
+        and for a release the data does not know, which `check` reports). Every stage asks the
+        env, so the release is resolved in one place and travels with the env to the report."""
+        if self.accelerator != "rocm" or not self.rocm:
+            return None
+        return load_compat().rocm(self.rocm)
 
     def table(self, kind: type[_T]) -> _T | None:
         """The env's table of type `kind` (e.g. `env.table(DockerTable)`); None when the env does

@@ -29,9 +29,7 @@ from envbuilder.model import EnvSpec
 
 def sdk_release(env: EnvSpec) -> RocmRelease | None:
     """The env's ROCm release when envbuilder installs it through the pip SDK, else None."""
-    if env.accelerator != "rocm" or not env.rocm:
-        return None
-    release = load_compat().rocm(env.rocm)
+    release = env.release
     if release is None or release.install_model != "pip-sdk":
         return None
     return release

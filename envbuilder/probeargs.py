@@ -23,7 +23,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from envbuilder.compat import load_compat
 from envbuilder.model import EnvSpec
 from envbuilder.targets.base import ValidateOptions
 
@@ -55,7 +54,7 @@ def expectation_args(env: EnvSpec, expect: str) -> list[str]:
     """--expect-rocm/--expect-hip/--expect-gfx of a run that expects `expect`."""
     if expect != "rocm" or env.accelerator != "rocm" or not env.rocm:
         return []
-    release = load_compat().rocm(env.rocm)
+    release = env.release
     # The release the lock resolved `rocm = "7.14"` to (the spec may name a line).
     args = ["--expect-rocm", release.version if release is not None else env.rocm]
     if release is not None and release.hip is not None:

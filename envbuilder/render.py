@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import jinja2
 
 from envbuilder import grammar, plan, quoting
-from envbuilder.compat import RocmRelease, load_compat
+from envbuilder.compat import RocmRelease
 from envbuilder.errors import RenderError
 from envbuilder.fsutil import commit_files
 from envbuilder.imagedefs import LOCK_SHA_ARG
@@ -149,9 +149,7 @@ def plan_for(
 ) -> tuple[plan.Plan, _LockInputs]:
     """The env's plan for `target`, with the lock inputs it used (`spec_hash`: the env's hash
     in the spec now, which its lock must record; None when the spec has no such env)."""
-    rocm = None
-    if env.accelerator == "rocm" and env.rocm:
-        rocm = load_compat().rocm(env.rocm)
+    rocm = env.release
     lock = _lock_inputs(project, env.name, target, spec_hash)
     variables = registry.get(target).variables(env)
     return build_plan(env, target, rocm=rocm, lock=lock.pins, variables=variables), lock

@@ -427,7 +427,9 @@ def _build(path: Path, doc: dict[str, Any], ctx: FindingCollector) -> Spec | Non
     for env in envs.values():
         compatrules.check_env(env, indexes, ctx)
     compatrules.check_spec_wide(list(envs.values()), ctx)
-    return Spec(path=path, envs=envs, indexes=indexes, merged=merged, document=ctx.doc)
+    unhashed = Spec(path=path, envs=envs, indexes=indexes, merged=merged)
+    hashed = {n: replace(e, spec_hash=unhashed.env_hash(n)) for n, e in envs.items()}
+    return Spec(path=path, envs=hashed, indexes=indexes, merged=merged, document=ctx.doc)
 
 
 def _indexes(raw: Any, ctx: FindingCollector) -> dict[str, Index]:

@@ -9,12 +9,14 @@ The real CPU env (torch, the probe) is built and validated in tests/test_docker_
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import io
 import json
 import select
 import socket
 import socketserver
+import tempfile
 import threading
 import zipfile
 from collections.abc import Iterator
@@ -158,7 +160,17 @@ def make_project(
     return project
 
 
+@functools.cache
+def _demo_spec_hash() -> str:
+    """The env's hash in DEMO_SPEC: a loaded env carries it, and builders check the lock with it."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "environments.toml"
+        path.write_text(DEMO_SPEC)
+        return load_spec(path).env_hash(ENV)
+
+
 def demo_env() -> EnvSpec:
+    """The env of DEMO_SPEC, made by hand (as the spec loader makes it, its spec hash too)."""
     return EnvSpec(
         name=ENV,
         description="hand-made test env",
@@ -168,6 +180,7 @@ def demo_env() -> EnvSpec:
         index_pins={},
         targets=("docker",),
         tables={"docker": DockerTable(base="debian:bookworm-slim")},
+        spec_hash=_demo_spec_hash(),
     )
 
 

@@ -374,3 +374,40 @@ def test_report_schema_rejects_a_malformed_release() -> None:
     conformance["details"]["release"] = {"summary": ""}
     with pytest.raises(ValidationError):
         validate(report)
+
+
+@pytest.fixture(scope="module")
+def torchless(workdir: Path) -> tuple[Path, Path]:
+    """(python of a venv without torch, the probe zipapp): a cpu env's lock may hold no torch."""
+    import subprocess
+    import sys
+
+    from envbuilder.probe import build_zipapp
+
+    venv = workdir / "no-torch"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    return venv / "bin" / "python", build_zipapp(workdir / "probe.pyz")
+
+
+@pytest.mark.parametrize(("expect", "code"), [("cpu", 0), ("rocm", 1)])
+def test_without_torch_the_build_is_not_checked_on_cpu_and_fails_on_rocm(
+    torchless: tuple[Path, Path], workdir: Path, expect: str, code: int
+) -> None:
+    import subprocess
+
+    python, zipapp = torchless
+    out = workdir / f"no-torch-{expect}.json"
+    run = subprocess.run(
+        [str(python), str(zipapp), "--expect", expect, "--only", "conformance", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == code, run.stdout + run.stderr
+    release = by_name(json.loads(out.read_text()))["conformance"]["details"]["release"]
+    if expect == "cpu":
+        assert release["problems"] == []
+        assert release["not_checked"][0].startswith("torch's build: torch does not import")
+    else:
+        assert release["problems"][0].startswith("torch does not import")

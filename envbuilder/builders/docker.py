@@ -92,12 +92,11 @@ def detect_host_kind(root: Path = Path("/")) -> HostKind:
     return "cpu"
 
 
-def _docker_lock(project: Project, env: str) -> tuple[lockfile.EnvLock, lockfile.TargetLock]:
+def _docker_lock(project: Project, env: EnvSpec) -> tuple[lockfile.EnvLock, lockfile.TargetLock]:
     """The env's lock and its docker entry, verified (lockfile.load_verified_lock): current for
-    the spec, the env's own, its pylock as recorded and well-formed. LockError otherwise."""
-    verified = lockfile.load_verified_lock(
-        project, env, TARGET, lockfile.current_spec_hash(project, env)
-    )
+    the spec the env was loaded from, the env's own, its pylock as recorded and well-formed.
+    LockError otherwise."""
+    verified = lockfile.load_verified_lock(project, env.name, TARGET, env.spec_hash)
     return verified.lock, verified.pylock.entry
 
 
@@ -153,7 +152,7 @@ class DockerBuilder:
         differing layer and file, the lock left as it was) unless the image is the one the lock
         records.
         """
-        lock, target = _docker_lock(project, env.name)
+        lock, target = _docker_lock(project, env)
         expected = (
             repro.require_prediction(
                 lock.artifacts, TARGET, env.name, f"lockfiles/{env.name}.lock.toml"
@@ -222,7 +221,7 @@ class DockerBuilder:
         """Run the probe as uid 1000 in a fresh container of the env's image, with this host's
         device flags; write reports/<env>.docker.json and return its path. The container is
         removed in every case. Raises ValidationError when the probe wrote no report."""
-        _lock, target = _docker_lock(project, env.name)
+        _lock, target = _docker_lock(project, env)
         tag = image_tag(env.name, target.pylock_sha256)
         client = docker_engine.connect()
         if docker_engine.existing_image(client, tag) is None:
@@ -270,7 +269,7 @@ class DockerBuilder:
 
     def image_status(self, project: Project, env: EnvSpec) -> list[tuple[bool, str]]:
         """(ok, line): whether the engine's image of the env is the one the lock predicts."""
-        lock, target = _docker_lock(project, env.name)
+        lock, target = _docker_lock(project, env)
         tag = image_tag(env.name, target.pylock_sha256)
         image = docker_engine.existing_image(docker_engine.connect(), tag)
         return [
@@ -290,7 +289,7 @@ class DockerBuilder:
     ) -> str:
         """Push the env's image to `registry`/<env>:<short lock hash>; record and return the
         repository digest ("HOST/REPO/<env>@sha256:...")."""
-        _lock, target = _docker_lock(project, env.name)
+        _lock, target = _docker_lock(project, env)
         tag = image_tag(env.name, target.pylock_sha256)
         image_id, digest_ref = imageregistry.push_locked(
             docker_engine.connect(),
@@ -311,7 +310,7 @@ class DockerBuilder:
         """Pull the image the lock records (`repo_digest`) by digest, check it was built from the
         current lock (and is the recorded image), tag it envbuilder/<env>:<short hash>; return
         the image id. A mismatch raises RegistryError and tags nothing."""
-        lock, target = _docker_lock(project, env.name)
+        lock, target = _docker_lock(project, env)
         recorded = dict(lock.artifacts.get(TARGET, {}))
         ref = imageregistry.pushed_reference(
             recorded,

@@ -630,12 +630,11 @@ class VenvBuilder:
 
     def _verified_lock_sha(self, project: Project, env: EnvSpec) -> str:
         """The pylock's sha256, after lockfile.load_verified_lock checked the env lock (current
-        for the spec, the env's own) and the pylock (as recorded, well-formed)."""
-        from envbuilder.lockfile import current_spec_hash, load_verified_lock
+        for the spec the env was loaded from, the env's own) and the pylock (as recorded,
+        well-formed)."""
+        from envbuilder.lockfile import load_verified_lock
 
-        verified = load_verified_lock(
-            project, env.name, self.name, current_spec_hash(project, env.name)
-        )
+        verified = load_verified_lock(project, env.name, self.name, env.spec_hash)
         return verified.pylock.entry.pylock_sha256
 
     def _refuse_incomplete(self, layout: VenvLayout, env: EnvSpec, path: Path | None) -> None:

@@ -93,10 +93,11 @@ def wsl_path(project: Project, env: str) -> Path:
 
 def _require_lock(project: Project, env: EnvSpec) -> EnvLock:
     """The env's lock, verified for the wsl2 target (lockfile.load_verified_lock): current for
-    the spec, the env's own, its pylock as recorded and well-formed. LockError otherwise."""
-    from envbuilder.lockfile import current_spec_hash, load_verified_lock
+    the spec the env was loaded from, the env's own, its pylock as recorded and well-formed.
+    LockError otherwise."""
+    from envbuilder.lockfile import load_verified_lock
 
-    return load_verified_lock(project, env.name, TARGET, current_spec_hash(project, env.name)).lock
+    return load_verified_lock(project, env.name, TARGET, env.spec_hash).lock
 
 
 def _require_wsl2(env: EnvSpec) -> Wsl2Table:

@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 from envbuilder.cli import add_common_arguments, add_json_argument
-from envbuilder.compat import INSTALL_MODEL_LABELS, load_compat
+from envbuilder.compat import INSTALL_MODEL_LABELS
 from envbuilder.errors import UsageError
 from envbuilder.model import Spec
 from envbuilder.specload import check_spec
@@ -91,7 +91,7 @@ def install_models(spec: Spec, only: list[str]) -> list[dict[str, str]]:
     for name, env in spec.envs.items():
         if (only and name not in only) or env.accelerator != "rocm" or not env.rocm:
             continue
-        release = load_compat().rocm(env.rocm)
+        release = env.release
         if release is None:
             continue
         out.append(

@@ -169,7 +169,7 @@ def checks(env: EnvSpec, ctx: CheckContext) -> None:
     if table is None:
         return
     check_base_python(env, (NAME, "base"), table.base, table.python, ctx)
-    release = ctx.compat.rocm(env.rocm) if env.accelerator == "rocm" and env.rocm else None
+    release = env.release
     ubuntu = plain_ubuntu_release(table.base)
     if release is None or release.install_model != "amdgpu-install" or ubuntu is None:
         return

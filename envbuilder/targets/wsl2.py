@@ -298,7 +298,7 @@ def checks(env: EnvSpec, ctx: CheckContext) -> None:
     table = env.table(Wsl2Table)
     if table is not None:
         check_base_python(env, ("wsl2", "base"), table.base, "python3", ctx)
-    release = ctx.compat.rocm(env.rocm) if env.rocm else None
+    release = env.release
     if release is not None:
         _check_release(env, release, table, ctx)
     gpu = ctx.compat.gpu(env.gpu) if env.gpu and env.accelerator == "rocm" else None

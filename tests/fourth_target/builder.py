@@ -6,7 +6,7 @@ from pathlib import Path
 
 from envbuilder.errors import ValidationError
 from envbuilder.fsutil import atomic_write_bytes, sha256_bytes
-from envbuilder.lockfile import current_spec_hash, load_verified_lock
+from envbuilder.lockfile import load_verified_lock
 from envbuilder.model import EnvSpec
 from envbuilder.progress import ProgressFn
 from envbuilder.project import Project
@@ -18,7 +18,7 @@ class NoteBuilder:
     def build(
         self, project: Project, env: EnvSpec, options: BuildOptions, progress: ProgressFn
     ) -> Artifact:
-        verified = load_verified_lock(project, env.name, NAME, current_spec_hash(project, env.name))
+        verified = load_verified_lock(project, env.name, NAME, env.spec_hash)
         table = env.table(NoteTable)
         message = table.message if table is not None else ""
         data = f"{message}\nlock {verified.pylock.entry.pylock_sha256}\n".encode()
