@@ -92,6 +92,10 @@ class RocmRelease:
     #: None where the data holds none (the probe then says the HIP version was not checked)
     hip: str | None = None
     hip_source: str = ""
+    # What AMD's install page of the release says beyond the wheels (rocm.toml header):
+    host_driver: str | None = None  # the GPU driver the host needs, in words
+    installers: Mapping[str, str] = field(default_factory=dict)  # "runfile"/"tarball" -> URL
+    pip_python: Mapping[str, str] = field(default_factory=dict)  # distro -> AMD's example Python
 
     @property
     def install_model(self) -> InstallModel:
@@ -268,11 +272,19 @@ class Librocdxg:
 @dataclass(frozen=True)
 class PipSdkNames:
     """What a pip-SDK lock lists and pins to the SDK's index (rocm.toml [pip_sdk]): `names`
-    once, `device_names` once per GPU (`{gfx}` replaced by its target)."""
+    once, `device_names` once per GPU (`{gfx}` replaced by its target); which names are of the
+    ROCm family (`family`, fnmatch patterns: they must come from the SDK's index) and which
+    versions are PyPI's placeholders."""
 
     names: tuple[str, ...]
     device_names: tuple[str, ...]
     source: str
+    family: tuple[str, ...] = ()
+    placeholder_versions: tuple[str, ...] = ()
+
+    def in_family(self, name: str) -> bool:
+        """Whether `name` (normalized) is of the ROCm family."""
+        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.family)
 
     def for_devices(self, devices: tuple[str, ...]) -> tuple[str, ...]:
         """Every name for these gfx targets, in a fixed order."""
@@ -575,8 +587,13 @@ def _release(r: _Reader) -> RocmRelease:
         unverified=r.get("unverified", bool, False),
         install=_install_models(r),
         pip_index=r.opt("pip_index", optional=True),
+        host_driver=r.opt("host_driver", optional=True),
+        installers=r.str_map("installers"),
+        pip_python=r.str_map("pip_python"),
     )
     _check_release(r, release)
+    if set(release.installers) - {"runfile", "tarball"}:
+        raise r._fail("installers", "expected only runfile and tarball")
     return release
 
 
@@ -782,7 +799,11 @@ def _with_hip(
 def _pip_sdk(table: Any) -> PipSdkNames:
     r = _Reader("rocm.toml", "pip_sdk", table)
     names = PipSdkNames(
-        names=r.strs("names"), device_names=r.strs("device_names"), source=r.get("source", str)
+        names=r.strs("names"),
+        device_names=r.strs("device_names"),
+        source=r.get("source", str),
+        family=r.strs("family"),
+        placeholder_versions=r.strs("placeholder_versions"),
     )
     r.done()
     if "torch" not in names.names or not all("{gfx}" in n for n in names.device_names):

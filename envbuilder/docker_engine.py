@@ -389,14 +389,29 @@ def host_group_ids(names: Iterable[str]) -> list[int]:
     return sorted(set(gids))
 
 
-def device_run_options(host_kind: HostKind) -> dict[str, Any]:
-    """`containers.create` keyword arguments exposing the accelerator of a `host_kind` host."""
+def _rocdxg_volumes(root: Path) -> dict[str, dict[str, str]]:
+    """librocdxg's device-id table for a container on a rocdxg WSL host (wsl.toml [dxg]), when
+    the host has one (librocdxg >= 1.2.1). Never mounted otherwise: Docker would create a
+    missing bind source as a folder on the host."""
+    dxg = load_compat().dxg
+    if dxg is None:
+        return {}
+    host = root / dxg.dids_conf_host.lstrip("/")
+    return {str(host): {"bind": dxg.dids_conf_container, "mode": "ro"}} if host.is_file() else {}
+
+
+def device_run_options(host_kind: HostKind, root: Path = Path("/")) -> dict[str, Any]:
+    """`containers.create` keyword arguments exposing the accelerator of a `host_kind` host
+    (`root`: where the host's files are, for the ones that are mounted only when present)."""
     flags = load_compat().device_flags(host_kind)
     options: dict[str, Any] = {}
     if flags.devices:
         options["devices"] = [f"{dev}:{dev}:rwm" for dev in flags.devices]
-    if flags.volumes:
-        options["volumes"] = {host: {"bind": inner, "mode": "ro"} for host, inner in flags.volumes}
+    volumes = {host: {"bind": inner, "mode": "ro"} for host, inner in flags.volumes}
+    if host_kind == "wsl2-rocdxg":
+        volumes |= _rocdxg_volumes(root)
+    if volumes:
+        options["volumes"] = volumes
     if flags.environment:
         options["environment"] = dict(flags.environment)
     gids = host_group_ids(flags.group_add)

@@ -31,9 +31,10 @@ from envbuilder.lockfile import (
     verify_pylock,
 )
 from envbuilder.model import EnvSpec, Index
-from envbuilder.pipsdk import lock_inputs
+from envbuilder.pipsdk import lock_inputs, sdk_index, sdk_release
 from envbuilder.progress import ProgressFn, no_progress
 from envbuilder.project import Project
+from envbuilder.sdklock import resolve_sdk
 from envbuilder.targets import registry
 from envbuilder.uvrun import (
     ResolveRequest,
@@ -379,6 +380,7 @@ def _resolve_targets(
             pins,
             indexes,
             project.root,
+            first_index=sdk_index(env, target),  # a pip-SDK env: AMD's index first (sdklock)
         )
         warnings += [w for w in warns if w not in warnings]
         groups.setdefault(request, []).append(target)
@@ -396,15 +398,9 @@ def _resolve_targets(
             None,
         )
         try:
-            raw = run_uv(
-                request,
-                preferred.read_bytes() if preferred else None,
-                upgrade=options.upgrade,
-                upgrade_packages=options.upgrade_packages,
-            )
+            body = _resolve_one(env, request, preferred, options)
         except LockError as exc:  # the mirror warnings often explain the failure
             raise LockError("\n".join([*(f"warning: {w}" for w in warnings), str(exc)])) from None
-        body = postprocess(raw, request, "")
         for target in members:
             out[target] = pylock_header(env.name, target).encode("utf-8") + body
             # A locked sdist (the pip SDK's `rocm`) is built at install time, offline: its
@@ -419,6 +415,29 @@ def _resolve_targets(
             )
     progress(f"resolved {env.name}", len(groups), len(groups))
     return out, warnings
+
+
+def _resolve_one(
+    env: EnvSpec, request: ResolveRequest, preferred: Path | None, options: LockOptions
+) -> bytes:
+    """The post-processed pylock body (no header) of one request; a pip-SDK env's through
+    envbuilder.sdklock (AMD's index first, the provenance check)."""
+    previous = preferred.read_bytes() if preferred else None
+    release = sdk_release(env)
+    if request.first_index is not None and release is not None:
+        where = f"env {env.name!r} ({request.platform}, Python {request.python})"
+        return resolve_sdk(
+            request,
+            previous,
+            release,
+            where,
+            upgrade=options.upgrade,
+            upgrade_packages=options.upgrade_packages,
+        )
+    raw = run_uv(
+        request, previous, upgrade=options.upgrade, upgrade_packages=options.upgrade_packages
+    )
+    return postprocess(raw, request, "")
 
 
 def _write_env(

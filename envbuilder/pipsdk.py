@@ -1,6 +1,8 @@
 """What uv is asked to resolve for an env on a pip-SDK ROCm release (7.14 and later, ROCm Core
 SDK 10): the env's torch with one `device-<gfx>` extra per GPU, AMD's `rocm` meta-package with the
-same devices, and every ROCm-family name listed AND pinned to the index torch is pinned to.
+same devices, and every known ROCm-family name listed AND pinned to the index torch is pinned to,
+which uv also searches first for every other name (envbuilder.sdklock); and what a pip-SDK lock
+must hold to be accepted (provenance_problems).
 
 Why each part (docs/rocm.md, "Locking the pip SDK", shown against a replica of AMD's index):
   * the device extras come from the env's GPUs (`gpu`, one or several): a lock holds only their
@@ -13,14 +15,22 @@ Why each part (docs/rocm.md, "Locking the pip SDK", shown against a replica of A
     names, which an unpinned name could resolve to.
 
 Other releases, and non-ROCm envs, are passed through unchanged.
+
+The provenance check (provenance_problems) reads a post-processed pylock: every entry of the
+ROCm family (rocm.toml [pip_sdk] family) must name one of the spec's indexes as its PEP 751
+`index` (only packages pinned to a named index get one), and none may carry a placeholder
+version (PyPI's placeholder projects under these names: [pip_sdk] placeholder_versions, any
+.devN release, or for `rocm` / `rocm-sdk-*` a version other than the release's).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from envbuilder.compat import RocmRelease, load_compat
 from envbuilder.errors import LockError
@@ -89,3 +99,56 @@ def lock_inputs(env: EnvSpec, target: str) -> tuple[tuple[str, ...], dict[str, s
     out += [n for n in names if n not in have]
     # The env's own pins win (a name pinned elsewhere on purpose stays there).
     return tuple(out), {**dict.fromkeys(names, index), **pins}
+
+
+def sdk_index(env: EnvSpec, target: str) -> str | None:
+    """The index uv searches first for a pip-SDK env's `target`: the one torch is pinned to
+    (lock_inputs insists on the pin). None for other envs."""
+    if sdk_release(env) is None:
+        return None
+    return env.index_pins_for(target).get("torch")
+
+
+def _artifact_urls(package: Mapping[str, Any]) -> list[str]:
+    arts = [package[k] for k in ("sdist", "archive") if k in package]
+    arts += list(package.get("wheels", []))
+    return [str(a.get("url") or a.get("path") or "") for a in arts]
+
+
+def _placeholder(name: str, version: str, release: RocmRelease) -> bool:
+    """Whether `version` of ROCm-family `name` is one of PyPI's placeholders (see the module
+    docstring)."""
+    if version in load_compat().pip_sdk.placeholder_versions:
+        return True
+    try:
+        parsed = Version(version)
+    except InvalidVersion:
+        return True
+    if parsed.is_devrelease:
+        return True
+    if name == "rocm" or name.startswith("rocm-sdk-"):
+        return parsed.base_version != Version(release.version).base_version
+    return False
+
+
+def provenance_problems(
+    doc: Mapping[str, Any], release: RocmRelease, index_urls: Sequence[str]
+) -> list[str]:
+    """One line per ROCm-family entry of pylock `doc` that does not come from one of the spec's
+    indexes (`index_urls`, canonical) or has a placeholder version; empty when all is well."""
+    sdk = load_compat().pip_sdk
+    problems: list[str] = []
+    for pkg in doc.get("packages", []):
+        name = str(canonicalize_name(str(pkg.get("name", ""))))
+        if not sdk.in_family(name):
+            continue
+        version = str(pkg.get("version", ""))
+        origin = ", ".join(_artifact_urls(pkg)) or "no artifact"
+        index = pkg.get("index")
+        if index not in index_urls:
+            where = f"index {index}" if index else "the default index"
+            expected = " or ".join(index_urls)
+            problems.append(f"{name} {version} comes from {where} ({origin}), not {expected}")
+        elif _placeholder(name, version, release):
+            problems.append(f"{name} {version} ({origin}) is a placeholder version")
+    return problems

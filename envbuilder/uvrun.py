@@ -18,6 +18,16 @@ An earlier pylock handed back to uv as preferences gets, for its pinned packages
 resolves that index from on this machine (preferences_for_uv): uv keeps an earlier pin of a
 package of a named index only when the entry names that index, and `uv pip compile` itself
 writes no `index`.
+
+A request may name a `first_index` (a pip-SDK env's AMD index, envbuilder.sdklock): uv then
+searches it for every name before the default index (uv's first-index strategy: a name it serves
+comes from it only), with its 403-for-a-missing-project answer treated as "not here"
+(`ignore-error-codes`, which only a uv configuration file can set: uv.toml, --config-file).
+
+uv runs with a clean environment (uv_environment): every `UV_*` variable that can change what uv
+resolves (UV_INDEX*, UV_DEFAULT_INDEX, UV_EXTRA_INDEX_URL, UV_FIND_LINKS, UV_INDEX_STRATEGY,
+UV_PRERELEASE, ...) is dropped, only cache, offline and network settings pass; the default
+index is PyPI unless this machine names another in ENVBUILDER_DEFAULT_INDEX (docs/lock.md).
 """
 
 from __future__ import annotations
@@ -41,6 +51,49 @@ from envbuilder.lockfile import url_filename
 from envbuilder.model import Index
 from envbuilder.pyfinder import uv_bin
 
+#: The `UV_*` variables that reach uv: where its cache is, whether it may go online, how it talks
+#: to the network. None of them changes what a resolution picks; every other `UV_*` is dropped.
+UV_PASSTHROUGH = frozenset(
+    {
+        "UV_CACHE_DIR",
+        "UV_NO_CACHE",
+        "UV_OFFLINE",
+        "UV_HTTP_TIMEOUT",
+        "UV_REQUEST_TIMEOUT",
+        "UV_HTTP_RETRIES",
+        "UV_NATIVE_TLS",
+        "UV_CONCURRENT_DOWNLOADS",
+        "UV_CONCURRENT_BUILDS",
+        "UV_NO_PROGRESS",
+    }
+)
+#: The dropped `UV_*` variables `lock` warns about: those that change what uv resolves (where it
+#: looks, which versions it may pick, what it must build). Other dropped ones (Python discovery,
+#: tool and venv settings) are irrelevant to a `uv pip compile` run with --python and go silently.
+RESOLUTION_VARIABLE_PREFIXES = (
+    "UV_INDEX",
+    "UV_DEFAULT_INDEX",
+    "UV_EXTRA_INDEX_URL",
+    "UV_FIND_LINKS",
+    "UV_NO_INDEX",
+    "UV_PRERELEASE",
+    "UV_RESOLUTION",
+    "UV_CONSTRAINT",
+    "UV_OVERRIDE",
+    "UV_BUILD_CONSTRAINT",
+    "UV_EXCLUDE_NEWER",
+    "UV_TORCH_BACKEND",
+    "UV_NO_BUILD",
+    "UV_NO_BINARY",
+    "UV_KEYRING_PROVIDER",
+    "UV_INSECURE_HOST",
+)
+#: This machine's default index for locks (a PyPI mirror), in place of uv's own UV_DEFAULT_INDEX.
+DEFAULT_INDEX_ENV = "ENVBUILDER_DEFAULT_INDEX"
+#: The HTTP answer an index gives for a project it does not hold and uv must treat as "not here"
+#: when the index is searched first (AMD's indexes answer 403; uv special-cases PyTorch's only).
+FIRST_INDEX_IGNORED_CODES = (403,)
+
 #: PEP 751 `environments` written into each pylock, so installers refuse the wrong platform.
 ENVIRONMENTS: dict[str, str] = {
     "x86_64-manylinux_2_28": "sys_platform == 'linux' and platform_machine == 'x86_64'",
@@ -57,6 +110,7 @@ class ResolveRequest:
     packages: tuple[str, ...]
     index_pins: tuple[tuple[str, str], ...]  # sorted (canonical package name, index name)
     indexes: tuple[IndexSource, ...]  # the indexes named in index_pins, sorted by name
+    first_index: str | None = None  # searched first for every name (a pip-SDK env's index)
 
     def index(self, name: str) -> IndexSource:
         for src in self.indexes:
@@ -73,11 +127,15 @@ def make_request(
     indexes: Mapping[str, Index],
     root: Path,
     environ: Mapping[str, str] | None = None,
+    first_index: str | None = None,
 ) -> tuple[ResolveRequest, list[str]]:
-    """A ResolveRequest with each pinned index's source on this machine, plus mirror warnings."""
+    """A ResolveRequest with each pinned index's source on this machine, plus warnings (mirrors,
+    `UV_*` variables uv will not see). `first_index` must be one of the pinned indexes."""
     pins = tuple(sorted((str(canonicalize_name(p)), i) for p, i in index_pins.items()))
     sources: list[IndexSource] = []
-    warnings: list[str] = []
+    warnings = ignored_uv_warnings(os.environ if environ is None else environ)
+    if first_index is not None and first_index not in {i for _, i in pins}:
+        raise LockError(f"index {first_index!r} is searched first but no package is pinned to it")
     for name in sorted({i for _, i in pins}):
         if name not in indexes:
             raise LockError(
@@ -88,7 +146,47 @@ def make_request(
         sources.append(src)
         if warning:
             warnings.append(warning)
-    return ResolveRequest(platform, python, tuple(packages), pins, tuple(sources)), warnings
+    request = ResolveRequest(platform, python, tuple(packages), pins, tuple(sources), first_index)
+    return request, warnings
+
+
+def uv_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment uv runs in: `environ` without the `UV_*` variables that could change
+    what it resolves (see UV_PASSTHROUGH)."""
+    env = {k: v for k, v in environ.items() if not k.startswith("UV_") or k in UV_PASSTHROUGH}
+    return {**env, "NO_COLOR": "1", "UV_NO_PROGRESS": "1"}
+
+
+def ignored_uv_warnings(environ: Mapping[str, str]) -> list[str]:
+    """One warning naming the resolution-changing `UV_*` variables of `environ` that uv will not
+    see, if any."""
+    dropped = sorted(
+        k for k in environ if k.startswith(RESOLUTION_VARIABLE_PREFIXES) and k not in UV_PASSTHROUGH
+    )
+    if not dropped:
+        return []
+    return [
+        f"ignoring {', '.join(dropped)}: a lock resolves the same on every machine, so uv "
+        f"runs without UV_* settings that change resolution (a PyPI mirror: {DEFAULT_INDEX_ENV}"
+        "=URL; another index: the spec's [indexes] and index_pins)"
+    ]
+
+
+def uv_config_for(request: ResolveRequest) -> str | None:
+    """The uv.toml of a request with a first index: that index, searched before the default
+    one, a 403 answer meaning "not here". None without a first index."""
+    if request.first_index is None:
+        return None
+    src = request.index(request.first_index)
+    lines = [
+        "[[index]]",
+        f"name = {_toml_str(src.name)}",
+        f"url = {_toml_str(src.location)}",
+        f"ignore-error-codes = {list(FIRST_INDEX_IGNORED_CODES)}",
+    ]
+    if src.flat:
+        lines.append('format = "flat"')
+    return "\n".join(lines) + "\n"
 
 
 def _toml_str(value: str) -> str:
@@ -140,8 +238,11 @@ def run_uv(
     the folder (envbuilder.interrupts)."""
     with temp_dir("envbuilder-lock-") as work:
         out = work / "pylock.toml"  # uv insists on this name pattern for pylock output
+        config = uv_config_for(request)
         try:
             (work / "pyproject.toml").write_text(pyproject_for(request), encoding="utf-8")
+            if config is not None:
+                (work / "uv.toml").write_text(config, encoding="utf-8")
             if previous is not None and not upgrade:
                 out.write_bytes(preferences_for_uv(previous, request))
         except OSError as exc:
@@ -169,11 +270,15 @@ def run_uv(
             "--python",
             sys.executable,
         ]
+        if config is not None:  # read although --no-config: it is named
+            cmd += ["--config-file", "uv.toml"]
+        if default_index := os.environ.get(DEFAULT_INDEX_ENV):
+            cmd += ["--default-index", default_index]
         if upgrade:
             cmd.append("--upgrade")
         for name in upgrade_packages:
             cmd += ["--upgrade-package", name]
-        env = {**os.environ, "NO_COLOR": "1", "UV_NO_PROGRESS": "1"}
+        env = uv_environment(os.environ)
         try:
             proc = interrupts.run(cmd, cwd=work, env=env)
         except OSError as exc:

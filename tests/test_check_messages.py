@@ -914,16 +914,16 @@ WARNINGS: list[tuple[str, Mutation, str, list[str]]] = [
     (
         "unverified-torch-row",
         chain(
-            index("r714", "https://download.pytorch.org/whl/rocm7.14"),
+            index("r72x", "https://download.pytorch.org/whl/rocm7.2"),
             gpu(
                 rocm="7.2.4",
                 targets=["docker"],
-                packages=["torch==2.14.0+rocm7.14"],
-                index_pins={"torch": "r714"},
+                packages=["torch==2.14.0+rocm7.2"],
+                index_pins={"torch": "r72x"},
             ),
         ),
         "env.gpu.packages",
-        ["the rocm7.14 index's torch", "is unverified"],
+        ["the rocm7.2 index's torch", "is unverified"],
     ),
     (
         "unverified-gpu",

@@ -288,7 +288,7 @@ def test_nearest_wsl_releases() -> None:
         ("2.11.0", ["rocm7.1", "rocm7.2"], "3.14", "3.9"),
         ("2.12.1", ["rocm7.1", "rocm7.2"], "3.10", "3.15"),
         ("2.13.0", ["rocm7.1", "rocm7.2", "cpu"], "3.11", "3.9"),
-        ("2.14.1", ["rocm7.2", "rocm7.14"], "3.14", "3.9"),
+        ("2.14.1", ["rocm7.2", "rocm7.14", "cpu"], "3.14", "3.9"),
     ],
 )
 def test_torch_matrix(torch: str, indexes: list[str], python_ok: str, python_bad: str) -> None:
@@ -320,8 +320,9 @@ def test_amd_multi_arch_index() -> None:
     assert {r.local for r in rows} == {"rocm7.14.0", "rocm7.14.1"}
     assert any(r.serves(SpecifierSet("==2.12.0+rocm7.14.1")) for r in rows)
     assert all(r.python.contains("3.11") for r in rows)
-    # 7.14.1's torch 2.12.0 is confirmed by public installs from the index; 7.14.0's list is not
-    assert {r.local: r.unverified for r in rows} == {"rocm7.14.0": True, "rocm7.14.1": False}
+    # both rows' torch versions are confirmed by public installs from the index (torch.toml)
+    assert {r.local: r.unverified for r in rows} == {"rocm7.14.0": False, "rocm7.14.1": False}
+    assert any(r.serves(SpecifierSet("==2.11.0+rocm7.14.0")) for r in rows)
     whl_next = C.index_rows("https://stable.repo.amd.com/rocm/whl-next/")
     assert {r.local for r in whl_next} == {"rocm10.0.0", "rocm10.1.0"}
     assert any(r.serves(SpecifierSet("==2.14.0+rocm10.1.0")) for r in whl_next)

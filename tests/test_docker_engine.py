@@ -247,6 +247,22 @@ def test_device_options_for_native_rocm_use_numeric_gids() -> None:
     assert options["security_opt"] == ["seccomp=unconfined"]
 
 
+def test_device_options_on_a_rocdxg_host_mount_dids_conf_only_when_it_exists(
+    tmp_path: Path,
+) -> None:
+    """librocdxg >= 1.2.1 installs share/rocdxg/dids.conf, which containers mount (its v1.2.1
+    notes); on a host without one nothing is mounted (Docker would create the path)."""
+    options = docker_engine.device_run_options("wsl2-rocdxg", root=tmp_path)
+    assert options["devices"] == ["/dev/dxg:/dev/dxg:rwm"]
+    assert not any("dids.conf" in host for host in options["volumes"])
+    dids = tmp_path / "opt/rocm/share/rocdxg/dids.conf"
+    dids.parent.mkdir(parents=True)
+    dids.write_text("0x7448\n", encoding="utf-8")
+    options = docker_engine.device_run_options("wsl2-rocdxg", root=tmp_path)
+    assert options["volumes"][str(dids)] == {"bind": "/usr/share/rocdxg/dids.conf", "mode": "ro"}
+    assert options["volumes"]["/opt/rocm/lib/librocdxg.so"]["bind"] == "/usr/lib/librocdxg.so"
+
+
 def test_device_options_for_nvidia_request_all_gpus() -> None:
     (request,) = docker_engine.device_run_options("nvidia")["device_requests"]
     assert request["Capabilities"] == [["gpu"]]

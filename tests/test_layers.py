@@ -50,6 +50,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "envbuilder.lockfile",
             "envbuilder.indexsources",
             "envbuilder.uvrun",
+            "envbuilder.sdklock",
             "envbuilder.locking",
             "envbuilder.wheelcache",
             "envbuilder.render",

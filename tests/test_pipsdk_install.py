@@ -75,7 +75,7 @@ def project(replica: ReplicaServer, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     root = tmp_path / "proj"
     root.mkdir()
     (root / "environments.toml").write_text(text, encoding="utf-8")
-    monkeypatch.setenv("UV_DEFAULT_INDEX", replica.url("pypi"))
+    monkeypatch.setenv("ENVBUILDER_DEFAULT_INDEX", replica.url("pypi"))
     monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
     monkeypatch.setenv("ENVBUILDER_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")

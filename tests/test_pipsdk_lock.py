@@ -21,13 +21,18 @@ import pytest
 from replica.catalog import Catalog, load_catalog
 from replica.server import ReplicaServer, serve
 
+from envbuilder import uvrun
 from envbuilder.cli import main
 from envbuilder.compat import load_compat
 
 REPO = Path(__file__).resolve().parents[1]
 AMD = "https://repo.amd.com/rocm/whl-multi-arch/"
+AMD_NEXT = "https://stable.repo.amd.com/rocm/whl-next/"
 ROCM_FAMILY = re.compile(r"^(rocm|torch|triton|amd-torch)")
-DEVICES = {"rocm-sdk-device-gfx1100", "amd-torch-device-gfx1100"}
+# gfx1100's device wheels: the SDK's, torch's, and torch's family wheel of the gfx11 targets,
+# which AMD's torch requires under device-gfx1100 and envbuilder does not list (rocm.toml
+# [pip_sdk]): uv finds it on AMD's index, searched first; PyPI's placeholder is never taken.
+DEVICES = {"rocm-sdk-device-gfx1100", "amd-torch-device-gfx1100", "amd-torch-device-gfx11"}
 
 
 @pytest.fixture(scope="module")
@@ -41,31 +46,62 @@ def replica(catalog: Catalog, tmp_path: Path) -> Iterator[ReplicaServer]:
         yield server
 
 
+# An env the shipped spec does not have: an RX 7900 XTX on ROCm Core SDK 10.1.0, whose torch
+# requires the sub-family wheel amd-torch-device-gfx110x, a name envbuilder lists nowhere.
+NEXT_1100 = """
+[env.next1100]
+accelerator = "rocm"
+rocm = "10.1.0"
+gpu = "gfx1100"
+python = "3.12"
+packages = ["torch==2.14.0+rocm10.1.0"]
+index_pins = { torch = "amd-rocm-next" }
+targets = ["docker"]
+"""
+
+
+def spec_text(replica: ReplicaServer) -> str:
+    """The shipped spec, AMD's two indexes mirrored by the replica, plus NEXT_1100."""
+    text = (REPO / "environments.toml").read_text(encoding="utf-8")
+    for canonical, index in ((AMD, "amd"), (AMD_NEXT, "amd-next")):
+        old = f'url = "{canonical}"\n'
+        assert text.count(old) == 1
+        text = text.replace(old, f'{old}mirror = "{replica.url(index)}"\n')
+    return text + NEXT_1100
+
+
 @pytest.fixture()
 def project(replica: ReplicaServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A copy of the shipped spec, AMD's index mirrored by the replica, PyPI played by it."""
-    text = (REPO / "environments.toml").read_text(encoding="utf-8")
-    old = f'url = "{AMD}"\n'
-    assert text.count(old) == 1
+    """A copy of the shipped spec, AMD's indexes mirrored by the replica, PyPI played by it."""
     root = tmp_path / "proj"
     root.mkdir()
-    (root / "environments.toml").write_text(
-        text.replace(old, f'{old}mirror = "{replica.url("amd")}"\n'), encoding="utf-8"
-    )
-    monkeypatch.setenv("UV_DEFAULT_INDEX", replica.url("pypi"))
+    (root / "environments.toml").write_text(spec_text(replica), encoding="utf-8")
+    monkeypatch.setenv("ENVBUILDER_DEFAULT_INDEX", replica.url("pypi"))
     monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     monkeypatch.setenv("no_proxy", "127.0.0.1")
     return root / "environments.toml"
 
 
-def lock(spec: Path, *extra: str) -> None:
-    assert main(["lock", "--spec", str(spec), "--env", "rocm714", "--no-base-digest", *extra]) == 0
+def lock(spec: Path, *extra: str, env: str = "rocm714") -> None:
+    assert main(["lock", "--spec", str(spec), "--env", env, "--no-base-digest", *extra]) == 0
 
 
-def pylock(spec: Path, target: str) -> dict[str, Any]:
-    path = spec.parent / "lockfiles" / f"pylock.rocm714-{target}.toml"
+def pylock(spec: Path, target: str, env: str = "rocm714") -> dict[str, Any]:
+    path = spec.parent / "lockfiles" / f"pylock.{env}-{target}.toml"
     return tomllib.loads(path.read_text(encoding="utf-8"))
+
+
+def pylock_bytes(spec: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((spec.parent / "lockfiles").iterdir())}
+
+
+def assert_from(index: str, pkgs: dict[str, dict[str, Any]]) -> None:
+    """Every ROCm-family entry names `index` and has its files there."""
+    family = {n: p for n, p in pkgs.items() if ROCM_FAMILY.match(n)}
+    assert family
+    for name, pkg in family.items():
+        assert pkg["index"] == index and all(u.startswith(index) for u in files(pkg)), name
 
 
 def packages(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -94,6 +130,7 @@ def test_flagship_locks_its_device_packages_from_amds_index(project: Path) -> No
         # every ROCm-family name from AMD's index, recorded by its canonical URLs: no PyPI
         # placeholder (rocm 0.1.0, rocm-sdk-*), no CUDA torch or triton
         family = {n: p for n, p in pkgs.items() if ROCM_FAMILY.match(n)}
+        assert_from(AMD, pkgs)
         assert set(family) == {
             "rocm",
             "rocm-bootstrap",
@@ -101,11 +138,10 @@ def test_flagship_locks_its_device_packages_from_amds_index(project: Path) -> No
             "rocm-sdk-libraries",
             "rocm-sdk-devel",
             "torch",
-            "triton",
+            # TheRock builds triton for Linux only (its Windows torch does not require one)
+            *(["triton"] if target != "windows" else []),
             *DEVICES,
         }
-        for name, pkg in family.items():
-            assert pkg["index"] == AMD and all(u.startswith(AMD) for u in files(pkg)), name
         assert not any(n.startswith(("nvidia", "cuda")) for n in pkgs), target
         # (the other names come from the default index, here the replica's stand-in of PyPI)
     # one spec, two platforms: the Windows pylock holds the win_amd64 wheels
@@ -156,3 +192,70 @@ def test_rendered_files_install_from_those_pylocks(project: Path) -> None:
     windows_sha = env_lock["targets"]["windows"]["pylock_sha256"]
     assert "pylock.rocm714-windows.toml" in setup and windows_sha in setup
     assert "HIP_PATH" not in setup.split("<#", 1)[0]
+
+
+def test_hostile_uv_settings_change_nothing(
+    project: Path, catalog: Catalog, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A developer machine's uv settings: UV_INDEX_URL, UV_EXTRA_INDEX_URL and UV_INDEX at
+    another index (a later round of the replica's PyPI: a newer filelock), a best-match index
+    strategy, pre-releases, find-links. envbuilder runs uv without them, so the pylocks are
+    byte-identical to a clean run's; uv itself, given them, locks the newer filelock."""
+    lock(project)
+    clean = pylock_bytes(project)
+    assert packages(pylock(project, "docker"))["filelock"]["version"] == "3.21.0"
+    with serve(catalog, tmp_path / "elsewhere", round_=4) as other:
+        hostile = {
+            "UV_INDEX_URL": other.url("pypi"),
+            "UV_EXTRA_INDEX_URL": other.url("pypi"),
+            "UV_INDEX": f"evil={other.url('pypi')}",
+            "UV_INDEX_STRATEGY": "unsafe-best-match",
+            "UV_PRERELEASE": "allow",
+            "UV_FIND_LINKS": str(tmp_path),
+        }
+        for name, value in hostile.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "another-cache"))  # kept: a cache
+        for target in ("docker", "wsl2", "windows"):  # resolve every target again
+            (project.parent / "lockfiles" / f"pylock.rocm714-{target}.toml").unlink()
+        lock(project)
+        assert pylock_bytes(project) == clean
+        # control: the same settings do change what uv picks when they reach it
+        monkeypatch.setattr(uvrun, "UV_PASSTHROUGH", uvrun.UV_PASSTHROUGH | set(hostile))
+        (project.parent / "lockfiles" / "pylock.rocm714-docker.toml").unlink()
+        lock(project)
+        assert packages(pylock(project, "docker"))["filelock"]["version"] == "3.22.0"
+
+
+def test_mi300x_locks_rocm_10_1_from_amds_whl_next(project: Path) -> None:
+    """The shipped datacenter env (ROCm Core SDK 10.1.0, MI300X) against the replica of AMD's
+    stable whl-next: gfx942's device wheels only (whl-next has no gfx9 family torch wheel),
+    every ROCm-family name from whl-next."""
+    lock(project, env="mi300x")
+    for target in ("docker", "native"):
+        pkgs = packages(pylock(project, target, "mi300x"))
+        assert {n for n in pkgs if "device-gfx" in n} == {
+            "rocm-sdk-device-gfx942",
+            "amd-torch-device-gfx942",
+        }
+        assert pkgs["torch"]["version"] == "2.14.0+rocm10.1.0"
+        assert pkgs["rocm"]["version"] == pkgs["rocm-sdk-core"]["version"] == "10.1.0"
+        assert_from(AMD_NEXT, pkgs)
+
+
+def test_a_device_wheel_envbuilder_does_not_list_comes_from_amd(project: Path) -> None:
+    """gfx1100 on 10.1.0: AMD's torch requires amd-torch-device-gfx110x, which no list of
+    envbuilder names and PyPI's replica holds as a placeholder (0.0.1.dev0); the lock takes
+    AMD's, records it by whl-next's canonical URL, and keeps it on a relock."""
+    lock(project, env="next1100")
+    pkgs = packages(pylock(project, "docker", "next1100"))
+    assert {n for n in pkgs if "device-gfx" in n} == {
+        "rocm-sdk-device-gfx1100",
+        "amd-torch-device-gfx1100",
+        "amd-torch-device-gfx110x",
+    }
+    assert pkgs["amd-torch-device-gfx110x"]["version"] == "2.14.0+rocm10.1.0"
+    assert_from(AMD_NEXT, pkgs)
+    before = pylock_bytes(project)
+    lock(project, "--upgrade-package", "filelock", env="next1100")
+    assert pylock_bytes(project) == before

@@ -504,7 +504,7 @@ def test_windows_script(locked: tuple[Project, Spec], unlocked: tuple[Project, S
     assert "HSA_OVERRIDE_GFX_VERSION" not in text
     assert "HIP_PATH = ''C:\\Program Files\\AMD\\ROCm\\6.4\\''" in text
     assert "$PythonVersion = '3.12'" in text and '& py "-$PythonVersion"' in text
-    assert "$PipRequirement = 'pip>=26'" in text
+    assert "$PipRequirement = 'pip>=26.1'" in text
     assert "'-m', 'pip', 'install', '-r', $Lock" in text
     assert "lockfiles\\pylock.rocm64-windows.toml" in text
     sha = hashlib.sha256(b"rocm64-windows").hexdigest()
@@ -826,3 +826,15 @@ def test_a_step_without_a_template_branch_is_an_error() -> None:
         environment().get_template("docker/Dockerfile.j2").render(
             plan=p, header=[], source_date_epoch=None, lock_sha_arg="A"
         )
+
+
+def test_a_gpu_envs_cluster_script_requests_the_gpus_it_validates() -> None:
+    """`--exclusive` allocates no GRES: the ROCm envs' scripts ask for GPUs on every node
+    (envbuilder/data/slurm.toml [gpus]); the CPU env's asks for none (a cluster without GRES
+    would refuse the job)."""
+    root = Path(__file__).resolve().parents[1] / "slurm"
+    for env in ("rocm714", "mi300x"):
+        lines = (root / env / "validate.sbatch").read_text(encoding="utf-8").splitlines()
+        assert "#SBATCH --gpus-per-node=1" in lines and "#SBATCH --exclusive" in lines, env
+    cpu = (root / "cpu" / "validate.sbatch").read_text(encoding="utf-8").splitlines()
+    assert not [ln for ln in cpu if ln.startswith("#SBATCH --gpus")]

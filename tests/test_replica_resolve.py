@@ -41,6 +41,10 @@ from envbuilder.uvrun import make_request, postprocess, run_uv
 AMD_CANONICAL = "https://repo.amd.com/rocm/whl-multi-arch/"
 # Names that must only ever come from AMD's or PyTorch's ROCm indexes.
 ROCM_FAMILY = re.compile(r"^(rocm|torch|triton|amd-torch)")
+# gfx1100's device wheels from AMD's index: the SDK's, torch's and torch's gfx11 family wheel.
+GFX1100 = {"rocm-sdk-device-gfx1100", "amd-torch-device-gfx1100", "amd-torch-device-gfx11"}
+# What moves with torch: its device wheels (the SDK's stay).
+MOVED = {"torch", "amd-torch-device-gfx1100", "amd-torch-device-gfx11"}
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +184,7 @@ def test_amd_recipe_locks_exactly_the_env_device(uv: Uv, replica: ReplicaServer)
         uv(amd_recipe(["gfx1100"], LINUX, replica.url("amd"), torch="torch==2.12.0+rocm7.14.0"))
     )
     packages = result.packages()
-    assert _devices(result) == {"rocm-sdk-device-gfx1100", "amd-torch-device-gfx1100"}
+    assert _devices(result) == GFX1100
     assert packages["torch"].version == "2.12.0+rocm7.14.0"
     for name in ("rocm", "rocm-sdk-core", "rocm-sdk-libraries", "rocm-sdk-device-gfx1100"):
         assert packages[name].version == "7.14.0"
@@ -290,6 +294,36 @@ def test_a_pin_of_a_name_that_is_not_a_dependency_is_ignored(
     assert not result.ok and "rocm[libraries]==7.14.0" in result.stderr
 
 
+def test_an_unlisted_family_wheel_under_an_explicit_index_has_no_solution(
+    uv: Uv, replica: ReplicaServer
+) -> None:
+    """AMD's torch requires amd-torch-device-gfx11 == <its version> under device-gfx1100. With
+    AMD's index `explicit` and that name not pinned, uv looks for it on the default index, which
+    holds only PyPI's placeholder 0.0.1.dev0: no solution (what envbuilder's lock did before the
+    pip SDK's index was searched first)."""
+    request = amd_recipe(["gfx1100"], LINUX, replica.url("amd"), families=False)
+    result = uv(request)
+    assert not result.ok and "amd-torch-device-gfx11==" in result.stderr
+
+
+def test_amd_searched_first_takes_every_name_it_serves_from_amd(
+    uv: Uv, replica: ReplicaServer
+) -> None:
+    """AMD's index searched first (403 = not here), nothing pinned: the family wheel, the
+    unversioned rocm-bootstrap (PyPI's replica holds 99.0.0) and every other name AMD serves
+    come from AMD; only the pure-Python names come from the default index."""
+    request = CompileRequest(
+        packages=("torch[device-gfx1100]==2.12.0+rocm7.14.0", "rocm[libraries,device-gfx1100]"),
+        platform=LINUX,
+        searched=(SearchedIndex("amd", replica.url("amd"), (403,)),),
+    )
+    result = _ok(uv(request))
+    family = {n for n in result.packages() if ROCM_FAMILY.match(n)}
+    assert _family_from(result, "amd") == family and family >= GFX1100
+    assert result.versions()["rocm-bootstrap"] == "1.0.0+replica"
+    assert all(p.indexes() == {"pypi"} for n, p in result.packages().items() if n not in family)
+
+
 def test_searching_amd_without_ignoring_403_stops_at_the_first_other_name(
     uv: Uv, replica: ReplicaServer
 ) -> None:
@@ -330,8 +364,10 @@ def test_the_same_amd_recipe_locks_win_amd64_wheels_for_windows(
 ) -> None:
     linux = _ok(uv(amd_recipe(["gfx1100"], LINUX, replica.url("amd"))))
     windows = _ok(uv(amd_recipe(["gfx1100"], WINDOWS, replica.url("amd"))))
-    assert set(linux.packages()) == set(windows.packages())
-    assert _devices(windows) == {"rocm-sdk-device-gfx1100", "amd-torch-device-gfx1100"}
+    # the same names but triton, which TheRock builds (and AMD's torch requires) on Linux only
+    assert set(linux.packages()) - set(windows.packages()) == {"triton"}
+    assert set(windows.packages()) <= set(linux.packages())
+    assert _devices(windows) == GFX1100
     for name, pkg in windows.packages().items():
         for filename, kind in zip(pkg.filenames(), pkg.kinds, strict=True):
             assert kind == "sdist" or filename.endswith(("-win_amd64.whl", "-any.whl")), name
@@ -372,12 +408,7 @@ def test_merged_indexes_lock_pypi_torch_for_windows_from_a_rocm_spec(
 
 def test_two_devices_give_both_device_packages(uv: Uv, replica: ReplicaServer) -> None:
     amd = _ok(uv(amd_recipe(["gfx1100", "gfx942"], LINUX, replica.url("amd"))))
-    assert _devices(amd) == {
-        "rocm-sdk-device-gfx1100",
-        "amd-torch-device-gfx1100",
-        "rocm-sdk-device-gfx942",
-        "amd-torch-device-gfx942",
-    }
+    assert _devices(amd) == GFX1100 | {"rocm-sdk-device-gfx942", "amd-torch-device-gfx942"}
     pytorch = _ok(
         uv(
             pytorch_recipe(
@@ -417,12 +448,12 @@ def test_upgrade_package_torch_moves_torch_and_keeps_the_rest(
             return {n for n, v in _ok(result).versions().items() if before.get(n) != v}
 
         plain = run(request, previous=first.pylock_text, cache=tmp_path / "c1")
-        assert changed(plain) == {"torch", "amd-torch-device-gfx1100"}  # the hazard
+        assert changed(plain) == MOVED  # the hazard
         marked = with_index(first.pylock_text, dict.fromkeys(request.pins, server.url("amd")))
         assert changed(run(request, previous=marked, cache=tmp_path / "c2")) == set()
         upgrade = replace(request, upgrade_packages=("torch",))
         moved = run(upgrade, previous=marked, cache=tmp_path / "c3")
-        assert changed(moved) == {"torch", "amd-torch-device-gfx1100"}
+        assert changed(moved) == MOVED
         assert moved.versions()["torch"] == "2.12.0+rocm7.14.0"
         assert moved.versions()["filelock"] == "3.20.3"
 
@@ -436,7 +467,7 @@ def test_envbuilder_run_uv_locks_recipe_a_with_canonical_urls(
     """envbuilder.uvrun as it is: packages + index_pins of recipe A, AMD's index mirrored by
     the replica. The lock names AMD's canonical URLs and holds only the env's device."""
     recipe = amd_recipe(["gfx1100"], LINUX, replica.url("amd"))
-    monkeypatch.setenv("UV_DEFAULT_INDEX", replica.url("pypi"))
+    monkeypatch.setenv("ENVBUILDER_DEFAULT_INDEX", replica.url("pypi"))
     monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     indexes = {"amd": Index("amd", AMD_CANONICAL, mirror=replica.url("amd"))}
@@ -450,6 +481,8 @@ def test_envbuilder_run_uv_locks_recipe_a_with_canonical_urls(
     assert family and all(u.startswith(AMD_CANONICAL) for u in family)
     assert f"{AMD_CANONICAL}rocm-7.14.0.tar.gz" in family
     assert [u for u in family if "device_gfx" in u] == [
+        f"{AMD_CANONICAL}amd_torch_device_gfx11-2.12.0%2Brocm7.14.0-cp312-cp312-"
+        "manylinux_2_28_x86_64.whl",
         f"{AMD_CANONICAL}amd_torch_device_gfx1100-2.12.0%2Brocm7.14.0-cp312-cp312-"
         "manylinux_2_28_x86_64.whl",
         f"{AMD_CANONICAL}rocm_sdk_device_gfx1100-7.14.0-py3-none-linux_x86_64.whl",
@@ -473,7 +506,7 @@ def test_envbuilder_relock_keeps_torch_until_it_is_upgraded(
 
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     with serve(catalog, tmp_path / "replica", round_=1) as server:
-        monkeypatch.setenv("UV_DEFAULT_INDEX", server.url("pypi"))
+        monkeypatch.setenv("ENVBUILDER_DEFAULT_INDEX", server.url("pypi"))
         recipe = amd_recipe(["gfx1100"], LINUX, server.url("amd"))
         indexes = {"amd": Index("amd", AMD_CANONICAL, mirror=server.url("amd"))}
         request, _ = make_request(
@@ -495,7 +528,4 @@ def test_envbuilder_relock_keeps_torch_until_it_is_upgraded(
         assert versions(resolve(first)) == before
         moved = versions(resolve(first, ("torch",)))
         assert moved["torch"] == "2.12.0+rocm7.14.0"
-        assert {n for n, v in moved.items() if before.get(n) != v} == {
-            "torch",
-            "amd-torch-device-gfx1100",
-        }
+        assert {n for n, v in moved.items() if before.get(n) != v} == MOVED

@@ -74,7 +74,8 @@ def run(args: argparse.Namespace, ui: UI) -> int:
         for finding in findings:
             ui.print(str(finding))
     for m in models:
-        ui.info(f"{m['env']}: ROCm {m['rocm']} installs through {m['label']}")
+        driver = f"; the host needs {m['host_driver']}" if "host_driver" in m else ""
+        ui.info(f"{m['env']}: ROCm {m['rocm']} installs through {m['label']}{driver}")
     if errors:
         ui.info(f"{args.spec}: {errors} error(s), {warnings} warning(s)")
         return 1
@@ -94,14 +95,15 @@ def install_models(spec: Spec, only: list[str]) -> list[dict[str, str]]:
         release = env.release
         if release is None:
             continue
-        out.append(
-            {
-                "env": name,
-                "rocm": release.version,
-                "install_model": release.install_model,
-                "label": INSTALL_MODEL_LABELS[release.install_model],
-            }
-        )
+        model = {
+            "env": name,
+            "rocm": release.version,
+            "install_model": release.install_model,
+            "label": INSTALL_MODEL_LABELS[release.install_model],
+        }
+        if release.host_driver:
+            model["host_driver"] = release.host_driver
+        out.append(model)
     return out
 
 

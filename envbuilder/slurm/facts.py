@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, cast
 
@@ -27,6 +27,7 @@ class SlurmFacts:
     apptainer_gpu_flag: Mapping[str, str]  # accelerator -> "--rocm" / "--nv" / ""
     rdzv_port_base: int
     join_timeout_s: int
+    gpu_request: Mapping[str, str] = field(default_factory=dict)  # accelerator -> sbatch option
 
 
 def _table(data: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
@@ -75,9 +76,11 @@ def load_facts() -> SlurmFacts:
         _table(apptainer, "gpu_flag", "runtime.apptainer."), "runtime.apptainer.gpu_flag"
     )
     torchrun = _table(data, "torchrun", "")
+    gpus = _per_accelerator(_table(_table(data, "gpus", ""), "request", "gpus."), "gpus.request")
     return SlurmFacts(
         host_kind={a: cast(HostKind, k) for a, k in kinds.items()},
         apptainer_gpu_flag=flags,
         rdzv_port_base=_int(torchrun, "rdzv_port_base", "torchrun"),
         join_timeout_s=_int(torchrun, "join_timeout_s", "torchrun"),
+        gpu_request=gpus,
     )

@@ -170,6 +170,7 @@ def _inputs(project: Project, spec: Spec, env: EnvSpec) -> dict[str, Any]:
         "default_probe_args": " ".join(default_probe_args(env)),
         "default_ranks": default_ranks(env),
         "rdzv_port_base": facts.rdzv_port_base,
+        "gpu_request": facts.gpu_request.get(env.accelerator, ""),
         "join_timeout_s": facts.join_timeout_s,
         "lock_label": LOCK_LABEL,
         "locked": lock is not None,

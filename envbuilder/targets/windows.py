@@ -36,8 +36,11 @@ from envbuilder.targets.base import (
 )
 
 NAME = "windows"
-#: The rendered PowerShell script upgrades pip to at least this (pip installs pylock.toml from 26).
-WINDOWS_PIP = "pip>=26"
+#: The rendered PowerShell script upgrades pip to at least this: `pip install -r pylock.toml`
+#: first shipped in pip 26.1 (2026-04-26; pip's NEWS.rst: "Add experimental support to read
+#: requirements from standardized pylock.toml files (-r pylock.toml)", pypa/pip#13876); pip
+#: 26.0 reads the file as a requirements.txt and fails.
+WINDOWS_PIP = "pip>=26.1"
 #: Does nothing on Windows (rocm-reference.md, "Native Windows"); never written there.
 WINDOWS_IGNORED = frozenset({"HSA_OVERRIDE_GFX_VERSION"})
 

@@ -90,15 +90,27 @@ def _platform_marker(target: str, targets: Mapping[str, Sequence[str]]) -> str:
     return ""
 
 
+def parent_bundles(
+    target: str, wanted: Sequence[str], bundles: Mapping[str, Sequence[str]]
+) -> list[str]:
+    """The bundles of `wanted` (in their order: sub-family before family) that hold `target`:
+    the rest of its packaging chain (rocm-bootstrap's packaging_chain(target)[1:])."""
+    return [b for b in wanted if target in bundles[b]]
+
+
 def _target_extras(
     spec: Mapping[str, Any],
     version: str,
     platform: str | None,
     targets: Mapping[str, Sequence[str]],
+    bundles: Mapping[str, Sequence[str]],
 ) -> dict[str, list[str]]:
     """Per-target extras plus the all-targets extra. `platform` None: every target, with
     platform markers when the spec asks for them (the rocm sdist); else the targets of that
-    platform only (a wheel built for that platform: torch)."""
+    platform only (a wheel built for that platform: torch). With `bundles` in the spec (torch,
+    rocm_kpack's splitter), each target's extra also requires the wheel of every bundle of its
+    packaging chain that the split produced, and the all-targets extra requires every wheel,
+    sorted by name."""
     if platform is None:
         chosen = sorted(set(targets["linux"]) | set(targets["windows"]))
     else:
@@ -106,12 +118,13 @@ def _target_extras(
     extras: dict[str, list[str]] = {}
     everything: list[str] = []
     for target in chosen:
-        req = str(spec["requirement"]).format(target=target, version=version)
+        names = [target, *parent_bundles(target, spec.get("bundles", []), bundles)]
+        reqs = [str(spec["requirement"]).format(target=n, version=version) for n in names]
         if platform is None and spec.get("platform_markers"):
-            req += _platform_marker(target, targets)
-        extras[f"{spec['prefix']}{target}"] = [req]
-        everything.append(req)
-    extras[str(spec["all"])] = everything
+            reqs = [r + _platform_marker(target, targets) for r in reqs]
+        extras[f"{spec['prefix']}{target}"] = reqs
+        everything += [r for r in reqs if r not in everything]
+    extras[str(spec["all"])] = sorted(everything) if spec.get("bundles") else everything
     return extras
 
 
@@ -126,19 +139,27 @@ def _expand_tags(entry: Mapping[str, Any]) -> list[str]:
 
 
 def _files_of_entry(
-    entry: Mapping[str, Any], name: str, target: str | None, targets: Mapping[str, Sequence[str]]
+    entry: Mapping[str, Any],
+    name: str,
+    target: str | None,
+    targets: Mapping[str, Sequence[str]],
+    bundles: Mapping[str, Sequence[str]],
 ) -> Iterator[StandinFile]:
     version = str(entry["version"])
     fmt = {"target": target or "", "version": version}
     requires = [str(r).format(**fmt) for r in entry.get("requires_dist", [])]
+    if target is not None and "parents" in entry:  # a device wheel's parent-bundle wheels
+        parents = parent_bundles(target, entry["parents"]["bundles"], bundles)
+        requires += [str(entry["parents"]["requirement"]).format(bundle=b, **fmt) for b in parents]
     extras = {
         k: [str(r).format(**fmt) for r in v] for k, v in dict(entry.get("extras", {})).items()
     }
     round_ = int(entry.get("round", 1))
     index = str(entry["index"])
+    platform_requires: Mapping[str, Sequence[str]] = entry.get("platform_requires", {})
     if entry.get("kind") == "sdist":
         if "target_extras" in entry:
-            extras.update(_target_extras(entry["target_extras"], version, None, targets))
+            extras.update(_target_extras(entry["target_extras"], version, None, targets, bundles))
         data = sdist_bytes(name, version, requires, extras, str(entry["default_target_family"]))
         yield StandinFile(index, name, version, sdist_filename(name, version), data, round_)
         return
@@ -150,8 +171,10 @@ def _files_of_entry(
         if "target_extras" in entry:
             spec = entry["target_extras"]
             platform = platforms[0] if spec.get("per_platform") and len(platforms) == 1 else None
-            wheel_extras.update(_target_extras(spec, version, platform, targets))
-        meta = metadata_text(name, version, requires, wheel_extras)
+            wheel_extras.update(_target_extras(spec, version, platform, targets, bundles))
+        # A requirement only one platform's build has (TheRock builds triton for Linux only)
+        own = [str(r).format(**fmt) for p in platforms for r in platform_requires.get(p, [])]
+        meta = metadata_text(name, version, [*requires, *own], wheel_extras)
         data = wheel_bytes(name, version, tag, meta)
         yield StandinFile(index, name, version, wheel_filename(name, version, tag), data, round_)
 
@@ -160,6 +183,7 @@ def load_catalog(path: Path = DATA) -> Catalog:
     """Read the data file and build every stand-in file in memory (a few KiB each)."""
     raw = tomllib.loads(path.read_text(encoding="utf-8"))
     targets = {p: tuple(raw["targets"][p]) for p in PLATFORMS}
+    bundles = {k: tuple(v) for k, v in raw.get("bundles", {}).items() if k != "sources"}
     all_targets = sorted(set(targets["linux"]) | set(targets["windows"]))
     indexes = {
         key: IndexInfo(key, str(v["canonical"]), int(v["unknown_project_status"]))
@@ -170,9 +194,9 @@ def load_catalog(path: Path = DATA) -> Catalog:
         if entry.get("for_each_target"):
             for target in all_targets:
                 name = str(entry["name"]).format(target=target)
-                files += _files_of_entry(entry, name, target, targets)
+                files += _files_of_entry(entry, name, target, targets, bundles)
         else:
-            files += _files_of_entry(entry, str(entry["name"]), None, targets)
+            files += _files_of_entry(entry, str(entry["name"]), None, targets, bundles)
     links = []
     for link in raw.get("link", []):
         names: list[str] = []

@@ -22,22 +22,36 @@ from replica.uvcompile import CompileRequest, SearchedIndex
 ROCM_SDK = "7.14.0"
 
 
-def amd_names(devices: Sequence[str]) -> list[str]:
-    """The ROCm-family names a recipe-A resolution needs, each pinned to AMD's index."""
-    names = ["torch", "rocm", "rocm-sdk-core", "rocm-sdk-libraries", "triton", "rocm-bootstrap"]
+def amd_names(
+    devices: Sequence[str], families: bool = True, platform: str = "x86_64-manylinux_2_28"
+) -> list[str]:
+    """The ROCm-family names a recipe-A resolution needs, each pinned to AMD's index: with
+    `families`, also the family wheel AMD's 7.14 torch requires under a gfx11 target's extra
+    (amd-torch-device-gfx11: the family of a target is its major ISA version, rocm-bootstrap's
+    targets.py; packages.toml [bundles]). `triton` on Linux only: TheRock builds it there only."""
+    names = ["torch", "rocm", "rocm-sdk-core", "rocm-sdk-libraries", "rocm-bootstrap"]
+    if "windows" not in platform:
+        names.insert(4, "triton")
     for device in devices:
         names += [f"rocm-sdk-device-{device}", f"amd-torch-device-{device}"]
+    if families and any(d.startswith("gfx11") for d in devices):
+        names.append("amd-torch-device-gfx11")
     return names
 
 
 def amd_recipe(
-    devices: Sequence[str], platform: str, amd_url: str, torch: str = "torch", python: str = "3.12"
+    devices: Sequence[str],
+    platform: str,
+    amd_url: str,
+    torch: str = "torch",
+    python: str = "3.12",
+    families: bool = True,
 ) -> CompileRequest:
     """Recipe A. `torch` is the torch requirement without the device extras
     (`torch==2.12.0+rocm7.14.0`); they are added, one per device."""
     with_devices = Requirement(torch)
     with_devices.extras |= {f"device-{d}" for d in devices}
-    names = amd_names(devices)
+    names = amd_names(devices, families, platform)
     packages = [str(with_devices), f"rocm[libraries]=={ROCM_SDK}", *names[2:]]
     return CompileRequest(
         packages=tuple(packages),

@@ -1,8 +1,9 @@
 """Run the real uv against the replica the way envbuilder does.
 
-envbuilder.uvrun.run_uv (at the time of writing) writes a throw-away pyproject.toml whose
-dependencies are the env's packages, with one `explicit = true` [[tool.uv.index]] per pinned
-index and a [tool.uv.sources] entry per pinned package, and runs
+envbuilder.uvrun.run_uv writes a throw-away pyproject.toml whose dependencies are the env's
+packages, with one `explicit = true` [[tool.uv.index]] per pinned index and a [tool.uv.sources]
+entry per pinned package (for a pip-SDK env also a uv.toml that searches AMD's index first, given
+with --config-file: what `searched` does here), and runs
 
     uv pip compile pyproject.toml --format pylock.toml --output-file pylock.toml
        --python-version X.Y --python-platform P --generate-hashes --no-header --no-config
