@@ -18,14 +18,14 @@ spec's `docker.ca_bundle` or $ENVBUILDER_CA_BUNDLE) goes into the build stage on
 from __future__ import annotations
 
 import os
-import shutil
+import shlex
 from pathlib import Path
 from typing import Any
 
 import docker
 import docker.errors
 
-from envbuilder import docker_engine, lockfile, repro
+from envbuilder import docker_engine, lockfile, repro, runflags
 from envbuilder.buildcontext import ca_bundle_path
 from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes
 from envbuilder.compat import HostKind
@@ -55,6 +55,8 @@ from envbuilder.targets.base import (
     BuildOptions,
     PullOptions,
     PushOptions,
+    RunCommand,
+    RunOptions,
     ValidateOptions,
 )
 from envbuilder.targets.docker import DESCRIPTOR, DockerTable
@@ -62,7 +64,7 @@ from envbuilder.targets.docker import DESCRIPTOR, DockerTable
 TARGET = DESCRIPTOR.name
 #: Where the probe runs inside the container.
 PROBE_DIR = "/tmp/envbuilder-probe"
-HOST_KIND_ENV = "ENVBUILDER_HOST_KIND"
+HOST_KIND_ENV = runflags.HOST_KIND_ENV
 
 
 def image_repository(env: str) -> str:
@@ -75,23 +77,9 @@ def image_tag(env: str, lock_sha256: str) -> str:
 
 
 def detect_host_kind(root: Path = Path("/")) -> HostKind:
-    """What accelerator this host can hand to a container: $ENVBUILDER_HOST_KIND if set, else
-    /dev/kfd -> native-rocm, /dev/dxg -> wsl2-rocdxg (librocdxg installed) or wsl2-legacy,
-    an NVIDIA device or nvidia-smi -> nvidia, else cpu."""
-    forced = os.environ.get(HOST_KIND_ENV)
-    if forced:
-        from envbuilder.compat import HOST_KINDS
-
-        if forced not in HOST_KINDS:
-            raise UsageError(f"{HOST_KIND_ENV}={forced!r}: choose one of {', '.join(HOST_KINDS)}")
-        return forced
-    if (root / "dev/kfd").exists():
-        return "native-rocm"
-    if (root / "dev/dxg").exists():
-        return "wsl2-rocdxg" if (root / "opt/rocm/lib/librocdxg.so").exists() else "wsl2-legacy"
-    if (root / "dev/nvidia0").exists() or (root == Path("/") and shutil.which("nvidia-smi")):
-        return "nvidia"
-    return "cpu"
+    """What accelerator this host can hand to a container (envbuilder.runflags.detect_host_kind):
+    $ENVBUILDER_HOST_KIND if set, else what /dev holds."""
+    return runflags.detect_host_kind(root)
 
 
 def _docker_lock(project: Project, env: str) -> tuple[lockfile.EnvLock, lockfile.TargetLock]:
@@ -219,11 +207,7 @@ class DockerBuilder:
         _lock, target = _docker_lock(project, env.name)
         tag = image_tag(env.name, target.pylock_sha256)
         client = docker_engine.connect()
-        if docker_engine.existing_image(client, tag) is None:
-            raise ValidationError(
-                f"no image {tag} on the Docker engine; build it (`envbuilder build --target "
-                f"docker --env {env.name}`) or pull it (`envbuilder pull --env {env.name}`)"
-            )
+        _require_image(client, env.name, tag)
         host_kind = detect_host_kind()
         pylock = (project.lockfiles / target.pylock).read_bytes()
         files_in = {
@@ -261,6 +245,33 @@ class DockerBuilder:
         report = project.report(env.name, TARGET)
         atomic_write_bytes(report, files[report_in])
         return report
+
+    # --- run -----------------------------------------------------------------------------
+
+    def command(
+        self, project: Project, env: EnvSpec, options: RunOptions, progress: ProgressFn
+    ) -> RunCommand:
+        """`docker run` of `options.command` (default: bash) in a fresh container of the env's
+        image, as uid 1000, with this host's device flags: what `validate` gives the probe
+        (envbuilder.runflags). Refuses (ValidationError) a missing image or one whose lock
+        label is not the current docker pylock's sha256."""
+        _lock, target = _docker_lock(project, env.name)
+        tag = image_tag(env.name, target.pylock_sha256)
+        image = _require_image(docker_engine.connect(), env.name, tag)
+        if problem := _mismatch(image, target.pylock_sha256, None):
+            raise ValidationError(f"refusing the image {tag}: {problem}")
+        host_kind = detect_host_kind()
+        progress(f"{env.name}/docker: {tag} ({host_kind} host)", 0, None)
+        argv = runflags.docker_run_argv(
+            tag,
+            options.command or ("bash",),
+            user=RUN_USER,
+            flags=runflags.host_run_flags(host_kind),
+            tty=options.tty,
+            workspace=workspace_folder(options.workspace),
+            labels=((ENV_LABEL, env.name), (ROLE_LABEL, "run")),
+        )
+        return RunCommand(tuple(argv), shlex.join(argv))
 
     def image_status(self, project: Project, env: EnvSpec) -> list[tuple[bool, str]]:
         """(ok, line): whether the engine's image of the env is the one the lock predicts."""
@@ -325,6 +336,33 @@ class DockerBuilder:
         tag = image_tag(env.name, target.pylock_sha256)
         image.tag(*docker_engine.split_reference(tag))
         return image_id
+
+
+def _require_image(client: docker.DockerClient, env: str, tag: str) -> Any:
+    """The engine's image `tag`; ValidationError saying how to get it when there is none."""
+    image = docker_engine.existing_image(client, tag)
+    if image is None:
+        raise ValidationError(
+            f"no image {tag} on the Docker engine; build it (`envbuilder build --target "
+            f"docker --env {env}`) or pull it (`envbuilder pull --env {env}`)"
+        )
+    return image
+
+
+def workspace_folder(path: Path | None) -> Path | None:
+    """`run --workspace DIR` as an absolute path `docker run --volume` can take (UsageError for
+    one that is not a folder or holds a colon, which --volume reads as a separator)."""
+    if path is None:
+        return None
+    folder = Path(os.path.abspath(path))  # noqa: PTH100  # links stay as the user wrote them
+    if not folder.is_dir():
+        raise UsageError(f"--workspace {path}: not a folder")
+    if ":" in str(folder) or "," in str(folder):
+        raise UsageError(
+            f"--workspace {folder}: a path with ':' or ',' cannot be mounted with "
+            "`docker run --volume`; use a folder without them"
+        )
+    return folder
 
 
 def _mismatch(image: Any, lock_sha256: str, recorded_id: str | None) -> str | None:

@@ -32,7 +32,7 @@ Schema = Mapping[str, Any]
 VariableQuoting = tuple[tuple[str, Callable[[str], str | None]], ...]
 #: The capability names, as `Capabilities` fields and `registry.with_capability` takes them.
 Capability = Literal[
-    "build", "push", "pull", "path", "no_cache", "verify", "cluster", "needs_docker"
+    "build", "push", "pull", "path", "no_cache", "verify", "cluster", "needs_docker", "run"
 ]
 #: The ROCm location a Linux target's activation sets for a ROCm env.
 LINUX_ROCM_PATH = "/opt/rocm"
@@ -70,6 +70,7 @@ class Capabilities:
     no_cache: bool = False  # build takes --no-cache (image targets)
     verify: bool = False  # the lock predicts the artifact's image; build takes --verify
     cluster: bool = False  # can run on a cluster (Slurm; issue 16)
+    run: bool = False  # `envbuilder run`/`shell`: a user's command in the built artifact
     needs_docker: bool = False  # building needs a Docker engine (doctor checks it for such envs)
     host: tuple[str, ...] = ("linux",)  # where `envbuilder build` runs for it: linux, windows
 
@@ -115,6 +116,28 @@ class ValidateOptions:
     skip: tuple[str, ...] = ()
     timeout_s: float | None = None
     path: Path | None = None  # capability `path`: the venv to validate
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What `envbuilder run` and `shell` pass: the user's command (empty: an interactive shell)."""
+
+    command: tuple[str, ...] = ()
+    tty: bool = False  # stdin and stdout are a terminal: the container gets one (docker -t)
+    path: Path | None = None  # capability `path`: the venv to run in
+    workspace: Path | None = None  # image targets: this folder is mounted at /workspace
+
+
+@dataclass(frozen=True)
+class RunCommand:
+    """How to run a command in an artifact: the argv envbuilder starts (with `environment`
+    as its whole environment, or envbuilder's own when None) and `line`, the same as one line
+    a user pastes into `shell` ("sh": a POSIX shell; "powershell")."""
+
+    argv: tuple[str, ...]
+    line: str
+    shell: str = "sh"
+    environment: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -170,6 +193,19 @@ class RegistryBuilder(Builder, Protocol):
         self, project: Project, env: EnvSpec, options: PullOptions, progress: ProgressFn
     ) -> str:
         """Pull what the lock records; return what was made (image id, path and sha256)."""
+        ...
+
+
+@runtime_checkable
+class RunnableBuilder(Builder, Protocol):
+    """A builder of a target with the `run` capability."""
+
+    def command(
+        self, project: Project, env: EnvSpec, options: RunOptions, progress: ProgressFn
+    ) -> RunCommand:
+        """The command line that runs `options.command` in the built artifact with what
+        `validate` gives the probe there (device flags, groups, mounts, variables); raises
+        (ValidationError, LockError) for an artifact that is missing or not the lock's."""
         ...
 
 

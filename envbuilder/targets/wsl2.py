@@ -300,6 +300,7 @@ DESCRIPTOR = registry.register(
             no_cache=True,
             verify=True,
             needs_docker=True,
+            run=True,
             host=("linux", "windows"),
         ),
         base_image=base_image,
