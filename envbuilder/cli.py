@@ -42,6 +42,8 @@ from envbuilder.ui import UI
 #: Every command with its one-line help, in `--help` order (the data flow first, then the
 #: helpers). Each module's HELP must equal its line here.
 COMMANDS: dict[str, str] = {
+    "init": "write a starter environments.toml for this host's GPU (or --gpu/--os); never "
+    "overwrites",
     "check": "check environments.toml: errors exit 1, warnings are printed",
     "lock": "resolve envs into lockfiles/ (PEP 751 pylocks + base image digests); --check verifies",
     "render": "render Dockerfiles, WSL rootfs files and Windows scripts; --check verifies them",
@@ -59,6 +61,7 @@ COMMANDS: dict[str, str] = {
     "doctor": "check this host (OS, RAM, disk, Docker, GPU devices, drivers, WSL, Python) for "
     "an env",
     "explain": "explain a known ROCm/PyTorch error message: cause, fix, sources",
+    "completion": "print the bash, zsh or fish tab-completion script (argcomplete) for envbuilder",
 }
 
 #: The order of `envbuilder --help` (kept for callers of the earlier API).
@@ -178,6 +181,10 @@ def wants_json(args: argparse.Namespace | None) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command. Returns the exit code. SIGINT and SIGTERM are handled while it runs
     (the previous handlers are restored afterwards)."""
+    if "_ARGCOMPLETE" in os.environ:  # a Tab of the completion script (envbuilder completion)
+        from envbuilder.commands.completion import complete
+
+        complete(build_parser())  # argcomplete answers and exits; without a request, it returns
     restore = interrupts.install()
     args: argparse.Namespace | None = None
     ui: UI | None = None

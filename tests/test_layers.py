@@ -71,6 +71,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "envbuilder.aptlock",
             "envbuilder.repro",
             "envbuilder.runflags",
+            "envbuilder.starter",
         ),
     ),
     ("builders", ("envbuilder.builders", "envbuilder.slurm.run")),
