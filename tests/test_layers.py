@@ -72,6 +72,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "envbuilder.repro",
             "envbuilder.runflags",
             "envbuilder.starter",
+            "envbuilder.devcontainer",
         ),
     ),
     ("builders", ("envbuilder.builders", "envbuilder.slurm.run")),
