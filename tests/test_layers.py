@@ -73,6 +73,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "envbuilder.runflags",
             "envbuilder.starter",
             "envbuilder.devcontainer",
+            "envbuilder.sbom",
         ),
     ),
     ("builders", ("envbuilder.builders", "envbuilder.slurm.run")),

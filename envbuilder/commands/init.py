@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from envbuilder.cli import path_value
+from envbuilder.cli import add_json_argument, path_value
 from envbuilder.errors import EnvbuilderError, UsageError
 from envbuilder.fsutil import temp_dir
 from envbuilder.project import SPEC_NAME
@@ -55,6 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--os", choices=OSES, help="where the env runs (default: this host's OS, as doctor sees it)"
     )
+    add_json_argument(parser, "what was written")
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:
@@ -73,6 +74,19 @@ def run(args: argparse.Namespace, ui: UI) -> int:
         + f", torch {cand.torch}, Python {cand.python}, targets {', '.join(cand.targets)})"
     )
     ui.print(f"{dest} {cand.env}")
+    if args.json:
+        ui.json(
+            {
+                "command": "init",
+                "ok": True,
+                "spec": str(dest),
+                "env": cand.env,
+                "rocm": cand.release.version if cand.release else None,
+                "torch": cand.torch,
+                "python": cand.python,
+                "targets": list(cand.targets),
+            }
+        )
     return 0
 
 

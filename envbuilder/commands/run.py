@@ -6,7 +6,7 @@ import argparse
 import shutil
 import sys
 
-from envbuilder.cli import add_common_arguments, path_value
+from envbuilder.cli import add_common_arguments, add_json_argument, path_value
 from envbuilder.commands._targets import progress_for, require
 from envbuilder.errors import EngineError, UsageError
 from envbuilder.foreground import is_terminal_session, run_foreground
@@ -80,6 +80,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="print the command line (for a shell) instead of running it",
     )
+    add_json_argument(parser, "the command line (with --print: argv, line, shell)")
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:
@@ -95,6 +96,8 @@ def run_in_env(args: argparse.Namespace, ui: UI, command: tuple[str, ...]) -> in
     """Run (or --print) `command` in the selected artifact; the command's exit status."""
     project = Project.from_spec(args.spec)
     env = load_spec(project.spec_path).env(args.env)
+    if args.json and not args.print:
+        raise UsageError("--json goes with --print (a command run prints its own output)")
     target = args.target or default_target(env)
     if target not in env.targets:
         raise UsageError(
@@ -113,6 +116,18 @@ def run_in_env(args: argparse.Namespace, ui: UI, command: tuple[str, ...]) -> in
         prepared = builder.command(project, env, options, progress)
     if args.print:
         ui.print(prepared.line)
+        if args.json:
+            ui.json(
+                {
+                    "command": args.command,
+                    "ok": True,
+                    "env": env.name,
+                    "target": target,
+                    "argv": list(prepared.argv),
+                    "line": prepared.line,
+                    "shell": prepared.shell,
+                }
+            )
         return 0
     _require_program(prepared)
     return run_foreground(prepared.argv, prepared.environment)
