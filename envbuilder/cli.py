@@ -182,9 +182,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command. Returns the exit code. SIGINT and SIGTERM are handled while it runs
     (the previous handlers are restored afterwards)."""
     if "_ARGCOMPLETE" in os.environ:  # a Tab of the completion script (envbuilder completion)
-        from envbuilder.commands.completion import complete
+        from envbuilder.commands.completion import complete, completed_command
 
-        complete(build_parser())  # argcomplete answers and exits; without a request, it returns
+        # Only the command on the line is loaded, as for a run: a Tab stays a quick start.
+        command = completed_command(os.environ, COMMANDS)
+        complete(build_parser([command] if command else []))  # argcomplete answers and exits
     restore = interrupts.install()
     args: argparse.Namespace | None = None
     ui: UI | None = None

@@ -6,13 +6,15 @@ before anything else) answers from the argparse tree itself, so every command an
 completed as --help lists it, with no second copy to keep in step. Why argcomplete and not
 shtab (which writes a static script): shtab has no fish, and a static script cannot complete
 values only the project knows (`--env` completes the env names of the spec found by walking up
-from the current folder). The cost is one start of envbuilder per Tab (docs/benchmarks.md).
+from the current folder). The cost is one start of envbuilder per Tab, loading only the
+command on the line (docs/benchmarks.md, "Tab completion").
 """
 
 from __future__ import annotations
 
 import argparse
 import tomllib
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +60,17 @@ def env_names(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[st
         return []
     envs = data.get("env")
     return sorted(n for n in envs if n.startswith(prefix)) if isinstance(envs, dict) else []
+
+
+def completed_command(environ: Mapping[str, str], commands: Iterable[str]) -> str | None:
+    """The command named on the line being completed (COMP_LINE up to COMP_POINT, as
+    argcomplete's script passes it), None while the command itself is being typed."""
+    line = environ.get("COMP_LINE", "")
+    point = environ.get("COMP_POINT", "")
+    words = line[: int(point)].split() if point.isdigit() else line.split()
+    done = words[1:] if line[: int(point or len(line))].endswith(" ") else words[1:-1]
+    known = set(commands)
+    return next((w for w in done if not w.startswith("-") and w in known), None)
 
 
 def complete(parser: argparse.ArgumentParser) -> None:
