@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PureWindowsPath
 from typing import Any
 
 import pytest
@@ -342,3 +342,45 @@ def test_run_native_refuses_a_venv_of_another_lock(cpu_venv: Path, tmp_path: Pat
         assert not ran.exists()
     finally:
         marker_path.write_bytes(original)
+
+
+# --- the Windows-only lines (thin, unit-tested: wsl.exe and PowerShell cannot run here) ---------
+
+
+def test_wsl_exe_line_runs_the_command_as_the_distros_user_through_a_login_shell() -> None:
+    from envbuilder.builders.wsl2 import WslEngine, login_argv
+    from envbuilder.wslexe import Completed, WslExe
+
+    calls: list[list[str]] = []
+
+    def recorder(argv: Any, stdin: bytes | None, timeout: float | None) -> Completed:
+        calls.append(list(argv))  # the first launch reads /etc/passwd for uid 1000's name
+        return Completed(
+            0, b"root:x:0:0::/root:/bin/sh\nenvbuilder:x:1000:1000::/home/e:/bin/bash\n", b""
+        )
+
+    engine = WslEngine(WslExe(r"C:\Windows\System32\wsl.exe", runner=recorder), "envbuilder-cpu")
+    command = engine.command("1000", login_argv(("python", "-c", "print('it''s')")))
+    assert command.argv == (
+        r"C:\Windows\System32\wsl.exe", "--distribution", "envbuilder-cpu", "--user", "envbuilder",
+        "--exec", "/bin/sh", "-lc", 'exec "$@"', "sh", "python", "-c", "print('it''s')",
+    )  # fmt: skip
+    assert calls == [[r"C:\Windows\System32\wsl.exe", "--distribution", "envbuilder-cpu",
+                      "--user", "root", "--exec", "cat", "/etc/passwd"]]  # fmt: skip
+    assert command.shell == "powershell"
+    assert command.line == (
+        r"& 'C:\Windows\System32\wsl.exe' '--distribution' 'envbuilder-cpu' '--user' "
+        """'envbuilder' '--exec' '/bin/sh' '-lc' 'exec "$@"' 'sh' 'python' '-c' """
+        "'print(''it''''s'')'"
+    )
+
+
+def test_venv_activation_lines() -> None:
+    from envbuilder.builders.venv import activation_line
+
+    posix = activation_line(Path("/p/my venv/bin"), ("python", "-c", "print(1)"), windows=False)
+    assert posix == ". '/p/my venv/bin/activate' && python -c 'print(1)'"
+    assert activation_line(Path("/p/v/bin"), (), windows=False) == ". /p/v/bin/activate"
+    scripts = PureWindowsPath(r"C:\venvs\cpu\Scripts")
+    win = activation_line(scripts, ("python", "-V"), windows=True)
+    assert win == r"& 'C:\venvs\cpu\Scripts\Activate.ps1'; & 'python' '-V'"

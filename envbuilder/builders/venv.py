@@ -650,7 +650,7 @@ class VenvBuilder:
             )
         progress(f"{env.name}/{self.name}: venv {venv}", 0, None)
         argv = options.command or (_user_shell(self.windows),)
-        line = activation_line(Path(layout.scripts), options.command, self.windows)
+        line = activation_line(layout.scripts, options.command, self.windows)
         return RunCommand(
             tuple(argv),
             line,
@@ -882,7 +882,7 @@ def _user_shell(windows: bool) -> str:
     return os.environ.get("SHELL") or "/bin/sh"
 
 
-def activation_line(scripts: Path, command: Sequence[str], windows: bool) -> str:
+def activation_line(scripts: PurePath, command: Sequence[str], windows: bool) -> str:
     """What a user pastes to do what `envbuilder run` does in a venv: source its activate
     script (which sets the env's variables too), then run `command` (nothing when empty)."""
     if windows:
