@@ -74,6 +74,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "envbuilder.starter",
             "envbuilder.devcontainer",
             "envbuilder.sbom",
+            "envbuilder.registryapi",
         ),
     ),
     ("builders", ("envbuilder.builders", "envbuilder.slurm.run")),

@@ -95,3 +95,86 @@ def test_build_writes_the_cpu_images_sbom(docker_client: Any, tmp_path: Path) ->
     before = path.read_bytes()
     assert main(["-q", "build", "--target", "docker", "--env", ENV, "--spec", str(spec)]) == 0
     assert path.read_bytes() == before  # up to date: the same bytes again
+
+
+# --- push attaches it to the image in the registry ----------------------------------------------
+
+
+def _pushed_tiny(tmp_path: Path, registry: str, monkeypatch: pytest.MonkeyPatch) -> Project:
+    """A tiny image (the lock label, no RUN step) built, then pushed to `registry`."""
+    from test_cli_json import TINY_DOCKERFILE
+    from test_docker_target import make_project
+
+    project = make_project(tmp_path / "demo", dockerfile=TINY_DOCKERFILE)
+    spec = str(project.spec_path)
+    monkeypatch.setenv("ENVBUILDER_CACHE", str(tmp_path / "cache"))
+    assert main(["-q", "build", "--target", "docker", "--env", "demo", "--spec", spec]) == 0
+    repository = f"{registry}/envbuilder-i23-sbom"
+    assert main(["-q", "push", "--env", "demo", "--registry", repository, "--spec", spec]) == 0
+    return project
+
+
+def _referrer(registry: str, name: str, digest: str, auth: tuple[str, str] | None) -> Any:
+    import requests
+
+    from envbuilder.registryapi import OCI_MANIFEST, referrer_tag
+
+    url = f"http://{registry}/v2/{name}/manifests/{referrer_tag(digest)}"
+    got = requests.get(url, headers={"Accept": OCI_MANIFEST}, auth=auth, timeout=60)
+    assert got.status_code == 200, got.text
+    return got.json()
+
+
+def _check_attached(project: Project, registry: str, auth: tuple[str, str] | None) -> None:
+    import requests
+
+    lock = lockfile.load_env_lock(project, "demo")
+    assert lock is not None
+    recorded = lock.artifacts["docker"]
+    repository, _, image_digest = recorded["repo_digest"].partition("@")
+    name = repository.split("/", 1)[1]
+    manifest = _referrer(registry, name, image_digest, auth)
+    assert manifest["artifactType"] == "application/vnd.cyclonedx+json"
+    assert manifest["subject"]["digest"] == image_digest  # it refers to the pushed image
+    (layer,) = manifest["layers"]
+    sbom = sbom_path(project, "demo", "docker").read_bytes()  # what build wrote
+    assert layer["mediaType"] == "application/vnd.cyclonedx+json"
+    blob = requests.get(
+        f"http://{registry}/v2/{name}/blobs/{layer['digest']}", auth=auth, timeout=60
+    )
+    assert blob.content == sbom
+    assert recorded["sbom"].startswith(f"{repository}@sha256:")
+    import contextlib
+
+    import docker
+
+    with contextlib.suppress(docker.errors.ImageNotFound):  # push's local tag of the image
+        docker.from_env().images.remove(f"{repository}:{lock.targets['docker'].pylock_sha256[:12]}")
+
+
+def test_push_attaches_the_sbom_as_an_oci_referrer_of_the_image(
+    tmp_path: Path, docker_client: Any, registry: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "docker-config"
+    config.mkdir()
+    (config / "config.json").write_text("{}")
+    monkeypatch.setenv("DOCKER_CONFIG", str(config))
+    _check_attached(_pushed_tiny(tmp_path, registry, monkeypatch), registry, None)
+
+
+def test_push_to_a_registry_with_auth_uses_the_docker_configs_credentials(
+    tmp_path: Path,
+    docker_client: Any,
+    auth_registry: str,
+    auth_registry_credentials: tuple[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import base64
+
+    config = tmp_path / "docker-config"
+    config.mkdir()
+    token = base64.b64encode(":".join(auth_registry_credentials).encode()).decode()
+    (config / "config.json").write_text(json.dumps({"auths": {auth_registry: {"auth": token}}}))
+    monkeypatch.setenv("DOCKER_CONFIG", str(config))
+    project = _pushed_tiny(tmp_path, auth_registry, monkeypatch)
+    _check_attached(project, auth_registry, auth_registry_credentials)

@@ -310,7 +310,40 @@ class DockerBuilder:
         lockfile.record_artifact(
             project, env.name, TARGET, image_id=str(image.id), tag=tag, repo_digest=digest_ref
         )
+        self._attach_sbom(
+            project,
+            env.name,
+            client,
+            digest_ref,
+            Artifact(TARGET, env.name, tag, str(image.id)),
+            progress,
+        )
         return digest_ref
+
+    @staticmethod
+    def _attach_sbom(
+        project: Project,
+        env: str,
+        client: docker.DockerClient,
+        digest_ref: str,
+        artifact: Artifact,
+        progress: ProgressFn,
+    ) -> None:
+        """Push the image's SBOM (envbuilder.sbom, the bytes `build` wrote) as an OCI artifact
+        whose subject is the pushed image (envbuilder.registryapi) and record it as
+        `[artifacts.docker] sbom`. The image is pushed and recorded already when this fails."""
+        from envbuilder import registryapi, sbom
+
+        data = sbom.sbom_bytes(project, env, TARGET, artifact)
+        try:
+            sbom_ref = registryapi.attach_sbom(client, digest_ref, data)
+        except RegistryError as exc:
+            raise RegistryError(
+                f"pushed {digest_ref} (recorded in the lock), but its SBOM could not be "
+                f"attached: {exc}"
+            ) from None
+        lockfile.record_artifact(project, env, TARGET, sbom=sbom_ref)
+        progress(f"{env}/docker: SBOM attached as {sbom_ref}", 0, None)
 
     def pull(
         self, project: Project, env: EnvSpec, options: PullOptions, progress: ProgressFn
