@@ -271,6 +271,13 @@ def spec_text(cand: Candidate) -> str:
         *_comment(_targets_why(cand)),
         "targets = [" + ", ".join(_s(t) for t in cand.targets) + "]",
     ]
+    lines += _table_lines(cand)
+    return "\n".join(lines) + "\n"
+
+
+def _table_lines(cand: Candidate) -> list[str]:
+    """[env.NAME.docker] (a CPU env's base) and [env.NAME.wsl2] (its Ubuntu), when needed."""
+    lines: list[str] = []
     if cand.docker_base is not None:
         lines += [
             "",
@@ -292,7 +299,7 @@ def spec_text(cand: Candidate) -> str:
             ),
             f"ubuntu = {_s(cand.ubuntu)}",
         ]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _description(cand: Candidate) -> str:
