@@ -384,3 +384,23 @@ def test_venv_activation_lines() -> None:
     scripts = PureWindowsPath(r"C:\venvs\cpu\Scripts")
     win = activation_line(scripts, ("python", "-V"), windows=True)
     assert win == r"& 'C:\venvs\cpu\Scripts\Activate.ps1'; & 'python' '-V'"
+
+
+@pytest.mark.slow
+def test_workspace_mount_and_a_docker_shell_reading_stdin(cpu_image: Path, tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("print('from the workspace')\n")
+    tmp_path.chmod(0o755)
+    result = _envbuilder(
+        cpu_image, "run", "--env", ENV, "--target", "docker", "--workspace", str(tmp_path),
+        "--", "python", "train.py",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "from the workspace"
+    exe = Path(sys.executable).with_name("envbuilder")
+    shell = subprocess.run(
+        [str(exe), "-q", "shell", "--env", ENV, "--target", "docker"],
+        cwd=cpu_image, input="echo \"$(id -u) $PWD\"; exit 3\n", capture_output=True,
+        text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert shell.returncode == 3, shell.stderr
+    assert shell.stdout.strip() == "1000 /home/envbuilder"
