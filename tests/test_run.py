@@ -404,3 +404,53 @@ def test_workspace_mount_and_a_docker_shell_reading_stdin(cpu_image: Path, tmp_p
     )  # fmt: skip
     assert shell.returncode == 3, shell.stderr
     assert shell.stdout.strip() == "1000 /home/envbuilder"
+
+
+@pytest.mark.slow
+def test_run_refuses_an_image_whose_lock_label_is_not_the_locks(
+    docker_client: Any, tmp_path: Path
+) -> None:
+    """The tag envbuilder/<env>:<hash> naming an image of another lock (a retag, a stale
+    pull) is refused like pull refuses it, and nothing runs."""
+    from test_cli_json import TINY_DOCKERFILE
+    from test_docker_target import make_project
+
+    from envbuilder import lockfile
+
+    project = make_project(tmp_path / "demo", dockerfile=TINY_DOCKERFILE)
+    lock = lockfile.load_env_lock(project, "demo")
+    assert lock is not None
+    tag = f"envbuilder/demo:{lock.targets['docker'].pylock_sha256[:12]}"
+    docker_client.images.get("debian:bookworm-slim").tag(tag)  # no lock label at all
+    try:
+        result = _envbuilder(
+            project.root, "run", "--env", "demo", "--target", "docker", "--", "true"
+        )
+        assert result.returncode == 1
+        assert f"refusing the image {tag}" in result.stderr and "(no label)" in result.stderr
+    finally:
+        docker_client.images.remove(tag)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_sigterm_to_run_reaches_the_command(cpu_venv: Path) -> None:
+    """envbuilder passes SIGTERM on to the command it runs and exits with the command's 143."""
+    import time
+
+    exe = Path(sys.executable).with_name("envbuilder")
+    proc = subprocess.Popen(
+        [str(exe), "-q", "run", "--env", ENV, "--target", "native", "--",
+         "python", "-c", "import time; print('up', flush=True); time.sleep(60)"],
+        cwd=cpu_venv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
+        start = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+        assert time.monotonic() - start < 10  # the command ended, not waited out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
