@@ -258,7 +258,7 @@ class DockerBuilder:
         _lock, target = _docker_lock(project, env.name)
         tag = image_tag(env.name, target.pylock_sha256)
         image = _require_image(docker_engine.connect(), env.name, tag)
-        if problem := _mismatch(image, target.pylock_sha256, None):
+        if problem := _label_problem(image, target.pylock_sha256):
             raise ValidationError(f"refusing the image {tag}: {problem}")
         host_kind = detect_host_kind()
         progress(f"{env.name}/docker: {tag} ({host_kind} host)", 0, None)
@@ -371,6 +371,23 @@ class DockerBuilder:
         return image_id
 
 
+def _mismatch(image: Any, lock_sha256: str, recorded_id: str | None) -> str | None:
+    label = (image.labels or {}).get(LOCK_LABEL)
+    if label != lock_sha256:
+        return (
+            f"it was built from lock {label or '(no label)'}, but the docker pylock's sha256 "
+            f"is {lock_sha256}; build and push again, or check out the matching lock"
+        )
+    if recorded_id and image.id != recorded_id:
+        return f"its image id {image.id} is not the recorded {recorded_id}"
+    return None
+
+
+def probe_arguments(env: EnvSpec, options: ValidateOptions) -> list[str]:
+    """The probe's command-line options for `options` (expect defaults to the accelerator)."""
+    return probe_options(env, options, {"env": env.name, "target": TARGET})
+
+
 def _require_image(client: docker.DockerClient, env: str, tag: str) -> Any:
     """The engine's image `tag`; ValidationError saying how to get it when there is none."""
     image = docker_engine.existing_image(client, tag)
@@ -398,18 +415,13 @@ def workspace_folder(path: Path | None) -> Path | None:
     return folder
 
 
-def _mismatch(image: Any, lock_sha256: str, recorded_id: str | None) -> str | None:
+def _label_problem(image: Any, lock_sha256: str) -> str | None:
+    """Why `image` is not one built from the docker pylock of sha256 `lock_sha256` (its lock
+    label), None when it is."""
     label = (image.labels or {}).get(LOCK_LABEL)
-    if label != lock_sha256:
-        return (
-            f"it was built from lock {label or '(no label)'}, but the docker pylock's sha256 "
-            f"is {lock_sha256}; build and push again, or check out the matching lock"
-        )
-    if recorded_id and image.id != recorded_id:
-        return f"its image id {image.id} is not the recorded {recorded_id}"
-    return None
-
-
-def probe_arguments(env: EnvSpec, options: ValidateOptions) -> list[str]:
-    """The probe's command-line options for `options` (expect defaults to the accelerator)."""
-    return probe_options(env, options, {"env": env.name, "target": TARGET})
+    if label == lock_sha256:
+        return None
+    return (
+        f"it was built from lock {label or '(no label)'}, but the docker pylock's sha256 is "
+        f"{lock_sha256}; build it again (`envbuilder build --target docker`) or pull the lock's"
+    )
