@@ -310,33 +310,25 @@ class DockerBuilder:
         lockfile.record_artifact(
             project, env.name, TARGET, image_id=str(image.id), tag=tag, repo_digest=digest_ref
         )
-        self._attach_sbom(
-            project,
-            env.name,
-            client,
-            digest_ref,
-            Artifact(TARGET, env.name, tag, str(image.id)),
-            progress,
-        )
+        self._attach_sbom(project, env.name, digest_ref, progress)
         return digest_ref
 
     @staticmethod
-    def _attach_sbom(
-        project: Project,
-        env: str,
-        client: docker.DockerClient,
-        digest_ref: str,
-        artifact: Artifact,
-        progress: ProgressFn,
-    ) -> None:
-        """Push the image's SBOM (envbuilder.sbom, the bytes `build` wrote) as an OCI artifact
-        whose subject is the pushed image (envbuilder.registryapi) and record it as
-        `[artifacts.docker] sbom`. The image is pushed and recorded already when this fails."""
+    def _attach_sbom(project: Project, env: str, digest_ref: str, progress: ProgressFn) -> None:
+        """Push the SBOM of the image just pushed (envbuilder.sbom, the bytes `build` wrote; the
+        image id the lock now records) as an OCI artifact whose subject is that image
+        (envbuilder.registryapi), and record it as `[artifacts.docker] sbom`. The image is
+        pushed and recorded already when this fails."""
         from envbuilder import registryapi, sbom
 
+        lock = lockfile.load_env_lock(project, env)  # push verified it just now
+        assert lock is not None
+        image_id = lock.artifacts.get(TARGET, {}).get("image_id")
+        tag = image_tag(env, lock.targets[TARGET].pylock_sha256)
+        artifact = Artifact(TARGET, env, tag, image_id)
         data = sbom.sbom_bytes(project, env, TARGET, artifact)
         try:
-            sbom_ref = registryapi.attach_sbom(client, digest_ref, data)
+            sbom_ref = registryapi.attach_sbom(docker_engine.connect(), digest_ref, data)
         except RegistryError as exc:
             raise RegistryError(
                 f"pushed {digest_ref} (recorded in the lock), but its SBOM could not be "
