@@ -10,6 +10,8 @@
 #   - a two-node Slurm cluster on this one machine (Debian's Slurm 22.05, docs/cluster.md):
 #     a private munged, one slurmctld and two slurmd (`-N n1`, `-N n2`), all on 127.0.0.1,
 #     configured by $STATE_DIR/slurm/slurm.conf (exported as SLURM_CONF).
+#   - the Dev Containers CLI (@devcontainers/cli from npm, pinned) under $STATE_DIR, for
+#     tests/test_devcontainer.py (exported as ENVBUILDER_DEVCONTAINER_CLI).
 # Idempotent: whatever already runs is left alone. Progress goes to stderr; stdout carries only
 # `export` lines, so `eval "$(.ci/services.sh)"` sets ENVBUILDER_TEST_REGISTRY, SLURM_CONF and
 # friends.
@@ -391,6 +393,31 @@ start_slurm() {
     log "Slurm cluster up: $(SLURM_CONF="$SLURM_CONF_FILE" sinfo -h -N -o '%N=%t' | tr '\n' ' ')"
 }
 
+# The Dev Containers CLI, pinned. It needs Node.js >= 20 (its package.json `engines`): the one
+# on this kind of machine is 20; Debian's own nodejs (bookworm: 18) is installed only when there
+# is no npm at all, and the version check below then says whether the CLI runs.
+DEVCONTAINER_CLI_VERSION=0.89.0
+DEVCONTAINER_DIR="$STATE_DIR/devcontainers-cli-$DEVCONTAINER_CLI_VERSION"
+DEVCONTAINER_CLI="$DEVCONTAINER_DIR/node_modules/.bin/devcontainer"
+
+install_devcontainer_cli() {
+    if [ -x "$DEVCONTAINER_CLI" ] \
+        && [ "$("$DEVCONTAINER_CLI" --version 2>/dev/null)" = "$DEVCONTAINER_CLI_VERSION" ]; then
+        return
+    fi
+    if ! command -v npm >/dev/null 2>&1; then
+        log "installing nodejs and npm (for the Dev Containers CLI)"
+        $SUDO apt-get -q -o DPkg::Lock::Timeout=600 update >&2
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get -q -y -o DPkg::Lock::Timeout=600 \
+            install --no-install-recommends nodejs npm >&2
+    fi
+    log "installing @devcontainers/cli@$DEVCONTAINER_CLI_VERSION in $DEVCONTAINER_DIR"
+    $SUDO mkdir -p "$DEVCONTAINER_DIR"
+    $SUDO npm install --no-audit --no-fund --prefix "$DEVCONTAINER_DIR" \
+        "@devcontainers/cli@$DEVCONTAINER_CLI_VERSION" >&2
+    "$DEVCONTAINER_CLI" --version >/dev/null || die "the Dev Containers CLI does not run"
+}
+
 main() {
     if [ "${1:-}" != "--no-install" ]; then install_packages; fi
     $SUDO mkdir -p "$STATE_DIR"
@@ -400,12 +427,16 @@ main() {
     seed_base_image
     check_pull
     start_slurm
+    if [ "${1:-}" != "--no-install" ]; then install_devcontainer_cli; fi
     printf 'export ENVBUILDER_TEST_REGISTRY=127.0.0.1:%s\n' "$REGISTRY_PORT"
     printf 'export ENVBUILDER_TEST_AUTH_REGISTRY=127.0.0.1:%s\n' "$AUTH_REGISTRY_PORT"
     printf 'export ENVBUILDER_TEST_AUTH_USER=%s\n' "$AUTH_USER"
     printf 'export ENVBUILDER_TEST_AUTH_PASSWORD=%s\n' "$AUTH_PASSWORD"
     printf 'export ENVBUILDER_TEST_SLURM=1\n'
     printf 'export SLURM_CONF=%s\n' "$SLURM_CONF_FILE"
+    if [ -x "$DEVCONTAINER_CLI" ]; then
+        printf 'export ENVBUILDER_DEVCONTAINER_CLI=%s\n' "$DEVCONTAINER_CLI"
+    fi
 }
 
 main "$@"

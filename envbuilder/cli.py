@@ -13,8 +13,9 @@ more, which would double the start-up of a quick command such as `envbuilder loc
 to do. `envbuilder --help` imports none of them.
 
 Options every command takes, before or after its name: -q/--quiet (no progress or status
-lines). Commands that print results take --json (compare and probe: --json -): one JSON object
-on stdout (see docs/cli.md).
+lines), -v/--verbose (more: which spec file a command found by walking up from the current
+folder). Commands that print results take --json (compare and probe: --json -): one JSON
+object on stdout (see docs/cli.md).
 
 Exit codes: 0 ok, 1 findings or a failed operation, 2 usage, 130 interrupted (SIGINT, Ctrl-C),
 143 terminated (SIGTERM). An interrupt prints one line and no traceback; temp files and folders
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -34,11 +36,14 @@ from typing import Any
 
 from envbuilder import __version__, interrupts
 from envbuilder.errors import EnvbuilderError
+from envbuilder.project import SPEC_NAME, find_spec
 from envbuilder.ui import UI
 
 #: Every command with its one-line help, in `--help` order (the data flow first, then the
 #: helpers). Each module's HELP must equal its line here.
 COMMANDS: dict[str, str] = {
+    "init": "write a starter environments.toml for this host's GPU (or --gpu/--os); never "
+    "overwrites",
     "check": "check environments.toml: errors exit 1, warnings are printed",
     "lock": "resolve envs into lockfiles/ (PEP 751 pylocks + base image digests); --check verifies",
     "render": "render Dockerfiles, WSL rootfs files and Windows scripts; --check verifies them",
@@ -50,16 +55,20 @@ COMMANDS: dict[str, str] = {
     "validate": "run the validation probe inside built envs; writes reports/<env>.<target>.json",
     "compare": "compare validation reports: ratios, loss %, spread over repeats, noise verdicts",
     "fleet": "the fleet report of a cluster validation: one row per node, outliers, collectives",
+    "run": "run a command in an env's built artifact (docker, wsl2, venv) with validate's devices",
+    "shell": "open an interactive shell in an env's built artifact (what `run` runs, without CMD)",
     "probe": "run the validation suite (the probe) in this environment",
     "doctor": "check this host (OS, RAM, disk, Docker, GPU devices, drivers, WSL, Python) for "
     "an env",
     "explain": "explain a known ROCm/PyTorch error message: cause, fix, sources",
+    "completion": "print the bash, zsh or fish tab-completion script (argcomplete) for envbuilder",
 }
 
 #: The order of `envbuilder --help` (kept for callers of the earlier API).
 ORDER = list(COMMANDS)
 
 QUIET_HELP = "no progress or status lines on stderr (also after the command's name)"
+VERBOSE_HELP = "say more on stderr: which spec file was used (also after the command's name)"
 
 
 def command_module(name: str) -> ModuleType:
@@ -96,9 +105,10 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--spec",
         type=path_value,
-        default="environments.toml",
+        default=None,
         metavar="PATH",
-        help="the spec file (default: ./environments.toml); outputs go beside it",
+        help=f"the spec file (default: {SPEC_NAME} in this folder or the nearest folder "
+        "above it that has one, as git finds .git; -v shows which); outputs go beside it",
     )
 
 
@@ -125,8 +135,9 @@ def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
         epilog="Exit codes: 0 ok, 1 findings or failure, 2 usage error, 130 interrupted "
         "(Ctrl-C), 143 terminated (SIGTERM). --json: one JSON object on stdout.",
     )
-    parser.add_argument("--version", action="version", version=f"envbuilder {__version__}")
+    parser.add_argument("-V", "--version", action="version", version=f"envbuilder {__version__}")
     parser.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
+    parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, help_line in COMMANDS.items():
         # argparse %-formats help strings; a literal "%" in a HELP must not crash --help.
@@ -138,6 +149,9 @@ def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
         # SUPPRESS: without -q here, the value given before the command name stays.
         p.add_argument(
             "-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=QUIET_HELP
+        )
+        p.add_argument(
+            "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP
         )
         if name in loaded:
             _load_command(p, name)
@@ -167,6 +181,12 @@ def wants_json(args: argparse.Namespace | None) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command. Returns the exit code. SIGINT and SIGTERM are handled while it runs
     (the previous handlers are restored afterwards)."""
+    if "_ARGCOMPLETE" in os.environ:  # a Tab of the completion script (envbuilder completion)
+        from envbuilder.commands.completion import complete, completed_command
+
+        # Only the command on the line is loaded, as for a run: a Tab stays a quick start.
+        command = completed_command(os.environ, COMMANDS)
+        complete(build_parser([command] if command else []))  # argcomplete answers and exits
     restore = interrupts.install()
     args: argparse.Namespace | None = None
     ui: UI | None = None
@@ -174,7 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         words = list(sys.argv[1:] if argv is None else argv)
         command = requested_command(words)
         args = build_parser([command] if command in COMMANDS else []).parse_args(words)
-        ui = UI(quiet=args.quiet, json=wants_json(args))
+        ui = UI(quiet=args.quiet, json=wants_json(args), verbose=args.verbose)
+        _find_spec(args, ui)
         _finish_interrupted_writes(args, ui)
         return int(args._module.run(args, ui))
     except EnvbuilderError as exc:
@@ -205,6 +226,20 @@ def _json_error(
             "ok": False,
             "error": {"kind": kind, "message": message, "exit_code": code},
         }
+    )
+
+
+def _find_spec(args: argparse.Namespace, ui: UI) -> None:
+    """--spec not given: the spec found by walking up from the current folder (project.find_spec;
+    ./environments.toml when no folder has one, so the command says it is missing)."""
+    if getattr(args, "spec", False) is not None:
+        return  # no --spec option, or one given
+    found = find_spec(Path.cwd())
+    args.spec = Path(os.path.relpath(found)) if found is not None else Path(SPEC_NAME)
+    ui.detail(
+        f"spec: {found} (found from {Path.cwd()})"
+        if found is not None
+        else f"spec: no {SPEC_NAME} in {Path.cwd()} or any folder above it"
     )
 
 

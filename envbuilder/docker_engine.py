@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import grp
 import io
 import os
 import re
@@ -34,7 +33,8 @@ import docker.types
 import requests.exceptions
 from docker.transport import sshconn
 
-from envbuilder.compat import HostKind, load_compat
+from envbuilder import runflags
+from envbuilder.compat import HostKind
 from envbuilder.errors import BuildError, EngineError, RegistryError, UsageError
 from envbuilder.progress import ProgressFn, no_progress
 
@@ -375,57 +375,17 @@ def _explain(exc: docker.errors.APIError) -> str:
 
 
 def host_group_ids(names: Iterable[str]) -> list[int]:
-    """The numeric gids of the host's groups `names` (skipping groups the host lacks).
-
-    Numbers, not names: the image's /etc/group does not know the host's `render` group, and the
-    device files are owned by the host's gid.
-    """
-    gids: list[int] = []
-    for name in names:
-        try:
-            gids.append(grp.getgrnam(name).gr_gid)
-        except KeyError:
-            continue
-    return sorted(set(gids))
-
-
-def _rocdxg_volumes(root: Path) -> dict[str, dict[str, str]]:
-    """librocdxg's device-id table for a container on a rocdxg WSL host (wsl.toml [dxg]), when
-    the host has one (librocdxg >= 1.2.1). Never mounted otherwise: Docker would create a
-    missing bind source as a folder on the host."""
-    dxg = load_compat().dxg
-    if dxg is None:
-        return {}
-    host = root / dxg.dids_conf_host.lstrip("/")
-    return {str(host): {"bind": dxg.dids_conf_container, "mode": "ro"}} if host.is_file() else {}
+    """The numeric gids of the host's groups `names` (skipping groups the host lacks)
+    (envbuilder.runflags.host_group_ids)."""
+    return runflags.host_group_ids(names)
 
 
 def device_run_options(host_kind: HostKind, root: Path = Path("/")) -> dict[str, Any]:
     """`containers.create` keyword arguments exposing the accelerator of a `host_kind` host
-    (`root`: where the host's files are, for the ones that are mounted only when present)."""
-    flags = load_compat().device_flags(host_kind)
-    options: dict[str, Any] = {}
-    if flags.devices:
-        options["devices"] = [f"{dev}:{dev}:rwm" for dev in flags.devices]
-    volumes = {host: {"bind": inner, "mode": "ro"} for host, inner in flags.volumes}
-    if host_kind == "wsl2-rocdxg":
-        volumes |= _rocdxg_volumes(root)
-    if volumes:
-        options["volumes"] = volumes
-    if flags.environment:
-        options["environment"] = dict(flags.environment)
-    gids = host_group_ids(flags.group_add)
-    if gids:
-        options["group_add"] = [str(gid) for gid in gids]
-    if flags.security_opt:
-        options["security_opt"] = list(flags.security_opt)
-    if flags.cap_add:
-        options["cap_add"] = list(flags.cap_add)
-    if flags.ipc_mode:
-        options["ipc_mode"] = flags.ipc_mode
-    if flags.shm_size:
-        options["shm_size"] = flags.shm_size
-    if flags.gpu_request:
+    (`root`: where the host's files are, for the mounts made only when present):
+    envbuilder.runflags, the one source `envbuilder run` and `shell` use too."""
+    options = runflags.sdk_options(runflags.host_run_flags(host_kind, root=root))
+    if options.pop("gpu_request", False):
         options["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
     return options
 

@@ -914,3 +914,14 @@ def diagnose(host: Host, env: EnvSpec | None = None, compat: Compat | None = Non
     if env is not None:
         findings.append(check_env_gpu(host, env, facts, compat))
     return DoctorReport(host.kind, env.name if env else None, tuple(findings))
+
+
+def host_amd_gpus(host: Host) -> tuple[tuple[str, str], ...]:
+    """The AMD GPUs doctor finds on `host`, as (gfx, marketing name): rocminfo on Linux and in
+    WSL, hipInfo on Windows (empty when the tool is missing or lists none). `envbuilder init`
+    starts from these."""
+    if host.kind == "windows":
+        return tuple(
+            (d["gfx"], d["name"]) for f in check_hip_sdk(host) for d in f.details.get("gpus", [])
+        )
+    return check_rocminfo(host)[1].amd

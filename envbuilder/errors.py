@@ -54,3 +54,9 @@ class ValidationError(EnvbuilderError):
 
 class CompareError(EnvbuilderError):
     """Reports cannot be compared (schema version, missing metrics, bad values)."""
+
+
+class CommandNotFoundError(EngineError):
+    """`envbuilder run`/`shell`: the program to start is not there (exit 127, as a shell's)."""
+
+    exit_code = 127

@@ -350,6 +350,8 @@ class WslConfig:
     rocdxg: bool
     welcome: tuple[str, ...]
     icon_path: str
+    append_windows_path: bool = True  # /etc/wsl.conf [interop] appendWindowsPath
+    terminal_profile: bool = True  # /etc/wsl-distribution.conf [windowsterminal] enabled
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,20 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+#: The spec's file name, which commands look for from the current folder upwards.
+SPEC_NAME = "environments.toml"
+
+
+def find_spec(start: Path) -> Path | None:
+    """The nearest `environments.toml` at or above `start` (absolute), as git finds its
+    repository and nox its noxfile; None when no folder up to the root has one."""
+    folder = start.absolute()
+    for candidate in (folder, *folder.parents):
+        path = candidate / SPEC_NAME
+        if path.is_file():
+            return path
+    return None
+
 
 def default_cache_dir() -> Path:
     """The host-side cache (wheels by sha256, probe zipapps): $ENVBUILDER_CACHE, else XDG."""

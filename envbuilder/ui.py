@@ -50,8 +50,9 @@ def is_terminal(stream: TextIO) -> bool:
 class UI:
     """The only place commands print. Library code returns values or calls a progress callback."""
 
-    def __init__(self, quiet: bool = False, json: bool = False) -> None:
+    def __init__(self, quiet: bool = False, json: bool = False, verbose: bool = False) -> None:
         self.quiet = quiet
+        self.verbose = verbose
         self.json_mode = json
         self.json_written = False
         self.stdout = sys.stdout
@@ -90,6 +91,11 @@ class UI:
         """A progress or status line on stderr; silent with --quiet."""
         if not self.quiet:
             self._message(text, None)
+
+    def detail(self, text: str) -> None:
+        """A line on stderr only with -v/--verbose (and not --quiet)."""
+        if self.verbose:
+            self.info(text)
 
     def warn(self, text: str) -> None:
         self._message(f"warning: {text}", "yellow")

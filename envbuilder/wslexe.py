@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import PureWindowsPath
 
 from envbuilder.errors import EngineError, UsageError
+from envbuilder.quoting import ps_quote
 
 #: First WSL release that installs `.wsl` files (`wsl --install --from-file`).
 MODERN_MIN = (2, 4, 4)
@@ -145,6 +146,12 @@ def unregister_cmd(exe: str, name: str) -> list[str]:
 def run_cmd(exe: str, name: str, user: str, argv: Sequence[str]) -> list[str]:
     """Run argv in distro `name` as `user`, without a shell in between."""
     return [exe, "--distribution", name, "--user", user, "--exec", *argv]
+
+
+def powershell_line(argv: Sequence[str]) -> str:
+    """`argv` as one PowerShell line (the call operator, every word single-quoted), for
+    `envbuilder run --print` on Windows."""
+    return "& " + " ".join(ps_quote(word) for word in argv)
 
 
 def put_file_argv(path: str) -> list[str]:

@@ -9,6 +9,7 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
+from envbuilder.devcontainer import DEVCONTAINERS
 from envbuilder.project import Project
 from envbuilder.slurm.script import SCRIPTS
 from envbuilder.targets import registry
@@ -24,6 +25,7 @@ def rendered_folders() -> tuple[str, ...]:
     project = Project(root=REPO, spec_path=REPO / SPEC, cache=REPO / ".unused-cache")
     folders = [d.output_dir for d in registry.all() if d.rendered and d.output_dir is not None]
     folders.append(SCRIPTS.root(project).relative_to(REPO).as_posix())
+    folders.append(DEVCONTAINERS.root(project).relative_to(REPO).as_posix())
     return tuple(dict.fromkeys(folders))
 
 

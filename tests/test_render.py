@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from legacyspec import write_spec_with_legacy
 from test_quoting import dockerfile_word, ps_verbatim  # tests/ is on sys.path (rootless tests)
 
-from envbuilder import cli, plan
+from envbuilder import cli, plan, wsltar
 from envbuilder.compat import RocmRelease, load_compat
 from envbuilder.errors import EnvbuilderError, RenderError
 from envbuilder.lockfile import EnvLock, TargetLock, write_env_lock
@@ -34,6 +34,7 @@ from envbuilder.render import MARKER, build_plan, render_all, render_env
 from envbuilder.specload import load_spec
 from envbuilder.targets import registry
 from envbuilder.targets.wsl2 import Wsl2Table
+from envbuilder.wsltar.conventions import DISTRIBUTION_CONF_KEYS
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "data" / "render"
@@ -450,7 +451,7 @@ def test_wsl_rules(locked: tuple[Project, Spec]) -> None:
         for line in (
             "[boot]\nsystemd=true",
             "[interop]",
-            "appendWindowsPath=false",
+            "appendWindowsPath=true",  # the default: `code .` works (microsoft/WSL#1890)
             "generateResolvConf=true",
         ):
             assert line in conf
@@ -460,9 +461,30 @@ def test_wsl_rules(locked: tuple[Project, Spec]) -> None:
         assert "defaultUid = 1000" in dist
         assert f"defaultName = envbuilder-{name}" in dist
         assert "[shortcut]\nicon = /usr/lib/wsl/envbuilder.ico" in dist
+        assert dist.endswith("\nenabled = true\n") and "\n[windowsterminal]\n" in dist
+        keys = set(wsltar.parse_conf(dist.encode(), "wsl-distribution.conf"))
+        assert "windowsterminal.enabled" in keys <= set(DISTRIBUTION_CONF_KEYS)  # Microsoft's
         assert "base64 --decode /tmp/envbuilder-file.b64 > /usr/lib/wsl/envbuilder.ico" in text
         oobe = files[f"wsl/{name}/oobe.sh"].decode()
         assert 'useradd --create-home --uid "$uid" --user-group --shell /bin/bash "$user"' in oobe
+
+
+def test_wsl_keys_turn_windows_path_and_terminal_profile_off(tmp_path: Path) -> None:
+    """wsl2.append_windows_path and wsl2.terminal_profile (issue 23) reach the two conf files."""
+    root = tmp_path / "p"
+    root.mkdir()
+    spec_path = root / "environments.toml"
+    write_spec_with_legacy(spec_path)
+    text = spec_path.read_text(encoding="utf-8").replace(
+        "[env.cpu.wsl2]\n",
+        "[env.cpu.wsl2]\nappend_windows_path = false\nterminal_profile = false\n",
+    )
+    spec_path.write_text(text, encoding="utf-8")
+    project = Project.from_spec(spec_path, cache=root / "cache")
+    files = rendered(project, load_spec(spec_path), "cpu", "wsl2")
+    conf = files["wsl/cpu/wsl.conf"].decode()
+    assert "appendWindowsPath=false" in conf and "appendWindowsPath=true" not in conf
+    assert files["wsl/cpu/wsl-distribution.conf"].decode().endswith("enabled = false\n")
 
 
 def test_release_without_wsl_runtime_or_wrong_ubuntu_is_refused(

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -160,6 +162,38 @@ def test_validate_refuses_a_changed_wsl(
             target.validate(project, cpu, ValidateOptions(), no_progress)
     finally:
         saved.replace(path)
+
+
+def _envbuilder(project: Project, *args: str) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).with_name("envbuilder")
+    return subprocess.run(
+        [str(exe), *args], cwd=project.root, capture_output=True, text=True, timeout=900,
+        stdin=subprocess.DEVNULL, check=False,
+    )  # fmt: skip
+
+
+def test_run_in_the_imported_wsl_and_its_print_line(project: Project, built: Artifact) -> None:
+    """`envbuilder run --target wsl2` (issue 23) on Linux: the very `.wsl`, imported, as the
+    distro's user through a login shell (/etc/profile.d sets the env's variables); its --print
+    line, pasted into bash, does the same."""
+    script = (
+        "import os, torch; print(torch.__version__, os.getuid(), os.environ['PYTHONUNBUFFERED'])"
+    )
+    command = ["run", "--env", "cpu", "--target", "wsl2", "--", "python", "-c", script]
+    result = _envbuilder(project, *command)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["2.13.0+cpu", "1000", "1"]
+    printed = _envbuilder(project, "-q", *command[:5], "--print", *command[5:])
+    assert printed.returncode == 0, printed.stderr
+    pasted = subprocess.run(
+        ["bash", "-c", printed.stdout.strip()], capture_output=True, text=True, timeout=600,
+        stdin=subprocess.DEVNULL, check=False,
+    )  # fmt: skip
+    assert pasted.stdout.split() == ["2.13.0+cpu", "1000", "1"], pasted.stderr
+    code = _envbuilder(
+        project, "run", "--env", "cpu", "--target", "wsl2", "--", "sh", "-c", "exit 9"
+    )
+    assert code.returncode == 9
 
 
 @pytest.fixture

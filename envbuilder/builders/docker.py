@@ -18,13 +18,14 @@ spec's `docker.ca_bundle` or $ENVBUILDER_CA_BUNDLE) goes into the build stage on
 from __future__ import annotations
 
 import os
-import shutil
+import shlex
 from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
 
-from envbuilder import docker_engine, imageregistry, lockfile, repro
+from envbuilder import docker_engine, imageregistry, lockfile, repro, runflags
 from envbuilder.buildcontext import ca_bundle_path
 from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes
 from envbuilder.compat import HostKind
@@ -53,6 +54,8 @@ from envbuilder.targets.base import (
     BuildOptions,
     PullOptions,
     PushOptions,
+    RunCommand,
+    RunOptions,
     ValidateOptions,
 )
 from envbuilder.targets.docker import DESCRIPTOR, DockerTable
@@ -60,7 +63,7 @@ from envbuilder.targets.docker import DESCRIPTOR, DockerTable
 TARGET = DESCRIPTOR.name
 #: Where the probe runs inside the container.
 PROBE_DIR = "/tmp/envbuilder-probe"
-HOST_KIND_ENV = "ENVBUILDER_HOST_KIND"
+HOST_KIND_ENV = runflags.HOST_KIND_ENV
 
 
 def image_repository(env: str) -> str:
@@ -73,23 +76,9 @@ def image_tag(env: str, lock_sha256: str) -> str:
 
 
 def detect_host_kind(root: Path = Path("/")) -> HostKind:
-    """What accelerator this host can hand to a container: $ENVBUILDER_HOST_KIND if set, else
-    /dev/kfd -> native-rocm, /dev/dxg -> wsl2-rocdxg (librocdxg installed) or wsl2-legacy,
-    an NVIDIA device or nvidia-smi -> nvidia, else cpu."""
-    forced = os.environ.get(HOST_KIND_ENV)
-    if forced:
-        from envbuilder.compat import HOST_KINDS
-
-        if forced not in HOST_KINDS:
-            raise UsageError(f"{HOST_KIND_ENV}={forced!r}: choose one of {', '.join(HOST_KINDS)}")
-        return forced
-    if (root / "dev/kfd").exists():
-        return "native-rocm"
-    if (root / "dev/dxg").exists():
-        return "wsl2-rocdxg" if (root / "opt/rocm/lib/librocdxg.so").exists() else "wsl2-legacy"
-    if (root / "dev/nvidia0").exists() or (root == Path("/") and shutil.which("nvidia-smi")):
-        return "nvidia"
-    return "cpu"
+    """What accelerator this host can hand to a container (envbuilder.runflags.detect_host_kind):
+    $ENVBUILDER_HOST_KIND if set, else what /dev holds."""
+    return runflags.detect_host_kind(root)
 
 
 def _docker_lock(project: Project, env: EnvSpec) -> tuple[lockfile.EnvLock, lockfile.TargetLock]:
@@ -224,11 +213,7 @@ class DockerBuilder:
         _lock, target = _docker_lock(project, env)
         tag = image_tag(env.name, target.pylock_sha256)
         client = docker_engine.connect()
-        if docker_engine.existing_image(client, tag) is None:
-            raise ValidationError(
-                f"no image {tag} on the Docker engine; build it (`envbuilder build --target "
-                f"docker --env {env.name}`) or pull it (`envbuilder pull --env {env.name}`)"
-            )
+        _require_image(client, env.name, tag)
         host_kind = detect_host_kind()
         pylock = (project.lockfiles / target.pylock).read_bytes()
         files_in = {
@@ -267,6 +252,33 @@ class DockerBuilder:
         atomic_write_bytes(report, files[report_in])
         return report
 
+    # --- run -----------------------------------------------------------------------------
+
+    def command(
+        self, project: Project, env: EnvSpec, options: RunOptions, progress: ProgressFn
+    ) -> RunCommand:
+        """`docker run` of `options.command` (default: bash) in a fresh container of the env's
+        image, as uid 1000, with this host's device flags: what `validate` gives the probe
+        (envbuilder.runflags). Refuses (ValidationError) a missing image or one whose lock
+        label is not the current docker pylock's sha256."""
+        _lock, target = _docker_lock(project, env)
+        tag = image_tag(env.name, target.pylock_sha256)
+        image = _require_image(docker_engine.connect(), env.name, tag)
+        if problem := imageregistry.lock_mismatch(image, target.pylock_sha256):
+            raise ValidationError(f"refusing the image {tag}: {problem}")
+        host_kind = detect_host_kind()
+        progress(f"{env.name}/docker: {tag} ({host_kind} host)", 0, None)
+        argv = runflags.docker_run_argv(
+            tag,
+            options.command or ("bash",),
+            user=RUN_USER,
+            flags=runflags.host_run_flags(host_kind),
+            tty=options.tty,
+            workspace=workspace_folder(options.workspace),
+            labels=((ENV_LABEL, env.name), (ROLE_LABEL, "run")),
+        )
+        return RunCommand(tuple(argv), shlex.join(argv))
+
     def image_status(self, project: Project, env: EnvSpec) -> list[tuple[bool, str]]:
         """(ok, line): whether the engine's image of the env is the one the lock predicts."""
         lock, target = _docker_lock(project, env)
@@ -302,7 +314,32 @@ class DockerBuilder:
         lockfile.record_artifact(
             project, env.name, TARGET, image_id=image_id, tag=tag, repo_digest=digest_ref
         )
+        self._attach_sbom(project, env.name, digest_ref, progress)
         return digest_ref
+
+    @staticmethod
+    def _attach_sbom(project: Project, env: str, digest_ref: str, progress: ProgressFn) -> None:
+        """Push the SBOM of the image just pushed (envbuilder.sbom, the bytes `build` wrote; the
+        image id the lock now records) as an OCI artifact whose subject is that image
+        (envbuilder.registryapi), and record it as `[artifacts.docker] sbom`. The image is
+        pushed and recorded already when this fails."""
+        from envbuilder import registryapi, sbom
+
+        lock = lockfile.load_env_lock(project, env)  # push verified it just now
+        assert lock is not None
+        image_id = lock.artifacts.get(TARGET, {}).get("image_id")
+        tag = image_tag(env, lock.targets[TARGET].pylock_sha256)
+        artifact = Artifact(TARGET, env, tag, image_id)
+        data = sbom.sbom_bytes(project, env, TARGET, artifact)
+        try:
+            sbom_ref = registryapi.attach_sbom(docker_engine.connect(), digest_ref, data)
+        except RegistryError as exc:
+            raise RegistryError(
+                f"pushed {digest_ref} (recorded in the lock), but its SBOM could not be "
+                f"attached: {exc}"
+            ) from None
+        lockfile.record_artifact(project, env, TARGET, sbom=sbom_ref)
+        progress(f"{env}/docker: SBOM attached as {sbom_ref}", 0, None)
 
     def pull(
         self, project: Project, env: EnvSpec, options: PullOptions, progress: ProgressFn
@@ -330,3 +367,30 @@ class DockerBuilder:
 def probe_arguments(env: EnvSpec, options: ValidateOptions) -> list[str]:
     """The probe's command-line options for `options` (expect defaults to the accelerator)."""
     return probe_options(env, options, {"env": env.name, "target": TARGET})
+
+
+def _require_image(client: docker.DockerClient, env: str, tag: str) -> Any:
+    """The engine's image `tag`; ValidationError saying how to get it when there is none."""
+    image = docker_engine.existing_image(client, tag)
+    if image is None:
+        raise ValidationError(
+            f"no image {tag} on the Docker engine; build it (`envbuilder build --target "
+            f"docker --env {env}`) or pull it (`envbuilder pull --env {env}`)"
+        )
+    return image
+
+
+def workspace_folder(path: Path | None) -> Path | None:
+    """`run --workspace DIR` as an absolute path `docker run --volume` can take (UsageError for
+    one that is not a folder or holds a colon, which --volume reads as a separator)."""
+    if path is None:
+        return None
+    folder = Path(os.path.abspath(path))  # noqa: PTH100  # links stay as the user wrote them
+    if not folder.is_dir():
+        raise UsageError(f"--workspace {path}: not a folder")
+    if ":" in str(folder) or "," in str(folder):
+        raise UsageError(
+            f"--workspace {folder}: a path with ':' or ',' cannot be mounted with "
+            "`docker run --volume`; use a folder without them"
+        )
+    return folder

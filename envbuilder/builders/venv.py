@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -43,8 +44,15 @@ from envbuilder.pipsdk import sdk_release
 from envbuilder.plan import FindPython, LockPins, Plan, PlanInputs, WriteActivation
 from envbuilder.progress import ProgressFn
 from envbuilder.project import Project, pylock_name, venv_folder
+from envbuilder.quoting import ps_quote
 from envbuilder.targets import registry
-from envbuilder.targets.base import Artifact, BuildOptions, ValidateOptions
+from envbuilder.targets.base import (
+    Artifact,
+    BuildOptions,
+    RunCommand,
+    RunOptions,
+    ValidateOptions,
+)
 
 MARKER = "envbuilder-venv.json"
 MARKER_VERSION = 1
@@ -615,6 +623,41 @@ class VenvBuilder:
         progress(f"{env.name}/{self.name}: probe done", 1, 1)
         return dest
 
+    def command(
+        self, project: Project, env: EnvSpec, options: RunOptions, progress: ProgressFn
+    ) -> RunCommand:
+        """`options.command` (default: the user's $SHELL) with the environment the probe gets
+        (`validate`), and as a pasteable line: the venv's activate script, then the command.
+        Refuses (ValidationError) a venv that is missing, incomplete, or holds another lock
+        than the current one (its marker says which)."""
+        self._check_host_and_env(env, error=ValidationError)
+        venv = self.venv_path(project, env, options.path)
+        layout = VenvLayout(venv, self.windows)
+        self._refuse_incomplete(layout, env, options.path)
+        marker = read_marker(Path(layout.marker))
+        if marker is None or not Path(layout.python).exists():
+            raise ValidationError(
+                f"no venv envbuilder built at {venv}; build it first: envbuilder build "
+                f"--target {self.name} --env {env.name}"
+                + (f" --path {venv}" if options.path is not None else "")
+            )
+        lock_sha = self._verified_lock_sha(project, env)
+        if marker.get("lock_sha256") != lock_sha:
+            raise ValidationError(
+                f"the venv at {venv} holds lock {marker.get('lock_sha256')}, not the current "
+                f"{pylock_name(env.name, self.name)} ({lock_sha}); sync it: envbuilder build "
+                f"--target {self.name} --env {env.name}"
+            )
+        progress(f"{env.name}/{self.name}: venv {venv}", 0, None)
+        argv = options.command or (_user_shell(self.windows),)
+        line = activation_line(layout.scripts, options.command, self.windows)
+        return RunCommand(
+            tuple(argv),
+            line,
+            "powershell" if self.windows else "sh",
+            self._run_environment(layout, env),
+        )
+
     # --- steps -----------------------------------------------------------------------------
 
     def _check_host_and_env(
@@ -789,6 +832,17 @@ class VenvBuilder:
     ) -> subprocess.CompletedProcess[str]:
         """Run the probe in an empty folder: a project checkout as the working directory would
         put its own packages (e.g. envbuilder.egg-info) on `python -m`'s path."""
+        run_env = self._run_environment(layout, env)
+        try:
+            return interrupts.run(cmd, env=run_env, timeout=options.timeout_s, cwd=cwd)
+        except subprocess.TimeoutExpired as exc:
+            raise ValidationError(f"the probe did not finish within {options.timeout_s} s") from exc
+        except OSError as exc:
+            raise ValidationError(f"cannot run the venv's Python {cmd[0]}: {exc}") from exc
+
+    def _run_environment(self, layout: VenvLayout, env: EnvSpec) -> dict[str, str]:
+        """The environment the probe (and `envbuilder run`) gets: envbuilder's own without what
+        would show other packages, the env's variables, the venv first on PATH."""
         run_env = _clean_env()
         try:
             run_env.update(self._venv_variables(layout, env))
@@ -796,12 +850,7 @@ class VenvBuilder:
             raise ValidationError(str(exc)) from None
         run_env["VIRTUAL_ENV"] = str(layout.root)
         run_env["PATH"] = os.pathsep.join([str(layout.scripts), run_env.get("PATH", "")])
-        try:
-            return interrupts.run(cmd, env=run_env, timeout=options.timeout_s, cwd=cwd)
-        except subprocess.TimeoutExpired as exc:
-            raise ValidationError(f"the probe did not finish within {options.timeout_s} s") from exc
-        except OSError as exc:
-            raise ValidationError(f"cannot run the venv's Python {cmd[0]}: {exc}") from exc
+        return run_env
 
     def _packages_or_none(self, layout: VenvLayout) -> dict[str, str] | None:
         if not Path(layout.python).exists():
@@ -822,6 +871,24 @@ class VenvBuilder:
         return Artifact(
             target=self.name, env=env.name, reference=str(venv), digest=None, details=details
         )
+
+
+def _user_shell(windows: bool) -> str:
+    """The interactive shell `envbuilder shell` starts in a venv: $SHELL (POSIX; /bin/sh
+    without it), PowerShell on Windows."""
+    if windows:
+        return "powershell.exe"
+    return os.environ.get("SHELL") or "/bin/sh"
+
+
+def activation_line(scripts: PurePath, command: Sequence[str], windows: bool) -> str:
+    """What a user pastes to do what `envbuilder run` does in a venv: source its activate
+    script (which sets the env's variables too), then run `command` (nothing when empty)."""
+    if windows:
+        line = f"& {ps_quote(str(scripts / 'Activate.ps1'))}"
+        return f"{line}; & {' '.join(ps_quote(a) for a in command)}" if command else line
+    line = f". {shlex.quote(str(scripts / 'activate'))}"
+    return f"{line} && {shlex.join(command)}" if command else line
 
 
 def _is_venv_at(state: Mapping[str, Any], venv: Path) -> bool:

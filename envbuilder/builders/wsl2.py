@@ -30,11 +30,12 @@ import contextlib
 import io
 import json
 import os
+import shlex
 import tarfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
 from envbuilder import repro, wslexe, wsltar
 from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes
@@ -56,6 +57,8 @@ from envbuilder.targets.base import (
     BuildOptions,
     PullOptions,
     PushOptions,
+    RunCommand,
+    RunOptions,
     ValidateOptions,
 )
 from envbuilder.targets.wsl2 import DESCRIPTOR, Wsl2Table
@@ -63,6 +66,7 @@ from envbuilder.targets.wsl2 import DESCRIPTOR, Wsl2Table
 if TYPE_CHECKING:
     import docker
 
+    from envbuilder.compat import HostKind
     from envbuilder.lockfile import EnvLock
 
 TARGET = DESCRIPTOR.name
@@ -241,7 +245,7 @@ def probe_argv(
         argv += ["--timeout", str(options.timeout_s)]
     if with_lock:
         argv += ["--lock", PYLOCK_PATH]
-    return ["/bin/sh", "-lc", 'exec "$@"', "sh", *argv]
+    return list(login_argv(tuple(argv)))
 
 
 def make_probe_run(
@@ -327,6 +331,14 @@ class WslEngine:
         except EngineError:
             report = None
         return result.returncode, output, report
+
+    def command(self, user: str, argv: tuple[str, ...]) -> RunCommand:
+        """wsl.exe running `argv` in the distro as `user` (its name: the uid's, after the first
+        launch), and the same as a PowerShell line."""
+        if user.isdigit():
+            user = user_of_uid(self.exe.get_file(self.distro, "/etc/passwd"), int(user))
+        wsl_argv = wslexe.run_cmd(self.exe.exe, self.distro, user, argv)
+        return RunCommand(tuple(wsl_argv), wslexe.powershell_line(wsl_argv), "powershell")
 
 
 # ----------------------------------------------------------------------------- first launch
@@ -437,6 +449,39 @@ def run_first_launch(
 
 
 # ----------------------------------------------------------------------------- the target
+
+
+def _checked_wsl(project: Project, env: EnvSpec) -> tuple[Path, str]:
+    """dist/<env>.wsl and its sha256, when it is the one the lock recorded for the last build;
+    ValidationError when it is missing or another."""
+    _require_wsl2(env)
+    path = wsl_path(project, env.name)
+    if not path.is_file():
+        raise ValidationError(
+            f"{path} does not exist; run `envbuilder build --target wsl2 "
+            f"--env {env.name}` (or `envbuilder pull`) first"
+        )
+    sha = sha256_file(path)
+    lock = _require_lock(project, env)
+    recorded = lock.artifacts.get(TARGET, {}).get("sha256")
+    if recorded and recorded != sha:
+        raise ValidationError(
+            f"{path} has sha256 {sha}, but the lock recorded {recorded} "
+            "for the last build; build it again"
+        )
+    return path, sha
+
+
+def login_argv(command: tuple[str, ...]) -> tuple[str, ...]:
+    """`command` run by a login shell, as a WSL login runs it (/etc/profile.d applies): the
+    same wrapper the probe runs in (probe_argv)."""
+    return ("/bin/sh", "-lc", 'exec "$@"', "sh", *command)
+
+
+def _workspace(path: Path | None) -> Path | None:
+    from envbuilder.builders.docker import workspace_folder
+
+    return workspace_folder(path)
 
 
 def _host_kind(env: EnvSpec) -> str:
@@ -574,21 +619,7 @@ class Wsl2Builder:
         """Run the probe inside the built `.wsl` (see the module docstring); write and return
         reports/<env>.wsl2.json. ValidationError when there is no `.wsl`, it is not the one the
         lock recorded, or the probe wrote no report."""
-        _require_wsl2(env)
-        path = wsl_path(project, env.name)
-        if not path.is_file():
-            raise ValidationError(
-                f"{path} does not exist; run `envbuilder build --target wsl2 "
-                f"--env {env.name}` (or `envbuilder pull`) first"
-            )
-        sha = sha256_file(path)
-        lock = _require_lock(project, env)
-        recorded = lock.artifacts.get(TARGET, {}).get("sha256")
-        if recorded and recorded != sha:
-            raise ValidationError(
-                f"{path} has sha256 {sha}, but the lock recorded {recorded} "
-                "for the last build; build it again"
-            )
+        path, sha = _checked_wsl(project, env)
         launch = first_launch(path)
         engine = self._engine(env, path, sha, progress)
         if launch.command:
@@ -609,6 +640,36 @@ class Wsl2Builder:
         dest = project.report(env.name, TARGET)
         atomic_write_bytes(dest, report)
         return dest
+
+    def command(
+        self, project: Project, env: EnvSpec, options: RunOptions, progress: ProgressFn
+    ) -> RunCommand:
+        """`options.command` (default: bash) in exactly the `.wsl` `validate` checks, as the
+        user WSL starts as, through a login shell (/etc/profile.d sets the env's variables):
+        on Windows in the installed distro (wsl.exe --exec), on Linux in a container of the
+        imported `.wsl` after its first launch. Refuses (ValidationError) a `.wsl` that is
+        missing or not the one the lock records."""
+        path, sha = _checked_wsl(project, env)
+        launch = first_launch(path)
+        engine = self._engine(env, path, sha, progress)
+        if launch.command:
+            engine.first_launch(launch.command, progress)
+        inner = login_argv(options.command or ("bash",))
+        if isinstance(engine, WslEngine):
+            return engine.command(launch.user, inner)
+        assert isinstance(engine, DockerEngine)  # _engine makes one of the two
+        from envbuilder import runflags
+
+        argv = runflags.docker_run_argv(
+            engine.image,
+            inner,
+            user=launch.user,
+            flags=runflags.host_run_flags(cast("HostKind", engine.host_kind)),
+            tty=options.tty,
+            workspace=_workspace(options.workspace),
+            labels=((ENV_LABEL, env.name), ("org.envbuilder.role", "run")),
+        )
+        return RunCommand(tuple(argv), shlex.join(argv))
 
     def image_status(self, project: Project, env: EnvSpec) -> list[tuple[bool, str]]:
         """(ok, line): whether dist/<env>.wsl and the engine's rootfs image are the ones the

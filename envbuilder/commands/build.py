@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envbuilder.cli import path_value
@@ -41,6 +42,11 @@ only with --force.
 
 Building again with nothing changed builds nothing. Prints one line per artifact on stdout:
     <env> <target> <reference> <digest> (built|up to date)
+
+Beside the report, reports/<env>.<target>.cdx.json: the artifact's SBOM (CycloneDX 1.6 JSON,
+validated against its schema): the image (.wsl, venv) with its digest, every package its pylock
+installs with the file's sha256, the base image by digest and the apt versions the lock pins
+(docs/sbom.md). The same lock gives the same bytes.
 
 Reproducible images (docker, wsl2): the engine runs the steps, envbuilder writes the final image
 (sorted layers, fixed times, no logs or caches), so its digest (the image id) depends only on
@@ -104,13 +110,17 @@ def build_options(args: argparse.Namespace) -> BuildOptions:
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:
+    from envbuilder.sbom import write_sbom  # the CycloneDX library: imported when building
+
     options = build_options(args)
     project, envs = selected(args)
     builder = registry.get(args.target).load_builder()
-    built: list[Artifact] = []
+    built: list[tuple[Artifact, Path]] = []
     for env in envs:
         with progress_for(ui) as progress:
             artifact = builder.build(project, env, options, progress)
+        sbom = write_sbom(project, env.name, args.target, artifact)
+        ui.info(f"{env.name}/{artifact.target}: SBOM (CycloneDX) {sbom}")
         state = "up to date" if artifact.details.get("changed") == "no" else "built"
         if options.verify:
             state += ", verified: the digest the lock records"
@@ -123,13 +133,13 @@ def run(args: argparse.Namespace, ui: UI) -> int:
         ui.print(
             f"{env.name} {artifact.target} {artifact.reference} {artifact.digest or '-'} ({state})"
         )
-        built.append(artifact)
+        built.append((artifact, sbom))
     if args.json:
         ui.json(_json_result(args.target, built))
     return 0
 
 
-def _json_result(target: str, built: list[Artifact]) -> dict[str, Any]:
+def _json_result(target: str, built: list[tuple[Artifact, Path]]) -> dict[str, Any]:
     """The --json object (docs/cli.md): one entry per env, in the order they were built."""
     return {
         "command": "build",
@@ -142,7 +152,8 @@ def _json_result(target: str, built: list[Artifact]) -> dict[str, Any]:
                 "reference": a.reference,
                 "digest": a.digest,
                 "state": "up to date" if a.details.get("changed") == "no" else "built",
+                "sbom": str(sbom),
             }
-            for a in built
+            for a, sbom in built
         ],
     }

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder.cli import add_common_arguments, add_json_argument
+from envbuilder.devcontainer import DEVCONTAINERS
 from envbuilder.errors import UsageError
 from envbuilder.project import Project
 from envbuilder.render import RenderResult, render_all, rendered_targets
@@ -104,7 +105,12 @@ def run(args: argparse.Namespace, ui: UI) -> int:
                     f"{project.spec_path.name}"
                 )
     result = render_all(
-        project, spec, args.env or None, args.target or None, check=args.check, extras=(SCRIPTS,)
+        project,
+        spec,
+        args.env or None,
+        args.target or None,
+        check=args.check,
+        extras=(SCRIPTS, DEVCONTAINERS),
     )
     code = _report(project, result, ui)
     if args.json:

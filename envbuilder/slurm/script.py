@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envbuilder import quoting
+from envbuilder import quoting, runflags
 from envbuilder.compat import DeviceFlags, load_compat
 from envbuilder.errors import RenderError
 from envbuilder.imagedefs import LOCK_LABEL, VENV_PYTHON
@@ -106,20 +106,10 @@ def renders_with(targets: Sequence[str]) -> bool:
 
 def docker_run_flags(flags: DeviceFlags) -> list[str]:
     """docker.toml's flags for one host kind as `docker run` arguments, in the SDK's meaning
-    (envbuilder.docker_engine): devices rwm, volumes read-only. Groups are left out: they are
-    names resolved to the node's gids when the script runs."""
-    args = [f"--device={device}" for device in flags.devices]
-    args += [f"--volume={host}:{inner}:ro" for host, inner in flags.volumes]
-    args += [f"--env={key}={value}" for key, value in sorted(flags.environment.items())]
-    args += [f"--security-opt={opt}" for opt in flags.security_opt]
-    args += [f"--cap-add={cap}" for cap in flags.cap_add]
-    if flags.ipc_mode:
-        args.append(f"--ipc={flags.ipc_mode}")
-    if flags.shm_size:
-        args.append(f"--shm-size={flags.shm_size}")
-    if flags.gpu_request:
-        args.append("--gpus=all")
-    return args
+    (envbuilder.runflags, which validate and `envbuilder run` use): devices rwm, volumes
+    read-only. Groups are left out: they are names resolved to the node's gids when the script
+    runs."""
+    return runflags.cli_arguments(runflags.resolve_flags(flags, lookup=None))
 
 
 def default_probe_args(env: EnvSpec) -> list[str]:

@@ -38,7 +38,7 @@ Schema = Mapping[str, Any]
 VariableQuoting = tuple[tuple[str, Callable[[str], str | None]], ...]
 #: The capability names, as `Capabilities` fields and `registry.with_capability` takes them.
 Capability = Literal[
-    "build", "push", "pull", "path", "no_cache", "verify", "cluster", "needs_docker"
+    "build", "push", "pull", "path", "no_cache", "verify", "cluster", "needs_docker", "run"
 ]
 #: The ROCm location a Linux target's activation sets for a ROCm env.
 LINUX_ROCM_PATH = "/opt/rocm"
@@ -76,6 +76,7 @@ class Capabilities:
     no_cache: bool = False  # build takes --no-cache (image targets)
     verify: bool = False  # the lock predicts the artifact's image; build takes --verify
     cluster: bool = False  # can run on a cluster (Slurm; issue 16)
+    run: bool = False  # `envbuilder run`/`shell`: a user's command in the built artifact
     needs_docker: bool = False  # building needs a Docker engine (doctor checks it for such envs)
     host: tuple[str, ...] = ("linux",)  # where `envbuilder build` runs for it: linux, windows
 
@@ -210,6 +211,28 @@ class ValidateOptions:
 
 
 @dataclass(frozen=True)
+class RunOptions:
+    """What `envbuilder run` and `shell` pass: the user's command (empty: an interactive shell)."""
+
+    command: tuple[str, ...] = ()
+    tty: bool = False  # stdin and stdout are a terminal: the container gets one (docker -t)
+    path: Path | None = None  # capability `path`: the venv to run in
+    workspace: Path | None = None  # image targets: this folder is mounted at /workspace
+
+
+@dataclass(frozen=True)
+class RunCommand:
+    """How to run a command in an artifact: the argv envbuilder starts (with `environment`
+    as its whole environment, or envbuilder's own when None) and `line`, the same as one line
+    a user pastes into `shell` ("sh": a POSIX shell; "powershell")."""
+
+    argv: tuple[str, ...]
+    line: str
+    shell: str = "sh"
+    environment: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True)
 class PushOptions:
     """What `envbuilder push` passes: the registry, HOST[:PORT]/PATH (env name appended)."""
 
@@ -281,6 +304,19 @@ class VenvBuilderProtocol(Builder, Protocol):
 
     def venv_path(self, project: Project, env: EnvSpec, path: Path | None = None) -> Path:
         """Where the env's venv is, absolute."""
+        ...
+
+
+@runtime_checkable
+class RunnableBuilder(Builder, Protocol):
+    """A builder of a target with the `run` capability."""
+
+    def command(
+        self, project: Project, env: EnvSpec, options: RunOptions, progress: ProgressFn
+    ) -> RunCommand:
+        """The command line that runs `options.command` in the built artifact with what
+        `validate` gives the probe there (device flags, groups, mounts, variables); raises
+        (ValidationError, LockError) for an artifact that is missing or not the lock's."""
         ...
 
 

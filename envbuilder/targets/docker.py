@@ -195,7 +195,13 @@ DESCRIPTOR = registry.register(
         os="linux",
         builder="envbuilder.builders.docker:DockerBuilder",
         capabilities=Capabilities(
-            push=True, pull=True, no_cache=True, verify=True, cluster=True, needs_docker=True
+            push=True,
+            pull=True,
+            no_cache=True,
+            verify=True,
+            cluster=True,
+            needs_docker=True,
+            run=True,
         ),
         base_image=base_image,
         variables=image_variables,

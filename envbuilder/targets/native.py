@@ -70,7 +70,7 @@ DESCRIPTOR = registry.register(
         platforms=("x86_64-manylinux_2_28",),
         os="linux",
         builder="envbuilder.builders.venv:NativeVenvBuilder",
-        capabilities=Capabilities(path=True, cluster=True),
+        capabilities=Capabilities(path=True, cluster=True, run=True),
         variable_quoting=(
             ("the venv's activate script", quoting.sh_refusal),
             ("the venv's Activate.ps1", quoting.ps_refusal),

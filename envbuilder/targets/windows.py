@@ -266,7 +266,7 @@ DESCRIPTOR = registry.register(
         platforms=("x86_64-pc-windows-msvc",),
         os="windows",
         builder="envbuilder.builders.venv:WindowsVenvBuilder",
-        capabilities=Capabilities(path=True, host=("windows",)),
+        capabilities=Capabilities(path=True, run=True, host=("windows",)),
         variables=variables,
         variable_quoting=(
             ("the venv's activate.bat", quoting.cmd_set_refusal),

@@ -79,9 +79,21 @@ class Wsl2Table(TargetTable):
     ubuntu: str | None = None  # "22.04" or "24.04"; required for ROCm envs (the WSL stack)
     user: str = "envbuilder"  # default user, uid 1000
     systemd: bool = True
+    # [interop] appendWindowsPath: Windows' PATH inside the distro, so `code .` (VS Code's
+    # Remote - WSL) and other Windows tools start from a WSL shell (microsoft/WSL#1890)
+    append_windows_path: bool = True
+    terminal_profile: bool = True  # [windowsterminal] enabled: a Windows Terminal profile
 
 
-KEYS: Schema = {"distro": "str", "ubuntu": "str", "base": "str", "user": "str", "systemd": "bool"}
+KEYS: Schema = {
+    "distro": "str",
+    "ubuntu": "str",
+    "base": "str",
+    "user": "str",
+    "systemd": "bool",
+    "append_windows_path": "bool",
+    "terminal_profile": "bool",
+}
 
 
 def parse(ctx: TableContext) -> Wsl2Table | None:
@@ -107,7 +119,13 @@ def parse(ctx: TableContext) -> Wsl2Table | None:
     ctx.report("base", grammar.image_problem(base))
     ctx.report("base", grammar.image_untagged(base), "warning")
     return Wsl2Table(
-        distro=distro, base=base, ubuntu=ubuntu, user=user, systemd=t.get("systemd", True)
+        distro=distro,
+        base=base,
+        ubuntu=ubuntu,
+        user=user,
+        systemd=t.get("systemd", True),
+        append_windows_path=t.get("append_windows_path", True),
+        terminal_profile=t.get("terminal_profile", True),
     )
 
 
@@ -283,6 +301,8 @@ def plan(env: EnvSpec, inputs: PlanInputs) -> Plan:
         rocdxg and not pip_sdk,
         welcome,
         ICON_PATH,
+        wsl.append_windows_path,
+        wsl.terminal_profile,
     )
     stages = (Stage("rootfs", base, pinned, tuple(rootfs)), build, final)
     return Plan(env.name, NAME, env.description, lock.locked, stages, wsl=config)
@@ -473,6 +493,7 @@ DESCRIPTOR = registry.register(
             no_cache=True,
             verify=True,
             needs_docker=True,
+            run=True,
             host=("linux", "windows"),
         ),
         base_image=base_image,

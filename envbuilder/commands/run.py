@@ -1,0 +1,156 @@
+"""`envbuilder run`: a user's command in an env's built, lock-matching artifact."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+
+from envbuilder.cli import add_common_arguments, add_json_argument, path_value
+from envbuilder.commands._targets import progress_for, require
+from envbuilder.errors import EngineError, UsageError
+from envbuilder.foreground import is_terminal_session, run_foreground
+from envbuilder.model import EnvSpec
+from envbuilder.project import Project
+from envbuilder.specload import load_spec
+from envbuilder.targets import registry
+from envbuilder.targets.base import RunCommand, RunnableBuilder, RunOptions
+from envbuilder.ui import UI
+
+HELP = "run a command in an env's built artifact (docker, wsl2, venv) with validate's devices"
+DESCRIPTION = """\
+Run CMD in the env's built artifact, with exactly what `envbuilder validate` gives the probe
+there, and exit with CMD's exit code:
+
+  docker    docker run --rm of envbuilder/<env>:<short lock hash> as uid 1000, with this host's
+            device flags from envbuilder/data/docker.toml (ROCm: /dev/kfd, /dev/dri, the host's
+            video and render gids, seccomp=unconfined, ipc host; WSL2: /dev/dxg and the
+            libdxcore/librocdxg mounts; NVIDIA: --gpus=all; otherwise none).
+            ENVBUILDER_HOST_KIND overrides the detection, as for validate.
+  wsl2      dist/<env>.wsl (its sha256 must be the lock's): on Windows in the installed
+            distro (wsl.exe --distribution NAME --user USER --exec), on Linux in a container of
+            the imported .wsl; as the distro's default user, through a login shell
+  native    the venv (--path DIR as for build), with the env's variables and the venv first on
+            PATH, as its activate script sets them
+  windows   the same for the Windows venv (on Windows)
+
+Refused (exit 1, nothing run): an artifact that is missing or not the current lock's (an image
+whose lock label differs, a .wsl whose sha256 is not the recorded one, a venv whose marker
+names another lock, an incomplete venv), as `validate` refuses it.
+
+--print prints the same command as one line for a shell instead (POSIX sh; PowerShell for
+wsl2 and windows on Windows) and runs nothing: `docker run ...`, `wsl.exe ...`, or the venv's
+activation followed by CMD. Pasted into a shell it does what `envbuilder run` does.
+
+Put `--` before CMD when CMD has options of its own that envbuilder also knows (-q, --env).
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_run_arguments(parser)
+    parser.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        metavar="CMD",
+        help="the command and its arguments (default: an interactive shell)",
+    )
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """What run and shell share: --spec, --env, --target, --path, --workspace, --print."""
+    add_common_arguments(parser)
+    parser.add_argument("--env", required=True, metavar="NAME", help="the env to run in")
+    parser.add_argument(
+        "--target",
+        choices=sorted(registry.with_capability("run")),
+        help="where (default: the env's first target that runs on this host)",
+    )
+    parser.add_argument(
+        "--path", type=path_value, metavar="DIR", help="venv targets: the venv (as for build)"
+    )
+    parser.add_argument(
+        "--workspace",
+        type=path_value,
+        metavar="DIR",
+        help="image targets (docker, wsl2 on Linux): mount DIR read-write at /workspace and "
+        "start there (e.g. --workspace .)",
+    )
+    parser.add_argument(
+        "--print",
+        action="store_true",
+        help="print the command line (for a shell) instead of running it",
+    )
+    add_json_argument(parser, "the command line (with --print: argv, line, shell)")
+
+
+def run(args: argparse.Namespace, ui: UI) -> int:
+    return run_in_env(args, ui, command_words(args.command))
+
+
+def command_words(words: list[str]) -> tuple[str, ...]:
+    """CMD as given: without the `--` that separates it from envbuilder's options."""
+    return tuple(words[1:] if words[:1] == ["--"] else words)
+
+
+def run_in_env(args: argparse.Namespace, ui: UI, command: tuple[str, ...]) -> int:
+    """Run (or --print) `command` in the selected artifact; the command's exit status."""
+    project = Project.from_spec(args.spec)
+    env = load_spec(project.spec_path).env(args.env)
+    if args.json and not args.print:
+        raise UsageError("--json goes with --print (a command run prints its own output)")
+    target = args.target or default_target(env)
+    if target not in env.targets:
+        raise UsageError(
+            f"env {env.name!r} has no target {target!r} (its targets: {', '.join(env.targets)})"
+        )
+    descriptor = require(
+        target, "run", "target {target} cannot run commands; run applies to {have}"
+    )
+    if args.path is not None and not descriptor.has("path"):
+        raise UsageError(f"--path applies to the venv targets, not {target}")
+    builder = descriptor.load_builder()
+    if not isinstance(builder, RunnableBuilder):
+        raise TypeError(f"target {target} declares run but its builder has no command()")
+    options = RunOptions(command, is_terminal_session(), args.path, args.workspace)
+    with progress_for(ui) as progress:
+        prepared = builder.command(project, env, options, progress)
+    if args.print:
+        ui.print(prepared.line)
+        if args.json:
+            ui.json(
+                {
+                    "command": args.command,
+                    "ok": True,
+                    "env": env.name,
+                    "target": target,
+                    "argv": list(prepared.argv),
+                    "line": prepared.line,
+                    "shell": prepared.shell,
+                }
+            )
+        return 0
+    _require_program(prepared)
+    return run_foreground(prepared.argv, prepared.environment)
+
+
+def default_target(env: EnvSpec) -> str:
+    """The env's first target (spec order) that runs commands on this kind of host."""
+    host = "windows" if sys.platform == "win32" else "linux"
+    for name in env.targets:
+        descriptor = registry.get(name)
+        if descriptor.has("run") and host in descriptor.capabilities.host:
+            return name
+    raise UsageError(
+        f"env {env.name!r} has no target that runs here (its targets: "
+        f"{', '.join(env.targets)}); name one with --target"
+    )
+
+
+def _require_program(prepared: RunCommand) -> None:
+    """The docker CLI, when the command needs it: a missing one is said with the fix."""
+    if prepared.argv[0] == "docker" and shutil.which("docker") is None:
+        raise EngineError(
+            "the docker command-line client is not on PATH: `envbuilder run` hands the terminal "
+            "to `docker run`; install the Docker CLI (Debian/Ubuntu: docker.io or docker-ce-cli)"
+            " or use --print and run the line where docker is"
+        )

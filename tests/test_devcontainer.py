@@ -1,0 +1,143 @@
+"""Dev Containers (issue 23): `.devcontainer/<env>/devcontainer.json` rendered per docker env,
+tested with the real Dev Containers CLI (@devcontainers/cli from npm, which .ci/services.sh
+installs) against the real engine: `devcontainer up` of the shipped cpu env's image, then
+`devcontainer exec python -c "import torch"` inside it, as the image's non-root user."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import in_ci, service_missing
+from shipped import copy_shipped
+
+from envbuilder import lockfile, runflags
+from envbuilder.cli import main
+from envbuilder.devcontainer import devcontainer_path, document, run_args
+from envbuilder.project import Project
+from envbuilder.specload import load_spec
+
+ENV = "cpu"
+CLI_ENV = "ENVBUILDER_DEVCONTAINER_CLI"
+
+
+def jsonc(data: bytes) -> dict[str, Any]:
+    """devcontainer.json without its // comment lines (the header)."""
+    text = "\n".join(
+        line for line in data.decode("utf-8").splitlines() if not line.lstrip().startswith("//")
+    )
+    parsed: dict[str, Any] = json.loads(text)
+    return parsed
+
+
+# --- what is rendered ----------------------------------------------------------------------------
+
+
+def test_the_shipped_cpu_env_names_its_local_image_and_no_devices() -> None:
+    root = Path(__file__).resolve().parents[1]
+    doc = jsonc((root / ".devcontainer" / ENV / "devcontainer.json").read_bytes())
+    lock = lockfile.load_env_lock(Project.from_spec(root / "environments.toml"), ENV)
+    assert lock is not None
+    assert doc["image"] == f"envbuilder/cpu:{lock.targets['docker'].pylock_sha256[:12]}"
+    assert doc["runArgs"] == []  # a CPU env: no device flags
+    assert (doc["remoteUser"], doc["updateRemoteUserUID"]) == ("envbuilder", False)
+
+
+def test_a_pushed_image_is_named_by_its_digest(tmp_path: Path) -> None:
+    project = Project.from_spec(copy_shipped(tmp_path) / "environments.toml")
+    digest = "127.0.0.1:5000/envbuilder/cpu@sha256:" + "ab" * 32
+    lockfile.record_artifact(project, ENV, "docker", repo_digest=digest)
+    assert main(["-q", "render", "--env", ENV, "--spec", str(project.spec_path)]) == 0
+    assert jsonc(devcontainer_path(project, ENV).read_bytes())["image"] == digest
+    assert main(["-q", "render", "--check", "--spec", str(project.spec_path)]) == 0
+
+
+def test_rocm_run_args_are_validates_flags_with_the_hosts_gids_from_the_environment() -> None:
+    args = run_args("native-rocm")
+    flags = runflags.cli_arguments(runflags.host_run_flags("native-rocm", lambda name: None))
+    assert args[: len(flags)] == flags  # devices, seccomp, ipc, shm: what run/validate pass
+    assert "--device=/dev/kfd" in args and "--device=/dev/dri" in args
+    assert args[len(flags) :] == [
+        "--group-add=${localEnv:ENVBUILDER_GID_VIDEO:video}",
+        "--group-add=${localEnv:ENVBUILDER_GID_RENDER:render}",
+    ]
+
+
+def test_a_rocm_env_gets_the_rocm_host_flags() -> None:
+    root = Path(__file__).resolve().parents[1]
+    spec = load_spec(root / "environments.toml")
+    cpu_lock = lockfile.load_env_lock(Project.from_spec(root / "environments.toml"), ENV)
+    assert cpu_lock is not None
+    doc = document(spec.env("rocm714"), cpu_lock)  # the lock only names the image here
+    assert doc["runArgs"] == run_args("native-rocm")
+
+
+# --- the real CLI against the real engine --------------------------------------------------------
+
+
+def _devcontainer_cli() -> str:
+    found = os.environ.get(CLI_ENV) or shutil.which("devcontainer")
+    if not found or not Path(found).exists():
+        reason = (
+            f"the Dev Containers CLI is not installed (npm install @devcontainers/cli; "
+            f"{CLI_ENV} names its `devcontainer`, as .ci/services.sh exports it)"
+        )
+        service_missing(reason)
+    assert found is not None
+    return found
+
+
+@pytest.fixture
+def up(docker_client: Any, tmp_path: Path) -> Iterator[tuple[str, list[str]]]:
+    """The cpu env's dev container, up (the image built first), removed afterwards."""
+    cli = _devcontainer_cli()
+    project = copy_shipped(tmp_path / "project")
+    assert main(["-q", "build", "--target", "docker", "--env", ENV,
+                 "--spec", str(project / "environments.toml")]) == 0  # fmt: skip
+    label = f"envbuilder.test={uuid.uuid4().hex}"
+    where = [
+        "--workspace-folder", str(project),
+        "--config", str(project / ".devcontainer" / ENV / "devcontainer.json"),
+        "--id-label", label,
+    ]  # fmt: skip
+    try:
+        result = subprocess.run(
+            [cli, "up", *where], capture_output=True, text=True, timeout=600, check=False
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        outcome = json.loads(result.stdout.strip().splitlines()[-1])
+        assert outcome["outcome"] == "success", outcome
+        yield cli, where
+    finally:
+        for container in docker_client.containers.list(all=True, filters={"label": label}):
+            container.remove(force=True)
+
+
+@pytest.mark.slow
+def test_devcontainer_up_then_exec_imports_torch(up: tuple[str, list[str]]) -> None:
+    cli, where = up
+    script = "import os, torch; print(torch.__version__, os.getuid(), os.getcwd())"
+    result = subprocess.run(
+        [cli, "exec", *where, "python", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    version, uid, cwd = result.stdout.strip().splitlines()[-1].split()
+    assert (version, uid) == ("2.13.0+cpu", "1000")
+    assert cwd.startswith("/workspaces/")  # the CLI mounted the project folder
+
+
+def test_cli_is_installed_in_ci() -> None:
+    if not in_ci():
+        pytest.skip("outside CI the Dev Containers CLI is optional")
+    _devcontainer_cli()
