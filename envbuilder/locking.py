@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from envbuilder import __version__, aptlock
+from envbuilder import __version__, aptlock, lockdiff
 from envbuilder.errors import EngineError, LockError
 from envbuilder.fsutil import commit_files, same_bytes, sha256_bytes
 from envbuilder.lockfile import (
@@ -77,6 +77,7 @@ class LockResult:
     written: tuple[Path, ...] = ()  # files whose bytes changed
     removed: tuple[Path, ...] = ()  # pylocks of targets the spec no longer has
     warnings: tuple[str, ...] = ()
+    changes: tuple[lockdiff.Change, ...] = ()  # pins that moved (envbuilder.lockdiff)
 
 
 DigestLookup = Callable[[str], str]
@@ -476,7 +477,22 @@ def _write_env(
         stray = project.lockfiles / tl.pylock
         if gone not in targets and Path(tl.pylock).name == tl.pylock and stray.is_file():
             changes[stray] = None
+    moved = lockdiff.env_changes(
+        {t: _old_pylock(project, tl) for t, tl in old.items()},
+        {t: contents[t] for t in targets},
+        {t: tl.base_image for t, tl in old.items()},
+        {t: tl.base_image for t, tl in targets.items()},
+    )
     commit_files(project.lockfiles, changes)
     written = tuple(p for p, data in changes.items() if data is not None)
     removed = tuple(p for p, data in changes.items() if data is None)
-    return LockResult(env.name, resolved, written, removed, warnings)
+    return LockResult(env.name, resolved, written, removed, warnings, moved)
+
+
+def _old_pylock(project: Project, entry: TargetLock) -> bytes | None:
+    """The bytes of the pylock the previous lock names (None when it is gone or unreadable)."""
+    path = project.lockfiles / entry.pylock
+    try:
+        return path.read_bytes() if Path(entry.pylock).name == entry.pylock else None
+    except OSError:
+        return None

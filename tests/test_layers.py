@@ -51,6 +51,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "envbuilder.indexsources",
             "envbuilder.uvrun",
             "envbuilder.locking",
+            "envbuilder.lockdiff",
             "envbuilder.wheelcache",
             "envbuilder.render",
             "envbuilder.buildcontext",

@@ -224,6 +224,8 @@ def _lock(
         if not result.resolved and not result.written:
             ui.print(f"{env.name}: lock is current, nothing written")
             continue
+        for change in result.changes:
+            ui.print(f"{env.name}: {change.line()}")
         for path in (*result.written, *result.removed):
             verb = "wrote" if path in result.written else "removed"
             ui.print(f"{env.name}: {verb} {path.relative_to(project.root)}")
@@ -247,6 +249,7 @@ def _env_json(
             "written": [],
             "removed": [],
             "warnings": [],
+            "changes": [],
             "error": error,
         }
     status = (
@@ -264,5 +267,6 @@ def _env_json(
         "written": [str(p.relative_to(project.root)) for p in result.written],
         "removed": [str(p.relative_to(project.root)) for p in result.removed],
         "warnings": list(result.warnings),
+        "changes": [c.as_json() for c in result.changes],
         "error": None,
     }
