@@ -51,9 +51,10 @@ recorded by tag with --no-base-digest.
 A lock naming files outside lockfiles/ (or another env's lock) is never replaced: restore it
 from version control, or delete it and lock again.
 
-Mirrors: an index's `mirror` (spec) or ENVBUILDER_MIRROR_<INDEX_NAME> (environment; a folder of
-wheels or a URL; empty switches it off) is where uv resolves and envbuilder fetches; the locks
-always record the index's canonical URL and each file's sha256.
+Mirrors (a machine's setting): ENVBUILDER_MIRROR_<INDEX_NAME> (a folder of wheels or a URL;
+empty switches it off), else ~/.config/envbuilder/mirrors.toml ([mirrors], keyed by the index's
+canonical URL or name), else the spec's `mirror`, is where uv resolves and envbuilder fetches;
+the locks always record the index's canonical URL and each file's sha256.
 """
 
 
