@@ -15,6 +15,9 @@ import nox
 
 nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_existing_virtualenvs = True
+# A session whose Python is missing fails (nox's default is to skip it and exit 0, so the README's
+# first command would "succeed" having built nothing).
+nox.options.error_on_missing_interpreters = True
 
 PYTHON = "3.11"
 # The CPU torch wheel the test suite imports; pip takes it from the machine's find-links folder

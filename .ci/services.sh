@@ -47,9 +47,19 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 log() { printf 'services.sh: %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
+# Docker CE (Docker's own packages: docker-ce, containerd.io) conflicts with Debian's docker.io:
+# installing docker.io over it would remove it. When it is there, it is kept and used as it is.
+docker_ce_installed() {
+    dpkg-query -W -f='${Status}' docker-ce 2>/dev/null | grep -q 'install ok installed'
+}
+
 install_packages() {
     local missing=() pkg
     for pkg in "${PACKAGES[@]}"; do
+        if [ "$pkg" = docker.io ] && docker_ce_installed; then
+            log "Docker CE is installed: keeping it (Debian's docker.io is not installed)"
+            continue
+        fi
         dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' \
             || missing+=("$pkg")
     done
@@ -110,6 +120,13 @@ start_registry() {
 
 engine_up() { docker info >/dev/null 2>&1; }
 
+die_docker_ce() {
+    die "Docker CE's engine $1. The tests need it to use the local registry as its mirror: add
+    \"registry-mirrors\": [\"http://127.0.0.1:$REGISTRY_PORT\"],
+    \"insecure-registries\": [\"127.0.0.1:$REGISTRY_PORT\", \"127.0.0.1:$AUTH_REGISTRY_PORT\"]
+to /etc/docker/daemon.json, run \`systemctl restart docker\` (your containers stop), then run $0 again"
+}
+
 engine_has_mirror() {
     docker info --format '{{range .RegistryConfig.Mirrors}}{{.}} {{end}}' 2>/dev/null \
         | grep -q "127.0.0.1:$REGISTRY_PORT"
@@ -121,6 +138,8 @@ start_engine() {
             log "Docker engine already up"
             return
         fi
+        # Docker CE's engine belongs to its owner: it is never stopped or replaced here.
+        if docker_ce_installed; then die_docker_ce "runs without the registry mirror"; fi
         # Debian's package starts dockerd through its init script on install, without the
         # mirror. Only that instance (the one with the init script's pid file) is replaced.
         if [ -x /etc/init.d/docker ] && [ -f /var/run/docker-ssd.pid ]; then
@@ -132,6 +151,7 @@ start_engine() {
 restart it with the flags in $0 (or add \"registry-mirrors\" to /etc/docker/daemon.json)"
         fi
     fi
+    if docker_ce_installed; then die_docker_ce "is not running"; fi
     $SUDO mkdir -p "$STATE_DIR"
     log "starting dockerd (log: $STATE_DIR/dockerd.log)"
     $SUDO setsid nohup dockerd \
