@@ -682,7 +682,19 @@ def parse_pylock(data: bytes, where: str) -> dict[str, Any]:
         raise _bad(where, "packages", "an array of tables ([[packages]])", packages)
     for i, package in enumerate(packages):
         _check_package(package, where, f"packages[{i}]")
+    _check_pep751(doc, where)
     return doc
+
+
+def _check_pep751(doc: dict[str, Any], where: str) -> None:
+    """The rest of PEP 751's rules, as packaging.pylock reads them (lock-version, created-by,
+    one source per package, ...); the checks above name the keys envbuilder itself reads."""
+    from packaging.pylock import Pylock, PylockUnsupportedVersionError, PylockValidationError
+
+    try:
+        Pylock.from_dict(doc)
+    except (PylockValidationError, PylockUnsupportedVersionError) as exc:
+        raise LockError(f"{where}: not a valid PEP 751 lock file: {exc}") from None
 
 
 def _check_package(package: Mapping[str, Any], where: str, key: str) -> None:
