@@ -10,6 +10,7 @@ fails to resolve or pin (docs/lock.md).
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import datetime
 import functools
 import tomllib
@@ -105,6 +106,43 @@ def registry_digest(ref: str) -> str:
         ) from None
 
 
+def registry_source(pinned: str) -> str | None:
+    """The registry that served `pinned`'s digest for its tag to this engine (a mirror of the
+    engine, or the image's registry: envbuilder.basesource), recorded as `base_source`; None
+    when the engine cannot be asked (the lock then says nothing about it)."""
+    from envbuilder import basesource
+    from envbuilder.docker_engine import connect
+
+    ref, _, digest = pinned.partition("@")
+    try:
+        return basesource.source_of(connect(), ref, digest)
+    except EngineError:
+        return None
+
+
+def _sources(
+    pins: Mapping[str, str | None],
+    old: Mapping[str, TargetLock],
+    lookup: Callable[[str], str | None],
+    refresh: set[str],
+) -> dict[str, str | None]:
+    """Each target's `base_source`: kept with a pin that is kept, asked for a new pin and for
+    the targets in `refresh` (--refresh-base, --upgrade: the pin was read again), once per
+    image; none for a base without digest."""
+    asked: dict[str, str | None] = {}
+    out: dict[str, str | None] = {}
+    for target, pinned in pins.items():
+        if pinned is None or "@sha256:" not in pinned:
+            out[target] = None
+        elif target in old and old[target].base_image == pinned and target not in refresh:
+            out[target] = old[target].base_source
+        else:
+            if pinned not in asked:
+                asked[pinned] = lookup(pinned)
+            out[target] = asked[pinned]
+    return out
+
+
 def system_file(env: EnvSpec, target: str) -> str | None:
     """The system file a target installs besides its wheels, pinned ("<url>#sha256=<hex>"), from
     the compatibility data (its descriptor says which); None when it has none or the data has no
@@ -181,6 +219,7 @@ def lock_env(
     *,
     lookup: DigestLookup = registry_digest,
     apt_resolver: AptResolver = aptlock.engine_resolver,
+    source_lookup: Callable[[str], str | None] = registry_source,
     progress: ProgressFn = no_progress,
 ) -> LockResult:
     """Lock one env: resolve what is stale or asked for, pin base images and the apt versions
@@ -229,9 +268,14 @@ def lock_env(
     ):
         return LockResult(env.name, warnings=tuple(warn0))
 
-    def background() -> tuple[dict[str, str | None], dict[str, dict[str, dict[str, str]]]]:
+    def background() -> tuple[
+        dict[str, str | None], dict[str, dict[str, dict[str, str]]], dict[str, str | None]
+    ]:
         final = pins(functools.cache(lookup)) if asked else known
-        return final, apt.lock(final)
+        again = {t for t in wanted if options.upgrade or options.refresh_base}
+        if not options.base_digest:
+            again = set()  # no engine: a known source is kept like a known digest
+        return final, apt.lock(final), _sources(final, old, source_lookup, again)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         # Registry look-ups (once per image: docker and wsl2 often share one), then the apt
@@ -240,7 +284,7 @@ def lock_env(
         new_pylocks, warnings = _resolve_targets(
             project, env, indexes, to_resolve, old, options, progress
         )
-        final, apt_pins = job.result()
+        final, apt_pins, base_sources = job.result()
     return _write_env(
         project,
         env,
@@ -248,6 +292,7 @@ def lock_env(
         previous,
         new_pylocks,
         final,
+        base_sources,
         apt_pins,
         tuple(to_resolve),
         (*warn0, *warnings, *apt.warnings),
@@ -429,6 +474,7 @@ def _write_env(
     previous: EnvLock | None,
     new_pylocks: Mapping[str, bytes],
     pins: Mapping[str, str | None],
+    base_sources: Mapping[str, str | None],
     apt: Mapping[str, Mapping[str, Mapping[str, str]]],
     resolved: tuple[str, ...],
     warnings: tuple[str, ...],
@@ -451,11 +497,12 @@ def _write_env(
             unpinned_reason(pins[t]),
             system_file(env, t),
             {k: dict(v) for k, v in apt.get(t, {}).items()},
+            base_sources.get(t),
         )
     artifacts = {
         t: v
         for t, v in (previous.artifacts if previous else {}).items()
-        if t in targets and old.get(t) == targets[t]
+        if t in targets and t in old and _same_image_inputs(old[t], targets[t])
     }
     lock = EnvLock(
         LOCK_VERSION,
@@ -487,6 +534,12 @@ def _write_env(
     written = tuple(p for p, data in changes.items() if data is not None)
     removed = tuple(p for p, data in changes.items() if data is None)
     return LockResult(env.name, resolved, written, removed, warnings, moved)
+
+
+def _same_image_inputs(old: TargetLock, new: TargetLock) -> bool:
+    """Whether a re-locked target still predicts the recorded image: every value of its entry
+    is the same but where the base digest was read from (it does not change the image)."""
+    return dataclasses.replace(old, base_source=None) == dataclasses.replace(new, base_source=None)
 
 
 def _old_pylock(project: Project, entry: TargetLock) -> bytes | None:

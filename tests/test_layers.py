@@ -52,6 +52,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "envbuilder.uvrun",
             "envbuilder.locking",
             "envbuilder.lockdiff",
+            "envbuilder.basesource",
+            "envbuilder.scratch",
             "envbuilder.wheelcache",
             "envbuilder.render",
             "envbuilder.buildcontext",

@@ -25,7 +25,7 @@ from typing import Any
 import docker
 import docker.errors
 
-from envbuilder import docker_engine, lockfile, repro
+from envbuilder import basesource, docker_engine, lockfile, repro
 from envbuilder.buildcontext import ca_bundle_path
 from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes
 from envbuilder.compat import HostKind
@@ -103,9 +103,20 @@ def _docker_lock(project: Project, env: str) -> tuple[lockfile.EnvLock, lockfile
     return verified.lock, verified.pylock.entry
 
 
-def _ensure_base(client: docker.DockerClient, base: str, repin: str, progress: ProgressFn) -> None:
-    """Pull the locked base image (by digest) unless the engine has it already. A failure is
-    one line naming the image and `repin`, the command that pins what the tag serves now."""
+def _ensure_base(
+    client: docker.DockerClient,
+    env: str,
+    target: lockfile.TargetLock,
+    repin: str,
+    progress: ProgressFn,
+) -> None:
+    """Pull the locked base image (by digest) unless the engine has it already. A digest the
+    registry does not serve is a BaseNotServedError saying whether the pin came from another
+    registry or was lost or changed (envbuilder.basesource); another failure is one line naming
+    the image and `repin`, the command that pins what the tag serves now."""
+    base = target.base_image
+    if base is None:
+        return
     if docker_engine.existing_image(client, base) is not None:
         return
     progress(f"pulling the base image {base}", 0, None)
@@ -116,10 +127,9 @@ def _ensure_base(client: docker.DockerClient, base: str, repin: str, progress: P
         if "@sha256:" in base and any(
             w in reason.lower() for w in ("manifest unknown", "not found")
         ):
-            raise BuildError(
-                f"the base image {base} (from the lock) cannot be pulled: its registry does not "
-                f"have that digest (the tag now names another image); re-pin with `{repin}`, "
-                "then build again"
+            diagnosis = basesource.diagnose(client, base, target.base_source)
+            raise basesource.BaseNotServedError(
+                basesource.not_served_message(env, diagnosis), diagnosis
             ) from None
         raise BuildError(
             f"the base image {base} (from the lock) cannot be pulled: {reason}; log in to its "
@@ -163,7 +173,7 @@ class DockerBuilder:
                 f"envbuilder lock --env {env.name} --refresh-base && "
                 f"envbuilder render --env {env.name}"
             )
-            _ensure_base(client, target.base_image, repin, progress)
+            _ensure_base(client, env.name, target, repin, progress)
         spec_ca = getattr(env.table(DockerTable), "ca_bundle", None)
         ca = ca_bundle_path(spec_ca if isinstance(spec_ca, str) else None, project)
         image_id, built = build_rendered_image(
