@@ -80,9 +80,7 @@ def test_precedence_variable_then_file_then_spec(tmp_path: Path) -> None:
         ('[mirrors]\npytorch-cpu = "/srv/$(id)"\n', "contains"),
     ],
 )
-def test_a_bad_mirrors_file_is_an_error_naming_it(
-    tmp_path: Path, text: str, expected: str
-) -> None:
+def test_a_bad_mirrors_file_is_an_error_naming_it(tmp_path: Path, text: str, expected: str) -> None:
     conf = _write(tmp_path / "m.toml", text)
     with pytest.raises(SpecError) as err:
         machine_mirrors({"ENVBUILDER_MIRRORS_FILE": str(conf)})
