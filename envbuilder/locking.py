@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from envbuilder import __version__, aptlock, lockdiff
+from envbuilder import __version__, aptlock, aptsnapshot, lockdiff
 from envbuilder.errors import EngineError, LockError
 from envbuilder.fsutil import commit_files, same_bytes, sha256_bytes
 from envbuilder.lockfile import (
@@ -82,8 +82,9 @@ class LockResult:
 
 
 DigestLookup = Callable[[str], str]
-#: (base image with digest, target -> apt stages) -> target -> stage -> package -> version.
-AptResolver = Callable[[str, aptlock.Requests], dict[str, dict[str, dict[str, str]]]]
+#: (base image with digest, target -> apt stages, sh lines pointing apt at the snapshot) ->
+#: target -> stage -> package -> version.
+AptResolver = Callable[[str, aptlock.Requests, Sequence[str]], dict[str, dict[str, dict[str, str]]]]
 
 
 def registry_digest(ref: str) -> str:
@@ -268,23 +269,27 @@ def lock_env(
     ):
         return LockResult(env.name, warnings=tuple(warn0))
 
-    def background() -> tuple[
-        dict[str, str | None], dict[str, dict[str, dict[str, str]]], dict[str, str | None]
-    ]:
+    def background() -> tuple[dict[str, str | None], dict[str, str | None]]:
         final = pins(functools.cache(lookup)) if asked else known
         again = {t for t in wanted if options.upgrade or options.refresh_base}
         if not options.base_digest:
             again = set()  # no engine: a known source is kept like a known digest
-        return final, apt.lock(final), _sources(final, old, source_lookup, again)
+        return final, _sources(final, old, source_lookup, again)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        # Registry look-ups (once per image: docker and wsl2 often share one), then the apt
-        # resolution on the pinned bases, run while uv resolves; any failing writes nothing.
+        # Registry look-ups (once per image: docker and wsl2 often share one) run while uv
+        # resolves; any failing writes nothing.
         job = pool.submit(background)
         new_pylocks, warnings = _resolve_targets(
             project, env, indexes, to_resolve, old, options, progress
         )
-        final, apt_pins, base_sources = job.result()
+        final, base_sources = job.result()
+    # The apt versions are resolved in the snapshot archive of the new lock's timestamp (the
+    # one its images read: envbuilder.aptsnapshot); a new timestamp resolves them all again.
+    epoch = source_date_epoch(_all_pylocks(project, env, new_pylocks, old))
+    if previous is None or previous.source_date_epoch != epoch:
+        apt.refresh |= set(env.targets)
+    apt_pins = apt.lock(final, epoch)
     return _write_env(
         project,
         env,
@@ -336,9 +341,12 @@ class _AptLocking:
         """True when some target's apt pins must be resolved (or dropped) again."""
         return any(self.stages[t] and not self._keep(t, bases[t]) for t in self.stages)
 
-    def lock(self, bases: Mapping[str, str | None]) -> dict[str, dict[str, dict[str, str]]]:
-        """target -> stage -> package -> version, for every target of the env. Known pins are
-        never dropped for want of an engine (as base digests are not)."""
+    def lock(
+        self, bases: Mapping[str, str | None], epoch: int
+    ) -> dict[str, dict[str, dict[str, str]]]:
+        """target -> stage -> package -> version, for every target of the env, resolved in the
+        snapshot archive of `epoch` where the base has one. Known pins are never dropped for
+        want of an engine (as base digests are not)."""
         out: dict[str, dict[str, dict[str, str]]] = {t: {} for t in self.stages}
         groups: dict[str, dict[str, list[aptlock.AptStage]]] = {}
         for target, stages in self.stages.items():
@@ -357,8 +365,10 @@ class _AptLocking:
                     "engine (`envbuilder lock --refresh-base`)"
                 )
         for base, requests in groups.items():  # one container per base image
+            snapshot = aptsnapshot.sources_for(base, epoch)
+            sources = aptsnapshot.shell_lines(snapshot) if snapshot else []
             try:
-                out.update(self.resolver(base, requests))
+                out.update(self.resolver(base, requests, sources))
             except aptlock.NoEngineError as exc:  # as a base by digest, locked without engine
                 for target in requests:
                     out[target] = self._previous(target) if self._usable(target, base) else {}
@@ -534,6 +544,16 @@ def _write_env(
     written = tuple(p for p, data in changes.items() if data is not None)
     removed = tuple(p for p, data in changes.items() if data is None)
     return LockResult(env.name, resolved, written, removed, warnings, moved)
+
+
+def _all_pylocks(
+    project: Project, env: EnvSpec, new: Mapping[str, bytes], old: Mapping[str, TargetLock]
+) -> list[bytes]:
+    """The bytes of every target's pylock as the new lock will have them (new or kept)."""
+    return [
+        new[t] if t in new else (project.lockfiles / old[t].pylock).read_bytes()
+        for t in env.targets
+    ]
 
 
 def _same_image_inputs(old: TargetLock, new: TargetLock) -> bool:

@@ -40,7 +40,15 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "envbuilder.interrupts",
         ),
     ),
-    ("data", ("envbuilder.compat", "envbuilder.grammar", "envbuilder.activate")),
+    (
+        "data",
+        (
+            "envbuilder.compat",
+            "envbuilder.grammar",
+            "envbuilder.activate",
+            "envbuilder.aptsnapshot",
+        ),
+    ),
     ("model", ("envbuilder.model", "envbuilder.plan", "envbuilder.pipsdk")),
     ("descriptors", ("envbuilder.targets",)),
     ("spec", ("envbuilder.specload", "envbuilder.compatrules")),
