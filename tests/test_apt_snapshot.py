@@ -40,7 +40,11 @@ class Replica:
     """A replica built from the shipped locks and served on a free port; `served()`: the .debs
     apt downloaded from it."""
 
-    def __init__(self, root: Path, leave_out: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, root: Path, leave_out: tuple[str, ...] = (), serve_prefix: list[str] | None = None
+    ) -> None:
+        """Build the replica (on this machine's network) and serve it, in the network
+        namespace `serve_prefix` enters (`ip netns exec NAME`) when given."""
         self.root, self.log = root / "replica", root / "served.log"
         cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "envbuilder-test"
         subprocess.run(
@@ -51,7 +55,10 @@ class Replica:
             timeout=600,
         )
         self.process = subprocess.Popen(
-            [sys.executable, str(REPLICA), "serve", str(self.root), "--log", str(self.log)],
+            [
+                *(serve_prefix or []),
+                *(sys.executable, str(REPLICA), "serve", str(self.root), "--log", str(self.log)),
+            ],
             stdout=subprocess.PIPE,
             text=True,
         )

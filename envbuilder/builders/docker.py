@@ -124,13 +124,16 @@ def _ensure_base(
         docker_engine.pull_image(client, base, progress)
     except RegistryError as exc:
         reason = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-        if "@sha256:" in base and any(
-            w in reason.lower() for w in ("manifest unknown", "not found")
-        ):
+        if "@sha256:" in base:
+            # Not served here when a registry said so, or when this engine's registry serves
+            # the tag as another image (an engine falls back from its mirror to Docker Hub, so
+            # the error it reports may be Hub's, unreachable or not).
             diagnosis = basesource.diagnose(client, base, target.base_source)
-            raise basesource.BaseNotServedError(
-                basesource.not_served_message(env, diagnosis), diagnosis
-            ) from None
+            said_so = any(w in reason.lower() for w in ("manifest unknown", "not found"))
+            if said_so or diagnosis.served not in (None, base.split("@", 1)[1]):
+                raise basesource.BaseNotServedError(
+                    basesource.not_served_message(env, diagnosis), diagnosis
+                ) from None
         raise BuildError(
             f"the base image {base} (from the lock) cannot be pulled: {reason}; log in to its "
             "registry or make the image available to the engine (docker load/pull), or, if "
