@@ -20,6 +20,9 @@ only. So the replica serves **Debian's own signed files**, copied from the live 
           `<dir>/<archive>/<path>`. Builds reach it through ENVBUILDER_APT_PROXY, which envbuilder
           hands to apt as its http proxy (kept out of the image and its history), so the image
           is the one the real snapshot archive gives. Each served .deb is logged (`--log`).
+          A request for another host (an image without snapshot sources reading its distro's
+          own archive) is passed on unchanged, as any HTTP proxy would: only snapshot.debian.org
+          is answered from the replica.
 
 What it cannot be: the snapshot of another day. Every timestamp gets the archive as it was when
 the replica was built; the real archive would answer an older timestamp with older index files.
@@ -40,6 +43,7 @@ import re
 import shutil
 import sys
 import tomllib
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -198,7 +202,31 @@ class Handler(http.server.BaseHTTPRequestHandler):
         path = self.root / match[1] / match[2]
         return path if path.is_file() else None
 
+    def _forward(self, body: bool) -> None:
+        """Pass a request for another host on (http only, as apt's http method asks)."""
+        request = urllib.request.Request(self.path, method=self.command)
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(request, timeout=120) as response:
+                status, data = response.status, response.read()
+                kind = response.headers.get("Content-Type", "application/octet-stream")
+        except urllib.error.HTTPError as exc:
+            status, data, kind = exc.code, b"", "text/plain"
+        except OSError as exc:
+            self.send_error(502, f"cannot reach {self.path}: {exc}")
+            return
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if body:
+            self.wfile.write(data)
+
     def _answer(self, body: bool) -> None:
+        url = urllib.parse.urlsplit(self.path)
+        if url.scheme == "http" and url.hostname not in (None, SNAPSHOT_HOST):
+            self._forward(body)
+            return
         path = self._file()
         if path is None:
             self.send_error(404, "not in this replica of the snapshot archive")
