@@ -183,11 +183,15 @@ def not_served_message(env: str, diagnosis: PinDiagnosis) -> str:
         f"(rewrites lockfiles/{env}.lock.toml and the rendered files: commit them if this "
         "registry's image is to be the team's pin)"
     )
-    if diagnosis.kind == "lost-or-changed":
-        return f"{env}/docker: {diagnosis.describe()}. Then re-pin with {commit}"
+    head = (
+        f"{env}/docker: the base image {diagnosis.pinned} (from the lock) cannot be pulled: "
+        f"this engine's registry does not have that digest; {diagnosis.describe()}"
+    )
+    if diagnosis.kind != "not-served-here":
+        return f"{head}. Re-pin with {commit}, then build again"
     scratch = (
         f"`envbuilder build --target docker --env {env} --repin-base-into build/demo` re-pins "
         "into a scratch copy of the project and builds from there, leaving the committed lock "
         "as it is (`nox -s build-docker` does that)"
     )
-    return f"{env}/docker: {diagnosis.describe()}. To build here: {scratch}; or {commit}"
+    return f"{head}. To build here: {scratch}; or {commit}"
