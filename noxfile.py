@@ -5,16 +5,22 @@
                                  the tests and the benchmarks (`-- --fix`; `-- PATH ...` checks
                                  only those paths)
     nox -s render                re-render dockerfiles/, wsl/, windows/ (`-- --check` to only check)
+    nox -s tests-floor           the lock tests with uv, packaging and pip at their declared floors
 
 Extra arguments after `--` are passed through (session.posargs).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import nox
 
 nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_existing_virtualenvs = True
+# A session whose Python is missing fails (nox's default is to skip it and exit 0, so the README's
+# first command would "succeed" having built nothing).
+nox.options.error_on_missing_interpreters = True
 
 PYTHON = "3.11"
 # The CPU torch wheel the test suite imports; pip takes it from the machine's find-links folder
@@ -33,6 +39,54 @@ def tests(session: nox.Session) -> None:
     _install(session, "test")
     session.install(TORCH)
     session.run("pytest", *session.posargs)
+
+
+# --- dependency floors (issue 22; docs/lock.md, "Dependency floors") ---
+
+#: The tests of what the floors are declared for: uv's resolution and pylock output (uv),
+#: Pylock.from_dict/select (packaging), pip installing a pylock (the test extra's pip).
+FLOOR_TESTS = (
+    "tests/test_lock.py",
+    "tests/test_lock_model.py",
+    "tests/test_lock_changes.py",
+    "tests/test_safety_lock.py",
+    "tests/test_wheelcache.py",
+    "tests/test_mirror_config.py",
+)
+
+
+def declared_floors(pyproject: dict[str, Any]) -> list[str]:
+    """`NAME==X` for each `NAME>=X` of envbuilder's dependencies, and for the test extra's pip
+    (the pip that installs pylocks in the tests), read from pyproject.toml: the floors CI
+    tests are the declared ones by construction."""
+    from packaging.requirements import Requirement
+
+    project = pyproject["project"]
+    reqs = [Requirement(r) for r in project["dependencies"]]
+    reqs += [
+        r for r in map(Requirement, project["optional-dependencies"]["test"]) if r.name == "pip"
+    ]
+    floors = []
+    for req in reqs:
+        lowest = [s.version for s in req.specifier if s.operator == ">="]
+        if len(lowest) != 1:
+            raise ValueError(f"{req}: a dependency of envbuilder needs one `>=` floor")
+        floors.append(f"{req.name}=={lowest[0]}")
+    return floors
+
+
+@nox.session(name="tests-floor", python=PYTHON)
+def tests_floor(session: nox.Session) -> None:
+    """The lock tests with uv, packaging and pip at the floors pyproject.toml declares."""
+    import pathlib
+    import tomllib
+
+    floors = declared_floors(tomllib.loads(pathlib.Path("pyproject.toml").read_text("utf-8")))
+    constraints = pathlib.Path(session.create_tmp()) / "floors.txt"
+    constraints.write_text("".join(f"{f}\n" for f in floors), encoding="utf-8")
+    session.install("-c", str(constraints), "-e", ".[test]")
+    session.run("python", "-m", "pip", "freeze", silent=False)  # what was tested, in the log
+    session.run("pytest", *FLOOR_TESTS, *session.posargs)
 
 
 LINT_PATHS = ("envbuilder", "tests", "benchmarks", "noxfile.py", ".ci")
@@ -107,16 +161,31 @@ def build_windows(session: nox.Session) -> None:
 # --- docker target (issue 5; docs/docker.md) ---
 
 
+#: Where the demo re-pins a base image this machine's registry does not serve (docs/docker.md,
+#: "First command"): a scratch copy of the project; the committed lock is never rewritten.
+DEMO_SCRATCH = "build/demo"
+
+
 @nox.session(name="build-docker", python=PYTHON)
 def build_docker(session: nox.Session) -> None:
     """Build envs' Docker images and validate the probe inside (`-- cpu [ENV ...] [--level L]`)."""
+    import json
+    import pathlib
+
     args = list(session.posargs)
     first_opt = next((i for i, a in enumerate(args) if a.startswith("-")), len(args))
     names, extra = args[:first_opt] or ["cpu"], args[first_opt:]
     _install(session)
+    marker = pathlib.Path(DEMO_SCRATCH) / ".envbuilder-scratch.json"
     for env in names:
-        session.run("envbuilder", "build", "--target", "docker", "--env", env)
-        session.run("envbuilder", "validate", "--target", "docker", "--env", env, *extra)
+        build = ("envbuilder", "build", "--target", "docker", "--env", env)
+        session.run(*build, "--repin-base-into", DEMO_SCRATCH)
+        # The build says when it re-pinned in the scratch copy; the image is then that copy's.
+        repinned = marker.is_file() and env in json.loads(marker.read_text("utf-8"))["repinned"]
+        spec = ["--spec", f"{DEMO_SCRATCH}/environments.toml"] if repinned else []
+        session.run("envbuilder", "validate", "--target", "docker", "--env", env, *spec, *extra)
+        if repinned:
+            session.log(f"report: {DEMO_SCRATCH}/reports/{env}.docker.json (the scratch copy's)")
 
 
 @nox.session(python=PYTHON)

@@ -7,6 +7,10 @@
 #     `docker pull debian:bookworm-slim` works without a public registry. The seed is
 #     reproducible (.ci/seed_image.py): the same digest on every machine while Debian's archive
 #     serves the same bookworm packages; its files stay in $STATE_DIR/seed.
+#   - a replica of Debian's snapshot archive on 127.0.0.1:5003 (.ci/apt_snapshot.py): Debian's
+#     signed index files and exactly the .debs the committed locks pin, for the rendered
+#     Dockerfiles' snapshot sources (snapshot.debian.org is unreachable from CI); exported as
+#     ENVBUILDER_APT_PROXY, the apt proxy envbuilder's builds use;
 #   - a two-node Slurm cluster on this one machine (Debian's Slurm 22.05, docs/cluster.md):
 #     a private munged, one slurmctld and two slurmd (`-N n1`, `-N n2`), all on 127.0.0.1,
 #     configured by $STATE_DIR/slurm/slurm.conf (exported as SLURM_CONF).
@@ -29,6 +33,8 @@ SEED_TAG=bookworm-slim
 # Only to try the seed itself without touching the served one (e.g. envbuilder-seedtest/debian).
 SEED_REPOSITORY="${ENVBUILDER_SEED_REPOSITORY:-library/debian}"
 SEED_DIR="$STATE_DIR/seed"
+APT_SNAPSHOT_PORT=5003
+APT_SNAPSHOT_DIR="$STATE_DIR/apt-snapshot"
 if [ "$SEED_REPOSITORY" != library/debian ]; then SEED_DIR="$STATE_DIR/seed-${SEED_REPOSITORY//\//-}"; fi
 CI_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 DOCKER_SOCK=/var/run/docker.sock
@@ -49,9 +55,19 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 log() { printf 'services.sh: %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
+# Docker CE (Docker's own packages: docker-ce, containerd.io) conflicts with Debian's docker.io:
+# installing docker.io over it would remove it. When it is there, it is kept and used as it is.
+docker_ce_installed() {
+    dpkg-query -W -f='${Status}' docker-ce 2>/dev/null | grep -q 'install ok installed'
+}
+
 install_packages() {
     local missing=() pkg
     for pkg in "${PACKAGES[@]}"; do
+        if [ "$pkg" = docker.io ] && docker_ce_installed; then
+            log "Docker CE is installed: keeping it (Debian's docker.io is not installed)"
+            continue
+        fi
         dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' \
             || missing+=("$pkg")
     done
@@ -112,6 +128,13 @@ start_registry() {
 
 engine_up() { docker info >/dev/null 2>&1; }
 
+die_docker_ce() {
+    die "Docker CE's engine $1. The tests need it to use the local registry as its mirror: add
+    \"registry-mirrors\": [\"http://127.0.0.1:$REGISTRY_PORT\"],
+    \"insecure-registries\": [\"127.0.0.1:$REGISTRY_PORT\", \"127.0.0.1:$AUTH_REGISTRY_PORT\"]
+to /etc/docker/daemon.json, run \`systemctl restart docker\` (your containers stop), then run $0 again"
+}
+
 engine_has_mirror() {
     docker info --format '{{range .RegistryConfig.Mirrors}}{{.}} {{end}}' 2>/dev/null \
         | grep -q "127.0.0.1:$REGISTRY_PORT"
@@ -123,6 +146,8 @@ start_engine() {
             log "Docker engine already up"
             return
         fi
+        # Docker CE's engine belongs to its owner: it is never stopped or replaced here.
+        if docker_ce_installed; then die_docker_ce "runs without the registry mirror"; fi
         # Debian's package starts dockerd through its init script on install, without the
         # mirror. Only that instance (the one with the init script's pid file) is replaced.
         if [ -x /etc/init.d/docker ] && [ -f /var/run/docker-ssd.pid ]; then
@@ -134,6 +159,7 @@ start_engine() {
 restart it with the flags in $0 (or add \"registry-mirrors\" to /etc/docker/daemon.json)"
         fi
     fi
+    if docker_ce_installed; then die_docker_ce "is not running"; fi
     $SUDO mkdir -p "$STATE_DIR"
     log "starting dockerd (log: $STATE_DIR/dockerd.log)"
     $SUDO setsid nohup dockerd \
@@ -234,6 +260,33 @@ check_pull() {
     # Through the mirror, as a user's `docker pull` would go.
     docker pull -q "$SEED_IMAGE" >/dev/null || die "docker pull $SEED_IMAGE failed"
     log "docker pull $SEED_IMAGE works"
+}
+
+# --- the replica of Debian's snapshot archive (docs/reproducibility.md, "apt snapshots") ---
+
+apt_snapshot_up() {
+    [ "$(http_status "http://127.0.0.1:$APT_SNAPSHOT_PORT/archive/debian/20000101T000000Z/dists/bookworm/InRelease")" = 200 ]
+}
+
+# Built from the committed locks' apt pins; built again (and restarted) when they change.
+start_apt_snapshot() {
+    local pins
+    pins=$(python3 "$CI_DIR/apt_snapshot.py" pins --lock "$CI_DIR"/../lockfiles/*.lock.toml)
+    if apt_snapshot_up && [ "$pins" = "$(cat "$APT_SNAPSHOT_DIR/pins.txt" 2>/dev/null)" ]; then
+        log "apt snapshot replica on 127.0.0.1:$APT_SNAPSHOT_PORT already up"
+        return
+    fi
+    stop_pidfile "$STATE_DIR/apt-snapshot.pid" python3
+    log "building the apt snapshot replica in $APT_SNAPSHOT_DIR (Debian's signed indexes, pinned .debs)"
+    $SUDO python3 "$CI_DIR/apt_snapshot.py" build --lock "$CI_DIR"/../lockfiles/*.lock.toml \
+        --out "$APT_SNAPSHOT_DIR" --cache "$STATE_DIR/apt-debs" >&2 \
+        || die "building the apt snapshot replica failed"
+    printf '%s\n' "$pins" | $SUDO tee "$APT_SNAPSHOT_DIR/pins.txt" >/dev/null
+    log "starting the apt snapshot replica on 127.0.0.1:$APT_SNAPSHOT_PORT"
+    $SUDO setsid nohup python3 "$CI_DIR/apt_snapshot.py" serve "$APT_SNAPSHOT_DIR" \
+        --port "$APT_SNAPSHOT_PORT" >"$STATE_DIR/apt-snapshot.log" 2>&1 </dev/null &
+    echo $! | $SUDO tee "$STATE_DIR/apt-snapshot.pid" >/dev/null
+    wait_for "the apt snapshot replica (see $STATE_DIR/apt-snapshot.log)" 30 apt_snapshot_up
 }
 
 # --- the local Slurm cluster (docs/cluster.md) ---
@@ -426,12 +479,14 @@ main() {
     start_engine
     seed_base_image
     check_pull
+    start_apt_snapshot
     start_slurm
     if [ "${1:-}" != "--no-install" ]; then install_devcontainer_cli; fi
     printf 'export ENVBUILDER_TEST_REGISTRY=127.0.0.1:%s\n' "$REGISTRY_PORT"
     printf 'export ENVBUILDER_TEST_AUTH_REGISTRY=127.0.0.1:%s\n' "$AUTH_REGISTRY_PORT"
     printf 'export ENVBUILDER_TEST_AUTH_USER=%s\n' "$AUTH_USER"
     printf 'export ENVBUILDER_TEST_AUTH_PASSWORD=%s\n' "$AUTH_PASSWORD"
+    printf 'export ENVBUILDER_APT_PROXY=http://127.0.0.1:%s\n' "$APT_SNAPSHOT_PORT"
     printf 'export ENVBUILDER_TEST_SLURM=1\n'
     printf 'export SLURM_CONF=%s\n' "$SLURM_CONF_FILE"
     if [ -x "$DEVCONTAINER_CLI" ]; then

@@ -8,9 +8,11 @@ in a container of the pinned base image, recorded in `<env>.lock.toml`, installe
                                           there already, each with its exact version
 
 Resolving (`envbuilder lock`, needs the Docker engine and the base image's package archive): one
-container of the base image by digest runs `apt-get update`, lists the installed packages
-(`dpkg-query`) and asks `apt-get install --simulate --no-install-recommends` for the packages of
-each stage together with those of the stages it builds on. Every `Inst` line is a package that
+container of the base image by digest points apt at the snapshot archive of the lock's time (the
+same sources the rendered images write first: envbuilder.aptsnapshot), runs `apt-get update`,
+lists the installed packages (`dpkg-query`) and asks `apt-get install --simulate
+--no-install-recommends` for the packages of each stage together with those of the stages it
+builds on. Every `Inst` line is a package that
 build would install or upgrade, with its version; a stage's pins are what its simulation adds to
 the one before. Rendering writes `apt-get install ... pkg=version ...` (envbuilder.plan), so a
 build installs exactly those; when the archive no longer serves one of them, `apt-get` stops and
@@ -42,6 +44,12 @@ _INST = re.compile(r"^Inst (\S+) (?:\[(\S+)\] )?\((\S+) ")
 #: apt-get's messages for a version or package the archive does not serve.
 _MISSING_VERSION = re.compile(r"E: Version '([^']+)' for '([^']+)' was not found")
 _MISSING_PACKAGE = re.compile(r"E: (?:Unable to locate package|Package '?)([a-z0-9][a-z0-9+.:-]*)")
+#: A .deb the archive's index lists but its pool does not serve (a snapshot replica lacking it).
+_MISSING_FILE = re.compile(
+    r"Failed to fetch (\S+/pool/\S*/([a-z0-9][a-z0-9+.-]*)_([^_/\s]+)_[a-z0-9]+\.deb)\s+404"
+)
+#: A sources line naming a snapshot archive: (its URL, its timestamp).
+_SNAPSHOT_URL = re.compile(r"(http://snapshot\.[a-z.]+/\S*?/([0-9]{8}T[0-9]{6}Z))")
 
 #: A target's apt pins: stage -> package -> version.
 AptPins = Mapping[str, Mapping[str, str]]
@@ -175,10 +183,13 @@ _MARK = "### envbuilder "
 Requests = Mapping[str, Sequence[AptStage]]
 
 
-def resolve_script(requests: Requests) -> str:
-    """The sh script the resolving container runs (root, in the base image)."""
+def resolve_script(requests: Requests, sources: Sequence[str] = ()) -> str:
+    """The sh script the resolving container runs (root, in the base image). `sources`: the sh
+    lines that point apt at the snapshot archive the image will read (aptsnapshot.shell_lines),
+    run first, so every version resolved is one that snapshot serves."""
     lines = [
         "set -e",
+        *sources,
         "export DEBIAN_FRONTEND=noninteractive",
         "apt-get update -qq >/dev/null",
         f"echo '{_MARK}installed'",
@@ -272,7 +283,11 @@ def _inst_lines(lines: list[str] | None, stage: str) -> dict[str, str]:
 
 
 def resolve_apt(
-    client: Any, base: str, requests: Requests, environ: Mapping[str, str]
+    client: Any,
+    base: str,
+    requests: Requests,
+    environ: Mapping[str, str],
+    sources: Sequence[str] = (),
 ) -> dict[str, dict[str, dict[str, str]]]:
     """Resolve the pins of `requests` (target -> stages) in one container of `base` (an image
     reference with digest, which the engine has or can pull). `environ`: the proxies to hand to
@@ -290,7 +305,7 @@ def resolve_apt(
         code, output, _files = docker_engine.run_in_container(
             client,
             base,
-            ["/bin/sh", "-c", resolve_script(wanted)],
+            ["/bin/sh", "-c", resolve_script(wanted, sources)],
             user="0",
             environment=proxies,
             network_mode="host" if needs_host_network(proxies) else None,
@@ -310,8 +325,11 @@ def resolve_apt(
     return {**{t: {} for t in requests}, **parse_resolution(output, wanted)}
 
 
-def engine_resolver(base: str, requests: Requests) -> dict[str, dict[str, dict[str, str]]]:
-    """resolve_apt through the engine DOCKER_HOST names, with this process's proxies."""
+def engine_resolver(
+    base: str, requests: Requests, sources: Sequence[str] = ()
+) -> dict[str, dict[str, dict[str, str]]]:
+    """resolve_apt through the engine DOCKER_HOST names, with this process's proxies (and
+    ENVBUILDER_APT_PROXY), apt pointed at `sources` first."""
     import os
 
     from envbuilder.docker_engine import connect
@@ -320,7 +338,7 @@ def engine_resolver(base: str, requests: Requests) -> dict[str, dict[str, dict[s
         client = connect()
     except EnvbuilderError as exc:
         raise NoEngineError(f"no Docker engine to resolve them in: {exc}") from None
-    return resolve_apt(client, base, requests, os.environ)
+    return resolve_apt(client, base, requests, os.environ, sources)
 
 
 class NoEngineError(LockError):
@@ -336,22 +354,42 @@ def explain_build_failure(error: BuildError, env: str, target: str) -> BuildErro
     locked version (or package), a message naming it and the command that re-locks; the
     error as it was otherwise."""
     text = str(error)
+    what = _missing_pin(text)
+    if what is None:
+        return error
+    snapshot = _SNAPSHOT_URL.search(text)
+    if snapshot is None:
+        return BuildError(
+            f"{env}/{target}: the package archive no longer serves {what}, which "
+            f"lockfiles/{env}.lock.toml pins ([targets.{target}.apt]); lock the versions it "
+            f"serves now with `envbuilder lock --env {env} --refresh-apt`, then `envbuilder "
+            f"render --env {env}` and build again (the image's digest changes with them).\n{text}"
+        )
+    return BuildError(
+        f"{env}/{target}: the snapshot archive apt reads ({snapshot[1]}, the lock's time "
+        f"{snapshot[2]}) does not serve {what}, which lockfiles/{env}.lock.toml pins "
+        f"([targets.{target}.apt]). The pins were resolved in that very snapshot, so the "
+        "archive this machine reaches for it is not the snapshot the lock was made against: "
+        "check ENVBUILDER_APT_PROXY (the apt proxy or snapshot replica this machine uses) or "
+        f"re-resolve the pins there with `envbuilder lock --env {env} --refresh-apt`, then "
+        f"`envbuilder render --env {env}` (the image's digest changes with them).\n{text}"
+    )
+
+
+def _missing_pin(text: str) -> str | None:
+    """`NAME VERSION` (or NAME) that apt said its archive does not serve, or None."""
     missing = _MISSING_VERSION.search(text)
     if missing:
-        version, package = missing[1], missing[2]
-        what = f"{package} {version}"
-    else:
-        gone = _MISSING_PACKAGE.search(text)
-        if gone is None or "=" not in text:
-            return error
-        package = gone[1].rstrip("'")
-        what = package
-    return BuildError(
-        f"{env}/{target}: the package archive no longer serves {what}, which "
-        f"lockfiles/{env}.lock.toml pins ([targets.{target}.apt]); lock the versions it serves "
-        f"now with `envbuilder lock --env {env} --refresh-apt`, then `envbuilder render --env "
-        f"{env}` and build again (the image's digest changes with them).\n{text}"
-    )
+        return f"{missing[2]} {missing[1]}"
+    gone_file = _MISSING_FILE.search(text)
+    if gone_file:
+        from urllib.parse import unquote
+
+        return f"{gone_file[2]} {unquote(gone_file[3])} (its .deb: {gone_file[1]})"
+    gone = _MISSING_PACKAGE.search(text)
+    if gone is None or "=" not in text:
+        return None
+    return gone[1].rstrip("'")
 
 
 # ----------------------------------------------------------------------------- lock --check

@@ -30,14 +30,23 @@ CONTEXT_LABEL = "org.envbuilder.context-sha256"
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "FTP_PROXY", "NO_PROXY", "ALL_PROXY")
 
 
+#: A machine's setting: the HTTP proxy apt goes through in builds and lock containers (an
+#: apt-cacher-ng, or the tests' replica of the snapshot archive: envbuilder.aptsnapshot).
+APT_PROXY_VAR = "ENVBUILDER_APT_PROXY"
+
+
 def proxy_build_args(environ: Mapping[str, str]) -> dict[str, str]:
-    """The proxy settings of `environ` as predefined build args (both spellings Docker knows)."""
+    """The proxy settings of `environ` as predefined build args (both spellings Docker knows).
+    ENVBUILDER_APT_PROXY, when set, is the http:// proxy (apt reads its archives over http);
+    predefined args stay out of the image and its history, so the image does not change."""
     args: dict[str, str] = {}
     for name in PROXY_VARIABLES:
         value = environ.get(name) or environ.get(name.lower())
         if value:
             args[name] = value
             args[name.lower()] = value
+    if environ.get(APT_PROXY_VAR):
+        args["HTTP_PROXY"] = args["http_proxy"] = environ[APT_PROXY_VAR]
     return args
 
 

@@ -94,6 +94,10 @@ class TargetLock:
     system_file: str | None = None
     # apt versions per Dockerfile stage: stage -> package -> version (envbuilder.aptlock).
     apt: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    # Where the base image's digest was read: the registry that served it ("docker.io", or the
+    # engine's mirror "127.0.0.1:5000"); None when not known (a lock made before it was kept).
+    # `build` tells "this registry does not serve the pin" from a lost or edited one by it.
+    base_source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -127,8 +131,11 @@ _TARGET_KEYS = {
     "base_digest_missing": str,
     "system_file": str,
     "apt": dict,
+    "base_source": str,
 }
-_OPTIONAL = {"artifacts", "base_image", "base_digest_missing", "system_file", "apt"}
+_OPTIONAL = {"artifacts", "base_image", "base_digest_missing", "system_file", "apt", "base_source"}
+#: A registry as `base_source` names it: a host (name or IPv4) with an optional port.
+BASE_SOURCE_RE = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?")
 #: A pinned system file: an https URL and the sha256 its bytes must have.
 SYSTEM_FILE_RE = re.compile(r"https://[^\s#]+#sha256=[0-9a-f]{64}")
 _RELOCK = "run `envbuilder lock` to write it again"
@@ -216,6 +223,13 @@ def parse_env_lock(data: Mapping[str, Any], where: str) -> EnvLock:
             raise LockError(
                 f"{where}: targets.{name}.base_image = {base!r} is not an image reference "
                 f"(NAME:TAG@sha256:<64 lower-case hex digits>); {_RELOCK}"
+            )
+        if "base_source" in table and (
+            base is None or not BASE_SOURCE_RE.fullmatch(table["base_source"])
+        ):
+            raise LockError(
+                f"{where}: targets.{name}.base_source = {table['base_source']!r} must name the "
+                f"registry a base_image digest was read from (HOST[:PORT]); {_RELOCK}"
             )
         if "system_file" in table and not SYSTEM_FILE_RE.fullmatch(table["system_file"]):
             raise LockError(
@@ -340,6 +354,7 @@ def json_schema() -> dict[str, Any]:
     target_props["pylock"]["pattern"] = _pylock_pattern(targets)
     target_props["base_digest_missing"] = {"enum": list(DIGEST_MISSING_REASONS)}
     target_props["system_file"]["pattern"] = "^" + SYSTEM_FILE_RE.pattern + "$"
+    target_props["base_source"]["pattern"] = "^" + BASE_SOURCE_RE.pattern + "$"
     target_props["apt"] = aptlock.json_schema()
     target = {
         "type": "object",
@@ -448,6 +463,8 @@ def dump_env_lock(lock: EnvLock) -> bytes:
         ]
         if t.base_image is not None:
             lines.append(f"base_image = {_s(t.base_image)}")
+        if t.base_source is not None:
+            lines.append(f"base_source = {_s(t.base_source)}")
         if t.base_digest_missing is not None:
             lines.append(f"base_digest_missing = {_s(t.base_digest_missing)}")
         if t.system_file is not None:
@@ -676,7 +693,19 @@ def parse_pylock(data: bytes, where: str) -> dict[str, Any]:
         raise _bad(where, "packages", "an array of tables ([[packages]])", packages)
     for i, package in enumerate(packages):
         _check_package(package, where, f"packages[{i}]")
+    _check_pep751(doc, where)
     return doc
+
+
+def _check_pep751(doc: dict[str, Any], where: str) -> None:
+    """The rest of PEP 751's rules, as packaging.pylock reads them (lock-version, created-by,
+    one source per package, ...); the checks above name the keys envbuilder itself reads."""
+    from packaging.pylock import Pylock, PylockUnsupportedVersionError, PylockValidationError
+
+    try:
+        Pylock.from_dict(doc)
+    except (PylockValidationError, PylockUnsupportedVersionError) as exc:
+        raise LockError(f"{where}: not a valid PEP 751 lock file: {exc}") from None
 
 
 def _check_package(package: Mapping[str, Any], where: str, key: str) -> None:

@@ -10,6 +10,7 @@ fails to resolve or pin (docs/lock.md).
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import datetime
 import functools
 import tomllib
@@ -17,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from envbuilder import __version__, aptlock
+from envbuilder import __version__, aptlock, aptsnapshot, lockdiff
 from envbuilder.errors import EngineError, LockError
 from envbuilder.fsutil import commit_files, same_bytes, sha256_bytes
 from envbuilder.lockfile import (
@@ -78,11 +79,13 @@ class LockResult:
     written: tuple[Path, ...] = ()  # files whose bytes changed
     removed: tuple[Path, ...] = ()  # pylocks of targets the spec no longer has
     warnings: tuple[str, ...] = ()
+    changes: tuple[lockdiff.Change, ...] = ()  # pins that moved (envbuilder.lockdiff)
 
 
 DigestLookup = Callable[[str], str]
-#: (base image with digest, target -> apt stages) -> target -> stage -> package -> version.
-AptResolver = Callable[[str, aptlock.Requests], dict[str, dict[str, dict[str, str]]]]
+#: (base image with digest, target -> apt stages, sh lines pointing apt at the snapshot) ->
+#: target -> stage -> package -> version.
+AptResolver = Callable[[str, aptlock.Requests, Sequence[str]], dict[str, dict[str, dict[str, str]]]]
 
 
 def registry_digest(ref: str) -> str:
@@ -103,6 +106,43 @@ def registry_digest(ref: str) -> str:
             "registry mirror), or run `envbuilder lock --no-base-digest` to record the tag "
             "unpinned for now (known digests are kept)"
         ) from None
+
+
+def registry_source(pinned: str) -> str | None:
+    """The registry that served `pinned`'s digest for its tag to this engine (a mirror of the
+    engine, or the image's registry: envbuilder.basesource), recorded as `base_source`; None
+    when the engine cannot be asked (the lock then says nothing about it)."""
+    from envbuilder import basesource
+    from envbuilder.docker_engine import connect
+
+    ref, _, digest = pinned.partition("@")
+    try:
+        return basesource.source_of(connect(), ref, digest)
+    except EngineError:
+        return None
+
+
+def _sources(
+    pins: Mapping[str, str | None],
+    old: Mapping[str, TargetLock],
+    lookup: Callable[[str], str | None],
+    refresh: set[str],
+) -> dict[str, str | None]:
+    """Each target's `base_source`: kept with a pin that is kept, asked for a new pin and for
+    the targets in `refresh` (--refresh-base, --upgrade: the pin was read again), once per
+    image; none for a base without digest."""
+    asked: dict[str, str | None] = {}
+    out: dict[str, str | None] = {}
+    for target, pinned in pins.items():
+        if pinned is None or "@sha256:" not in pinned:
+            out[target] = None
+        elif target in old and old[target].base_image == pinned and target not in refresh:
+            out[target] = old[target].base_source
+        else:
+            if pinned not in asked:
+                asked[pinned] = lookup(pinned)
+            out[target] = asked[pinned]
+    return out
 
 
 def system_file(env: EnvSpec, target: str) -> str | None:
@@ -181,6 +221,7 @@ def lock_env(
     *,
     lookup: DigestLookup = registry_digest,
     apt_resolver: AptResolver = aptlock.engine_resolver,
+    source_lookup: Callable[[str], str | None] = registry_source,
     progress: ProgressFn = no_progress,
 ) -> LockResult:
     """Lock one env: resolve what is stale or asked for, pin base images and the apt versions
@@ -229,18 +270,27 @@ def lock_env(
     ):
         return LockResult(env.name, warnings=tuple(warn0))
 
-    def background() -> tuple[dict[str, str | None], dict[str, dict[str, dict[str, str]]]]:
+    def background() -> tuple[dict[str, str | None], dict[str, str | None]]:
         final = pins(functools.cache(lookup)) if asked else known
-        return final, apt.lock(final)
+        again = {t for t in wanted if options.upgrade or options.refresh_base}
+        if not options.base_digest:
+            again = set()  # no engine: a known source is kept like a known digest
+        return final, _sources(final, old, source_lookup, again)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        # Registry look-ups (once per image: docker and wsl2 often share one), then the apt
-        # resolution on the pinned bases, run while uv resolves; any failing writes nothing.
+        # Registry look-ups (once per image: docker and wsl2 often share one) run while uv
+        # resolves; any failing writes nothing.
         job = pool.submit(background)
         new_pylocks, warnings = _resolve_targets(
             project, env, indexes, to_resolve, old, options, progress
         )
-        final, apt_pins = job.result()
+        final, base_sources = job.result()
+    # The apt versions are resolved in the snapshot archive of the new lock's timestamp (the
+    # one its images read: envbuilder.aptsnapshot); a new timestamp resolves them all again.
+    epoch = source_date_epoch(_all_pylocks(project, env, new_pylocks, old))
+    if previous is None or previous.source_date_epoch != epoch:
+        apt.refresh |= set(env.targets)
+    apt_pins = apt.lock(final, epoch)
     return _write_env(
         project,
         env,
@@ -248,6 +298,7 @@ def lock_env(
         previous,
         new_pylocks,
         final,
+        base_sources,
         apt_pins,
         tuple(to_resolve),
         (*warn0, *warnings, *apt.warnings),
@@ -291,9 +342,12 @@ class _AptLocking:
         """True when some target's apt pins must be resolved (or dropped) again."""
         return any(self.stages[t] and not self._keep(t, bases[t]) for t in self.stages)
 
-    def lock(self, bases: Mapping[str, str | None]) -> dict[str, dict[str, dict[str, str]]]:
-        """target -> stage -> package -> version, for every target of the env. Known pins are
-        never dropped for want of an engine (as base digests are not)."""
+    def lock(
+        self, bases: Mapping[str, str | None], epoch: int
+    ) -> dict[str, dict[str, dict[str, str]]]:
+        """target -> stage -> package -> version, for every target of the env, resolved in the
+        snapshot archive of `epoch` where the base has one. Known pins are never dropped for
+        want of an engine (as base digests are not)."""
         out: dict[str, dict[str, dict[str, str]]] = {t: {} for t in self.stages}
         groups: dict[str, dict[str, list[aptlock.AptStage]]] = {}
         for target, stages in self.stages.items():
@@ -312,8 +366,10 @@ class _AptLocking:
                     "engine (`envbuilder lock --refresh-base`)"
                 )
         for base, requests in groups.items():  # one container per base image
+            snapshot = aptsnapshot.sources_for(base, epoch)
+            sources = aptsnapshot.shell_lines(snapshot) if snapshot else []
             try:
-                out.update(self.resolver(base, requests))
+                out.update(self.resolver(base, requests, sources))
             except aptlock.NoEngineError as exc:  # as a base by digest, locked without engine
                 for target in requests:
                     out[target] = self._previous(target) if self._usable(target, base) else {}
@@ -447,6 +503,7 @@ def _write_env(
     previous: EnvLock | None,
     new_pylocks: Mapping[str, bytes],
     pins: Mapping[str, str | None],
+    base_sources: Mapping[str, str | None],
     apt: Mapping[str, Mapping[str, Mapping[str, str]]],
     resolved: tuple[str, ...],
     warnings: tuple[str, ...],
@@ -469,11 +526,12 @@ def _write_env(
             unpinned_reason(pins[t]),
             system_file(env, t),
             {k: dict(v) for k, v in apt.get(t, {}).items()},
+            base_sources.get(t),
         )
     artifacts = {
         t: v
         for t, v in (previous.artifacts if previous else {}).items()
-        if t in targets and old.get(t) == targets[t]
+        if t in targets and t in old and _same_image_inputs(old[t], targets[t])
     }
     lock = EnvLock(
         LOCK_VERSION,
@@ -495,7 +553,38 @@ def _write_env(
         stray = project.lockfiles / tl.pylock
         if gone not in targets and Path(tl.pylock).name == tl.pylock and stray.is_file():
             changes[stray] = None
+    moved = lockdiff.env_changes(
+        {t: _old_pylock(project, tl) for t, tl in old.items()},
+        {t: contents[t] for t in targets},
+        {t: tl.base_image for t, tl in old.items()},
+        {t: tl.base_image for t, tl in targets.items()},
+    )
     commit_files(project.lockfiles, changes)
     written = tuple(p for p, data in changes.items() if data is not None)
     removed = tuple(p for p, data in changes.items() if data is None)
-    return LockResult(env.name, resolved, written, removed, warnings)
+    return LockResult(env.name, resolved, written, removed, warnings, moved)
+
+
+def _all_pylocks(
+    project: Project, env: EnvSpec, new: Mapping[str, bytes], old: Mapping[str, TargetLock]
+) -> list[bytes]:
+    """The bytes of every target's pylock as the new lock will have them (new or kept)."""
+    return [
+        new[t] if t in new else (project.lockfiles / old[t].pylock).read_bytes()
+        for t in env.targets
+    ]
+
+
+def _same_image_inputs(old: TargetLock, new: TargetLock) -> bool:
+    """Whether a re-locked target still predicts the recorded image: every value of its entry
+    is the same but where the base digest was read from (it does not change the image)."""
+    return dataclasses.replace(old, base_source=None) == dataclasses.replace(new, base_source=None)
+
+
+def _old_pylock(project: Project, entry: TargetLock) -> bytes | None:
+    """The bytes of the pylock the previous lock names (None when it is gone or unreadable)."""
+    path = project.lockfiles / entry.pylock
+    try:
+        return path.read_bytes() if Path(entry.pylock).name == entry.pylock else None
+    except OSError:
+        return None

@@ -55,6 +55,18 @@ class AptInstall(Step):
 
 
 @dataclass(frozen=True)
+class AptSnapshotSources(Step):
+    """Point apt at a snapshot archive before any apt-install of the stage: remove the base's
+    own source files (`remove`), write `lines` to /etc/apt/sources.list. From the lock's
+    `source_date_epoch` (`timestamp`) and envbuilder/data/apt.toml (envbuilder.aptsnapshot)."""
+
+    kind: ClassVar[str] = "apt-sources"
+    lines: tuple[str, ...]
+    remove: tuple[str, ...]
+    timestamp: str
+
+
+@dataclass(frozen=True)
 class CreateUser(Step):
     """A user with uid `uid`, its own group, a home, and membership in `groups` (created as
     system groups when missing). Any other user holding `uid` (Ubuntu's `ubuntu`) is removed."""
@@ -408,6 +420,7 @@ class LockPins:
     pylock_sha256: str | None = None
     system_file: str | None = None  # "<url>#sha256=<hex>" (lockfile.TargetLock.system_file)
     apt: Mapping[str, Mapping[str, str]] | None = None  # stage -> package -> version (aptlock)
+    source_date_epoch: int | None = None  # the lock's: which snapshot apt reads (aptsnapshot)
 
     @property
     def locked(self) -> bool:
@@ -449,6 +462,30 @@ def pin_apt(p: Plan, apt: Mapping[str, Mapping[str, str]] | None) -> Plan:
         )
 
     return replace(p, stages=tuple(pinned(st) for st in p.stages))
+
+
+def with_snapshot_sources(p: Plan, sources: AptSnapshotSources | None) -> Plan:
+    """The plan with `sources` as the first step of each stage built on an outside image whose
+    stages (it, or one built on it) install apt packages; the plan as it was for None. Applied
+    by envbuilder.render after pin_apt, so a descriptor's plan names packages only."""
+    if sources is None:
+        return p
+    by_name = {st.name: st for st in p.stages if st.name}
+
+    def root(st: Stage) -> Stage:
+        while st.base in by_name:
+            st = by_name[st.base]
+        return st
+
+    roots = {
+        id(root(st)) for st in p.stages if any(isinstance(step, AptInstall) for step in st.steps)
+    }
+    return replace(
+        p,
+        stages=tuple(
+            replace(st, steps=(sources, *st.steps)) if id(st) in roots else st for st in p.stages
+        ),
+    )
 
 
 def from_image(image_tag: str, lock: LockPins) -> tuple[str, bool]:

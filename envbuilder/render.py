@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 import jinja2
 
-from envbuilder import grammar, plan, quoting
+from envbuilder import aptsnapshot, grammar, plan, quoting
 from envbuilder.compat import RocmRelease
 from envbuilder.errors import RenderError
 from envbuilder.fsutil import commit_files
@@ -120,7 +120,14 @@ def _lock_inputs(project: Project, env: str, target: str, spec_hash: str | None)
         return _LockInputs(plan.LockPins(), None)
     t = lock.targets[target]
     return _LockInputs(
-        plan.LockPins(t.base_image, t.pylock, t.pylock_sha256, t.system_file, t.apt or None),
+        plan.LockPins(
+            t.base_image,
+            t.pylock,
+            t.pylock_sha256,
+            t.system_file,
+            t.apt or None,
+            lock.source_date_epoch,
+        ),
         lock.source_date_epoch,
     )
 
@@ -140,8 +147,20 @@ def build_plan(
     descriptor = registry.get(target)
     if descriptor.plan is None:
         raise RenderError(f"target {target!r} has no plan (and no rendered files)")
-    # The lock's apt versions go into every target's apt-install steps (envbuilder.aptlock).
-    return plan.pin_apt(descriptor.plan(env, plan.PlanInputs(rocm, lock, variables)), lock.apt)
+    # The lock's apt versions go into every target's apt-install steps (envbuilder.aptlock),
+    # read from the snapshot archive of the lock's time (envbuilder.aptsnapshot).
+    pinned = plan.pin_apt(descriptor.plan(env, plan.PlanInputs(rocm, lock, variables)), lock.apt)
+    return plan.with_snapshot_sources(pinned, snapshot_step(lock))
+
+
+def snapshot_step(lock: plan.LockPins) -> plan.AptSnapshotSources | None:
+    """The apt-sources step of a locked target (None: unlocked, no apt pins, no snapshot)."""
+    if not lock.apt:
+        return None
+    sources = aptsnapshot.sources_for(lock.base_image, lock.source_date_epoch)
+    if sources is None:
+        return None
+    return plan.AptSnapshotSources(sources.lines, sources.remove, sources.timestamp)
 
 
 def plan_for(

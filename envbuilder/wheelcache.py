@@ -46,10 +46,18 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import quote, unquote, urljoin
 
-from packaging.markers import InvalidMarker, Marker
+from packaging.pylock import (
+    Package,
+    PackageArchive,
+    PackageSdist,
+    PackageWheel,
+    Pylock,
+    PylockSelectError,
+    PylockValidationError,
+)
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.tags import Tag, compatible_tags, cpython_tags
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.utils import canonicalize_name
 
 from envbuilder.errors import LockError
 from envbuilder.fsutil import atomic_write_text
@@ -143,41 +151,6 @@ def marker_environment(platform: str, python: str) -> dict[str, str]:
     }
 
 
-def _applies(package: Mapping[str, Any], environment: dict[str, str]) -> bool:
-    marker = package.get("marker")
-    if not marker:
-        return True
-    try:
-        return bool(Marker(str(marker)).evaluate(environment))
-    except InvalidMarker as exc:
-        raise LockError(f"package {package.get('name')}: bad marker {marker!r}: {exc}") from None
-
-
-def _best_wheel(package: Mapping[str, Any], rank: Mapping[Tag, int]) -> Mapping[str, Any] | None:
-    best: tuple[int, Mapping[str, Any]] | None = None
-    candidates = list(package.get("wheels", []))
-    archive = package.get("archive")  # a direct-URL requirement (`torch @ https://...whl`)
-    if archive and str(archive.get("url", "")).endswith(".whl"):
-        candidates.append(archive)
-    for wheel in candidates:
-        filename = wheel.get("name") or url_filename(str(wheel.get("url", "")))
-        _, _, _, tags = parse_wheel_filename(filename)
-        score = min((rank[t] for t in tags if t in rank), default=None)
-        if score is not None and (best is None or score < best[0]):
-            best = (score, {**wheel, "name": filename})
-    return best[1] if best else None
-
-
-def _sdist(package: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The package's sdist, for a package with no wheel for the target (AMD publishes `rocm`,
-    the pip SDK's meta-package, as an sdist only): the install builds it offline from the
-    wheelhouse, which `envbuilder lock` checked holds its build backend (check_sdist_builds)."""
-    sdist = package.get("sdist")
-    if not sdist or "url" not in sdist:
-        return None
-    return {**sdist, "name": sdist.get("name") or url_filename(str(sdist["url"]))}
-
-
 def is_sdist(filename: str) -> bool:
     return filename.endswith((".tar.gz", ".zip"))
 
@@ -194,40 +167,55 @@ def locked_files(pylock: Path, platform: str, python: str) -> list[LockedFile]:
 def _select_files(
     doc: Mapping[str, Any], where: str, platform: str, python: str
 ) -> list[LockedFile]:
-    """locked_files on a pylock `doc` that parse_pylock checked (`where` names it)."""
-    rank: dict[Tag, int] = {}
-    for i, tag in enumerate(target_tags(platform, python)):
-        rank.setdefault(tag, i)
-    environment = marker_environment(platform, python)
-    out: list[LockedFile] = []
-    for pkg in doc.get("packages", []):
-        if not _applies(pkg, environment):
-            continue
-        wheel = _best_wheel(pkg, rank) or _sdist(pkg)
-        if wheel is None:
-            raise LockError(
-                f"{where}: {pkg['name']} {pkg.get('version')} has no wheel for "
-                f"{platform} / Python {python} and no sdist; a build installs "
-                "wheels, and builds a locked sdist offline (docs/rocm.md)"
-            )
-        sha = wheel.get("hashes", {}).get("sha256")
-        if not sha or "url" not in wheel:
-            raise LockError(
-                f"{where}: {wheel['name']} lacks a url or a sha256 hash; "
-                "run `envbuilder lock` to re-resolve"
-            )
-        out.append(
-            LockedFile(
-                str(canonicalize_name(pkg["name"])),
-                str(pkg.get("version", "")),
-                wheel["name"],
-                wheel["url"],
-                sha,
-                wheel.get("size"),
-                pkg.get("index"),
+    """locked_files on a pylock `doc` that parse_pylock checked (`where` names it): what PEP
+    751's installer algorithm selects for the target (`packaging.pylock.Pylock.select`: the
+    lock's `environments` and `requires-python`, each package's marker, its best wheel by tag
+    priority, else its sdist, which the build makes offline)."""
+    try:
+        chosen = list(
+            Pylock.from_dict(doc).select(
+                environment=marker_environment(platform, python),  # type: ignore[arg-type]
+                tags=target_tags(platform, python),
             )
         )
-    return sorted(out, key=lambda f: (f.name, f.filename))
+    except (PylockValidationError, PylockSelectError) as exc:
+        raise LockError(
+            f"{where}: nothing to install for {platform} / Python {python}: {exc}; a build "
+            "installs wheels, and builds a locked sdist offline (docs/rocm.md); run "
+            "`envbuilder lock` to re-resolve"
+        ) from None
+    return sorted((_locked_file(where, pkg, dist) for pkg, dist in chosen), key=_file_order)
+
+
+def _file_order(f: LockedFile) -> tuple[str, str]:
+    return (f.name, f.filename)
+
+
+def _locked_file(where: str, pkg: Package, dist: object) -> LockedFile:
+    """The LockedFile of the artifact `select` chose for `pkg`: a wheel, an sdist, or a
+    direct-URL archive that is a wheel (`torch @ https://...whl`)."""
+    url = getattr(dist, "url", None)
+    filename = getattr(dist, "name", None) or url_filename(str(url or ""))
+    sha = dict(getattr(dist, "hashes", None) or {}).get("sha256")
+    is_archive = isinstance(dist, PackageArchive)
+    usable = isinstance(dist, PackageWheel | PackageSdist) or (
+        is_archive and filename.endswith(".whl")
+    )
+    if not usable or not sha or not url:
+        raise LockError(
+            f"{where}: {pkg.name} {pkg.version or ''}: the locked {filename or 'artifact'} "
+            "is not a wheel or sdist with a url and a sha256 hash; run `envbuilder lock` "
+            "to re-resolve"
+        )
+    return LockedFile(
+        str(canonicalize_name(pkg.name)),
+        str(pkg.version or ""),
+        filename,
+        url,
+        sha,
+        getattr(dist, "size", None),
+        pkg.index,
+    )
 
 
 # --- locked sdists: their build backend must be in the same pylock ----------------------------
@@ -286,10 +274,10 @@ def unmet_build_requires(
     """The build requirements no wheel of the pylock `doc` satisfies for the target (name,
     version, marker; extras are not followed). Only the backend's direct requirements are
     checked: setuptools, the real `rocm` sdist's backend, has no dependencies."""
-    rank: dict[Tag, int] = {}
-    for i, tag in enumerate(target_tags(platform, python)):
-        rank.setdefault(tag, i)
     environment = marker_environment(platform, python)
+    wheels = [
+        f for f in _select_files(doc, "the pylock", platform, python) if not is_sdist(f.filename)
+    ]
     unmet: list[str] = []
     for text in requires:
         try:
@@ -300,11 +288,7 @@ def unmet_build_requires(
             continue
         name = canonicalize_name(req.name)
         if not any(
-            canonicalize_name(str(pkg.get("name", ""))) == name
-            and _applies(pkg, environment)
-            and _best_wheel(pkg, rank) is not None
-            and req.specifier.contains(str(pkg.get("version", "")), prereleases=True)
-            for pkg in doc.get("packages", [])
+            f.name == name and req.specifier.contains(f.version, prereleases=True) for f in wheels
         ):
             unmet.append(text)
     return unmet

@@ -164,6 +164,7 @@ def test_lock_with_nothing_to_do(shipped: Path) -> None:
                 "written": [],
                 "removed": [],
                 "warnings": [],
+                "changes": [],
                 "error": None,
             }
         ],

@@ -55,7 +55,13 @@ def test_verify_is_only_for_targets_whose_lock_predicts_an_image(
         "--verify applies to the targets whose lock predicts an image (docker, wsl2), not native"
     ) in capsys.readouterr().err
     args = argparse.Namespace(
-        target="docker", path=None, env=["cpu"], no_cache=False, force=False, verify=True
+        target="docker",
+        path=None,
+        env=["cpu"],
+        no_cache=False,
+        force=False,
+        verify=True,
+        repin_base_into=None,
     )
     assert build_command.build_options(args) == BuildOptions(verify=True)
 
@@ -66,7 +72,13 @@ def test_no_cache_reaches_image_targets(target: str) -> None:
     the typed BuildOptions their builders take."""
     assert registry.with_capability("no_cache") == ("docker", "wsl2")
     args = argparse.Namespace(
-        target=target, path=None, env=["cpu"], no_cache=True, force=False, verify=False
+        target=target,
+        path=None,
+        env=["cpu"],
+        no_cache=True,
+        force=False,
+        verify=False,
+        repin_base_into=None,
     )
     assert build_command.build_options(args) == BuildOptions(no_cache=True)
 

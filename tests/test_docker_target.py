@@ -258,6 +258,8 @@ def corporate_build(
         for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
             mp.setenv(name, url)
         mp.setenv("NO_PROXY", "localhost")
+        # The machine's apt proxy (CI's snapshot replica) would take http:// from HTTP_PROXY.
+        mp.delenv("ENVBUILDER_APT_PROXY", raising=False)
         mp.setenv("ENVBUILDER_CA_BUNDLE", str(ca))
         artifact = TARGET.build(project, demo_env(), BuildOptions(no_cache=True), _no_progress)
     proxy.shutdown()

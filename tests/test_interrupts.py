@@ -220,7 +220,13 @@ class Case:
         tmp = self.workdir / self.name / label / "tmp"
         tmp.mkdir()
         marker = uuid.uuid4().hex
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ENVBUILDER_MIRROR_")}
+        # The shipped spec's torch comes from this machine's mirror of its index, if any (a
+        # machine setting: .ci/run sets it); other mirror variables stay out.
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("ENVBUILDER_MIRROR_") or k == "ENVBUILDER_MIRROR_PYTORCH_CPU"
+        }
         env.update(
             {"TMPDIR": str(tmp), "ENVBUILDER_CACHE": str(self.cache), MARK: marker, "NO_COLOR": "1"}
         )

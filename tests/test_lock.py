@@ -269,13 +269,18 @@ TORCH_SHA256 = "6746dbcbeb526eb61330b76b41ff1b4eb848951103a892eeb080dfa2b264667b
 
 @pytest.mark.slow
 def test_lock_the_shipped_cpu_env(
-    tmp_path: Path, docker_client: object, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    docker_client: object,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Acceptance 1 on a copy of the shipped spec: torch from the local mirror folder, the rest
-    from the default index, base images pinned through the engine; then --check passes with the
-    unlockable ROCm envs as notes."""
+    """Acceptance 1 on a copy of the shipped spec: torch from this machine's mirror folder (a
+    machine setting, ENVBUILDER_MIRROR_PYTORCH_CPU), the rest from the default index, base
+    images pinned through the engine; then --check passes with the unlockable ROCm envs as
+    notes."""
     if not TORCH_WHEEL.is_file():
-        pytest.skip(f"{TORCH_WHEEL} (the pytorch-cpu mirror of the shipped spec) is not here")
+        pytest.skip(f"{TORCH_WHEEL} (this machine's copy of the locked torch) is not here")
+    monkeypatch.setenv("ENVBUILDER_MIRROR_PYTORCH_CPU", str(TORCH_WHEEL.parent))
     root = Path(__file__).resolve().parent.parent
     project = write_spec(tmp_path / "proj", (root / "environments.toml").read_text("utf-8"))
     assert _lock(project, "--env", "cpu") == 0

@@ -70,6 +70,10 @@ def _lock(**changes: object) -> EnvLock:
     return dataclasses.replace(lock, **changes)  # type: ignore[arg-type]
 
 
+#: The smallest pylock PEP 751 (packaging.pylock) accepts.
+MINIMAL_PYLOCK = 'lock-version = "1.0"\ncreated-by = "test"\npackages = []\n'
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Project:
     (tmp_path / "environments.toml").write_text("", encoding="utf-8")
@@ -179,7 +183,7 @@ def _locked_project(project: Project) -> EnvLock:
     """Write real pylock files and a lock that matches them."""
     targets = {}
     for target in ("native", "docker"):
-        data = f"# pylock of {target}\n".encode()
+        data = f"# pylock of {target}\n{MINIMAL_PYLOCK}".encode()
         (project.lockfiles / f"pylock.cpu-{target}.toml").parent.mkdir(exist_ok=True)
         (project.lockfiles / f"pylock.cpu-{target}.toml").write_bytes(data)
         targets[target] = TargetLock(

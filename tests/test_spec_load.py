@@ -95,8 +95,9 @@ def test_cpu_env_contract() -> None:
 
 def test_indexes_and_mirror() -> None:
     spec = load_spec(SHIPPED)
+    # No mirror: where a machine reads an index from is its own setting (docs/lock.md).
     assert spec.indexes["pytorch-cpu"] == Index(
-        "pytorch-cpu", "https://download.pytorch.org/whl/cpu", "/opt/wheels"
+        "pytorch-cpu", "https://download.pytorch.org/whl/cpu", None
     )
     assert spec.indexes["amd-rocm"].mirror is None
     assert list(spec.indexes_for("cpu")) == ["pytorch-cpu"]
@@ -163,7 +164,9 @@ def test_env_hash_follows_index_url_not_mirror(tmp_path: Path) -> None:
     text = SHIPPED.read_text(encoding="utf-8")
     base = load_spec(SHIPPED)
     p = tmp_path / "environments.toml"
-    p.write_text(text.replace('mirror = "/opt/wheels"', 'mirror = "/srv/wheels"'), encoding="utf-8")
+    url = 'url = "https://download.pytorch.org/whl/cpu"\n'
+    assert url in text
+    p.write_text(text.replace(url, url + 'mirror = "/srv/wheels"\n'), encoding="utf-8")
     assert load_spec(p).env_hash("cpu") == base.env_hash("cpu")
     p.write_text(
         text.replace(

@@ -80,7 +80,8 @@ def test_locked_files_pick_the_targets_best_wheel(tmp_path: Path) -> None:
     assert linux == {"numpy": "2" * 64, "six": "4" * 64}  # no colorama: its marker is false
     windows = {f.name: f.sha256 for f in locked_files(pylock, WINDOWS, "3.11")}
     assert windows == {"colorama": "5" * 64, "numpy": "1" * 64, "six": "4" * 64}
-    with pytest.raises(LockError, match=r"numpy 2.0 has no wheel for .* Python 3.10"):
+    # packaging.pylock's selection says which package has nothing for the target.
+    with pytest.raises(LockError, match=r"nothing to install for .* Python 3\.10: .*'numpy'"):
         locked_files(pylock, LINUX, "3.10")
 
 

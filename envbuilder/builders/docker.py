@@ -25,7 +25,7 @@ from typing import Any
 import docker
 import docker.errors
 
-from envbuilder import docker_engine, imageregistry, lockfile, repro, runflags
+from envbuilder import basesource, docker_engine, imageregistry, lockfile, repro, runflags
 from envbuilder.buildcontext import ca_bundle_path
 from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes
 from envbuilder.compat import HostKind
@@ -89,9 +89,20 @@ def _docker_lock(project: Project, env: EnvSpec) -> tuple[lockfile.EnvLock, lock
     return verified.lock, verified.pylock.entry
 
 
-def _ensure_base(client: docker.DockerClient, base: str, repin: str, progress: ProgressFn) -> None:
-    """Pull the locked base image (by digest) unless the engine has it already. A failure is
-    one line naming the image and `repin`, the command that pins what the tag serves now."""
+def _ensure_base(
+    client: docker.DockerClient,
+    env: str,
+    target: lockfile.TargetLock,
+    repin: str,
+    progress: ProgressFn,
+) -> None:
+    """Pull the locked base image (by digest) unless the engine has it already. A digest the
+    registry does not serve is a BaseNotServedError saying whether the pin came from another
+    registry or was lost or changed (envbuilder.basesource); another failure is one line naming
+    the image and `repin`, the command that pins what the tag serves now."""
+    base = target.base_image
+    if base is None:
+        return
     if docker_engine.existing_image(client, base) is not None:
         return
     progress(f"pulling the base image {base}", 0, None)
@@ -99,14 +110,16 @@ def _ensure_base(client: docker.DockerClient, base: str, repin: str, progress: P
         docker_engine.pull_image(client, base, progress)
     except RegistryError as exc:
         reason = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-        if "@sha256:" in base and any(
-            w in reason.lower() for w in ("manifest unknown", "not found")
-        ):
-            raise BuildError(
-                f"the base image {base} (from the lock) cannot be pulled: its registry does not "
-                f"have that digest (the tag now names another image); re-pin with `{repin}`, "
-                "then build again"
-            ) from None
+        if "@sha256:" in base:
+            # Not served here when a registry said so, or when this engine's registry serves
+            # the tag as another image (an engine falls back from its mirror to Docker Hub, so
+            # the error it reports may be Hub's, unreachable or not).
+            diagnosis = basesource.diagnose(client, base, target.base_source)
+            said_so = any(w in reason.lower() for w in ("manifest unknown", "not found"))
+            if said_so or diagnosis.served not in (None, base.split("@", 1)[1]):
+                raise basesource.BaseNotServedError(
+                    basesource.not_served_message(env, diagnosis), diagnosis
+                ) from None
         raise BuildError(
             f"the base image {base} (from the lock) cannot be pulled: {reason}; log in to its "
             "registry or make the image available to the engine (docker load/pull), or, if "
@@ -157,7 +170,7 @@ class DockerBuilder:
                 f"envbuilder lock --env {env.name} --refresh-base && "
                 f"envbuilder render --env {env.name}"
             )
-            _ensure_base(client, target.base_image, repin, progress)
+            _ensure_base(client, env.name, target, repin, progress)
         spec_ca = getattr(env.table(DockerTable), "ca_bundle", None)
         ca = ca_bundle_path(spec_ca if isinstance(spec_ca, str) else None, project)
         image_id, built = build_rendered_image(

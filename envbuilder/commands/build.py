@@ -15,12 +15,18 @@ from envbuilder.commands._targets import (
     require,
     selected,
 )
+from envbuilder.errors import UsageError
 from envbuilder.targets import registry
 from envbuilder.targets.base import BuildOptions
 from envbuilder.ui import UI
 
 if TYPE_CHECKING:
-    from envbuilder.targets.base import Artifact
+    from pathlib import Path
+
+    from envbuilder.model import EnvSpec
+    from envbuilder.progress import ProgressFn
+    from envbuilder.project import Project
+    from envbuilder.targets.base import Artifact, Builder
 
 HELP = "build the locked, rendered envs for a target (docker image, .wsl, venv)"
 DESCRIPTION = """\
@@ -54,6 +60,14 @@ the lock and the base image's digest; the lock records it ([artifacts.<target>] 
 layers). A build whose digest differs from the recorded one says so. --verify rebuilds without
 any cache and fails unless the digest is the recorded one, naming the first differing layer and
 file (docs/reproducibility.md).
+
+A base image the lock pins by a digest this engine's registry does not serve (the lock was made
+against another registry: its base_source says which) stops the build with a message saying so;
+a pin that registry should serve but does not is reported as lost or changed. --repin-base-into
+DIR (docker) then re-pins the base into a scratch copy of the project at DIR (spec, lockfiles/,
+rendered files), renders and builds there, and says what it re-pinned and where; the committed
+lock and files are never rewritten by it. Validate that image with
+`envbuilder validate --target docker --env ENV --spec DIR/environments.toml`.
 """
 
 
@@ -85,6 +99,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "cache and fail unless the image digest is the one the lock "
         "records, naming the first differing layer and file",
     )
+    parser.add_argument(
+        "--repin-base-into",
+        type=path_value,
+        metavar="DIR",
+        help="docker: when this engine's registry does not serve the locked base image "
+        "(a lock made against another registry), re-pin it in a scratch copy of the "
+        "project at DIR (relative to the spec's folder) and build from there; the "
+        "committed lock is left as it is",
+    )
 
 
 def build_options(args: argparse.Namespace) -> BuildOptions:
@@ -106,6 +129,8 @@ def build_options(args: argparse.Namespace) -> BuildOptions:
         )
     if args.force:
         require(args.target, "path", PATH_REFUSAL.replace("{option}", "--force"))
+    if args.repin_base_into is not None and args.target != "docker":
+        raise UsageError(f"--repin-base-into applies to the docker target, not {args.target}")
     return BuildOptions(path=path, force=args.force, no_cache=args.no_cache, verify=args.verify)
 
 
@@ -117,9 +142,8 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     builder = registry.get(args.target).load_builder()
     built: list[tuple[Artifact, Path]] = []
     for env in envs:
-        with progress_for(ui) as progress:
-            artifact = builder.build(project, env, options, progress)
-        sbom = write_sbom(project, env.name, args.target, artifact)
+        artifact, built_in = _build_one(project, env, builder, options, args.repin_base_into, ui)
+        sbom = write_sbom(built_in, env.name, args.target, artifact)
         ui.info(f"{env.name}/{artifact.target}: SBOM (CycloneDX) {sbom}")
         state = "up to date" if artifact.details.get("changed") == "no" else "built"
         if options.verify:
@@ -157,3 +181,67 @@ def _json_result(target: str, built: list[tuple[Artifact, Path]]) -> dict[str, A
             for a, sbom in built
         ],
     }
+
+
+def _build_one(
+    project: Project,
+    env: EnvSpec,
+    builder: Builder,
+    options: BuildOptions,
+    repin_into: Path | None,
+    ui: UI,
+) -> tuple[Artifact, Project]:
+    """Build one env; with `repin_into`, a base this engine's registry does not serve is
+    re-pinned in a scratch copy of the project and built there (never in the committed lock).
+    Returns the artifact and the project it was built in (the scratch copy, or `project`)."""
+    from envbuilder import basesource, scratch
+
+    with progress_for(ui) as progress:
+        try:
+            artifact = builder.build(project, env, options, progress)
+        except basesource.BaseNotServedError as exc:
+            if repin_into is None or exc.diagnosis.kind != "not-served-here":
+                raise
+            dest = scratch.scratch_path(project, repin_into)
+            ui.warn(f"{exc}\nre-pinning into the scratch copy {dest} (asked by --repin-base-into)")
+            return _build_in_scratch(project, env, builder, options, dest, ui, progress)
+    if repin_into is not None:
+        scratch.forget_env(scratch.scratch_path(project, repin_into), env.name)
+    return artifact, project
+
+
+def _build_in_scratch(
+    project: Project,
+    env: EnvSpec,
+    builder: Builder,
+    options: BuildOptions,
+    dest: Path,
+    ui: UI,
+    progress: ProgressFn,
+) -> tuple[Artifact, Project]:
+    """Copy the project to `dest`, re-pin the env's docker base there (lock --refresh-base: the
+    apt versions are resolved again on the new base), render, build; print what moved."""
+    from envbuilder import scratch
+    from envbuilder.locking import LockOptions, lock_env
+    from envbuilder.render import render_all
+    from envbuilder.slurm.script import SCRIPTS
+    from envbuilder.specload import load_spec
+
+    copy = scratch.make_scratch(project, dest)
+    spec = load_spec(copy.spec_path)
+    (twin,) = spec.select([env.name])
+    options_lock = LockOptions(targets=("docker",), refresh_base=True)
+    result = lock_env(
+        copy, twin, spec.env_hash(env.name), spec.indexes, options_lock, progress=progress
+    )
+    render_all(copy, spec, [env.name], None, check=False, extras=(SCRIPTS,))
+    scratch.write_marker(dest, project, [*scratch.repinned_envs(dest), env.name])
+    where = copy.env_lock(env.name)
+    for change in result.changes:
+        if change.kind == "base":
+            ui.print(f"{env.name}: re-pinned {change.line()} in {where}")
+    ui.print(
+        f"{env.name}: the committed {project.env_lock(env.name)} is unchanged; validate with "
+        f"`envbuilder validate --target docker --env {env.name} --spec {copy.spec_path}`"
+    )
+    return builder.build(copy, twin, options, progress), copy

@@ -51,9 +51,10 @@ recorded by tag with --no-base-digest.
 A lock naming files outside lockfiles/ (or another env's lock) is never replaced: restore it
 from version control, or delete it and lock again.
 
-Mirrors: an index's `mirror` (spec) or ENVBUILDER_MIRROR_<INDEX_NAME> (environment; a folder of
-wheels or a URL; empty switches it off) is where uv resolves and envbuilder fetches; the locks
-always record the index's canonical URL and each file's sha256.
+Mirrors (a machine's setting): ENVBUILDER_MIRROR_<INDEX_NAME> (a folder of wheels or a URL;
+empty switches it off), else ~/.config/envbuilder/mirrors.toml ([mirrors], keyed by the index's
+canonical URL or name), else the spec's `mirror`, is where uv resolves and envbuilder fetches;
+the locks always record the index's canonical URL and each file's sha256.
 """
 
 
@@ -224,6 +225,8 @@ def _lock(
         if not result.resolved and not result.written:
             ui.print(f"{env.name}: lock is current, nothing written")
             continue
+        for change in result.changes:
+            ui.print(f"{env.name}: {change.line()}")
         for path in (*result.written, *result.removed):
             verb = "wrote" if path in result.written else "removed"
             ui.print(f"{env.name}: {verb} {path.relative_to(project.root)}")
@@ -247,6 +250,7 @@ def _env_json(
             "written": [],
             "removed": [],
             "warnings": [],
+            "changes": [],
             "error": error,
         }
     status = (
@@ -264,5 +268,6 @@ def _env_json(
         "written": [str(p.relative_to(project.root)) for p in result.written],
         "removed": [str(p.relative_to(project.root)) for p in result.removed],
         "warnings": list(result.warnings),
+        "changes": [c.as_json() for c in result.changes],
         "error": None,
     }
