@@ -30,11 +30,15 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envbuilder import __version__, interrupts
 from envbuilder.errors import EnvbuilderError
 from envbuilder.ui import UI
+
+if TYPE_CHECKING:
+    from envbuilder.journal import Scope
+    from envbuilder.project import Project
 
 #: Every command with its one-line help, in `--help` order (the data flow first, then the
 #: helpers). Each module's HELP must equal its line here.
@@ -208,19 +212,45 @@ def _json_error(
     )
 
 
+#: Commands that only read: they never finish or undo an interrupted write (a journal found in a
+#: checkout proves nothing by being there); they report it and name the command that finishes it.
+READ_ONLY = frozenset({"check", "doctor", "fleet", "compare", "explain", "probe"})
+
+
 def _finish_interrupted_writes(args: argparse.Namespace, ui: UI) -> None:
     """A commit of several files (lockfiles/, rendered files) that a crash or SIGKILL cut short
-    is finished (or, before its commit point, undone) before anything reads those files."""
+    is finished (or, before its commit point, undone) before anything reads those files, by
+    every command that writes; one that only reads (READ_ONLY, or --check) reports it.
+    envbuilder.journal says how a journal is proven to be envbuilder's own."""
     spec = getattr(args, "spec", None)
     if not isinstance(spec, (str, Path)):  # --spec is a Path (path_value), or absent
         return
-    from envbuilder.fsutil import recover
+    from envbuilder import journal
     from envbuilder.project import Project
 
     project = Project.from_spec(spec)
-    for root in (project.root, project.lockfiles):
-        if note := recover(root):
+    roots = [root for root in (project.root, project.lockfiles) if journal.left_over(root)]
+    read_only = args.command in READ_ONLY or getattr(args, "check", False) is True
+    for root in roots:
+        scope = _journal_scope(project, root)
+        if read_only:
+            if note := journal.pending(root, scope):
+                ui.warn(note)
+        elif note := journal.recover(root, scope):
             ui.warn(note)
+
+
+def _journal_scope(project: Project, root: Path) -> Scope:
+    """What the command that writes `root` may touch there (imported only when a journal is
+    left: render pulls in jinja2)."""
+    if root == project.lockfiles:
+        from envbuilder.lockfile import LOCKFILES_SCOPE
+
+        return LOCKFILES_SCOPE
+    from envbuilder.render import commit_scope
+    from envbuilder.slurm.script import SCRIPTS
+
+    return commit_scope(project, (SCRIPTS,))
 
 
 if __name__ == "__main__":  # `python -m envbuilder` is the entry point; main() handles signals too

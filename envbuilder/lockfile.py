@@ -64,7 +64,8 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from envbuilder import aptlock, grammar
 from envbuilder.errors import LockError
 from envbuilder.fsutil import read_input_bytes, sha256_bytes, write_if_changed
-from envbuilder.grammar import ENV_NAME_RE
+from envbuilder.grammar import ENV_NAME_RE, LOCK_FILE_RE
+from envbuilder.journal import Scope
 from envbuilder.project import Project, pylock_name
 from envbuilder.specload import load_spec
 from envbuilder.targets import registry
@@ -133,6 +134,9 @@ _OPTIONAL = {"artifacts", "base_image", "base_digest_missing", "system_file", "a
 #: A pinned system file: an https URL and the sha256 its bytes must have.
 SYSTEM_FILE_RE = re.compile(r"https://[^\s#]+#sha256=[0-9a-f]{64}")
 _RELOCK = "run `envbuilder lock` to write it again"
+#: What `envbuilder lock` may write or remove in lockfiles/ (envbuilder.journal): lock file names
+#: directly in the folder, nothing else, whatever a journal left there says.
+LOCKFILES_SCOPE = Scope(names=LOCK_FILE_RE, finisher="envbuilder lock")
 
 #: `base_digest_missing` values: why a base image is recorded by tag. "no-base-digest": the user
 #: ran `envbuilder lock --no-base-digest` for a base whose digest was not known yet.

@@ -19,9 +19,11 @@ from pathlib import Path
 
 from envbuilder import __version__, aptlock
 from envbuilder.errors import EngineError, LockError
-from envbuilder.fsutil import commit_files, same_bytes, sha256_bytes
+from envbuilder.fsutil import same_bytes, sha256_bytes
+from envbuilder.journal import commit_files
 from envbuilder.lockfile import (
     LOCK_VERSION,
+    LOCKFILES_SCOPE,
     EnvLock,
     TargetLock,
     UntrustedLockError,
@@ -476,7 +478,7 @@ def _write_env(
         stray = project.lockfiles / tl.pylock
         if gone not in targets and Path(tl.pylock).name == tl.pylock and stray.is_file():
             changes[stray] = None
-    commit_files(project.lockfiles, changes)
+    commit_files(project.lockfiles, changes, LOCKFILES_SCOPE)
     written = tuple(p for p, data in changes.items() if data is not None)
     removed = tuple(p for p, data in changes.items() if data is None)
     return LockResult(env.name, resolved, written, removed, warnings)

@@ -32,6 +32,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "envbuilder.errors",
             "envbuilder.progress",
             "envbuilder.fsutil",
+            "envbuilder.journal",
             "envbuilder.quoting",
             "envbuilder.imagedefs",
             "envbuilder.project",
