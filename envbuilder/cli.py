@@ -95,6 +95,27 @@ def path_value(text: str) -> Path:
     return Path(text)
 
 
+def non_empty(text: str) -> str:
+    """argparse type given to every option and argument that takes a string without a type of
+    its own (names, registries, messages, ...): an empty one is refused (exit 2), as
+    `--env "$UNSET"` is a mistake, never a value."""
+    if not text:
+        raise argparse.ArgumentTypeError(
+            "an empty value (an unset shell variable?); give one, or leave the option out"
+        )
+    return text
+
+
+def _refuse_empty_values(parser: argparse.ArgumentParser) -> None:
+    """Give `non_empty` to each of the command's options and arguments that takes a value and
+    has no type yet (path options have path_value, numbers int)."""
+    for action in parser._actions:  # argparse keeps them there; there is no public list
+        if action.nargs == 0 or action.type is not None or not action.dest:
+            continue
+        if isinstance(action, (argparse._StoreAction, argparse._AppendAction)):
+            action.type = non_empty
+
+
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """Options every command that reads the spec shares."""
     parser.add_argument(
@@ -152,6 +173,7 @@ def _load_command(parser: argparse.ArgumentParser, name: str) -> None:
     module = command_module(name)
     parser.description = getattr(module, "DESCRIPTION", module.HELP)
     module.add_arguments(parser)
+    _refuse_empty_values(parser)
     parser.set_defaults(_module=module)
 
 
