@@ -179,13 +179,17 @@ def _kind_of(mode: int) -> str:
     return "not a file"
 
 
-def read_regular_bytes(path: Path, limit: int, tail: bool = False) -> bytes:
+def read_regular_bytes(path: Path, limit: int, tail: bool = False, nofollow: bool = False) -> bytes:
     """At most `limit` bytes of a regular file (its last `limit` bytes when `tail`). Raises
     FileNotFoundError, IsADirectoryError, or OSError whose strerror says what the path is
     instead (a FIFO, a device): reading a FIFO would wait for a writer forever, a device like
     /dev/zero never ends. O_NONBLOCK lets the open of a FIFO return, so that fstat can refuse
-    it; regular files ignore the flag."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    it; regular files ignore the flag. `nofollow`: a symlink is refused too (OSError ELOOP),
+    for files in folders others can write."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+    if nofollow:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, flags)
     try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):

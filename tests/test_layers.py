@@ -33,6 +33,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "envbuilder.progress",
             "envbuilder.fsutil",
             "envbuilder.journal",
+            "envbuilder.nofollow",
             "envbuilder.quoting",
             "envbuilder.imagedefs",
             "envbuilder.project",
