@@ -189,7 +189,7 @@ def lock_env(
     Nothing changes on disk (not even an mtime) when the lock is current, and nothing is
     written at all when any target fails to resolve or pin."""
     try:
-        previous = load_env_lock(project, env.name)
+        previous = load_env_lock(project, env.name, upgrade=True)
     except UntrustedLockError:
         raise  # names files that are not its own, or another env's: never replaced unseen
     except LockError as exc:
@@ -227,6 +227,8 @@ def lock_env(
         and all(_same_base(old[t], known[t]) for t in env.targets)
         and all(old[t].system_file == system_file(env, t) for t in env.targets)
         and not apt.stale(known)
+        and previous is not None
+        and same_bytes(project.env_lock(env.name), dump_env_lock(previous))  # (digests added)
     ):
         return LockResult(env.name, warnings=tuple(warn0))
 
