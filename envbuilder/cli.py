@@ -253,6 +253,8 @@ def _finish_interrupted_writes(args: argparse.Namespace, ui: UI) -> None:
     project = Project.from_spec(spec)
     roots = [root for root in (project.root, project.lockfiles) if journal.left_over(root)]
     read_only = args.command in READ_ONLY or getattr(args, "check", False) is True
+    if not read_only:
+        _sweep_stale_work(project)
     for root in roots:
         scope = _journal_scope(project, root)
         if read_only:
@@ -260,6 +262,17 @@ def _finish_interrupted_writes(args: argparse.Namespace, ui: UI) -> None:
                 ui.warn(note)
         elif note := journal.recover(root, scope):
             ui.warn(note)
+
+
+def _sweep_stale_work(project: Project) -> None:
+    """Work folders a killed lock or build left (envbuilder.stale removes only those it can
+    prove are this user's and dead: no process, nor a uv it started, holds them)."""
+    import tempfile
+
+    from envbuilder import stale
+
+    stale.sweep(Path(tempfile.gettempdir()), "envbuilder-lock-")
+    stale.sweep(project.cache, "venv-wheelhouse-")
 
 
 def _journal_scope(project: Project, root: Path) -> Scope:

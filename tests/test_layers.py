@@ -34,6 +34,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "envbuilder.fsutil",
             "envbuilder.journal",
             "envbuilder.nofollow",
+            "envbuilder.stale",
             "envbuilder.quoting",
             "envbuilder.imagedefs",
             "envbuilder.project",
