@@ -350,6 +350,24 @@ def test_a_changed_temp_file_or_a_copied_journal_is_refused(
     )
 
 
+def test_render_writes_through_no_symlinked_output_folder(
+    tmp_path: Path, state: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A committed `dockerfiles -> ~`-style link: `render` stops naming the link, and nothing
+    outside the project is written (before: the Dockerfiles went into the link's target)."""
+    project, outside = make_project(tmp_path)
+    target = tmp_path / "linked"
+    shutil.move(str(project / "dockerfiles"), target)
+    (project / "dockerfiles").symlink_to(target)
+    for path in target.rglob("Dockerfile"):
+        path.write_text("stale\n")
+    before = snapshot(project, outside, target)
+    code, err = run(capsys, "render", "--spec", str(project / "environments.toml"))
+    assert code == 1, err
+    assert "dockerfiles is a symbolic link" in err and "Traceback" not in err, err
+    assert snapshot(project, outside, target) == before
+
+
 # --- the property: random journals, every command ----------------------------------------------
 
 COMMANDS: list[tuple[str, ...]] = [
