@@ -579,6 +579,16 @@ def read_job_dir(
         folder.close()
 
 
+def _fingerprint_notes(reports: Sequence[Report], noise_floor_pct: float) -> list[str]:
+    """What differs between the nodes' fingerprints (driver, torch, ...), as notes."""
+    if len(reports) < 2:
+        return []
+    comparison = compare.Comparison(
+        tuple(reports), (), tuple(compare.fingerprint_diffs(reports)), (), noise_floor_pct
+    )
+    return [f"nodes: {line}" for line in compare.fingerprint_lines(comparison)]
+
+
 def _read_fleet(job: JobFolder, given: JobInfo | None, noise_floor_pct: float) -> Fleet:
     if given is None and not any(job.has(name) for name in ("hosts", "nodes", "collectives")):
         raise CompareError(
@@ -593,19 +603,7 @@ def _read_fleet(job: JobFolder, given: JobInfo | None, noise_floor_pct: float) -
     outliers, notes = _judge([r for r in rows if r.status != "no report"], noise_floor_pct)
     rows = [replace(r, outliers=tuple(outliers.get(r.node, ()))) for r in rows]
     rows.sort(key=lambda r: (0 if r.failed else 1 if r.outliers else 2, r.node))
-    if len(reports) >= 2:
-        notes += [
-            f"nodes: {line}"
-            for line in compare.fingerprint_lines(
-                compare.Comparison(
-                    tuple(reports),
-                    (),
-                    tuple(compare.fingerprint_diffs(reports)),
-                    (),
-                    noise_floor_pct,
-                )
-            )
-        ]
+    notes += _fingerprint_notes(reports, noise_floor_pct)
     env, target = _env_target(reports)
     if info.note:
         notes.insert(0, info.note)

@@ -529,25 +529,32 @@ class VenvBuilder:
         touching the venv when the lock is not trustworthy."""
         self._check_host_and_env(env)
         venv = self.venv_path(project, env, options.path)
-        with stale.hold(venv_lock_path(project, venv), busy_message(venv)) as held:
-            return self._build_held(project, env, options, venv, held.fd, progress)
-
-    def _build_held(
-        self,
-        project: Project,
-        env: EnvSpec,
-        options: BuildOptions,
-        venv: Path,
-        lock_fd: int,
-        progress: ProgressFn,
-    ) -> Artifact:
-        """build() while this process holds the venv's lock (`lock_fd`, handed to uv)."""
         folder = claim_folder(venv, options.force)
         layout = VenvLayout(venv, self.windows)
         lock_sha = self._verified_lock_sha(project, env)
         if folder.kind == "ours" and self._is_current(layout, env, lock_sha):
             progress(f"{env.name}/{self.name}: venv is current", 1, 1)
             return self._artifact(env, venv, lock_sha, None)
+        # Held from the first change to the end, and by the uv started: a build after one that
+        # was killed while its uv went on syncing (its marker says incomplete) stops here.
+        with stale.hold(venv_lock_path(project, venv), busy_message(venv)) as held:
+            return self._change(
+                project, env, venv, claim_folder(venv, options.force), held.fd, lock_sha, progress
+            )
+
+    def _change(
+        self,
+        project: Project,
+        env: EnvSpec,
+        venv: Path,
+        folder: VenvFolder,
+        lock_fd: int,
+        lock_sha: str,
+        progress: ProgressFn,
+    ) -> Artifact:
+        """Install the lock into the venv and write its activation and marker, while this
+        process holds the venv's lock (`lock_fd`, handed to uv)."""
+        layout = VenvLayout(venv, self.windows)
         python, packages, changes = self._install_locked(project, env, folder, lock_fd, progress)
         variables = self._venv_variables(layout, env)
         _write_or_fail(
