@@ -393,8 +393,8 @@ _DIGEST = r"sha256:[0-9a-f]{64}"
 #: any build, pull), not minutes later, or pasted into a rendered script.
 _ARTIFACT_FORMS: dict[str, tuple[re.Pattern[str], str]] = {
     "image_id": (re.compile(rf"{_DIGEST}\Z"), "'sha256:' and 64 lower-case hex digits"),
-    "layers": (
-        re.compile(rf"{_DIGEST}( {_DIGEST})*\Z"),
+    "layers": (  # empty for an image with no layer above its base (artifacts_sha256 covers it)
+        re.compile(rf"({_DIGEST}( {_DIGEST})*)?\Z"),
         "layer digests ('sha256:' and 64 lower-case hex digits) separated by spaces",
     ),
     "sha256": (re.compile(r"[0-9a-f]{64}\Z"), "64 lower-case hex digits"),

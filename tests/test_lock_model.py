@@ -177,7 +177,7 @@ def test_record_artifact_merges_and_keeps_spec_hash(project: Project) -> None:
     for target, values in [
         ("native", {"tag": "x"}),
         ("docker", {"venv": "/opt/venv"}),
-        ("docker", {"layers": ""}),
+        ("docker", {"layers": "md5:ab"}),
     ]:
         with pytest.raises(LockError):
             record_artifact(project, "cpu", target, **values)
