@@ -7,7 +7,7 @@ Why this module exists: a signal can arrive between any two bytecodes. The CLI i
   * code whose steps belong together (a commit's renames, creating a temp folder and keeping its
     name) runs inside `deferred()`: a signal received there is raised when the section ends;
   * after the first signal further ones are ignored, so that the clean-up is not cut short
-    (SIGKILL still ends everything; a journal makes that safe too, see fsutil.commit_files);
+    (SIGKILL still ends everything; a journal makes that safe too, see journal.commit_files);
   * `run()` starts each child process in its own session (its own process group): a terminal's
     Ctrl-C reaches envbuilder only, and when envbuilder is interrupted the child's whole group
     (uv and whatever uv started) is terminated and reaped before the exception goes on.
