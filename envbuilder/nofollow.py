@@ -68,7 +68,7 @@ class Tree:
             self.info = os.fstat(fd)
         else:
             self._fds[()] = None
-            self.info = os.lstat(root)
+            self.info = root.stat() if follow_root else root.lstat()
             if not stat.S_ISDIR(self.info.st_mode) or _is_reparse(self.info):
                 raise LinkInTheWay(root, _what_is(root))
 
