@@ -32,12 +32,16 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envbuilder import __version__, interrupts
 from envbuilder.errors import EnvbuilderError
 from envbuilder.project import SPEC_NAME, find_spec
 from envbuilder.ui import UI
+
+if TYPE_CHECKING:
+    from envbuilder.journal import Scope
+    from envbuilder.project import Project
 
 #: Every command with its one-line help, in `--help` order (the data flow first, then the
 #: helpers). Each module's HELP must equal its line here.
@@ -98,6 +102,27 @@ def path_value(text: str) -> Path:
             "e.g. . for the current one"
         )
     return Path(text)
+
+
+def non_empty(text: str) -> str:
+    """argparse type given to every option and argument that takes a string without a type of
+    its own (names, registries, messages, ...): an empty one is refused (exit 2), as
+    `--env "$UNSET"` is a mistake, never a value."""
+    if not text:
+        raise argparse.ArgumentTypeError(
+            "an empty value (an unset shell variable?); give one, or leave the option out"
+        )
+    return text
+
+
+def _refuse_empty_values(parser: argparse.ArgumentParser) -> None:
+    """Give `non_empty` to each of the command's options and arguments that takes a value and
+    has no type yet (path options have path_value, numbers int)."""
+    for action in parser._actions:  # argparse keeps them there; there is no public list
+        if action.nargs == 0 or action.type is not None or not action.dest:
+            continue
+        if isinstance(action, (argparse._StoreAction, argparse._AppendAction)):
+            action.type = non_empty
 
 
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
@@ -162,6 +187,7 @@ def _load_command(parser: argparse.ArgumentParser, name: str) -> None:
     module = command_module(name)
     parser.description = getattr(module, "DESCRIPTION", module.HELP)
     module.add_arguments(parser)
+    _refuse_empty_values(parser)
     parser.set_defaults(_module=module)
 
 
@@ -229,6 +255,24 @@ def _json_error(
     )
 
 
+#: Commands that only read: they never finish or undo an interrupted write (a journal found in a
+#: checkout proves nothing by being there); they report it and name the command that finishes it.
+READ_ONLY = frozenset(
+    {
+        "check",
+        "doctor",
+        "fleet",
+        "compare",
+        "explain",
+        "probe",
+        "run",
+        "shell",
+        "completion",
+        "init",
+    }
+)
+
+
 def _find_spec(args: argparse.Namespace, ui: UI) -> None:
     """--spec not given: the spec found by walking up from the current folder (project.find_spec;
     ./environments.toml when no folder has one, so the command says it is missing)."""
@@ -245,17 +289,51 @@ def _find_spec(args: argparse.Namespace, ui: UI) -> None:
 
 def _finish_interrupted_writes(args: argparse.Namespace, ui: UI) -> None:
     """A commit of several files (lockfiles/, rendered files) that a crash or SIGKILL cut short
-    is finished (or, before its commit point, undone) before anything reads those files."""
+    is finished (or, before its commit point, undone) before anything reads those files, by
+    every command that writes; one that only reads (READ_ONLY, or --check) reports it.
+    envbuilder.journal says how a journal is proven to be envbuilder's own."""
     spec = getattr(args, "spec", None)
     if not isinstance(spec, (str, Path)):  # --spec is a Path (path_value), or absent
         return
-    from envbuilder.fsutil import recover
+    from envbuilder import journal
     from envbuilder.project import Project
 
     project = Project.from_spec(spec)
-    for root in (project.root, project.lockfiles):
-        if note := recover(root):
+    roots = [root for root in (project.root, project.lockfiles) if journal.left_over(root)]
+    read_only = args.command in READ_ONLY or getattr(args, "check", False) is True
+    if not read_only:
+        _sweep_stale_work(project)
+    for root in roots:
+        scope = _journal_scope(project, root)
+        if read_only:
+            if note := journal.pending(root, scope):
+                ui.warn(note)
+        elif note := journal.recover(root, scope):
             ui.warn(note)
+
+
+def _sweep_stale_work(project: Project) -> None:
+    """Work folders a killed lock or build left (envbuilder.stale removes only those it can
+    prove are this user's and dead: no process, nor a uv it started, holds them)."""
+    import tempfile
+
+    from envbuilder import stale
+
+    stale.sweep(Path(tempfile.gettempdir()), "envbuilder-lock-")
+    stale.sweep(project.cache, "venv-wheelhouse-")
+
+
+def _journal_scope(project: Project, root: Path) -> Scope:
+    """What the command that writes `root` may touch there (imported only when a journal is
+    left: render pulls in jinja2)."""
+    if root == project.lockfiles:
+        from envbuilder.lockfile import LOCKFILES_SCOPE
+
+        return LOCKFILES_SCOPE
+    from envbuilder.render import commit_scope
+    from envbuilder.slurm.script import SCRIPTS
+
+    return commit_scope(project, (SCRIPTS,))
 
 
 if __name__ == "__main__":  # `python -m envbuilder` is the entry point; main() handles signals too

@@ -456,7 +456,16 @@ def _read_report_bytes(path: Path) -> bytes:
 def load_report(path: Path) -> Report:
     """Read one report file. Raises CompareError (never a traceback) when it cannot be used:
     not a regular file, too big, not UTF-8, not JSON, nested too deep, or not a probe report."""
-    data = _read_report_bytes(path)
+    return report_from_bytes(_read_report_bytes(path), path)
+
+
+def report_from_bytes(data: bytes, path: Path) -> Report:
+    """A report from the bytes of `path` (read by the caller: the fleet report reads a job
+    folder without following links). CompareError as load_report."""
+    if len(data) > MAX_REPORT_BYTES:
+        raise CompareError(
+            f"{path}: is over {MAX_REPORT_BYTES >> 20} MiB; a probe report is smaller"
+        )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -24,15 +24,17 @@ from __future__ import annotations
 
 import json
 import re
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from envbuilder import compare
 from envbuilder.compare import Metric, MetricKey, Report
 from envbuilder.errors import CompareError
-from envbuilder.fsutil import read_regular_bytes, same_file, write_together
+from envbuilder.fsutil import default_mode, read_regular_bytes, same_file, write_together
+from envbuilder.nofollow import LinkInTheWay, Tree
 
 TOOL = "envbuilder-fleet"
 FORMAT_VERSION = 1
@@ -54,10 +56,21 @@ MAX_WORLD_SIZE = 1 << 16
 _RANK_FILE = re.compile(r"all\.rank(\d+)\.json\Z")
 
 
+#: A node's files are NODE.json, NODE.exit and NODE.log, and a file name has at most 255 bytes:
+#: a longer name (a damaged `hosts`) is a row saying so, not an OSError ("File name too long").
+MAX_NODE_NAME_BYTES = 250
+
+
 def _file_name_ok(node: str) -> bool:
     """Whether a node name from `hosts` can be a file name under nodes/ and collectives/: not a
-    path ("../x", "/etc/passwd"), so nothing outside the job folder is read for it."""
-    return node not in ("", ".", "..") and not any(c in node for c in "/\\\0")
+    path ("../x", "/etc/passwd"), so nothing outside the job folder is read for it, short
+    enough for its files' names, and no control characters (it is shown in every report)."""
+    return (
+        node not in ("", ".", "..")
+        and not any(c in node for c in "/\\\0\n\t")
+        and len(node.encode("utf-8", "surrogateescape")) <= MAX_NODE_NAME_BYTES
+        and compare.printable(node) == node
+    )
 
 
 @dataclass(frozen=True)
@@ -178,25 +191,30 @@ class Fleet:
 
 
 def _read_bytes(path: Path, limit: int, tail: bool = False) -> bytes | None:
-    """fsutil.read_regular_bytes, or None when the file is missing, unreadable or not a regular
-    file (a job folder is a shared, writable place: a FIFO there must not block)."""
+    """fsutil.read_regular_bytes, or None when the file is missing, unreadable, a symlink or
+    not a regular file (a job folder is a shared, writable place: a FIFO there must not
+    block, a link there may point at someone's private file)."""
     try:
-        return read_regular_bytes(path, limit, tail)
+        return read_regular_bytes(path, limit, tail, nofollow=True)
     except OSError:
         return None
 
 
 def read_text_small(path: Path, limit: int = MAX_SMALL_FILE_BYTES) -> str | None:
     """A small file of a job folder (hosts, phase, NODE.exit) as text, at most `limit` bytes;
-    None when it is missing, unreadable or not a regular file (a FIFO would block)."""
+    None when it is missing, unreadable, a symlink or not a regular file (a FIFO would block)."""
     data = _read_bytes(path, limit)
     return None if data is None else data.decode("utf-8", errors="replace")
 
 
 def tail_lines(path: Path, lines: int = TAIL_LINES) -> str:
     """The last non-blank lines of a log, joined by ' | ': only its end is read, each line cut
-    short, control characters shown as '?'; '' when it is missing or not a regular file."""
-    data = _read_bytes(path, TAIL_BYTES, tail=True) or b""
+    short, control characters shown as '?'; '' when it is missing, a symlink or not a regular
+    file."""
+    return _tail_text(_read_bytes(path, TAIL_BYTES, tail=True) or b"", lines)
+
+
+def _tail_text(data: bytes, lines: int) -> str:
     text = compare.printable(data.decode("utf-8", errors="replace"))
     kept = [line.strip() for line in text.splitlines() if line.strip()]
     return " | ".join(
@@ -205,42 +223,125 @@ def tail_lines(path: Path, lines: int = TAIL_LINES) -> str:
     )
 
 
-def _job_nodes(job_dir: Path, job: JobInfo) -> list[str]:
-    """The job's nodes: the script's `hosts` file, else what Slurm said, else the reports."""
-    hosts = read_text_small(job_dir / "hosts")
+class JobFolder:
+    """A job folder, read without following a link (envbuilder.nofollow): the folder named on
+    the command line (a link to it is the user's own choice), and below it only real folders
+    and regular files. `hosts`, `nodes/` or `collectives/` that is a symlink is refused
+    (CompareError): another user of a shared run folder could point one at a private file,
+    whose lines would become node names in reports written beside it. A node file that is a
+    link, a FIFO or a device is treated as missing."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self.tree = Tree(path, follow_root=True)
+        except (LinkInTheWay, OSError):
+            what = "is not a folder" if path.exists() else "no such job folder"
+            raise CompareError(
+                f"{path}: {what} (validate.sbatch writes RUN_DIR/job-<id>/)"
+            ) from None
+        for name in ("hosts", "nodes", "collectives"):
+            info = self.tree.lstat(PurePosixPath(name))
+            if info is not None and stat.S_ISLNK(info.st_mode):
+                raise CompareError(
+                    f"{path / name} is a symbolic link; a job folder's hosts, nodes/ and "
+                    "collectives/ are what the job wrote there, never links (one could point "
+                    "at anyone's file). Nothing was read: remove it, or run the job again"
+                )
+
+    def close(self) -> None:
+        self.tree.__exit__()
+
+    def has(self, *parts: str) -> bool:
+        try:
+            return self.tree.lstat(PurePosixPath(*parts)) is not None
+        except (LinkInTheWay, OSError):
+            return False
+
+    def read(
+        self, *parts: str, limit: int = MAX_SMALL_FILE_BYTES, tail: bool = False
+    ) -> bytes | None:
+        """A regular file's bytes (None: missing, a link, a FIFO, unreadable)."""
+        try:
+            data = self.tree.read(PurePosixPath(*parts), limit, tail)
+        except (LinkInTheWay, OSError):
+            return None
+        return None if data is None else data[:limit]
+
+    def text(self, *parts: str) -> str | None:
+        data = self.read(*parts)
+        return None if data is None else data.decode("utf-8", errors="replace")
+
+    def tail(self, *parts: str, lines: int = TAIL_LINES) -> str:
+        return _tail_text(self.read(*parts, limit=TAIL_BYTES, tail=True) or b"", lines)
+
+    def names(self, folder: str) -> list[str]:
+        try:
+            return self.tree.names((folder,))
+        except (LinkInTheWay, OSError):
+            return []
+
+    def report(self, *parts: str) -> Report:
+        """The probe report at `parts` (CompareError when it is missing, a link, not a regular
+        file, or not a report)."""
+        path = self.path.joinpath(*parts)
+        try:
+            data = self.tree.read(PurePosixPath(*parts), compare.MAX_REPORT_BYTES)
+        except LinkInTheWay as exc:
+            raise CompareError(
+                f"{path}: {exc.what}; not read (a report is a regular file)"
+            ) from None
+        except OSError as exc:
+            raise CompareError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        if data is None:
+            raise CompareError(f"{path}: no such report")
+        return compare.report_from_bytes(data, path)
+
+
+def _job_nodes(job: JobFolder, info: JobInfo) -> tuple[list[str], str]:
+    """The job's nodes and where the names came from: the script's `hosts` file, else what
+    Slurm said, else the reports."""
+    hosts = job.text("hosts")
     if hosts:
         # a node named twice (a hand-edited file) is one row
-        return list(dict.fromkeys(line.split()[0] for line in hosts.splitlines() if line.strip()))
-    if job.nodes:
-        return list(job.nodes)
-    return sorted(p.stem for p in (job_dir / "nodes").glob("*.json"))
+        names = [line.split()[0] for line in hosts.splitlines() if line.strip()]
+        return list(dict.fromkeys(names)), str(job.path / "hosts")
+    if info.nodes:
+        return list(info.nodes), "Slurm's node list of the job"
+    stems = [n.removesuffix(".json") for n in job.names("nodes") if n.endswith(".json")]
+    return sorted(stems), str(job.path / "nodes")
 
 
-def _why_no_report(job_dir: Path, folder: str, node: str, job: JobInfo) -> str:
-    code = (read_text_small(job_dir / folder / f"{node}.exit") or "").strip()
-    tail = tail_lines(job_dir / folder / f"{node}.log")
+def _why_no_report(job: JobFolder, folder: str, node: str, info: JobInfo) -> str:
+    code = (job.text(folder, f"{node}.exit") or "").strip()
+    tail = job.tail(folder, f"{node}.log")
     if not code:
-        state = job.state or "unknown"
-        what = f"did not finish (job {state}{': ' + job.reason if job.reason else ''})"
+        state = info.state or "unknown"
+        what = f"did not finish (job {state}{': ' + info.reason if info.reason else ''})"
     elif code == "3":
         what = "the image is not usable on this node"
     else:
-        what = f"exited with {code} without a report"
+        what = f"exited with {compare.printable(code)[:40]} without a report"
     return f"no report: {what}" + (f"; output: {tail}" if tail else "")
 
 
-def _node_row(job_dir: Path, node: str, job: JobInfo) -> tuple[NodeRow, Report | None]:
+def _node_row(
+    job: JobFolder, node: str, source: str, info: JobInfo
+) -> tuple[NodeRow, Report | None]:
     if not _file_name_ok(node):
-        # e.g. "../x" or "/etc/passwd" in a damaged hosts file: not read as a path
+        # e.g. "../x", "/etc/passwd" or 300 bytes in a damaged hosts file: not read as a path
         shown = compare.printable(node)[:TAIL_LINE_CHARS]
-        why = f"{job_dir / 'hosts'}: {shown!r} is not a node name (a path, not a host name)"
+        why = (
+            f"{source}: {shown!r} is not a node name (a path, a name over "
+            f"{MAX_NODE_NAME_BYTES} bytes or with control characters; not a host name)"
+        )
         return NodeRow(shown, "no report", None, (why,)), None
-    path = job_dir / "nodes" / f"{node}.json"
-    if not path.is_file():
-        why = _why_no_report(job_dir, "nodes", node, job)
+    path = job.path / "nodes" / f"{node}.json"
+    if not job.has("nodes", f"{node}.json"):
+        why = _why_no_report(job, "nodes", node, info)
         return NodeRow(node, "no report", None, (why,)), None
     try:
-        report = compare.load_report(path)
+        report = job.report("nodes", f"{node}.json")
     except CompareError as exc:
         return NodeRow(node, "no report", path, (f"unreadable report: {exc}",)), None
     problems = tuple(
@@ -335,52 +436,65 @@ def _judge(rows: Sequence[NodeRow], floor_pct: float) -> tuple[dict[str, list[Ou
     return outliers, notes
 
 
-def _rank_reports(folder: Path) -> dict[int, Path]:
-    found = {0: folder / "all.json"} if (folder / "all.json").is_file() else {}
-    for path in folder.glob("all.rank*.json"):
-        if match := _RANK_FILE.match(path.name):
-            found[int(match.group(1))] = path
+def _rank_reports(job: JobFolder) -> dict[int, str]:
+    """The rank reports in collectives/: rank -> file name."""
+    found: dict[int, str] = {}
+    for name in job.names("collectives"):
+        if name == "all.json":
+            found[0] = name
+        elif match := _RANK_FILE.match(name):
+            found[int(match.group(1))] = name
     return dict(sorted(found.items()))
 
 
-def _collectives_entry(report: Report, path: Path) -> tuple[str, str | None, dict[str, Any]]:
+def _collectives_entry(
+    report: Report, job: JobFolder, name: str
+) -> tuple[str, str | None, dict[str, Any]]:
     """(status, reason, details) of the collectives check in a rank's report."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(job.read("collectives", name, limit=compare.MAX_REPORT_BYTES) or b"")
         entry = next(c for c in data["checks"] if c.get("name") == "collectives")
         return str(entry["status"]), entry.get("reason"), dict(entry.get("details") or {})
-    except (OSError, ValueError, KeyError, TypeError, StopIteration):
+    except (OSError, ValueError, KeyError, TypeError, StopIteration, AttributeError):
         return report.status, None, {}
 
 
-def _cross(job_dir: Path, nodes: Sequence[str], rows: Sequence[NodeRow], job: JobInfo) -> CrossNode:
-    folder = job_dir / "collectives"
-    phase = (read_text_small(job_dir / "phase") or "").strip()
-    reports = _rank_reports(folder)
+def _cross(
+    job: JobFolder, nodes: Sequence[str], rows: Sequence[NodeRow], info: JobInfo
+) -> CrossNode:
+    folder = job.path / "collectives"
+    phase = (job.text("phase") or "").strip()
+    reports = _rank_reports(job)
     named = [n for n in nodes if _file_name_ok(n)]  # the others are not read as paths
-    ran = [n for n in named if (folder / f"{n}.exit").exists() or (folder / f"{n}.log").exists()]
+    shown = tuple(compare.printable(n)[:TAIL_LINE_CHARS] for n in nodes)  # a damaged hosts
+    ran = [
+        n
+        for n in named
+        if job.has("collectives", f"{n}.exit") or job.has("collectives", f"{n}.log")
+    ]
     if not reports and not ran:
         if phase in ("probe", "collectives") or not phase:
             return CrossNode(
                 "fail" if phase == "collectives" else "not run",
-                nodes=tuple(nodes),
+                nodes=shown,
                 problems=(
                     f"the job ended before the collectives across nodes ran "
-                    f"(job {job.state or 'unknown'})",
+                    f"(job {info.state or 'unknown'})",
                 ),
             )
-        return CrossNode("not run", nodes=tuple(nodes), problems=("not requested",))
+        return CrossNode("not run", nodes=shown, problems=("not requested",))
     ranks: list[RankRow] = []
     problems: list[str] = []
     world: int | None = None
     rank0: Report | None = None
-    for rank, path in reports.items():
+    for rank, name in reports.items():
+        path = folder / name
         try:
-            report = compare.load_report(path)
+            report = job.report("collectives", name)
         except CompareError as exc:
             ranks.append(RankRow(rank, "?", "no report", str(exc)))
             continue
-        status, reason, details = _collectives_entry(report, path)
+        status, reason, details = _collectives_entry(report, job, name)
         if "world_size" in details and world is None:
             size = details["world_size"]
             if isinstance(size, int) and not isinstance(size, bool) and 1 <= size <= MAX_WORLD_SIZE:
@@ -399,13 +513,12 @@ def _cross(job_dir: Path, nodes: Sequence[str], rows: Sequence[NodeRow], job: Jo
                 ranks.append(RankRow(rank, "?", "no report", None))
         ranks.sort(key=lambda r: r.rank)
     for node in named:
-        code = (read_text_small(folder / f"{node}.exit") or "").strip()
+        code = compare.printable((job.text("collectives", f"{node}.exit") or "").strip())[:40]
         if code not in ("", "0"):
-            problems.append(
-                f"{node}: torchrun exited with {code}; output: {tail_lines(folder / f'{node}.log')}"
-            )
+            output = job.tail("collectives", f"{node}.log")
+            problems.append(f"{node}: torchrun exited with {code}; output: {output}")
         elif not code and node in ran:
-            problems.append(f"{node}: did not finish (job {job.state or 'unknown'})")
+            problems.append(f"{node}: did not finish (job {info.state or 'unknown'})")
     bad = [r for r in ranks if r.status != "pass"]
     if bad:
         first = next((r for r in bad if r.reason), bad[0])
@@ -418,7 +531,7 @@ def _cross(job_dir: Path, nodes: Sequence[str], rows: Sequence[NodeRow], job: Jo
         problems.insert(0, "no rank wrote a report")
     sizes = _sizes(rank0, rows)
     status = "fail" if problems else "pass"
-    return CrossNode(status, world, tuple(nodes), tuple(ranks), sizes, tuple(problems))
+    return CrossNode(status, world, shown, tuple(ranks), sizes, tuple(problems))
 
 
 def _busbw(metrics: Mapping[MetricKey, Metric]) -> dict[str, Metric]:
@@ -459,52 +572,54 @@ def read_job_dir(
     """The fleet report of one job folder. A node without a report is a failed row saying why
     (its exit code and output, or the job's state); reports that are not probe reports too."""
     compare.check_noise_floor(noise_floor_pct)
-    if not job_dir.is_dir():
-        what = "is not a folder" if job_dir.exists() else "no such job folder"
-        raise CompareError(f"{job_dir}: {what} (validate.sbatch writes RUN_DIR/job-<id>/)")
-    if job is None and not any(
-        (job_dir / name).exists() for name in ("hosts", "nodes", "collectives")
-    ):
+    folder = JobFolder(job_dir)
+    try:
+        return _read_fleet(folder, job, noise_floor_pct)
+    finally:
+        folder.close()
+
+
+def _fingerprint_notes(reports: Sequence[Report], noise_floor_pct: float) -> list[str]:
+    """What differs between the nodes' fingerprints (driver, torch, ...), as notes."""
+    if len(reports) < 2:
+        return []
+    comparison = compare.Comparison(
+        tuple(reports), (), tuple(compare.fingerprint_diffs(reports)), (), noise_floor_pct
+    )
+    return [f"nodes: {line}" for line in compare.fingerprint_lines(comparison)]
+
+
+def _read_fleet(job: JobFolder, given: JobInfo | None, noise_floor_pct: float) -> Fleet:
+    if given is None and not any(job.has(name) for name in ("hosts", "nodes", "collectives")):
         raise CompareError(
-            f"{job_dir}: not a job folder (no hosts file, no nodes/ or collectives/); "
+            f"{job.path}: not a job folder (no hosts file, no nodes/ or collectives/); "
             "validate.sbatch writes RUN_DIR/job-<id>/ with them"
         )
-    info = job or JobInfo(job_dir.name.removeprefix("job-"))
-    nodes = _job_nodes(job_dir, info)
-    read = [_node_row(job_dir, node, info) for node in nodes]
+    info = given or JobInfo(job.path.name.removeprefix("job-"))
+    nodes, source = _job_nodes(job, info)
+    read = [_node_row(job, node, source, info) for node in nodes]
     rows = [row for row, _ in read]
     reports = [report for _, report in read if report is not None]
     outliers, notes = _judge([r for r in rows if r.status != "no report"], noise_floor_pct)
     rows = [replace(r, outliers=tuple(outliers.get(r.node, ()))) for r in rows]
     rows.sort(key=lambda r: (0 if r.failed else 1 if r.outliers else 2, r.node))
-    if len(reports) >= 2:
-        notes += [
-            f"nodes: {line}"
-            for line in compare.fingerprint_lines(
-                compare.Comparison(
-                    tuple(reports),
-                    (),
-                    tuple(compare.fingerprint_diffs(reports)),
-                    (),
-                    noise_floor_pct,
-                )
-            )
-        ]
+    notes += _fingerprint_notes(reports, noise_floor_pct)
     env, target = _env_target(reports)
     if info.note:
         notes.insert(0, info.note)
     inputs = [r.report for r in rows if r.report is not None]
+    ranks = [job.path / "collectives" / name for name in _rank_reports(job).values()]
     return Fleet(
-        job_dir,
+        job.path,
         info,
         env,
         target,
         tuple(rows),
-        _cross(job_dir, nodes, rows, info),
+        _cross(job, nodes, rows, info),
         tuple(notes),
         noise_floor_pct,
         compare.noise_rule_text(noise_floor_pct),
-        (*inputs, *_rank_reports(job_dir / "collectives").values()),
+        (*inputs, *ranks),
     )
 
 
@@ -732,7 +847,8 @@ def to_html(fleet: Fleet) -> str:
 
 
 def write_reports(fleet: Fleet, folder: Path) -> dict[str, Path]:
-    """fleet.json, fleet.md and fleet.html in `folder`, written together (an error writes none).
+    """fleet.json, fleet.md and fleet.html in `folder`, written together (an error writes none),
+    readable by no one the folder keeps out (report_mode).
     Refuses (CompareError) a folder where one of them would replace a report that was read,
     e.g. --out JOB/nodes with a node named "fleet"."""
     paths = {
@@ -752,6 +868,24 @@ def write_reports(fleet: Fleet, folder: Path) -> dict[str, Path]:
             paths["json"]: dumps_json(fleet).encode("utf-8"),
             paths["markdown"]: to_markdown(fleet).encode("utf-8"),
             paths["html"]: to_html(fleet).encode("utf-8"),
-        }
+        },
+        report_mode(fleet.job_dir, folder),
     )
     return paths
+
+
+def report_mode(*folders: Path) -> int:
+    """The mode of fleet reports: 0666 less the umask, and readable by no class of users (owner,
+    group, others) that one of `folders` (the job folder, the one written into) keeps out: a
+    job folder of mode 0750 gets 0640 reports, one of 0700 gets 0600. What the reports hold
+    came from the job folder; a run folder on a shared file system may be open to few."""
+    readable = 0o666
+    for folder in folders:
+        try:
+            allowed = folder.stat().st_mode & 0o777
+        except OSError:
+            continue
+        for shift in (6, 3, 0):  # a class that cannot both list (r) and enter (x) it: no bits
+            if (allowed >> shift) & 0o5 != 0o5:
+                readable &= ~(0o7 << shift)
+    return default_mode() & readable

@@ -1,9 +1,9 @@
 """Filesystem helpers: a failed or interrupted command never leaves a half-written file.
 
     atomic_write_bytes / atomic_write_text / write_if_changed   one file: temp file + rename
-    commit_files(root, changes)      several files as one step (a journal makes it old-or-new)
     write_together(files)            several files anywhere: all written, or none on an error
-    recover(root)                    finish or undo a commit a crash left half-done
+                                     (several files below one root as one step, with a
+                                     journal: envbuilder.journal)
     temp_dir(prefix, dir)            a temp folder an interrupt cannot leak
     read_regular_bytes(path, limit)  a regular file's bytes (or its end), bounded; FIFOs refused
     read_input_bytes(path)           a user's input file: regular files only, bounded
@@ -20,25 +20,18 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
-import json
 import os
-import re
 import secrets
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
-from typing import Any, BinaryIO
+from pathlib import Path
+from typing import BinaryIO
 
 from envbuilder.errors import EnvbuilderError
 from envbuilder.interrupts import deferred
-
-#: The journal of a multi-file commit, in the commit's root folder while the commit runs.
-JOURNAL = ".envbuilder-commit.json"
-JOURNAL_VERSION = 1
-_TOKEN = re.compile(r"[0-9a-f]{12}\Z")
 
 #: What a user can do about an error, by errno.
 _HINTS = {
@@ -61,7 +54,7 @@ class WriteError(EnvbuilderError):
 
 def write_error(path: Path, exc: OSError, verb: str = "write") -> WriteError:
     """`exc` (raised while writing `path`) as a WriteError saying what is in the way or why."""
-    blocker = _file_in_the_way(path)
+    blocker = file_in_the_way(path)
     if blocker is not None:
         return WriteError(
             path, f"{blocker} is a file, not a folder; move it away or choose another path", verb
@@ -76,7 +69,7 @@ def write_error(path: Path, exc: OSError, verb: str = "write") -> WriteError:
     return WriteError(path, f"{cause} ({hint})" if hint else cause, verb)
 
 
-def _file_in_the_way(path: Path) -> Path | None:
+def file_in_the_way(path: Path) -> Path | None:
     """The nearest existing ancestor of `path` when it is not a folder (so nothing can be made
     below it), else None."""
     for parent in path.parents:
@@ -85,7 +78,7 @@ def _file_in_the_way(path: Path) -> Path | None:
     return None
 
 
-def _make_parents(path: Path) -> list[Path]:
+def make_parents(path: Path) -> list[Path]:
     """Create the missing folders above `path`; return those created, outermost first.
     WriteError (naming `path`) when a file is in the way or the disk refuses."""
     missing = []
@@ -99,19 +92,19 @@ def _make_parents(path: Path) -> list[Path]:
             folder.mkdir()
             created.append(folder)
     except OSError as exc:
-        _remove_empty(created)
+        remove_empty(created)
         raise write_error(path, exc) from None
     return created
 
 
-def _remove_empty(folders: Sequence[Path]) -> None:
+def remove_empty(folders: Sequence[Path]) -> None:
     """Remove the folders (listed outermost first) that are still empty, innermost first."""
     for folder in reversed(folders):
         with contextlib.suppress(OSError):
             folder.rmdir()
 
 
-def _default_mode() -> int:
+def default_mode() -> int:
     """0666 less the umask: what a plain `open(path, "w")` would give (a temp file is 0600)."""
     umask = os.umask(0)
     os.umask(umask)
@@ -122,7 +115,7 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int | None = None) -> None
     """Write `data` to `path` through a temp file in the same folder and an atomic rename.
     Raises WriteError (the path and the cause) with nothing left behind: no temp file, no
     folder it created. `mode` None: the temp file's 0600."""
-    created = _make_parents(path)
+    created = make_parents(path)
     tmp: Path | None = None
     fh: BinaryIO | None = None
     try:
@@ -144,7 +137,7 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int | None = None) -> None
             if tmp is not None:
                 with contextlib.suppress(OSError):
                     tmp.unlink(missing_ok=True)
-            _remove_empty(created)
+            remove_empty(created)
         if isinstance(exc, OSError):
             raise write_error(path, exc) from None
         raise
@@ -186,13 +179,17 @@ def _kind_of(mode: int) -> str:
     return "not a file"
 
 
-def read_regular_bytes(path: Path, limit: int, tail: bool = False) -> bytes:
+def read_regular_bytes(path: Path, limit: int, tail: bool = False, nofollow: bool = False) -> bytes:
     """At most `limit` bytes of a regular file (its last `limit` bytes when `tail`). Raises
     FileNotFoundError, IsADirectoryError, or OSError whose strerror says what the path is
     instead (a FIFO, a device): reading a FIFO would wait for a writer forever, a device like
     /dev/zero never ends. O_NONBLOCK lets the open of a FIFO return, so that fstat can refuse
-    it; regular files ignore the flag."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    it; regular files ignore the flag. `nofollow`: a symlink is refused too (OSError ELOOP),
+    for files in folders others can write."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+    if nofollow:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, flags)
     try:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
@@ -255,10 +252,10 @@ def temp_dir(prefix: str, parent: Path | None = None) -> Iterator[Path]:
 def write_together(files: Mapping[Path, bytes], mode: int | None = None) -> None:
     """Write several files, anywhere, so that an error writes none of them: each goes to a temp
     file beside its target first, and only when all of them are written are they renamed into
-    place (held against interrupts). Unlike commit_files there is no journal: a crash during
+    place (held against interrupts). Unlike journal.commit_files there is no journal: a crash during
     the renames can leave some old and some new. WriteError names the path and the cause."""
     token = secrets.token_hex(6)
-    entries = [_Entry(path, True) for path in sorted(files)]
+    entries = [_Temp(path) for path in sorted(files)]
     created: list[Path] = []
     try:
         for entry in entries:
@@ -266,12 +263,12 @@ def write_together(files: Mapping[Path, bytes], mode: int | None = None) -> None
                 raise WriteError(
                     entry.path, "it is a folder, not a file; move it away or choose another path"
                 )
-            created += _make_parents(entry.path)
-            _write_temp(
+            created += make_parents(entry.path)
+            write_temp(
                 entry.path,
                 entry.temp(token),
                 files[entry.path],
-                _default_mode() if mode is None else mode,
+                default_mode() if mode is None else mode,
             )
         with deferred():
             for entry in entries:
@@ -284,128 +281,21 @@ def write_together(files: Mapping[Path, bytes], mode: int | None = None) -> None
             for entry in entries:
                 with contextlib.suppress(OSError):
                     entry.temp(token).unlink(missing_ok=True)
-            _remove_empty(created)
+            remove_empty(created)
         raise
 
 
 @dataclass(frozen=True)
-class _Entry:
-    path: Path  # the file to replace or delete
-    new: bool  # True: replaced by its temp file; False: deleted
+class _Temp:
+    path: Path  # the file to replace
 
     def temp(self, token: str) -> Path:
         return self.path.with_name(f".{self.path.name}.{token}.tmp")
 
 
-def commit_files(
-    root: Path,
-    changes: Mapping[Path, bytes | None],
-    mode: int | Callable[[Path], int] | None = None,
-) -> None:
-    """Replace (bytes) or delete (None) every file in `changes`, all below `root`, as one step:
-    after an error, an interrupt or a crash at any moment the files are either all old or all
-    new. `mode`: an int, a function of the path, or None for 0666 less the umask.
-
-    How: each new file goes to a temp file beside its target; a journal in `root` then records
-    the commit (the commit point), the temp files are renamed over their targets, deletions
-    done, and the journal removed. An interrupt is held back while that runs; a crash in it
-    leaves the journal, and `recover(root)` (run by the next command) finishes the renames. A
-    failure before the commit point removes every temp file and every folder it created.
-    Raises WriteError naming the path and the cause. Writers of one root take turns (flock)."""
-    if not changes:
-        return
-    for path in changes:
-        if root not in path.parents or ".." in path.relative_to(root).parts:
-            raise ValueError(f"{path} is not below {root}")  # a bug in the caller
-    try:
-        created = _make_parents(root / JOURNAL)
-    except WriteError as exc:  # name the user's file, not the journal
-        first = min(changes)
-        raise WriteError(
-            first, exc.cause, "write" if changes[first] is not None else "remove"
-        ) from None
-    try:
-        with _exclusive(root):
-            _recover(root)
-            _commit(root, changes, mode)
-    except BaseException:
-        with deferred():
-            _remove_empty(created)
-        raise
-
-
-def _commit(
-    root: Path, changes: Mapping[Path, bytes | None], mode: int | Callable[[Path], int] | None
-) -> None:
-    token = secrets.token_hex(6)
-    entries = [_Entry(path, data is not None) for path, data in sorted(changes.items())]
-    for entry in entries:
-        if entry.path.is_dir() and not entry.path.is_symlink():
-            raise WriteError(
-                entry.path,
-                "it is a folder, not a file; move it away or choose another path",
-                "write" if entry.new else "remove",
-            )
-    folders = _missing_folders(root, entries)
-    committed = False
-    try:
-        try:
-            _write_journal(root, "prepared", token, entries, folders)
-        except WriteError as exc:  # name the user's file, not the journal
-            raise WriteError(
-                entries[0].path, exc.cause, "write" if entries[0].new else "remove"
-            ) from None
-        for folder in folders:
-            try:
-                folder.mkdir()
-            except OSError as exc:
-                raise write_error(
-                    next(e.path for e in entries if folder in e.path.parents), exc
-                ) from None
-        for entry in entries:
-            data = changes[entry.path]
-            if data is not None:
-                file_mode = mode(entry.path) if callable(mode) else mode
-                _write_temp(
-                    entry.path,
-                    entry.temp(token),
-                    data,
-                    _default_mode() if file_mode is None else file_mode,
-                )
-        with deferred():  # from the commit point to the end: held against interrupts
-            _write_journal(root, "committed", token, entries, folders)
-            committed = True
-            _roll_forward(root, token, entries)
-    except BaseException:
-        with deferred():
-            if committed:
-                with contextlib.suppress(WriteError):  # the journal stays for recover()
-                    _roll_forward(root, token, entries)
-            else:
-                _roll_back(root, token, entries, folders)
-        raise
-
-
-def _missing_folders(root: Path, entries: Sequence[_Entry]) -> list[Path]:
-    """Folders (below `root`) the new files need that do not exist yet, outermost first.
-    WriteError when a file is in the way of one."""
-    missing: list[Path] = []
-    for entry in entries:
-        if not entry.new:
-            continue
-        blocker = _file_in_the_way(entry.path)
-        if blocker is not None:
-            raise WriteError(
-                entry.path,
-                f"{blocker} is a file, not a folder; move it away or choose another path",
-            )
-        for parent in reversed(entry.path.parents):
-            if root in parent.parents and not parent.is_dir() and parent not in missing:
-                missing.append(parent)
-    return missing
-
-
-def _write_temp(target: Path, tmp: Path, data: bytes, mode: int) -> None:
+def write_temp(target: Path, tmp: Path, data: bytes, mode: int) -> None:
+    """Write `data` into the new file `tmp` (never an existing one), synced, then give it
+    `mode`; WriteError naming `target` when the disk refuses."""
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as fh:
@@ -417,149 +307,10 @@ def _write_temp(target: Path, tmp: Path, data: bytes, mode: int) -> None:
         raise write_error(target, exc) from None
 
 
-def _write_journal(
-    root: Path, state: str, token: str, entries: Sequence[_Entry], folders: Sequence[Path]
-) -> None:
-    data = {
-        "version": JOURNAL_VERSION,
-        "state": state,
-        "token": token,
-        "files": [{"path": _rel(root, e.path), "new": e.new} for e in entries],
-        "folders": [_rel(root, f) for f in folders],
-    }
-    atomic_write_bytes(root / JOURNAL, (json.dumps(data, indent=1) + "\n").encode("utf-8"))
-    _fsync_folder(root)
-
-
-def _rel(root: Path, path: Path) -> str:
-    return path.relative_to(root).as_posix()
-
-
-def _roll_forward(root: Path, token: str, entries: Sequence[_Entry]) -> None:
-    """Put every temp file in place and do the deletions, then drop the journal. Safe to run
-    again after a crash: a temp file already renamed is simply gone."""
-    for entry in entries:
-        try:
-            if entry.new:
-                tmp = entry.temp(token)
-                if tmp.exists():
-                    tmp.replace(entry.path)
-            else:
-                entry.path.unlink(missing_ok=True)
-        except OSError as exc:
-            raise write_error(entry.path, exc, "write" if entry.new else "remove") from None
-    for folder in {e.path.parent for e in entries}:
-        _fsync_folder(folder)
-    try:
-        (root / JOURNAL).unlink(missing_ok=True)
-    except OSError as exc:
-        raise write_error(root / JOURNAL, exc, "remove") from None
-
-
-def _roll_back(root: Path, token: str, entries: Sequence[_Entry], folders: Sequence[Path]) -> None:
-    """Remove every temp file, the folders the commit made (when empty) and the journal."""
-    for entry in entries:
-        with contextlib.suppress(OSError):
-            entry.temp(token).unlink(missing_ok=True)
-    _remove_empty(folders)
-    with contextlib.suppress(OSError):
-        (root / JOURNAL).unlink(missing_ok=True)
-
-
-def _fsync_folder(folder: Path) -> None:
-    """Make renames in `folder` durable (where folders can be opened: not on Windows)."""
-    with contextlib.suppress(OSError, AttributeError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def recover(root: Path) -> str | None:
-    """Finish (journal committed) or undo (journal prepared) a commit into `root` that a crash
-    or a kill left half-done. Returns what it did, for the user, or None when there was nothing
-    to do. Raises WriteError when the disk refuses, EnvbuilderError when the journal is not one
-    envbuilder wrote (it is then left alone, and so are the files it names)."""
-    if not (root / JOURNAL).is_file() and not _journal_temps(root):
-        return None
-    with _exclusive(root):
-        return _recover(root)
-
-
-def _journal_temps(root: Path) -> list[Path]:
-    """Temp files of the journal itself, which a kill during its write leaves behind."""
-    try:
-        return list(root.glob(f".{JOURNAL}.*.tmp"))
-    except OSError:
-        return []
-
-
-def _recover(root: Path) -> str | None:
-    for stray in _journal_temps(root):
-        with contextlib.suppress(OSError):
-            stray.unlink()
-    journal = root / JOURNAL
-    if not journal.is_file():
-        return None
-    state, token, entries, folders = _read_journal(root, journal)
-    with deferred():
-        if state == "committed":
-            _roll_forward(root, token, entries)
-            return (
-                f"finished an interrupted write of {len(entries)} file(s) in {root} "
-                "(the new version is now complete)"
-            )
-        _roll_back(root, token, entries, folders)
-    return f"removed the temp files of an interrupted write in {root} (the old version stays)"
-
-
-def _read_journal(root: Path, journal: Path) -> tuple[str, str, list[_Entry], list[Path]]:
-    """The journal's state, token, entries and folders; each path checked to lie below `root`."""
-
-    def bad(why: str) -> EnvbuilderError:
-        return EnvbuilderError(
-            f"{journal}: {why}; it is not an envbuilder commit journal "
-            "that can be finished. Check the files it names, then remove it"
-        )
-
-    try:
-        data: Any = json.loads(journal.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise bad(f"unreadable ({exc})") from None
-    if (
-        not isinstance(data, dict)
-        or data.get("version") != JOURNAL_VERSION
-        or data.get("state") not in ("prepared", "committed")
-        or not isinstance(data.get("token"), str)
-        or not _TOKEN.match(data["token"])
-        or not isinstance(data.get("files"), list)
-        or not isinstance(data.get("folders"), list)
-    ):
-        raise bad("unknown format")
-    entries: list[_Entry] = []
-    for item in data["files"]:
-        if not isinstance(item, dict) or not isinstance(item.get("new"), bool):
-            raise bad("unknown format")
-        entries.append(_Entry(_below(root, item.get("path"), bad), item["new"]))
-    folders = [_below(root, f, bad) for f in data["folders"]]
-    return data["state"], data["token"], entries, folders
-
-
-def _below(root: Path, rel: object, bad: Callable[[str], EnvbuilderError]) -> Path:
-    """`root / rel` when `rel` is a plain relative path below `root` (no `..`, not absolute)."""
-    if not isinstance(rel, str) or not rel:
-        raise bad("a path is not a string")
-    pure = PurePosixPath(rel)
-    if pure.is_absolute() or ".." in pure.parts or "\\" in rel or ":" in rel:
-        raise bad(f"path {rel!r} does not stay below {root}")
-    return root.joinpath(*pure.parts)
-
-
 @contextlib.contextmanager
-def _exclusive(folder: Path) -> Iterator[None]:
-    """Writers committing into one folder take turns (flock on the folder; a no-op where fcntl
-    does not exist)."""
+def exclusive(folder: Path) -> Iterator[None]:
+    """Writers into one folder take turns (flock on the folder; a no-op where fcntl does not
+    exist)."""
     try:
         import fcntl
     except ImportError:  # Windows
@@ -585,3 +336,13 @@ def sha256_file(path: Path) -> str:
 def sha256_bytes(data: bytes) -> str:
     """Hex sha256 of bytes."""
     return hashlib.sha256(data).hexdigest()
+
+
+def fsync_folder(folder: Path) -> None:
+    """Make renames in `folder` durable (where folders can be opened: not on Windows)."""
+    with contextlib.suppress(OSError, AttributeError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -27,6 +27,11 @@ ENV_NAME_RE = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
 ENV_NAME_MAX = 63
 #: A target's name becomes part of lock, report and folder names (pylock.<env>-<target>.toml).
 TARGET_NAME_RE = re.compile(r"[a-z][a-z0-9]*")
+#: The files `envbuilder lock` writes: `<env>.lock.toml` and `pylock.<env>-<target>.toml`.
+LOCK_FILE_RE = re.compile(
+    rf"(?:{ENV_NAME_RE.pattern})\.lock\.toml"
+    rf"|pylock\.(?:{ENV_NAME_RE.pattern})-(?:{TARGET_NAME_RE.pattern})\.toml"
+)
 INDEX_NAME_RE = re.compile(r"[a-z0-9](?:[a-z0-9._-]*[a-z0-9])?")
 #: PEP 508 distribution names.
 PACKAGE_NAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")

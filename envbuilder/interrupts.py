@@ -7,7 +7,7 @@ Why this module exists: a signal can arrive between any two bytecodes. The CLI i
   * code whose steps belong together (a commit's renames, creating a temp folder and keeping its
     name) runs inside `deferred()`: a signal received there is raised when the section ends;
   * after the first signal further ones are ignored, so that the clean-up is not cut short
-    (SIGKILL still ends everything; a journal makes that safe too, see fsutil.commit_files);
+    (SIGKILL still ends everything; a journal makes that safe too, see journal.commit_files);
   * `run()` starts each child process in its own session (its own process group): a terminal's
     Ctrl-C reaches envbuilder only, and when envbuilder is interrupted the child's whole group
     (uv and whatever uv started) is terminated and reaped before the exception goes on.
@@ -148,17 +148,20 @@ def run(
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
     timeout: float | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> subprocess.CompletedProcess[str]:
     """`subprocess.run(cmd, capture_output=True, text=True)` with the child in a new session
     (stdin /dev/null). On any exception while it runs (an interrupt, the timeout) the child's
     whole process group is terminated and reaped, then the exception goes on. Raises what
-    subprocess.run raises (FileNotFoundError, subprocess.TimeoutExpired)."""
+    subprocess.run raises (FileNotFoundError, subprocess.TimeoutExpired). `pass_fds`: open
+    files the child inherits (POSIX), e.g. a lock it must go on holding if envbuilder is
+    killed (envbuilder.stale)."""
     import subprocess
 
     proc: subprocess.Popen[str] | None = None
     try:
         with deferred():  # the child's pid is known before an interrupt can unwind
-            proc = _start(cmd, cwd, env)
+            proc = _start(cmd, cwd, env, pass_fds)
         out, err = proc.communicate(timeout=timeout)
     except BaseException:
         if proc is not None:
@@ -169,7 +172,10 @@ def run(
 
 
 def _start(
-    cmd: Sequence[str], cwd: Path | None, env: Mapping[str, str] | None
+    cmd: Sequence[str],
+    cwd: Path | None,
+    env: Mapping[str, str] | None,
+    pass_fds: Sequence[int] = (),
 ) -> subprocess.Popen[str]:
     import subprocess
 
@@ -194,6 +200,7 @@ def _start(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
+        pass_fds=tuple(pass_fds),
     )
 
 

@@ -64,7 +64,8 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from envbuilder import aptlock, grammar
 from envbuilder.errors import LockError
 from envbuilder.fsutil import read_input_bytes, sha256_bytes, write_if_changed
-from envbuilder.grammar import ENV_NAME_RE
+from envbuilder.grammar import ENV_NAME_RE, LOCK_FILE_RE
+from envbuilder.journal import Scope
 from envbuilder.project import Project, pylock_name
 from envbuilder.targets import registry
 
@@ -132,13 +133,42 @@ _TARGET_KEYS = {
     "system_file": str,
     "apt": dict,
     "base_source": str,
+    "apt_sha256": str,
+    "artifacts_sha256": str,
 }
-_OPTIONAL = {"artifacts", "base_image", "base_digest_missing", "system_file", "apt", "base_source"}
+_OPTIONAL = {
+    "artifacts",
+    "base_image",
+    "base_digest_missing",
+    "system_file",
+    "apt",
+    "apt_sha256",
+    "artifacts_sha256",
+    "base_source",
+}
 #: A registry as `base_source` names it: a host (name or IPv4) with an optional port.
 BASE_SOURCE_RE = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[0-9]{1,5})?")
+#: The digests that cover a target's apt pins and its [artifacts.<target>] values (table_sha256):
+#: present exactly when what they cover is, written by `envbuilder lock` and every command that
+#: records an artifact. Not fields of TargetLock: they are checked when a lock is read and
+#: computed when it is written.
+_DIGESTS = ("apt_sha256", "artifacts_sha256")
+_HEX64 = re.compile(r"[0-9a-f]{64}\Z")
+#: envbuilder's version as a lock records it (informational, but it is printed).
+_VERSION_TEXT = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+!_-]{0,63}\Z")
+#: SOURCE_DATE_EPOCH becomes file times in the .wsl tar and gzip's header, whose mtime field is
+#: 32 bits: a value outside this range cannot be written (and a negative one is no time).
+SOURCE_DATE_EPOCH_RANGE = (0, 2**32 - 1)
+#: The newest artifact formats this envbuilder writes (envbuilder.ociimage.writer.REPRO_FORMAT,
+#: envbuilder.wsltar.FORMAT; a test holds them equal). A recorded number above is from a newer
+#: envbuilder, one below from an older one (that build is simply not current).
+ARTIFACT_FORMATS = {"repro_format": 1, "format": 2}
 #: A pinned system file: an https URL and the sha256 its bytes must have.
 SYSTEM_FILE_RE = re.compile(r"https://[^\s#]+#sha256=[0-9a-f]{64}")
 _RELOCK = "run `envbuilder lock` to write it again"
+#: What `envbuilder lock` may write or remove in lockfiles/ (envbuilder.journal): lock file names
+#: directly in the folder, nothing else, whatever a journal left there says.
+LOCKFILES_SCOPE = Scope(names=LOCK_FILE_RE, finisher="envbuilder lock")
 
 #: `base_digest_missing` values: why a base image is recorded by tag. "no-base-digest": the user
 #: ran `envbuilder lock --no-base-digest` for a base whose digest was not known yet.
@@ -187,8 +217,11 @@ def _check_table(data: Mapping[str, Any], schema: Mapping[str, type], where: str
             raise LockError(f"{where}: {key} must be {what}, not {value!r}; {_RELOCK}")
 
 
-def parse_env_lock(data: Mapping[str, Any], where: str) -> EnvLock:
-    """Validate parsed TOML into an EnvLock (strict); `where` names the file in messages."""
+def parse_env_lock(data: Mapping[str, Any], where: str, upgrade: bool = False) -> EnvLock:
+    """Validate parsed TOML into an EnvLock (strict: every value is checked or covered by a
+    digest); `where` names the file in messages. `upgrade` (for `envbuilder lock` only, which
+    then writes the lock again with them): apt pins or artifacts without their digest, as an
+    envbuilder before the digests wrote them, are accepted."""
     version = data.get("version")
     if isinstance(version, int) and not isinstance(version, bool) and version != LOCK_VERSION:
         newer = version > LOCK_VERSION
@@ -201,6 +234,7 @@ def parse_env_lock(data: Mapping[str, Any], where: str) -> EnvLock:
             )
         )
     _check_table(data, _TOP_KEYS, where)
+    _check_top_values(data, where)
     if not ENV_NAME_RE.fullmatch(data["env"]):
         raise UntrustedLockError(
             f"{where}: env = {data['env']!r} is not an env name; {_untrusted_fix(None)}"
@@ -236,17 +270,15 @@ def parse_env_lock(data: Mapping[str, Any], where: str) -> EnvLock:
                 f"{where}: targets.{name}.system_file must be "
                 f"'https://...#sha256=<64 hex digits>'; {_RELOCK}"
             )
+        _check_target_values(name, table, where)
         if "apt" in table:
             table = {
                 **table,
                 "apt": aptlock.parse_apt_table(table["apt"], f"{where}: targets.{name}"),
             }
-        targets[name] = TargetLock(**table)
-    artifacts: dict[str, dict[str, str]] = {}
-    for name, table in data.get("artifacts", {}).items():
-        if not isinstance(table, dict):
-            raise LockError(f"{where}: artifacts.{name} must be a table of strings; {_RELOCK}")
-        artifacts[name] = _check_artifacts(table, f"{where}: artifacts.{name}")
+        targets[name] = TargetLock(**{k: v for k, v in table.items() if k not in _DIGESTS})
+    artifacts = _parse_artifacts(data.get("artifacts", {}), targets, where)
+    _check_digests(data["targets"], targets, artifacts, data["env"], where, upgrade)
     return EnvLock(
         version=data["version"],
         env=data["env"],
@@ -258,13 +290,124 @@ def parse_env_lock(data: Mapping[str, Any], where: str) -> EnvLock:
     )
 
 
+def _check_top_values(data: Mapping[str, Any], where: str) -> None:
+    if not _HEX64.match(data["spec_hash"]):
+        raise LockError(f"{where}: spec_hash must be 64 lower-case hex digits; {_RELOCK}")
+    if not _VERSION_TEXT.match(data["envbuilder_version"]):
+        raise LockError(
+            f"{where}: envbuilder_version = {_shown(data['envbuilder_version'])} is not a "
+            f"version; {_RELOCK}"
+        )
+    low, high = SOURCE_DATE_EPOCH_RANGE
+    if not low <= data["source_date_epoch"] <= high:
+        raise LockError(
+            f"{where}: source_date_epoch = {_shown(data['source_date_epoch'])} is not a time "
+            f"from {low} to {high} (seconds since 1970; a .wsl's gzip header holds 32 bits); "
+            f"{_RELOCK}"
+        )
+
+
+def _check_target_values(name: str, table: Mapping[str, Any], where: str) -> None:
+    """The values of [targets.<name>] that reach uv, a rendered file or a comparison."""
+    key = f"{where}: targets.{name}"
+    platforms = registry.get(name).platforms
+    if table["platform"] not in platforms:
+        raise LockError(
+            f"{key}.platform = {_shown(table['platform'])} is not the target's platform "
+            f"({', '.join(platforms)}); {_RELOCK}"
+        )
+    if not grammar.PYTHON_RE.fullmatch(table["python"]):
+        raise LockError(
+            f"{key}.python = {_shown(table['python'])} is not a Python version like '3.12'; "
+            f"{_RELOCK}"
+        )
+    for digest in ("pylock_sha256", *_DIGESTS):
+        if digest in table and not _HEX64.match(table[digest]):
+            raise LockError(
+                f"{key}.{digest} = {_shown(table[digest])} is not 64 lower-case hex digits; "
+                f"{_RELOCK}"
+            )
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def table_sha256(table: Mapping[str, Any]) -> str:
+    """The digest of a table of the lock (a target's apt pins, its artifacts): sha256 of its
+    canonical JSON (keys sorted, no spaces, UTF-8). docs/lock.md."""
+    text = json.dumps(table, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return sha256_bytes(text.encode("utf-8"))
+
+
+def _check_digests(
+    raw: Mapping[str, Any],
+    targets: Mapping[str, TargetLock],
+    artifacts: Mapping[str, Mapping[str, str]],
+    env: str,
+    where: str,
+    upgrade: bool,
+) -> None:
+    """Each target's apt pins and artifacts match the digest beside them (present exactly when
+    they are): an edited pin (a downgrade, extra packages) or an edited artifact is refused."""
+    fix = f"restore the file (`git checkout {where}`) or run `envbuilder lock --env {env}`"
+    for name, entry in targets.items():
+        covered = {"apt_sha256": entry.apt, "artifacts_sha256": artifacts.get(name, {})}
+        for digest, table in covered.items():
+            what = "apt pins" if digest == "apt_sha256" else f"[artifacts.{name}]"
+            recorded = raw[name].get(digest)
+            if not table and recorded is None:
+                continue
+            if recorded is None:
+                if upgrade:
+                    continue
+                raise LockError(
+                    f"{where}: targets.{name} has {what} but no {digest} (written by an older "
+                    f"envbuilder, or edited); `envbuilder lock --env {env}` adds it without "
+                    "resolving anything again"
+                )
+            if not table:
+                raise LockError(
+                    f"{where}: targets.{name}.{digest} is there but the {what} it covers are "
+                    f"not (removed by hand?); {fix}"
+                )
+            if table_sha256(table) != recorded:
+                raise LockError(
+                    f"{where}: the {what} of targets.{name} do not match targets.{name}."
+                    f"{digest} (edited after locking: a version, a package, a value changed). "
+                    f"Nothing was changed; {fix}"
+                )
+
+
+def _parse_artifacts(
+    tables: Mapping[str, Any], targets: Mapping[str, TargetLock], where: str
+) -> dict[str, dict[str, str]]:
+    """[artifacts.<target>]: only for a locked target that makes artifacts (push or verify),
+    only known keys, each value in its form."""
+    makers = set(registry.with_capability("push")) | set(registry.with_capability("verify"))
+    artifacts: dict[str, dict[str, str]] = {}
+    for name, table in tables.items():
+        if name not in targets or name not in makers:
+            why = "is not locked here" if name not in targets else "records no artifacts"
+            raise LockError(
+                f"{where}: [artifacts.{name}]: target {name!r} {why} (artifacts are recorded "
+                f"for {', '.join(sorted(makers & set(targets))) or 'no target of this lock'}); "
+                f"{_RELOCK}"
+            )
+        if not isinstance(table, dict):
+            raise LockError(f"{where}: artifacts.{name} must be a table of strings; {_RELOCK}")
+        artifacts[name] = _check_artifacts(table, f"{where}: artifacts.{name}")
+    return artifacts
+
+
 _DIGEST = r"sha256:[0-9a-f]{64}"
 #: The recorded values envbuilder compares with or hands to an engine, and what each must be:
 #: a malformed one is refused when the lock is read (lock --check, render, build --verify before
 #: any build, pull), not minutes later, or pasted into a rendered script.
 _ARTIFACT_FORMS: dict[str, tuple[re.Pattern[str], str]] = {
     "image_id": (re.compile(rf"{_DIGEST}\Z"), "'sha256:' and 64 lower-case hex digits"),
-    "layers": (
+    "layers": (  # empty for an image with no layer above its base (artifacts_sha256 covers it)
         re.compile(rf"({_DIGEST}( {_DIGEST})*)?\Z"),
         "layer digests ('sha256:' and 64 lower-case hex digits) separated by spaces",
     ),
@@ -274,13 +417,14 @@ _ARTIFACT_FORMS: dict[str, tuple[re.Pattern[str], str]] = {
         "an image reference pinned by digest (REGISTRY/REPO@sha256:<64 hex digits>)",
     ),
     "tag": (re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]*\Z"), "an image name and tag"),
-    "repro_format": (re.compile(r"[0-9]+\Z"), "a format number such as '1'"),
-    "format": (re.compile(r"[0-9]+\Z"), "a format number such as '1'"),
+    "repro_format": (re.compile(r"[0-9]{1,6}\Z"), "a format number such as '1'"),
+    "format": (re.compile(r"[0-9]{1,6}\Z"), "a format number such as '1'"),
 }
 
 
 def _check_artifacts(table: dict[str, object], where: str) -> dict[str, str]:
-    """An [artifacts.<target>] table: string values, each known key in its form."""
+    """An [artifacts.<target>] table: string values, known keys only, each in its form, format
+    numbers no newer than this envbuilder writes."""
     checked: dict[str, str] = {}
     for key, value in table.items():
         if not isinstance(value, str):
@@ -288,9 +432,20 @@ def _check_artifacts(table: dict[str, object], where: str) -> dict[str, str]:
                 f"{where}.{key} must be a string, not {type(value).__name__} ({value!r}); {_RELOCK}"
             )
         form = _ARTIFACT_FORMS.get(key)
-        if form is not None and not form[0].match(value):
+        if form is None:
+            raise LockError(
+                f"{where}: unknown key {key!r} (known: {', '.join(_ARTIFACT_FORMS)}); "
+                f"remove it or {_RELOCK}"
+            )
+        if not form[0].match(value):
             shown = value if len(value) <= 120 else value[:117] + "..."
             raise LockError(f"{where}.{key} = {shown!r} is not {form[1]}; {_RELOCK}")
+        newest = ARTIFACT_FORMATS.get(key)
+        if newest is not None and not 1 <= int(value) <= newest:
+            raise LockError(
+                f"{where}.{key} = {value!r} is not a format this envbuilder knows (1 to "
+                f"{newest}); a newer envbuilder wrote it, or it was edited: build again"
+            )
         checked[key] = value
     return checked
 
@@ -356,6 +511,9 @@ def json_schema() -> dict[str, Any]:
     target_props["system_file"]["pattern"] = "^" + SYSTEM_FILE_RE.pattern + "$"
     target_props["base_source"]["pattern"] = "^" + BASE_SOURCE_RE.pattern + "$"
     target_props["apt"] = aptlock.json_schema()
+    for key in ("pylock_sha256", *_DIGESTS):
+        target_props[key]["pattern"] = "^[0-9a-f]{64}$"
+    target_props["python"]["pattern"] = "^" + grammar.PYTHON_RE.pattern + "$"
     target = {
         "type": "object",
         "additionalProperties": False,
@@ -364,15 +522,23 @@ def json_schema() -> dict[str, Any]:
     }
     top = props(_TOP_KEYS)
     top["version"] = {"const": LOCK_VERSION}
+    top["spec_hash"]["pattern"] = "^[0-9a-f]{64}$"
+    low, high = SOURCE_DATE_EPOCH_RANGE
+    top["source_date_epoch"].update(minimum=low, maximum=high)
     top["targets"] = {
         "type": "object",
         "additionalProperties": False,
         "properties": {t: {"$ref": "#/$defs/target"} for t in targets},
     }
+    makers = set(registry.with_capability("push")) | set(registry.with_capability("verify"))
     top["artifacts"] = {
         "type": "object",
-        "propertyNames": {"enum": list(targets)},
-        "additionalProperties": {"type": "object", "additionalProperties": {"type": "string"}},
+        "propertyNames": {"enum": [t for t in targets if t in makers]},
+        "additionalProperties": {
+            "type": "object",
+            "propertyNames": {"enum": list(_ARTIFACT_FORMS)},
+            "additionalProperties": {"type": "string"},
+        },
     }
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -386,9 +552,9 @@ def json_schema() -> dict[str, Any]:
     }
 
 
-def read_env_lock(path: Path, where: str | None = None) -> EnvLock:
+def read_env_lock(path: Path, where: str | None = None, upgrade: bool = False) -> EnvLock:
     """Read and validate one `<env>.lock.toml` (`where` names it in messages; default: the
-    path). Raises LockError saying what is wrong."""
+    path; `upgrade`: see parse_env_lock). Raises LockError saying what is wrong."""
     where = where or str(path)
     try:
         data = tomllib.loads(read_input_bytes(path).decode("utf-8"))
@@ -398,16 +564,17 @@ def read_env_lock(path: Path, where: str | None = None) -> EnvLock:
         raise LockError(f"{where}: not valid TOML ({exc}); {_RELOCK}") from None
     except OSError as exc:
         raise LockError(f"{where}: cannot be read ({exc.strerror or exc}); {_RELOCK}") from None
-    return parse_env_lock(data, where)
+    return parse_env_lock(data, where, upgrade)
 
 
-def load_env_lock(project: Project, env: str) -> EnvLock | None:
+def load_env_lock(project: Project, env: str, upgrade: bool = False) -> EnvLock | None:
     """The env's lock, or None when the env was never locked (no file). The lock of another env
-    (a copied file) is refused with UntrustedLockError: its pylocks are that env's files."""
+    (a copied file) is refused with UntrustedLockError: its pylocks are that env's files.
+    `upgrade`: see parse_env_lock."""
     path = project.env_lock(env)
     if not path.is_file():
         return None
-    lock = read_env_lock(path, _rel(project, path))
+    lock = read_env_lock(path, _rel(project, path), upgrade)
     if lock.env != env:
         raise UntrustedLockError(
             f"{_rel(project, path)}: env = {lock.env!r}: this is the lock of env {lock.env!r}, "
@@ -469,6 +636,10 @@ def dump_env_lock(lock: EnvLock) -> bytes:
             lines.append(f"base_digest_missing = {_s(t.base_digest_missing)}")
         if t.system_file is not None:
             lines.append(f"system_file = {_s(t.system_file)}")
+        if t.apt:
+            lines.append(f"apt_sha256 = {_s(table_sha256(t.apt))}")
+        if lock.artifacts.get(name):
+            lines.append(f"artifacts_sha256 = {_s(table_sha256(lock.artifacts[name]))}")
     # apt pins (long lists) after every target's short table, before the artifacts.
     for name in sorted(lock.targets, key=_target_order):
         apt = lock.targets[name].apt
@@ -544,6 +715,8 @@ def record_artifact(project: Project, env: str, target: str, **values: str) -> N
             )
         artifacts = {k: dict(v) for k, v in lock.artifacts.items()}
         artifacts.setdefault(target, {}).update(values)
+        where = _rel(project, project.env_lock(env))
+        _parse_artifacts(artifacts, lock.targets, where)  # never write what reads refuse
         write_env_lock(project, replace(lock, artifacts=artifacts))
 
 

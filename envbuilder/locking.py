@@ -20,9 +20,11 @@ from pathlib import Path
 
 from envbuilder import __version__, aptlock, aptsnapshot, lockdiff
 from envbuilder.errors import EngineError, LockError
-from envbuilder.fsutil import commit_files, same_bytes, sha256_bytes
+from envbuilder.fsutil import same_bytes, sha256_bytes
+from envbuilder.journal import commit_files
 from envbuilder.lockfile import (
     LOCK_VERSION,
+    LOCKFILES_SCOPE,
     EnvLock,
     TargetLock,
     UntrustedLockError,
@@ -229,7 +231,7 @@ def lock_env(
     Nothing changes on disk (not even an mtime) when the lock is current, and nothing is
     written at all when any target fails to resolve or pin."""
     try:
-        previous = load_env_lock(project, env.name)
+        previous = load_env_lock(project, env.name, upgrade=True)
     except UntrustedLockError:
         raise  # names files that are not its own, or another env's: never replaced unseen
     except LockError as exc:
@@ -267,6 +269,8 @@ def lock_env(
         and all(_same_base(old[t], known[t]) for t in env.targets)
         and all(old[t].system_file == system_file(env, t) for t in env.targets)
         and not apt.stale(known)
+        and previous is not None
+        and same_bytes(project.env_lock(env.name), dump_env_lock(previous))  # (digests added)
     ):
         return LockResult(env.name, warnings=tuple(warn0))
 
@@ -559,7 +563,7 @@ def _write_env(
         {t: tl.base_image for t, tl in old.items()},
         {t: tl.base_image for t, tl in targets.items()},
     )
-    commit_files(project.lockfiles, changes)
+    commit_files(project.lockfiles, changes, LOCKFILES_SCOPE)
     written = tuple(p for p, data in changes.items() if data is not None)
     removed = tuple(p for p, data in changes.items() if data is None)
     return LockResult(env.name, resolved, written, removed, warnings, moved)

@@ -30,9 +30,9 @@ import jinja2
 from envbuilder import aptsnapshot, grammar, plan, quoting
 from envbuilder.compat import RocmRelease
 from envbuilder.errors import RenderError
-from envbuilder.fsutil import commit_files
 from envbuilder.imagedefs import LOCK_SHA_ARG
 from envbuilder.interrupts import deferred
+from envbuilder.journal import Scope, commit_files
 from envbuilder.lockfile import load_current_lock
 from envbuilder.model import EnvSpec, Spec
 from envbuilder.project import Project
@@ -385,10 +385,23 @@ def _write_out(
     """Write and remove as one step (an interrupt or a write error leaves the old files or the
     new ones, never a mix), then drop output folders the removals emptied."""
     changes: dict[Path, bytes | None] = {**written, **dict.fromkeys(removed)}
-    commit_files(project.root, changes, file_mode)
+    commit_files(project.root, changes, _scope(project, roots), file_mode)
     with deferred(), contextlib.suppress(OSError):  # an empty folder left over does no harm
         for path in removed:
             _remove_empty_parents(path.parent, _output_root(roots, path))
+
+
+def commit_scope(project: Project, extras: Sequence[ExtraFiles] = ()) -> Scope:
+    """What `render` may write or remove below the project's root, fixed here and never read
+    from a journal: files in the rendered targets' output folders and the `extras`' folders.
+    The next command finishes an interrupted render only inside these (envbuilder.journal)."""
+    roots = [output_dir(project, target) for target in rendered_targets()]
+    return _scope(project, roots + [extra.root(project) for extra in extras])
+
+
+def _scope(project: Project, roots: Sequence[Path]) -> Scope:
+    folders = tuple(root.relative_to(project.root).as_posix() for root in roots)
+    return Scope(folders=folders, finisher="envbuilder render")
 
 
 def _is_generated(path: Path) -> bool:

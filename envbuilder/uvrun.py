@@ -43,9 +43,9 @@ from typing import Any
 import tomlkit
 from packaging.utils import canonicalize_name
 
-from envbuilder import interrupts
+from envbuilder import interrupts, stale
 from envbuilder.errors import LockError
-from envbuilder.fsutil import temp_dir, write_error
+from envbuilder.fsutil import write_error
 from envbuilder.indexsources import IndexSource, index_source, mirror_env_var
 from envbuilder.lockfile import url_filename
 from envbuilder.model import Index
@@ -236,7 +236,10 @@ def run_uv(
 
     uv runs in its own process group in a temp folder; an interrupt ends the group and removes
     the folder (envbuilder.interrupts)."""
-    with temp_dir("envbuilder-lock-") as work:
+    # swept by the next lock once no process holds its owner file (a uv left running by a
+    # SIGKILLed lock holds it: pass_fds below)
+    with stale.owned_dir("envbuilder-lock-") as owned:
+        work = owned.path
         out = work / "pylock.toml"  # uv insists on this name pattern for pylock output
         config = uv_config_for(request)
         try:
@@ -280,7 +283,7 @@ def run_uv(
             cmd += ["--upgrade-package", name]
         env = uv_environment(os.environ)
         try:
-            proc = interrupts.run(cmd, cwd=work, env=env)
+            proc = interrupts.run(cmd, cwd=work, env=env, pass_fds=(owned.fd,))
         except OSError as exc:
             raise LockError(f"cannot run uv ({cmd[0]}): {exc.strerror or exc}") from None
         if proc.returncode != 0:

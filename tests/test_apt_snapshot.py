@@ -3,7 +3,8 @@ envbuilder/data/apt.toml), so every pinned version stays installable.
 
 The live snapshot archive (snapshot.debian.org) is unreachable from this project's machines, so
 the builds here go to .ci/apt_snapshot.py's replica on 127.0.0.1: Debian's own signed InRelease
-and Packages files (from the machine's Debian mirror, hash-checked) and only the pinned .debs, reached through
+and Packages files (from the machine's Debian mirror, hash-checked) and only the pinned .debs,
+reached through
 ENVBUILDER_APT_PROXY as apt's http proxy. The image built that way is the one the lock predicts
 (`build --verify`), and a replica lacking one pinned .deb fails the build with a message naming
 it. Markers: docker, network (the replica copies from the machine's Debian mirror), slow."""

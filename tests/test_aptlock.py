@@ -4,6 +4,7 @@ build whose locked version the archive no longer serves."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tomllib
 from pathlib import Path
@@ -191,10 +192,14 @@ def test_lock_records_apt_versions_and_check_requires_them(
     dockerfile = (rendered / "Dockerfile").read_text()
     assert f"python3={lock.targets['docker'].apt['runtime']['python3']} \\" in dockerfile
 
-    # A lock without them (an older envbuilder, or an edit) is stale; `lock` writes them again.
+    # A lock without them (an older envbuilder) is stale; `lock` writes them again. (An edit by
+    # hand would not match targets.docker.apt_sha256: test_safety_lock.py.)
     text = lock_path.read_text()
-    start = text.index("[targets.docker.apt.build]")
-    lock_path.write_text(text[:start] + text[text.index("[targets.docker.apt.runtime]") :])
+    docker = lock.targets["docker"]
+    without = dataclasses.replace(docker, apt={"runtime": docker.apt["runtime"]})
+    lockfile.write_env_lock(
+        project, dataclasses.replace(lock, targets={**lock.targets, "docker": without})
+    )
     capsys.readouterr()
     assert main(["-q", "lock", "--spec", spec, "--check"]) == 1
     assert (
@@ -222,10 +227,15 @@ def test_build_fails_naming_a_version_the_archive_no_longer_serves(
     lock_path = root / "lockfiles" / "cpu.lock.toml"
     version = lockfile.read_env_lock(lock_path).targets["docker"].apt["runtime"]["python3"]
     gone = version + "~gone"
-    text = lock_path.read_text()
-    runtime = text.index("[targets.docker.apt.runtime]")  # the first python3 pin after it
-    lock_path.write_text(
-        text[:runtime] + text[runtime:].replace(f'python3 = "{version}"', f'python3 = "{gone}"', 1)
+    # the pin as a lock of that time recorded it (its digest too: a hand edit is refused)
+    lock = lockfile.read_env_lock(lock_path)
+    docker = lock.targets["docker"]
+    apt = {**docker.apt, "runtime": {**docker.apt["runtime"], "python3": gone}}
+    lockfile.write_env_lock(
+        Project.from_spec(spec),
+        dataclasses.replace(
+            lock, targets={**lock.targets, "docker": dataclasses.replace(docker, apt=apt)}
+        ),
     )
     assert main(["-q", "render", "--spec", spec, "--env", "cpu", "--target", "docker"]) == 0
     assert f"'python3={gone}'" in (root / "dockerfiles" / "cpu" / "Dockerfile").read_text()

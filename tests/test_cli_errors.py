@@ -197,7 +197,6 @@ CASES = [
         2,
         "--repeat must be at least 1",
     ),
-    ("explain-empty", ["explain", ""], False, None, 2, "empty"),
     ("explain-blank", ["explain", "  \n"], False, None, 2, "empty"),
 ]
 
@@ -206,6 +205,7 @@ ARGPARSE_CASES = [
     (["probe", "--repeat", "0"], "must be at least 1"),
     (["probe", "--level", "bogus"], "invalid choice: 'bogus'"),
     (["push", "--env", "cpu"], "arguments are required: --registry"),
+    (["explain", ""], "an empty value"),
 ]
 
 

@@ -41,7 +41,7 @@ from shipped import rendered_folders
 from test_lock_support import FAKE_INDEX_URL, make_wheel
 
 from envbuilder.builders.venv import MARKER as VENV_MARKER
-from envbuilder.fsutil import JOURNAL
+from envbuilder.journal import JOURNAL
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"),
@@ -491,48 +491,84 @@ def test_build_native_interrupted_at_random_moments(signum: int, build_case: Cas
 COMMITTER = """
 import sys
 from pathlib import Path
-from envbuilder.fsutil import commit_files
+from envbuilder.journal import commit_files
+from envbuilder.render import commit_scope
+from envbuilder.project import Project
+from envbuilder.slurm.script import SCRIPTS
 
-root = Path(sys.argv[1])
+project = Project.from_spec(sys.argv[1])
+root = project.root
+scope = commit_scope(project, (SCRIPTS,))
 for gen in range(1, 100000):
     commit_files(root, {root / name: f"{name} generation {gen}\\n".encode() * 2000
-                        for name in ("a.toml", "b.toml", "sub/c.toml")})
+                        for name in WATCHED}, scope)
 """
+#: What the committer writes: rendered-file paths of an env the spec does not have (so that
+#: `render --env cpu` neither writes nor removes them), two in folders a commit creates.
+WATCHED = ("dockerfiles/zz/Dockerfile", "slurm/zz/validate.sbatch", "wsl/zz/wsl.conf")
 
 
 def test_sigkill_during_commits_is_finished_or_undone_by_the_next_command(tmp_path: Path) -> None:
     """SIGKILL (no handler runs) at seeded moments while a process commits generation after
-    generation of three files into lockfiles/. The next envbuilder command finishes a commit
-    whose journal says committed, and undoes one that was only prepared: the files are then one
-    generation, with no temp file or journal. Kills go on until both cases were seen."""
+    generation of three rendered files. A read-only command (`check`) then only reports the
+    journal and changes nothing; the next command that writes (`render`) finishes a commit
+    whose journal says committed, and undoes one that was only prepared: the files are then
+    one generation, with no temp file, journal or receipt left. Kills go on until both cases
+    were seen."""
     rng = random.Random(f"{SEED}-sigkill")
     seen: set[str] = set()
+    env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
+    committer = COMMITTER.replace("WATCHED", repr(WATCHED))
     for n in range(40):
         project = _copy_repo(tmp_path / f"proj{n}", ["environments.toml"])
-        root = project / "lockfiles"
-        root.mkdir()
-        proc = subprocess.Popen([sys.executable, "-c", COMMITTER, str(root)])
+        spec = str(project / "environments.toml")
+        proc = subprocess.Popen([sys.executable, "-c", committer, spec], env=env)
         time.sleep(0.3 + rng.uniform(0.0, 0.4))
         proc.kill()
         proc.wait()
-        journal = root / JOURNAL
+        journal = project / JOURNAL
         state = journal.read_text() if journal.is_file() else ""
-        spec = str(project / "environments.toml")
+        before = _tree_bytes(project)
+        looked = subprocess.run(
+            [str(ENVBUILDER), "check", "--spec", spec],
+            capture_output=True,
+            text=True,
+            check=False,
+            env=env,
+        )
+        assert looked.returncode == 0 and "Traceback" not in looked.stderr, looked.stderr
+        assert _tree_bytes(project) == before  # a read-only command finishes nothing
+        if state:
+            assert "`envbuilder render` finishes or undoes it" in looked.stderr
         done = subprocess.run(
-            [str(ENVBUILDER), "check", "--spec", spec], capture_output=True, text=True, check=False
+            [str(ENVBUILDER), "render", "--env", "cpu", "--spec", spec],
+            capture_output=True,
+            text=True,
+            check=False,
+            env=env,
         )
         assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
         if '"committed"' in state:
             seen.add("committed")
-            assert "finished an interrupted write" in done.stderr
+            assert "finished an interrupted `envbuilder render`" in done.stderr
         elif '"prepared"' in state:
             seen.add("prepared")
-            assert "removed the temp files of an interrupted write" in done.stderr
-        files = {p.relative_to(root).as_posix(): p.read_text() for p in root.rglob("*.toml")}
+            assert "undid an interrupted `envbuilder render`" in done.stderr
+        files = {
+            name: (project / name).read_text() for name in WATCHED if (project / name).exists()
+        }
         generations = {text.split(" generation ")[1].split("\n")[0] for text in files.values()}
         assert len(generations) <= 1, sorted(files)
-        assert set(files) in (set(), {"a.toml", "b.toml", "sub/c.toml"})
-        assert leftovers(root) == []
+        assert set(files) in (set(), set(WATCHED))
+        assert leftovers(project) == []
+        assert list((tmp_path / "state").rglob("*.json")) == []  # no receipt outlives its commit
         if seen == {"committed", "prepared"}:
             break
     assert seen == {"committed", "prepared"}, f"only {seen} seen in 40 kills"
+
+
+def _tree_bytes(root: Path) -> dict[str, bytes | None]:
+    return {
+        p.relative_to(root).as_posix(): (None if p.is_dir() else p.read_bytes())
+        for p in sorted(root.rglob("*"))
+    }

@@ -9,7 +9,7 @@ import http.server
 import os
 import threading
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -136,10 +136,8 @@ def test_dump_is_canonical_and_reads_back(tmp_path: Path) -> None:
             "artifacts.docker.repo_digest = .* is not an image reference pinned by digest",
         ),
         (
-            lambda t: t.replace(
-                "[artifacts.docker]", '[artifacts.wsl2]\nsha256 = "ABC"\n[artifacts.docker]'
-            ),
-            "artifacts.wsl2.sha256 = 'ABC' is not 64 lower-case hex digits",
+            lambda t: t.replace("[artifacts.docker]", '[artifacts.docker]\nsha256 = "ABC"'),
+            "artifacts.docker.sha256 = 'ABC' is not 64 lower-case hex digits",
         ),
         (
             lambda t: t.replace("@sha256:", "@sha256:zz", 1),
@@ -165,16 +163,29 @@ def test_record_artifact_merges_and_keeps_spec_hash(project: Project) -> None:
     write_env_lock(project, _lock())
     before = project.env_lock("cpu").read_bytes()
     record_artifact(project, "cpu", "docker", repo_digest="r@sha256:" + "56" * 32)
-    record_artifact(project, "cpu", "native", venv="/opt/venv")
+    record_artifact(project, "cpu", "docker", tag="envbuilder/cpu:1")
     lock = read_env_lock(project.env_lock("cpu"))
     assert lock.artifacts == {
-        "docker": {"image_id": "sha256:" + "34" * 32, "repo_digest": "r@sha256:" + "56" * 32},
-        "native": {"venv": "/opt/venv"},
+        "docker": {
+            "image_id": "sha256:" + "34" * 32,
+            "repo_digest": "r@sha256:" + "56" * 32,
+            "tag": "envbuilder/cpu:1",
+        },
     }
     assert lock.spec_hash == _lock().spec_hash and lock.targets == _lock().targets
     assert project.env_lock("cpu").read_bytes() != before
     with pytest.raises(LockError, match="not locked"):
         record_artifact(project, "cpu", "windows", x="y")
+    # what the reader would refuse is never written: a target without artifacts, a key or a
+    # value out of its form
+    for target, values in [
+        ("native", {"tag": "x"}),
+        ("docker", {"venv": "/opt/venv"}),
+        ("docker", {"layers": "md5:ab"}),
+    ]:
+        with pytest.raises(LockError):
+            record_artifact(project, "cpu", target, **values)
+    assert read_env_lock(project.env_lock("cpu")) == lock
     with pytest.raises(LockError, match="not locked"):
         record_artifact(project, "rocm64", "docker", x="y")
 
@@ -446,19 +457,25 @@ def test_record_artifact_loses_no_update_between_concurrent_writers(project: Pro
 
     write_env_lock(project, _lock())
 
-    def record(target: str, n: int) -> None:
-        for i in range(15):
-            record_artifact(project, "cpu", target, **{f"k{n}_{i}": str(i)})
+    forms: dict[str, Callable[[int], str]] = {
+        "image_id": lambda i: f"sha256:{i:064x}",
+        "layers": lambda i: f"sha256:{i:064x} sha256:{i + 1:064x}",
+        "tag": lambda i: f"envbuilder/cpu:{i}",
+        "repo_digest": lambda i: f"r/cpu@sha256:{i:064x}",
+    }
 
-    threads = [
-        threading.Thread(target=record, args=(t, n)) for n, t in enumerate(["docker", "native"] * 3)
-    ]
+    def record(key: str) -> None:
+        for i in range(15):
+            record_artifact(project, "cpu", "docker", **{key: forms[key](i)})
+
+    threads = [threading.Thread(target=record, args=(key,)) for key in forms]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     artifacts = read_env_lock(project.env_lock("cpu")).artifacts
-    assert sum(len(v) for v in artifacts.values()) == 1 + 6 * 15  # + docker's image_id
+    # every writer's last update is there: none was lost to another's read-modify-write
+    assert artifacts == {"docker": {key: form(14) for key, form in forms.items()}}
 
 
 # --- relocking keeps the pins of packages of named indexes (uv reads `index`) -------------------

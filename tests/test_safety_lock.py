@@ -226,9 +226,8 @@ def test_check_fails_for_a_lock_that_lost_its_pin(
     assert docker.base_image is not None and "@sha256:" in docker.base_image
     edit(
         project.env_lock("cpu"),
-        f'base_image = "{docker.base_image}"\nbase_source = "{docker.base_source}"\n\n'
-        "[targets.wsl2]",
-        'base_image = "debian:bookworm-slim"\n\n[targets.wsl2]',
+        f'pylock_sha256 = "{docker.pylock_sha256}"\nbase_image = "{docker.base_image}"\n',
+        f'pylock_sha256 = "{docker.pylock_sha256}"\nbase_image = "debian:bookworm-slim"\n',
     )
     before = tree(tmp_path)
 

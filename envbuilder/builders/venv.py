@@ -35,10 +35,10 @@ from typing import Any, ClassVar, Literal
 
 from packaging.utils import canonicalize_name
 
-from envbuilder import __version__, activate, interrupts, pyfinder
+from envbuilder import __version__, activate, interrupts, pyfinder, stale
 from envbuilder.builders.proberun import probe_options
 from envbuilder.errors import BuildError, UsageError, ValidationError
-from envbuilder.fsutil import atomic_write_bytes, temp_dir
+from envbuilder.fsutil import atomic_write_bytes, sha256_bytes, temp_dir
 from envbuilder.model import EnvSpec
 from envbuilder.pipsdk import sdk_release
 from envbuilder.plan import FindPython, LockPins, Plan, PlanInputs, WriteActivation
@@ -282,6 +282,23 @@ def _remove_entry(path: Path) -> None:
         path.unlink()
 
 
+def venv_lock_path(project: Project, venv: Path) -> Path:
+    """The lock a build holds on the venv at `venv` (and hands to the uv it starts), in the
+    cache: a file inside the venv would go when the venv is re-created, one beside it would
+    be written into the user's folder."""
+    key = sha256_bytes(os.path.realpath(venv).encode("utf-8", "surrogateescape"))[:32]
+    return project.cache / "locks" / f"venv-{key}.lock"
+
+
+def busy_message(venv: Path) -> str:
+    return (
+        f"the venv at {venv} is being changed by another `envbuilder build`, or by the uv "
+        "of an earlier build that was killed (uv goes on until it is done); nothing was "
+        "changed. Wait until it ends and build again (`fuser` on the lock file in the cache's "
+        "locks/ folder names the process)"
+    )
+
+
 def default_venv_path(project: Project, env: str, target: str) -> Path:
     """The venv's folder when `--path` is not given: <project>/.envbuilder/venvs/<env>-<target>
     (gitignored)."""
@@ -449,9 +466,10 @@ def _run(
     what: str,
     env: Mapping[str, str] | None = None,
     timeout: float | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> subprocess.CompletedProcess[str]:
     try:  # in its own process group, ended with envbuilder when interrupted
-        return interrupts.run(cmd, env=env, timeout=timeout)
+        return interrupts.run(cmd, env=env, timeout=timeout, pass_fds=pass_fds)
     except FileNotFoundError as exc:
         raise BuildError(f"{what}: cannot run {cmd[0]}: {exc.strerror}") from exc
     except subprocess.TimeoutExpired as exc:
@@ -525,7 +543,27 @@ class VenvBuilder:
         if folder.kind == "ours" and self._is_current(layout, env, lock_sha):
             progress(f"{env.name}/{self.name}: venv is current", 1, 1)
             return self._artifact(env, venv, lock_sha, None)
-        python, packages, changes = self._install_locked(project, env, folder, progress)
+        # Held from the first change to the end, and by the uv started: a build after one that
+        # was killed while its uv went on syncing (its marker says incomplete) stops here.
+        with stale.hold(venv_lock_path(project, venv), busy_message(venv)) as held:
+            return self._change(
+                project, env, venv, claim_folder(venv, options.force), held.fd, lock_sha, progress
+            )
+
+    def _change(
+        self,
+        project: Project,
+        env: EnvSpec,
+        venv: Path,
+        folder: VenvFolder,
+        lock_fd: int,
+        lock_sha: str,
+        progress: ProgressFn,
+    ) -> Artifact:
+        """Install the lock into the venv and write its activation and marker, while this
+        process holds the venv's lock (`lock_fd`, handed to uv)."""
+        layout = VenvLayout(venv, self.windows)
+        python, packages, changes = self._install_locked(project, env, folder, lock_fd, progress)
         variables = self._venv_variables(layout, env)
         _write_or_fail(
             lambda: activate.write_activation(Path(layout.scripts), variables, self.windows),
@@ -543,7 +581,12 @@ class VenvBuilder:
         return self._artifact(env, venv, lock_sha, changes)
 
     def _install_locked(
-        self, project: Project, env: EnvSpec, folder: VenvFolder, progress: ProgressFn
+        self,
+        project: Project,
+        env: EnvSpec,
+        folder: VenvFolder,
+        lock_fd: int,
+        progress: ProgressFn,
     ) -> tuple[str, dict[str, str], list[str]]:
         """Fetch and verify every locked artifact and find Python, and only then mark the venv
         incomplete and create or sync it. Returns its Python version, its packages and what the
@@ -564,8 +607,11 @@ class VenvBuilder:
         # found before anything changes: a missing Python leaves the old venv as it was
         found = None if kept else self.find_python(self.python_request(env))
         project.cache.mkdir(parents=True, exist_ok=True)
-        with temp_dir("venv-wheelhouse-", project.cache) as tmp:
-            house = Path(tmp)
+        # swept by the next build once no process (this one, or a uv it started that outlived
+        # a SIGKILL) holds its owner file
+        with stale.owned_dir("venv-wheelhouse-", project.cache) as owned:
+            house = owned.path
+            fds = (lock_fd, owned.fd)  # uv holds both for as long as it runs
             requirements = wheelcache.write_wheelhouse(
                 project,
                 env.name,
@@ -575,9 +621,9 @@ class VenvBuilder:
                 indexes=env.indexes,
             )
             self._mark_incomplete(layout, env)
-            python = kept or self._make_venv(layout, env, found, progress)
+            python = kept or self._make_venv(layout, env, found, fds, progress)
             progress(f"{env.name}/{self.name}: syncing the venv to the lock", 0, None)
-            self._sync(layout, requirements)
+            self._sync(layout, requirements, fds)
         packages: dict[str, str] = self._state(layout)["packages"]
         if diff := package_diff(packages, expected):
             raise BuildError(
@@ -780,6 +826,7 @@ class VenvBuilder:
         layout: VenvLayout,
         env: EnvSpec,
         found: pyfinder.FoundPython | None,
+        fds: Sequence[int],
         progress: ProgressFn,
     ) -> str:
         """A new venv of `found` at layout.root, whose folder holds the incomplete marker; what
@@ -794,17 +841,18 @@ class VenvBuilder:
         cmd = uv_venv_command(
             pyfinder.uv_bin(), str(found.executable), venv, f"{env.name}-{self.name}"
         )
-        proc = _run(cmd, "creating the venv", env=uv_venv_environment())
+        proc = _run(cmd, "creating the venv", env=uv_venv_environment(), pass_fds=fds)
         if proc.returncode != 0:
             raise BuildError(f"creating the venv at {venv} failed:\n{_tail(proc.stderr)}")
         return found.version
 
-    def _sync(self, layout: VenvLayout, requirements: Path) -> None:
+    def _sync(self, layout: VenvLayout, requirements: Path, fds: Sequence[int]) -> None:
         proc = _run(
             uv_sync_command(
                 pyfinder.uv_bin(), layout.python, requirements, requirements.parent / "wheels"
             ),
             "installing the lock",
+            pass_fds=fds,
         )
         if proc.returncode != 0:
             raise BuildError(

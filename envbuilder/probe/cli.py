@@ -32,6 +32,14 @@ def _label(text: str) -> tuple[str, str]:
     return key, value
 
 
+def _non_empty(text: str) -> str:
+    """A path option's value: an empty one (an unset shell variable) is a usage error (exit 2),
+    not "no report" after minutes of checks."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path (an unset shell variable?); name a file")
+    return text
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -90,7 +98,10 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
         help="skip this check (repeatable)",
     )
     parser.add_argument(
-        "--lock", metavar="PYLOCK", help="PEP 751 pylock.toml the installed packages must equal"
+        "--lock",
+        type=_non_empty,
+        metavar="PYLOCK",
+        help="PEP 751 pylock.toml the installed packages must equal",
     )
     parser.add_argument(
         "--label",
@@ -100,7 +111,9 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="copied into the report (e.g. env=cpu)",
     )
-    parser.add_argument("--json", metavar="PATH", help="write the JSON report here")
+    parser.add_argument(
+        "--json", type=_non_empty, metavar="PATH", help="write the JSON report here"
+    )
     parser.add_argument(
         "--repeat",
         type=_positive,

@@ -7,10 +7,12 @@
     scancel(job_id, env)                                     scancel only
     expand_nodes(node_list, env) -> [node]                   scontrol show hostnames
     require_commands(env)                                    the commands above are on PATH
+    printable(text)                                          control characters as '?'
 
 Every command runs through envbuilder.interrupts.run (its own session; ended with its group on
 Ctrl-C or a timeout). A missing command or one Slurm refuses is a SlurmError naming the
-command and Slurm's own message.
+command and Slurm's own message. Everything Slurm prints reaches envbuilder with its control
+characters (escape sequences) replaced by '?' (printable).
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ def _run(
     timeout: float = COMMAND_TIMEOUT_S,
 ) -> subprocess.CompletedProcess[str]:
     try:
-        return interrupts.run(list(args), cwd=cwd, env=env, timeout=timeout)
+        result = interrupts.run(list(args), cwd=cwd, env=env, timeout=timeout)
     except FileNotFoundError:
         raise SlurmError(
             f"{args[0]} is not installed here: run envbuilder on a machine with "
@@ -102,6 +104,19 @@ def _run(
             f"{' '.join(args[:3])} did not answer within {timeout:g} s: is "
             "slurmctld up (`scontrol ping`)?"
         ) from None
+    return subprocess.CompletedProcess(
+        result.args, result.returncode, printable(result.stdout), printable(result.stderr)
+    )
+
+
+#: Control characters other than newline and tab: escape sequences in a Slurm message (a job
+#: name, a reason, a plugin's output) would otherwise reach the user's terminal as they are.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str | None) -> str:
+    """Slurm's output made safe to show: control characters but newline and tab become '?'."""
+    return _CONTROL.sub("?", text or "")
 
 
 def require_commands(env: Mapping[str, str]) -> None:

@@ -107,6 +107,28 @@ def check_request(target: str, request: SlurmRequest) -> str:
     return runtime
 
 
+#: What a run folder's path cannot hold: sbatch expands '%' in --output (%j, %N), and ':' and
+#: ',' separate the bind mounts of docker -v, pyxis --container-mounts and apptainer --bind;
+#: a newline or another control character breaks the batch script's lines.
+_RUN_DIR_BAD = re.compile(r"[%:,\x00-\x1f\x7f]")
+
+
+def check_run_dir(run_dir: Path, given: bool) -> None:
+    """UsageError, before anything is written or submitted, for a run folder whose path sbatch
+    or a container runtime would read as something else."""
+    bad = sorted(set(_RUN_DIR_BAD.findall(str(run_dir))))
+    if not bad:
+        return
+    shown = ", ".join(repr(c) for c in bad)
+    where = f"--run-dir {run_dir}" if given else f"the run folder {run_dir} (the default)"
+    raise UsageError(
+        f"{where} holds {shown}: sbatch reads '%' in --output as a pattern, ':' and ',' "
+        "separate the bind mounts of docker, pyxis and apptainer, and a control character "
+        "breaks the batch script; choose a folder without them"
+        + ("" if given else " with --run-dir")
+    )
+
+
 def probe_words(env: EnvSpec, options: ValidateOptions) -> tuple[list[str], list[str], bool]:
     """(probe options of every run, the per-node --only/--skip, whether the collectives across
     nodes run). UsageError for a value the script could not pass as one word."""
@@ -226,7 +248,8 @@ def sbatch_arguments(env: str, request: SlurmRequest, run_dir: Path) -> list[str
 
 
 def _nodes_done(job_dir: Path) -> tuple[int, str]:
-    done = len(list((job_dir / "nodes").glob("*.exit")))
+    nodes = job_dir / "nodes"  # a link there is not followed (fleet.JobFolder refuses it)
+    done = 0 if nodes.is_symlink() else len(list(nodes.glob("*.exit")))
     phase = (fleet.read_text_small(job_dir / "phase") or "").strip()
     return done, phase
 
@@ -298,6 +321,12 @@ def validate_on_slurm(
     runtime = check_request(target, request)
     if target not in env.targets:
         raise UsageError(f"env {env.name!r} has no target {target!r}")
+    run_dir = Path(
+        os.path.abspath(  # noqa: PTH100
+            request.run_dir or project.reports / "slurm" / f"{env.name}.{target}"
+        )
+    )
+    check_run_dir(run_dir, request.run_dir is not None)
     slurm_job.require_commands(os.environ)  # before anything is written or submitted
     common, select, cross = probe_words(env, options)
     verified = lockfile.load_verified_lock(project, env.name, target, spec.env_hash(env.name))
@@ -316,11 +345,6 @@ def validate_on_slurm(
         settings["ENVBUILDER_VENV"] = str(_venv(project, env, target, options.path))
     if request.gpus_per_node:
         settings["ENVBUILDER_RANKS_PER_NODE"] = str(request.gpus_per_node)
-    run_dir = Path(
-        os.path.abspath(  # noqa: PTH100
-            request.run_dir or project.reports / "slurm" / f"{env.name}.{target}"
-        )
-    )
     settings["ENVBUILDER_RUN_DIR"] = str(run_dir)
     stage(run_dir, verified.pylock.data)
     environ = {**os.environ, **settings}
