@@ -417,6 +417,10 @@ _ARTIFACT_FORMS: dict[str, tuple[re.Pattern[str], str]] = {
         "an image reference pinned by digest (REGISTRY/REPO@sha256:<64 hex digits>)",
     ),
     "tag": (re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]*\Z"), "an image name and tag"),
+    "sbom": (  # the OCI artifact `push` attached to the image (envbuilder.registryapi)
+        re.compile(rf"[A-Za-z0-9][A-Za-z0-9._:/-]*@{_DIGEST}\Z"),
+        "an SBOM artifact reference pinned by digest (REGISTRY/REPO@sha256:<64 hex digits>)",
+    ),
     "repro_format": (re.compile(r"[0-9]{1,6}\Z"), "a format number such as '1'"),
     "format": (re.compile(r"[0-9]{1,6}\Z"), "a format number such as '1'"),
 }

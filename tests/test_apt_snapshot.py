@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from shipped import rendered_folders
 
 from envbuilder import aptsnapshot
 from envbuilder.lockfile import read_env_lock
@@ -32,7 +33,7 @@ LOCK = REPO / "lockfiles" / "cpu.lock.toml"
 def _copy_project(dest: Path) -> Path:
     dest.mkdir(parents=True)
     shutil.copy2(REPO / "environments.toml", dest / "environments.toml")
-    for folder in ("lockfiles", "dockerfiles", "wsl", "windows", "slurm"):
+    for folder in ("lockfiles", *rendered_folders()):
         shutil.copytree(REPO / folder, dest / folder)
     return dest
 

@@ -30,6 +30,7 @@ import pytest
 from conftest import SlurmCluster
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from shipped import project_parts
 from test_fleet import four_ranks, job_folder, report
 
 from envbuilder.cli import main
@@ -304,7 +305,7 @@ def test_a_run_dir_sbatch_would_misread_is_refused_up_front(
     import shutil
 
     repo = Path(__file__).resolve().parent.parent
-    for name in ("environments.toml", "lockfiles", "slurm", "dockerfiles", "wsl", "windows"):
+    for name in project_parts():
         src = repo / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
     run_dir = tmp_path / f"run{char}dir"

@@ -36,12 +36,13 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from shipped import rendered_folders
 
 from envbuilder.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 JOURNAL = ".envbuilder-commit.json"
-RENDERED = ("dockerfiles", "wsl", "windows", "slurm")
+RENDERED = rendered_folders()
 TOKEN = "a1b2c3d4e5f6"
 VICTIMS = {
     "src/main.py": b"print('the user\\'s code')\n",

@@ -18,11 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from shipped import project_parts
 
 from envbuilder.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
-COPIED = ("environments.toml", "lockfiles", "dockerfiles", "wsl", "windows", "slurm")
+COPIED = project_parts()
 
 
 def project_copy(tmp_path: Path) -> Path:
@@ -62,7 +63,7 @@ EDITS = [
         id="2000-extra-pins",
     ),
     pytest.param(
-        _sub(r'^(image_id = "sha256:)7be0', r"\g<1>0000"),
+        _sub(r'^(image_id = "sha256:)[0-9a-f]{4}', r"\g<1>fade"),
         "the [artifacts.docker] of targets.docker do not match targets.docker.artifacts_sha256",
         id="artifact-value",
     ),
@@ -82,7 +83,7 @@ EDITS = [
         id="artifacts-of-an-unknown-target",
     ),
     pytest.param(  # "" is what an image with no layer above its base records: the digest
-        _sub(r'^layers = "sha256:d0e7[^"]*"', 'layers = ""'),
+        _sub(r'^layers = "sha256:[^"]+"', 'layers = ""'),
         "the [artifacts.docker] of targets.docker do not match targets.docker.artifacts_sha256",
         id="layers-emptied",
     ),

@@ -209,17 +209,21 @@ def test_a_killed_build_leaves_no_wheelhouse_and_its_uv_is_never_joined(tmp_path
             break
         time.sleep(0.005)
     assert proc.poll() is None, f"the build ended before uv synced: {proc.communicate()[1]}"
-    proc.kill()  # SIGKILL envbuilder alone: its uv runs on in its own session
-    proc.wait()
     uv = [s for s in survivors(marker) if " pip sync " in s]
-    assert uv, "uv ended with envbuilder: no window to test"
     uv_pid = int(uv[0].split(":")[0])
-
-    second = _build(project, env)
-    still_running = Path(f"/proc/{uv_pid}").exists()
-    assert second.returncode == 1, second.stderr
+    # uv is held still (SIGSTOP) while the second build looks: a stopped process keeps what it
+    # holds, so the window does not depend on how fast uv unpacks on this machine.
+    os.kill(uv_pid, signal.SIGSTOP)
+    try:
+        proc.kill()  # SIGKILL envbuilder alone: its uv lives on in its own session
+        proc.wait()
+        second = _build(project, env)
+        still_running = Path(f"/proc/{uv_pid}").exists()
+    finally:
+        os.kill(uv_pid, signal.SIGCONT)
+    assert still_running, "uv ended with envbuilder: no window to test"
+    assert second.returncode == 1, (second.stdout, second.stderr)
     assert "is being changed by another `envbuilder build`" in second.stderr, second.stderr
-    assert still_running, "uv ended before the second build looked: the refusal was luck"
     assert list(cache.glob("venv-wheelhouse-*")), "the uv's wheelhouse must stay while it runs"
 
     wait_gone(uv_pid, timeout=300)

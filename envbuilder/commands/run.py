@@ -49,7 +49,7 @@ Put `--` before CMD when CMD has options of its own that envbuilder also knows (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_arguments(parser)
     parser.add_argument(
-        "command",
+        "cmd",
         nargs=argparse.REMAINDER,
         metavar="CMD",
         help="the command and its arguments (default: an interactive shell)",
@@ -84,7 +84,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:
-    return run_in_env(args, ui, command_words(args.command))
+    return run_in_env(args, ui, command_words(args.cmd))
 
 
 def command_words(words: list[str]) -> tuple[str, ...]:
