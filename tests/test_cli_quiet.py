@@ -6,11 +6,10 @@ small env of two local wheels that locks and builds offline)."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from clirun import as_process
 from shipped import copy_shipped
 from test_lock_support import FAKE_INDEX_URL, make_wheel
 
@@ -28,20 +27,6 @@ packages = ["tinytorch==1.0+cpu", "tinydep==2.0"]
 index_pins = {{ tinytorch = "fake", tinydep = "fake" }}
 targets = ["native"]
 """
-
-
-def envbuilder(
-    cwd: Path, *argv: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "envbuilder", *argv],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
 
 
 @pytest.fixture
@@ -75,9 +60,9 @@ def small_project(root: Path) -> tuple[Path, dict[str, str]]:
     ],
 )
 def test_quiet_before_or_after_the_command(shipped: Path, argv: list[str]) -> None:
-    loud = envbuilder(shipped, "render", "--check")
+    loud = as_process("render", "--check", cwd=shipped)
     assert loud.returncode == 0 and "rendered files are up to date" in loud.stderr
-    quiet = envbuilder(shipped, *argv)
+    quiet = as_process(*argv, cwd=shipped)
     assert quiet.returncode == 0, quiet.stderr
     assert quiet.stderr == ""
     assert quiet.stdout == loud.stdout
@@ -85,7 +70,7 @@ def test_quiet_before_or_after_the_command(shipped: Path, argv: list[str]) -> No
 
 def test_quiet_after_lock_silences_its_progress(tmp_path: Path) -> None:
     project, env = small_project(tmp_path)
-    locked = envbuilder(project, "lock", "-q", env=env)
+    locked = as_process("lock", "-q", env=env, cwd=project)
     assert locked.returncode == 0, locked.stderr
     assert locked.stderr == ""
     assert "small: wrote lockfiles/small.lock.toml" in locked.stdout  # results stay
@@ -94,21 +79,21 @@ def test_quiet_after_lock_silences_its_progress(tmp_path: Path) -> None:
 def test_build_quiet_after_the_command(tmp_path: Path) -> None:
     """The issue's own example: `envbuilder build -q ...`."""
     project, env = small_project(tmp_path)
-    assert envbuilder(project, "-q", "lock", env=env).returncode == 0
-    built = envbuilder(project, "build", "-q", "--target", "native", "--env", "small", env=env)
+    assert as_process("-q", "lock", env=env, cwd=project).returncode == 0
+    built = as_process("build", "-q", "--target", "native", "--env", "small", env=env, cwd=project)
     assert built.returncode == 0, built.stderr
     assert built.stderr == ""
     assert built.stdout.startswith("small native ")
-    again = envbuilder(project, "build", "--target", "native", "--env", "small", env=env)
+    again = as_process("build", "--target", "native", "--env", "small", env=env, cwd=project)
     assert "venv is current" in again.stderr  # without -q the status lines are there
 
 
 def test_quiet_does_not_hide_errors(shipped: Path) -> None:
-    failed = envbuilder(shipped, "build", "-q", "--target", "docker", "--env", "nosuch")
+    failed = as_process("build", "-q", "--target", "docker", "--env", "nosuch", cwd=shipped)
     assert failed.returncode == 2
     assert "error: " in failed.stderr and "no environment 'nosuch'" in failed.stderr
 
 
 def test_quiet_is_in_each_commands_help(shipped: Path) -> None:
-    proc = envbuilder(shipped, "lock", "--help")
+    proc = as_process("lock", "--help", cwd=shipped)
     assert "-q, --quiet" in proc.stdout

@@ -16,10 +16,10 @@ from typing import Any
 
 import docker
 import pytest
+from clirun import in_project
 
 from envbuilder import lockfile
 from envbuilder.builders.docker import image_tag
-from envbuilder.cli import main
 from envbuilder.imagedefs import LOCK_LABEL
 from envbuilder.project import Project
 
@@ -43,14 +43,10 @@ def cpu_project(tmp_path_factory: pytest.TempPathFactory) -> Project:
     return Project.from_spec(root / "environments.toml")
 
 
-def _cli(project: Project, *args: str) -> int:
-    return main(["-q", *args, "--spec", str(project.spec_path)])
-
-
 @pytest.fixture(scope="module")
 def cpu_image(docker_client: Any, cpu_project: Project) -> str:
     """The CPU image's tag, built through the CLI (`envbuilder build --target docker`)."""
-    assert _cli(cpu_project, "build", "--target", "docker", "--env", ENV) == 0
+    assert in_project(cpu_project, "build", "--target", "docker", "--env", ENV) == 0
     lock = lockfile.load_env_lock(cpu_project, ENV)
     assert lock is not None
     return image_tag(ENV, lock.targets["docker"].pylock_sha256)
@@ -78,7 +74,7 @@ def test_build_labels_and_records_the_image(
 
 
 def test_probe_passes_inside_the_image(cpu_project: Project, cpu_image: str) -> None:
-    code = _cli(
+    code = in_project(
         cpu_project,
         "validate",
         "--target",
@@ -143,7 +139,10 @@ def test_push_remove_pull_validate(
 ) -> None:
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))  # no credentials needed here
     (tmp_path / "config.json").write_text("{}")
-    assert _cli(cpu_project, "push", "--env", ENV, "--registry", f"{registry}/envbuilder-ci") == 0
+    assert (
+        in_project(cpu_project, "push", "--env", ENV, "--registry", f"{registry}/envbuilder-ci")
+        == 0
+    )
     lock = lockfile.load_env_lock(cpu_project, ENV)
     assert lock is not None
     digest_ref = lock.artifacts["docker"]["repo_digest"]
@@ -157,6 +156,6 @@ def test_push_remove_pull_validate(
     with pytest.raises(docker.errors.ImageNotFound):
         docker_client.images.get(image_id)
 
-    assert _cli(cpu_project, "pull", "--env", ENV) == 0
+    assert in_project(cpu_project, "pull", "--env", ENV) == 0
     assert docker_client.images.get(cpu_image).id == image_id
-    assert _cli(cpu_project, "validate", "--target", "docker", "--env", ENV) == 0
+    assert in_project(cpu_project, "validate", "--target", "docker", "--env", ENV) == 0

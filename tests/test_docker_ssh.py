@@ -33,11 +33,11 @@ from typing import Any
 
 import docker.errors
 import pytest
+from clirun import in_project
 from conftest import service_missing
 
 from envbuilder import docker_engine, lockfile
 from envbuilder.builders.docker import image_tag
-from envbuilder.cli import main
 from envbuilder.errors import EngineError
 from envbuilder.project import Project
 
@@ -268,12 +268,8 @@ def cpu_project(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) ->
     project = Project.from_spec(root / "environments.toml")
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("DOCKER_HOST", raising=False)
-        assert _cli(project, "build", "--target", "docker", "--env", ENV) == 0
+        assert in_project(project, "build", "--target", "docker", "--env", ENV) == 0
     return project
-
-
-def _cli(project: Project, *args: str) -> int:
-    return main(["-q", *args, "--spec", str(project.spec_path)])
 
 
 @pytest.mark.slow
@@ -288,7 +284,7 @@ def test_validate_over_ssh_writes_a_passing_report(
     assert not report_path.exists()
     before = _sessions(via_ssh)
 
-    code = _cli(
+    code = in_project(
         cpu_project,
         "validate",
         "--target",

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from clirun import as_process
 from shipped import copy_shipped
 
 from envbuilder.fsutil import sha256_file
@@ -19,15 +19,7 @@ from envbuilder.fsutil import sha256_file
 
 def envbuilder(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "DOCKER_HOST": f"unix://{cwd}/no-engine.sock", "UV_OFFLINE": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "envbuilder", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return as_process(*args, cwd=cwd, env=env, timeout=60)
 
 
 def tree(root: Path) -> dict[str, str]:

@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from clirun import captured
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from shipped import rendered_folders
@@ -123,12 +124,6 @@ def plant(root: Path, journal: object, temps: dict[str, bytes] | None = None) ->
             continue
 
 
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
-    code = main(list(argv))
-    err = capsys.readouterr().err
-    return code, err
-
-
 @pytest.fixture
 def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty per-user state folder: no receipt of any commit."""
@@ -186,13 +181,13 @@ def test_a_planted_journal_changes_nothing(
     spec = str(project / "environments.toml")
     readers: list[tuple[str, ...]] = [("check",), ("lock", "--check"), ("render", "--check")]
     for argv in readers:
-        code, err = run(capsys, *argv, "--spec", spec)
+        code, err = captured(capsys, *argv, "--spec", spec)
         assert code == 0, err
         assert "not finished or undone" in err and "no receipt" in err, err
         assert snapshot(project, outside) == before, argv
     writers: list[tuple[str, ...]] = [("render",), ("lock", "--env", "cpu")]
     for argv in writers:
-        code, err = run(capsys, *argv, "--spec", spec)
+        code, err = captured(capsys, *argv, "--spec", spec)
         assert code == 1, err
         assert "Traceback" not in err and "not finished or undone" in err, err
         assert snapshot(project, outside) == before, argv
@@ -219,7 +214,7 @@ def test_a_planted_journal_through_a_symlink_touches_nothing_outside(
             ),
         )
     before = snapshot(project, outside)
-    code, err = run(capsys, "lock", "--check", "--spec", str(project / "environments.toml"))
+    code, err = captured(capsys, "lock", "--check", "--spec", str(project / "environments.toml"))
     assert code == 0, err
     assert err.count("not finished or undone") == 2, err
     assert snapshot(project, outside) == before
@@ -284,10 +279,10 @@ def test_a_journal_envbuilder_wrote_is_finished_or_undone(
     crash(project, how)
     before = snapshot(project, outside)
     spec = str(project / "environments.toml")
-    code, err = run(capsys, "check", "--spec", spec)
+    code, err = captured(capsys, "check", "--spec", spec)
     assert code == 0 and "`envbuilder render` finishes or undoes it" in err, err
     assert snapshot(project, outside) == before
-    code, err = run(capsys, "render", "--env", "cpu", "--spec", spec)
+    code, err = captured(capsys, "render", "--env", "cpu", "--spec", spec)
     assert code == 0, err
     assert not (project / JOURNAL).exists()
     temps = [p for p in project.rglob("*.tmp")]
@@ -321,7 +316,9 @@ def test_a_folder_swapped_for_a_symlink_is_not_followed(
     shutil.rmtree(zz)
     zz.symlink_to(lure)
     before = snapshot(project, outside, lure)
-    code, err = run(capsys, "render", "--env", "cpu", "--spec", str(project / "environments.toml"))
+    code, err = captured(
+        capsys, "render", "--env", "cpu", "--spec", str(project / "environments.toml")
+    )
     assert code == 1 and "is a symbolic link" in err, err
     assert snapshot(project, outside, lure) == before
 
@@ -339,15 +336,18 @@ def test_a_changed_temp_file_or_a_copied_journal_is_refused(
     temp.write_bytes(b"[evil]\n")
     for root in (project, copy):
         before = snapshot(root, outside)
-        code, err = run(capsys, "render", "--env", "cpu", "--spec", str(root / "environments.toml"))
+        code, err = captured(
+            capsys, "render", "--env", "cpu", "--spec", str(root / "environments.toml")
+        )
         assert code == 1 and "not finished or undone" in err, err
         assert snapshot(root, outside) == before
     assert (
         "does not hold the bytes it records"
-        in run(capsys, "render", "--spec", str(project / "environments.toml"))[1]
+        in captured(capsys, "render", "--spec", str(project / "environments.toml"))[1]
     )
     assert (
-        "for another folder" in run(capsys, "render", "--spec", str(copy / "environments.toml"))[1]
+        "for another folder"
+        in captured(capsys, "render", "--spec", str(copy / "environments.toml"))[1]
     )
 
 
@@ -363,7 +363,7 @@ def test_render_writes_through_no_symlinked_output_folder(
     for path in target.rglob("Dockerfile"):
         path.write_text("stale\n")
     before = snapshot(project, outside, target)
-    code, err = run(capsys, "render", "--spec", str(project / "environments.toml"))
+    code, err = captured(capsys, "render", "--spec", str(project / "environments.toml"))
     assert code == 1, err
     assert "dockerfiles is a symbolic link" in err and "Traceback" not in err, err
     assert snapshot(project, outside, target) == before

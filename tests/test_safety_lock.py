@@ -23,10 +23,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from clirun import captured
 from shipped import project_parts
 from test_lock_support import make_wheel, write_spec
 
-from envbuilder.cli import main
 from envbuilder.fsutil import sha256_bytes, sha256_file
 from envbuilder.lockfile import read_env_lock
 from envbuilder.project import Project
@@ -53,14 +53,6 @@ def tree(root: Path) -> dict[str, str]:
         str(p.relative_to(root)): "dir" if p.is_dir() else sha256_file(p)
         for p in sorted(root.rglob("*"))
     }
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
-    """Run envbuilder; return its exit code and stdout + stderr (a traceback fails the test)."""
-    capsys.readouterr()
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out + captured.err
 
 
 def shipped_copy(root: Path) -> Project:
@@ -140,7 +132,7 @@ def test_lock_never_removes_a_file_a_lock_names_outside_lockfiles(
         )
     before = tree(tmp_path)
 
-    code, out = cli(
+    code, out = captured(
         capsys, "lock", "--spec", str(project.spec_path), "--env", "cpu", "--no-base-digest"
     )
 
@@ -168,12 +160,12 @@ def test_check_and_build_refuse_a_pylock_named_outside_its_own_file(
     edit(lock, native.pylock_sha256, sha256_file(target_file))
     before = tree(tmp_path)
 
-    code, out = cli(capsys, "lock", "--spec", str(project.spec_path), "--check")
+    code, out = captured(capsys, "lock", "--spec", str(project.spec_path), "--check")
     assert code == 1, out
     assert f"lockfiles/cpu.lock.toml: targets.native.pylock = {named!r} is not allowed" in out
     assert "'pylock.cpu-native.toml'" in out
 
-    code, out = cli(
+    code, out = captured(
         capsys, "build", "--spec", str(project.spec_path), "--env", "cpu", "--target", "native"
     )
     assert code == 1, out
@@ -190,7 +182,7 @@ def test_upgrade_without_an_engine_keeps_the_known_digest(
     """`--help` says --no-base-digest keeps known digests; `--upgrade` must not drop one."""
     project = tiny_project(tmp_path / "proj")
     spec = str(project.spec_path)
-    assert cli(capsys, "-q", "lock", "--spec", spec, "--no-base-digest")[0] == 0
+    assert captured(capsys, "-q", "lock", "--spec", spec, "--no-base-digest")[0] == 0
     # The previous generation of the lock pinned the base (made where an engine answered), and
     # the apt versions on it (envbuilder.aptlock).
     lock = project.env_lock("small")
@@ -206,13 +198,13 @@ def test_upgrade_without_an_engine_keeps_the_known_digest(
     )
     lock.write_text(text, encoding="utf-8")
 
-    code, out = cli(capsys, "lock", "--spec", spec, "--upgrade", "--no-base-digest")
+    code, out = captured(capsys, "lock", "--spec", spec, "--upgrade", "--no-base-digest")
 
     assert code == 0, out
     docker = read_env_lock(lock).targets["docker"]
     assert (docker.base_image, docker.base_digest_missing) == (PIN, None)
     assert docker.apt["runtime"] == {"python3": "1"}  # nor the apt pins
-    code, out = cli(capsys, "lock", "--spec", spec, "--check")
+    code, out = captured(capsys, "lock", "--spec", spec, "--check")
     assert code == 0 and "not pinned" not in out, out
 
 
@@ -231,7 +223,7 @@ def test_check_fails_for_a_lock_that_lost_its_pin(
     )
     before = tree(tmp_path)
 
-    code, out = cli(capsys, "lock", "--spec", str(project.spec_path), "--check")
+    code, out = captured(capsys, "lock", "--spec", str(project.spec_path), "--check")
 
     assert code == 1, out
     assert (
@@ -250,16 +242,16 @@ def test_a_base_recorded_by_tag_on_purpose_says_why_and_only_notes(
     `--check` notes it and passes; the same lock without the reason fails the check."""
     project = tiny_project(tmp_path / "proj")
     spec = str(project.spec_path)
-    assert cli(capsys, "-q", "lock", "--spec", spec, "--no-base-digest")[0] == 0
+    assert captured(capsys, "-q", "lock", "--spec", spec, "--no-base-digest")[0] == 0
     lock = project.env_lock("small")
     assert 'base_digest_missing = "no-base-digest"' in lock.read_text(encoding="utf-8")
-    code, out = cli(capsys, "lock", "--spec", spec, "--check")
+    code, out = captured(capsys, "lock", "--spec", spec, "--check")
     assert code == 0 and "note: small/docker: base image debian:bookworm-slim is not pinned" in out
     edit(lock, 'base_digest_missing = "no-base-digest"\n', "")
-    assert cli(capsys, "lock", "--spec", spec, "--check")[0] == 1
+    assert captured(capsys, "lock", "--spec", spec, "--check")[0] == 1
     # Recording the tag again on purpose restores the reason (and touches no pylock).
     pylock = project.pylock("small", "docker").read_bytes()
-    assert cli(capsys, "-q", "lock", "--spec", spec, "--no-base-digest")[0] == 0
+    assert captured(capsys, "-q", "lock", "--spec", spec, "--no-base-digest")[0] == 0
     assert 'base_digest_missing = "no-base-digest"' in lock.read_text(encoding="utf-8")
     assert project.pylock("small", "docker").read_bytes() == pylock
 
@@ -285,7 +277,7 @@ def test_render_and_build_refuse_a_lock_older_than_the_spec(
 ) -> None:
     project = shipped_copy(tmp_path / "proj")
     spec = str(project.spec_path)
-    assert cli(capsys, "render", "--spec", spec, "--check", "--env", "cpu")[0] == 0
+    assert captured(capsys, "render", "--spec", spec, "--check", "--env", "cpu")[0] == 0
     edit(project.spec_path, *SPEC_EDITS[change])
     before = tree(tmp_path)
 
@@ -295,7 +287,7 @@ def test_render_and_build_refuse_a_lock_older_than_the_spec(
         ["build", "--target", "docker"],
         ["build", "--target", "wsl2"],
     ):
-        code, out = cli(capsys, *argv, "--spec", spec, "--env", "cpu")
+        code, out = captured(capsys, *argv, "--spec", spec, "--env", "cpu")
         assert code == 1, (argv, out)
         assert STALE in out, (argv, out)
         assert "up to date" not in out
@@ -308,11 +300,11 @@ def test_native_build_refuses_a_lock_older_than_the_spec(
     """Built for real from the old lock before the fix: the venv appeared; now nothing does."""
     project = tiny_project(tmp_path / "proj")
     spec = str(project.spec_path)
-    assert cli(capsys, "-q", "lock", "--spec", spec, "--no-base-digest")[0] == 0
+    assert captured(capsys, "-q", "lock", "--spec", spec, "--no-base-digest")[0] == 0
     tiny_project(project.root, packages='"tinytorch==1.0+cpu", "tinytorch-extra==1.0"')
     before = tree(tmp_path)
 
-    code, out = cli(capsys, "build", "--spec", spec, "--env", "small", "--target", "native")
+    code, out = captured(capsys, "build", "--spec", spec, "--env", "small", "--target", "native")
 
     assert code == 1, out
     assert (
@@ -342,7 +334,7 @@ def test_render_and_build_refuse_another_envs_lock(
         ["build", "--target", "docker"],
         ["build", "--target", "native"],
     ):
-        code, out = cli(capsys, *argv, "--spec", spec, "--env", "cpu2")
+        code, out = captured(capsys, *argv, "--spec", spec, "--env", "cpu2")
         assert code == 1, (argv, out)
         assert (
             "lockfiles/cpu2.lock.toml: env = 'cpu': this is the lock of env 'cpu', not of 'cpu2'"
@@ -395,13 +387,13 @@ def test_build_refuses_a_malformed_pylock_whose_hash_is_recorded(
     spec = str(project.spec_path)
     before = tree(tmp_path)
 
-    code, out = cli(capsys, "build", "--spec", spec, "--env", "cpu", "--target", "native")
+    code, out = captured(capsys, "build", "--spec", spec, "--env", "cpu", "--target", "native")
 
     assert code == 1, out
     assert "error: lockfiles/pylock.cpu-native.toml: " in out and what in out, out
     assert "Traceback" not in out
     assert "envbuilder lock --env cpu" in out  # what to do
-    code, out = cli(capsys, "lock", "--spec", spec, "--check")
+    code, out = captured(capsys, "lock", "--spec", spec, "--check")
     assert code == 1 and "stale: cpu/native: lockfiles/pylock.cpu-native.toml: " in out, out
     assert tree(tmp_path) == before
 
@@ -412,7 +404,7 @@ def test_the_committed_lock_still_passes(
     """The control for the tests above: the unedited copy checks, and its pylocks' hashes are
     the recorded ones."""
     project = shipped_copy(tmp_path / "proj")
-    code, out = cli(capsys, "lock", "--spec", str(project.spec_path), "--check")
+    code, out = captured(capsys, "lock", "--spec", str(project.spec_path), "--check")
     assert code == 0, out
     lock = read_env_lock(project.env_lock("cpu"))
     for target, entry in lock.targets.items():

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from clirun import as_process
 
 from envbuilder.builders.venv import (
     MARKER,
@@ -68,14 +69,7 @@ def tree(root: Path) -> Tree:
 
 def envbuilder(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """The real command line, in a child process; ENVBUILDER_CACHE comes from the caller."""
-    return subprocess.run(
-        [sys.executable, "-m", "envbuilder", "-q", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=300,
-    )
+    return as_process(*args, cwd=cwd, timeout=300, quiet=True)
 
 
 def make_wheel(folder: Path, name: str, version: str, valid: bool = True) -> Path:
