@@ -8,6 +8,8 @@
     read_regular_bytes(path, limit)  a regular file's bytes (or its end), bounded; FIFOs refused
     read_input_bytes(path)           a user's input file: regular files only, bounded
     same_file(a, b)                  whether two paths name one file (links followed)
+    lock_file(fd, blocking)          an exclusive lock on an open file (POSIX flock, Windows
+                                     msvcrt.locking); exclusive(folder): writers take turns
     WriteError                       what a failing disk looks like to the user: the path and why
 
 Every write error (read-only file system, full disk, a file where a folder should be, a folder
@@ -20,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import importlib
 import os
 import secrets
 import shutil
@@ -28,7 +31,7 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from envbuilder.errors import EnvbuilderError
 from envbuilder.interrupts import deferred
@@ -307,18 +310,73 @@ def write_temp(target: Path, tmp: Path, data: bytes, mode: int) -> None:
         raise write_error(target, exc) from None
 
 
+#: Windows has no flock (nor folders to open): lock_file and exclusive lock with msvcrt there.
+_ON_WINDOWS = os.name == "nt"
+#: The byte a Windows lock covers: far past any data, because msvcrt's locks are mandatory (a
+#: locked byte cannot be read by other processes) and owner files are read by other commands.
+_WINDOWS_LOCK_OFFSET = 0x7FFFFFFF
+#: Windows: the errnos of msvcrt.locking when another process holds the byte.
+_WINDOWS_BUSY = (errno.EACCES, errno.EDEADLK)
+
+
+def lock_file(fd: int, blocking: bool) -> bool:
+    """Take an exclusive lock on the open file `fd`, held until `fd` is closed; False when
+    another process holds one and `blocking` is False.
+
+    POSIX: flock, which the children that inherit `fd` (pass_fds) go on holding after this
+    process is gone. Windows: msvcrt.locking on one byte, which ends with this process."""
+    if _ON_WINDOWS:
+        return _lock_windows(fd, blocking)
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return False
+        raise
+    return True
+
+
+def _lock_windows(fd: int, blocking: bool) -> bool:
+    # imported by name: mypy checks this module as Linux, where msvcrt's stubs are empty
+    msvcrt: Any = importlib.import_module("msvcrt")
+    where = os.lseek(fd, 0, os.SEEK_CUR)  # msvcrt locks from the file position: keep it
+    os.lseek(fd, _WINDOWS_LOCK_OFFSET, os.SEEK_SET)
+    try:
+        while True:
+            try:
+                # LK_LOCK gives up after 10 tries a second apart: a blocking lock tries again
+                msvcrt.locking(fd, msvcrt.LK_LOCK if blocking else msvcrt.LK_NBLCK, 1)
+                return True
+            except OSError as exc:
+                if exc.errno not in _WINDOWS_BUSY:
+                    raise
+                if not blocking:
+                    return False
+    finally:
+        os.lseek(fd, where, os.SEEK_SET)
+
+
+def _folder_lock_path(folder: Path) -> Path:
+    """Windows: the file whose lock stands for `folder`'s (a folder cannot be opened there), in
+    the user's temp folder so that no project folder gains a file."""
+    key = sha256_bytes(os.path.normcase(str(folder.resolve())).encode("utf-8"))[:32]
+    return Path(tempfile.gettempdir()) / "envbuilder-locks" / f"{key}.lock"
+
+
 @contextlib.contextmanager
 def exclusive(folder: Path) -> Iterator[None]:
-    """Writers into one folder take turns (flock on the folder; a no-op where fcntl does not
-    exist)."""
+    """Writers into one folder take turns: a blocking lock_file on the folder (POSIX), or on a
+    file standing for it (Windows: _folder_lock_path)."""
+    if _ON_WINDOWS:
+        path = _folder_lock_path(folder)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    else:
+        fd = os.open(folder, os.O_RDONLY)  # a directory handle, held for flock
     try:
-        import fcntl
-    except ImportError:  # Windows
-        yield
-        return
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        lock_file(fd, blocking=True)
         yield
     finally:
         os.close(fd)

@@ -63,7 +63,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from envbuilder import aptlock, grammar
 from envbuilder.errors import LockError
-from envbuilder.fsutil import read_input_bytes, sha256_bytes, write_if_changed
+from envbuilder.fsutil import exclusive, read_input_bytes, sha256_bytes, write_if_changed
 from envbuilder.grammar import ENV_NAME_RE, LOCK_FILE_RE
 from envbuilder.journal import Scope
 from envbuilder.project import Project, pylock_name
@@ -686,19 +686,10 @@ def write_env_lock(project: Project, lock: EnvLock) -> bool:
 @contextlib.contextmanager
 def _exclusive(folder: Path) -> Iterator[None]:
     """Serialize read-modify-write of lock files between processes (builds running side by
-    side record artifacts of different targets). A no-op where fcntl does not exist."""
-    try:
-        import fcntl
-    except ImportError:  # Windows
-        yield
-        return
+    side record artifacts of different targets)."""
     folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder, os.O_RDONLY)  # a directory handle, held for flock
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with exclusive(folder):
         yield
-    finally:
-        os.close(fd)
 
 
 def record_artifact(project: Project, env: str, target: str, **values: str) -> None:

@@ -17,12 +17,13 @@ in the folder such folders are made in, holding a regular owner file of this use
 process holds, and whose process is gone (or the pid now names a process started at another
 time). Anything else is left alone. `hold` is the same lock on a file of its own (a venv's: a
 build never syncs a venv that a live uv of an earlier, killed build still writes).
+The lock is fsutil.lock_file: on Windows (msvcrt) it ends with the process that took it, children
+do not keep it, so there a folder is kept while its maker lives and the pid decides after.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import shutil
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder.errors import EnvbuilderError
-from envbuilder.fsutil import temp_dir, write_error
+from envbuilder.fsutil import lock_file, temp_dir, write_error
 from envbuilder.interrupts import deferred
 
 OWNER = ".envbuilder-owner.json"
@@ -70,21 +71,6 @@ def _alive(pid: int, start: object) -> bool:
     return now is None or now == start  # no /proc: trust the pid
 
 
-def _flock(fd: int, blocking: bool) -> bool:
-    """Take an exclusive flock on `fd`; False when another process holds one (non-blocking)."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: no flock; the pid and start time decide alone
-        return True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
-    except OSError as exc:
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            return False
-        raise
-    return True
-
-
 def _owner_bytes() -> bytes:
     pid = os.getpid()
     return json.dumps({"pid": pid, "start": process_start(pid)}).encode("ascii") + b"\n"
@@ -115,7 +101,7 @@ def owned_dir(prefix: str, parent: Path | None = None) -> Iterator[OwnedDir]:
                         0o600,
                     )
                 os.write(fd, _owner_bytes())
-                _flock(fd, blocking=True)
+                lock_file(fd, blocking=True)
             except OSError as exc:
                 raise write_error(path / OWNER, exc) from None
             yield OwnedDir(path, fd)
@@ -159,7 +145,7 @@ def _provably_dead(folder: Path) -> bool:
         if not stat.S_ISREG(owner.st_mode) or not _mine(owner):
             return False
         data: Any = json.loads(os.read(fd, _MAX_OWNER_BYTES) or b"null")
-        if not isinstance(data, dict) or not _flock(fd, blocking=False):
+        if not isinstance(data, dict) or not lock_file(fd, blocking=False):
             return False  # a live process (or a tool it started) holds it
         return not _alive(data.get("pid"), data.get("start"))  # type: ignore[arg-type]
     except (OSError, ValueError):
@@ -190,7 +176,7 @@ def hold(path: Path, busy: str) -> Iterator[Holding]:
     except OSError as exc:
         raise write_error(path, exc) from None
     try:
-        if not _flock(fd, blocking=False):
+        if not lock_file(fd, blocking=False):
             raise Busy(busy)
         os.ftruncate(fd, 0)
         os.write(fd, _owner_bytes())
