@@ -265,6 +265,8 @@ def generate(
         env = _build_environment(work / "no-tools")
         py_packaging = load_py_packaging(therock_tree(release, work / "therock"))
         wheels, sdist = _populated_packages(py_packaging, work / "packages", release, targets)
+        for tree in [*wheels, sdist]:
+            _check_build_requirements(tree)
         dist = work / "dist"
         with mock.patch.dict(os.environ, env, clear=True):
             py_packaging.build_packages(
