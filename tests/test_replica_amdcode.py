@@ -4,7 +4,8 @@
   * the `rocm` sdist and the rocm-sdk-core, -libraries and -device-<t> wheels: the metadata
     ROCm/TheRock's build tools write at the commit of each release (7.14.0: tag therock-7.14;
     7.14.1: release/therock-7.14; 10.1.0: release/bkc/therock-10.1-20260811), recorded with its
-    sources in tests/data/replica/therock-metadata.toml;
+    sources in tests/data/replica/therock-metadata.toml, which that code (vendored in
+    tests/data/therock/) remakes in tests/test_therockmeta.py;
   * torch's host and device wheels: the rules of rocm_kpack's wheel splitter computed with AMD's
     rocm-bootstrap (from PyPI), themselves checked against the METADATA lines the splitter's own
     tests expect (ROCm/rocm-systems shared/kpack/tests/test_wheel_splitter.py).
