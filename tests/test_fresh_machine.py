@@ -10,7 +10,7 @@ another build of the tag. A twin of that registry (the same storage) listens on 
 127.0.0.1 at the same port, for envbuilder's own questions to the mirror. torch comes only from a
 replica of its canonical index (https://download.pytorch.org/whl/cpu served on 127.0.0.1: the
 locked wheel, as the machine's mirror URL), never from a mirror folder; apt only from the
-snapshot replica (tests/test_apt_snapshot.py), served inside the namespace, where the builds'
+snapshot replica (tests/aptreplica.py), served inside the namespace, where the builds'
 host networking puts apt. Markers: docker, network (PyPI's small wheels, Debian's archive), slow.
 """
 
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from test_apt_snapshot import Replica
+from aptreplica import Replica
 
 from envbuilder.ociimage.blobs import canonical_json, file_blob, registry_manifest
 
