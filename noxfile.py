@@ -12,6 +12,8 @@ Extra arguments after `--` are passed through (session.posargs).
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Any
 
 import nox
@@ -38,7 +40,21 @@ def tests(session: nox.Session) -> None:
     """Run the test suite (pass pytest options after --)."""
     _install(session, "test")
     session.install(TORCH)
-    session.run("pytest", *session.posargs)
+    session.run("pytest", *test_workers(os.environ), *session.posargs)
+
+
+def test_workers(environ: Mapping[str, str]) -> list[str]:
+    """pytest-xdist options: ENVBUILDER_TEST_WORKERS workers (default 3; 0 runs in one process).
+
+    Three on CI's two cores, because most of the suite waits on uv, pip, the engine or Slurm
+    rather than computing; tests/conftest.py keeps the engine and Slurm tests each on one worker.
+    """
+    workers = environ.get("ENVBUILDER_TEST_WORKERS", "3").strip()
+    if not workers.isdigit():
+        raise ValueError(f"ENVBUILDER_TEST_WORKERS={workers!r}: a number of workers (0: none)")
+    if workers == "0":
+        return []
+    return ["-n", workers, "--dist", "loadgroup"]
 
 
 # --- dependency floors (issue 22; docs/lock.md, "Dependency floors") ---

@@ -56,13 +56,36 @@ def service_missing(reason: str) -> NoReturn:
     pytest.skip(f"{reason} ({START_HINT})")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark tests by the services they use, so `-m "not docker"` works without bookkeeping."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark tests by the services they use, so `-m "not docker"` works without bookkeeping;
+    under pytest-xdist, also put them in the group that runs them (see `xdist_group_of`)."""
+    grouping = config.pluginmanager.hasplugin("xdist")
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         for fixture, marker in _SERVICE_MARKERS.items():
             if fixture in fixtures:
                 item.add_marker(getattr(pytest.mark, marker))
+        if grouping:
+            item.add_marker(pytest.mark.xdist_group(xdist_group_of(item)))
+
+
+def xdist_group_of(item: pytest.Item) -> str:
+    """The pytest-xdist group of a test (`--dist loadgroup` runs a group on one worker).
+
+    The Slurm tests are one group, those with an image runtime included: the two-node cluster
+    runs one exclusive job at a time, so parallel submissions would only queue (and their time
+    limits would then measure the queue). Every other test that uses the Docker engine or the
+    registries is another: those tests tag, push and list images and repositories of ONE
+    engine, and two image builds side by side only fight for the two cores. Every other test
+    stays with its module, whose module-scoped fixtures (replicas, resolved locks) are then
+    built once.
+    """
+    names = {mark.name for mark in item.iter_markers()}
+    if "slurm" in names:
+        return "slurm"
+    if names & {"docker", "registry"}:
+        return "engine"
+    return item.nodeid.split("::", 1)[0]
 
 
 def registry_status(hostport: str) -> int | None:
