@@ -578,10 +578,10 @@ def load_env_lock(project: Project, env: str, upgrade: bool = False) -> EnvLock 
     path = project.env_lock(env)
     if not path.is_file():
         return None
-    lock = read_env_lock(path, _rel(project, path), upgrade)
+    lock = read_env_lock(path, project.relative(path), upgrade)
     if lock.env != env:
         raise UntrustedLockError(
-            f"{_rel(project, path)}: env = {lock.env!r}: this is the lock of env {lock.env!r}, "
+            f"{project.relative(path)}: env = {lock.env!r}: this is the lock of env {lock.env!r}, "
             f"not of {env!r}; {_untrusted_fix(env)}"
         )
     return lock
@@ -592,7 +592,7 @@ def require_current(project: Project, lock: EnvLock, spec_hash: str | None) -> N
     spec has no such env, so no lock of it is current)."""
     if lock.spec_hash != spec_hash:
         raise LockError(
-            f"{_rel(project, project.env_lock(lock.env))}: the lock is older than the spec: run "
+            f"{project.relative(project.env_lock(lock.env))}: the lock is older than the spec: run "
             f"`envbuilder lock --env {lock.env}` (its spec_hash is not that of env.{lock.env} "
             f"in {project.spec_path.name} now; the spec changed after locking)"
         )
@@ -710,7 +710,7 @@ def record_artifact(project: Project, env: str, target: str, **values: str) -> N
             )
         artifacts = {k: dict(v) for k, v in lock.artifacts.items()}
         artifacts.setdefault(target, {}).update(values)
-        where = _rel(project, project.env_lock(env))
+        where = project.relative(project.env_lock(env))
         _parse_artifacts(artifacts, lock.targets, where)  # never write what reads refuse
         write_env_lock(project, replace(lock, artifacts=artifacts))
 
@@ -757,7 +757,7 @@ def verify_pylock(
     """Read the pylock `entry` names (a bare name inside lockfiles/: read_env_lock checked it),
     check its sha256 against the entry and its content with parse_pylock. PylockError
     otherwise, saying which file, what is wrong and what to run."""
-    lock_file = _rel(project, project.env_lock(env))
+    lock_file = project.relative(project.env_lock(env))
     relock = f"`envbuilder lock --env {env}`"
     if entry is None:
         raise PylockError(
@@ -766,7 +766,7 @@ def verify_pylock(
             "target not locked",
         )
     path = project.lockfiles / entry.pylock
-    name = _rel(project, path)
+    name = project.relative(path)
     try:
         data = read_input_bytes(path)
     except FileNotFoundError:
@@ -817,7 +817,7 @@ def load_verified_lock(
     lock = load_env_lock(project, env)
     if lock is None:
         raise LockError(
-            f"env {env!r} is not locked (no {_rel(project, project.env_lock(env))});"
+            f"env {env!r} is not locked (no {project.relative(project.env_lock(env))});"
             f" run `envbuilder lock --env {env}` first"
         )
     if spec_hash is not None:
@@ -971,15 +971,15 @@ def check_env(
     local files. An env never locked is a note, not a failure."""
     path = project.env_lock(env)
     if not path.is_file():
-        return CheckOutcome(env, notes=(f"{env}: not locked (no {_rel(project, path)})",))
+        return CheckOutcome(env, notes=(f"{env}: not locked (no {project.relative(path)})",))
     try:
-        lock = read_env_lock(path, _rel(project, path))
+        lock = read_env_lock(path, project.relative(path))
     except LockError as exc:
         return CheckOutcome(env, stale=(str(exc),))
     stale: list[str] = []
     notes: list[str] = []
     if lock.env != env:
-        stale.append(f"{env}: {_rel(project, path)} is the lock of env {lock.env!r}")
+        stale.append(f"{env}: {project.relative(path)} is the lock of env {lock.env!r}")
     if lock.spec_hash != spec_hash:
         stale.append(f"{env}: environments.toml changed since it was locked (spec hash)")
     for target in (t for t in targets if only is None or t in only):
@@ -1017,10 +1017,3 @@ def _check_base(env: str, target: str, t: TargetLock | None) -> tuple[list[str],
         f"--env {env} --refresh-base` (needs the Docker engine), or record the tag on "
         f"purpose with `envbuilder lock --env {env} --no-base-digest`"
     ], []
-
-
-def _rel(project: Project, path: Path) -> str:
-    try:
-        return str(path.relative_to(project.root))
-    except ValueError:
-        return str(path)
