@@ -295,6 +295,23 @@ def resolve_apt(
     wanted = {t: stages for t, stages in requests.items() if stages}
     if not wanted:
         return {t: {} for t in requests}
+    code, output = _run_in_base(client, base, resolve_script(wanted, sources), environ)
+    if code != 0:
+        tail = "\n".join(f"    {line}" for line in output.strip().splitlines()[-15:])
+        raise LockError(
+            f"resolving the apt packages in {base} failed (exit {code}); apt "
+            f"said:\n{tail}\nCheck the package names in the spec (apt = [...]) and "
+            "that the base image's package archive is reachable (proxies: "
+            "HTTP_PROXY/HTTPS_PROXY)"
+        )
+    return {**{t: {} for t in requests}, **parse_resolution(output, wanted)}
+
+
+def _run_in_base(
+    client: Any, base: str, script: str, environ: Mapping[str, str]
+) -> tuple[int, str]:
+    """(exit code, output) of `script` run as root in a container of `base` (pulled when the
+    engine lacks it), with the proxies of `environ`."""
     from envbuilder import docker_engine
     from envbuilder.imagedefs import ROLE_LABEL, needs_host_network, proxy_build_args
 
@@ -305,7 +322,7 @@ def resolve_apt(
         code, output, _files = docker_engine.run_in_container(
             client,
             base,
-            ["/bin/sh", "-c", resolve_script(wanted, sources)],
+            ["/bin/sh", "-c", script],
             user="0",
             environment=proxies,
             network_mode="host" if needs_host_network(proxies) else None,
@@ -314,15 +331,7 @@ def resolve_apt(
         )
     except EnvbuilderError as exc:
         raise LockError(f"cannot resolve the apt packages in {base}: {exc}") from None
-    if code != 0:
-        tail = "\n".join(f"    {line}" for line in output.strip().splitlines()[-15:])
-        raise LockError(
-            f"resolving the apt packages in {base} failed (exit {code}); apt "
-            f"said:\n{tail}\nCheck the package names in the spec (apt = [...]) and "
-            "that the base image's package archive is reachable (proxies: "
-            "HTTP_PROXY/HTTPS_PROXY)"
-        )
-    return {**{t: {} for t in requests}, **parse_resolution(output, wanted)}
+    return code, output
 
 
 def engine_resolver(

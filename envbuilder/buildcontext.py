@@ -19,6 +19,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from envbuilder.errors import BuildError, LockError
@@ -68,10 +69,10 @@ def assemble_context(
     hard-linked.
     Raises BuildError/LockError saying which command produces a missing input.
     """
-    dockerfile, pylock = _inputs(project, env, target, dockerfile_dir)
+    inputs = _inputs(project, env, target, dockerfile_dir, indexes, ca_bundle)
     context = Path(tempfile.mkdtemp(prefix=f"context-{env}-{target}-", dir=project.cache))
     try:
-        _fill(project, env, target, dockerfile, pylock, context, progress, ca_bundle, indexes)
+        _fill(inputs, context, progress)
     except BaseException:
         shutil.rmtree(context, ignore_errors=True)
         raise
@@ -91,16 +92,37 @@ def assembled(
 ) -> Iterator[Path]:
     """`assemble_context` for a with-block: the context folder is removed when the block ends
     in any way, and an interrupt at any moment cannot leave it behind (fsutil.temp_dir)."""
-    dockerfile, pylock = _inputs(project, env, target, dockerfile_dir)
+    inputs = _inputs(project, env, target, dockerfile_dir, indexes, ca_bundle)
     with temp_dir(f"context-{env}-{target}-", project.cache) as context:
-        _fill(project, env, target, dockerfile, pylock, context, progress, ca_bundle, indexes)
+        _fill(inputs, context, progress)
         yield context
 
 
-def _inputs(project: Project, env: str, target: str, dockerfile_dir: Path) -> tuple[Path, Path]:
-    """The rendered Dockerfile and the pylock (BuildError/LockError naming the command that
-    makes a missing one); the cache folder is made, since the context lies beside the wheel
-    cache so that the wheels are hard-linked rather than copied."""
+@dataclass(frozen=True)
+class _ContextInputs:
+    """What goes into one build context: the rendered Dockerfile (its folder holds the extra
+    files), the pylock, the indexes whose mirrors the wheel cache tries, the CA bundle."""
+
+    project: Project
+    env: str
+    target: str
+    dockerfile: Path
+    pylock: Path
+    indexes: Mapping[str, Index]
+    ca_bundle: Path | None
+
+
+def _inputs(
+    project: Project,
+    env: str,
+    target: str,
+    dockerfile_dir: Path,
+    indexes: Mapping[str, Index],
+    ca_bundle: Path | None,
+) -> _ContextInputs:
+    """The context's inputs, the Dockerfile and the pylock checked present (BuildError/LockError
+    naming the command that makes a missing one); the cache folder is made, since the context
+    lies beside the wheel cache so that the wheels are hard-linked rather than copied."""
     dockerfile = dockerfile_dir / "Dockerfile"
     if not dockerfile.is_file():
         raise BuildError(f"{dockerfile} does not exist; run `envbuilder render --env {env}` first")
@@ -111,33 +133,30 @@ def _inputs(project: Project, env: str, target: str, dockerfile_dir: Path) -> tu
         project.cache.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise write_error(project.cache, exc, "create") from None
-    return dockerfile, pylock
+    return _ContextInputs(project, env, target, dockerfile, pylock, indexes, ca_bundle)
 
 
-def _fill(
-    project: Project,
-    env: str,
-    target: str,
-    dockerfile: Path,
-    pylock: Path,
-    context: Path,
-    progress: ProgressFn,
-    ca_bundle: Path | None,
-    indexes: Mapping[str, Index],
-) -> None:
+def _fill(inputs: _ContextInputs, context: Path, progress: ProgressFn) -> None:
     from envbuilder import wheelcache  # the lock helper's module; imported where it is needed
 
     inner = context / "envbuilder"
     inner.mkdir()
-    shutil.copyfile(dockerfile, context / "Dockerfile")
-    shutil.copyfile(pylock, inner / "pylock.toml")
+    shutil.copyfile(inputs.dockerfile, context / "Dockerfile")
+    shutil.copyfile(inputs.pylock, inner / "pylock.toml")
     for name in EXTRA_FILES:
-        extra = dockerfile.parent / name
+        extra = inputs.dockerfile.parent / name
         if extra.is_file():
             shutil.copyfile(extra, inner / name)
-    wheelcache.write_wheelhouse(project, env, target, inner, progress=progress, indexes=indexes)
-    if ca_bundle is not None:
-        shutil.copyfile(ca_bundle, inner / "ca.crt")
+    wheelcache.write_wheelhouse(
+        inputs.project,
+        inputs.env,
+        inputs.target,
+        inner,
+        progress=progress,
+        indexes=inputs.indexes,
+    )
+    if inputs.ca_bundle is not None:
+        shutil.copyfile(inputs.ca_bundle, inner / "ca.crt")
 
 
 def context_digest(context: Path) -> str:

@@ -222,61 +222,17 @@ def parse_env_lock(data: Mapping[str, Any], where: str, upgrade: bool = False) -
     digest); `where` names the file in messages. `upgrade` (for `envbuilder lock` only, which
     then writes the lock again with them): apt pins or artifacts without their digest, as an
     envbuilder before the digests wrote them, are accepted."""
-    version = data.get("version")
-    if isinstance(version, int) and not isinstance(version, bool) and version != LOCK_VERSION:
-        newer = version > LOCK_VERSION
-        raise LockError(
-            f"{where}: lock format version {version} is "
-            + (
-                f"newer than this envbuilder reads ({LOCK_VERSION}); upgrade envbuilder"
-                if newer
-                else f"not supported (this envbuilder reads {LOCK_VERSION}); {_RELOCK}"
-            )
-        )
+    _check_version(data.get("version"), where)
     _check_table(data, _TOP_KEYS, where)
     _check_top_values(data, where)
     if not ENV_NAME_RE.fullmatch(data["env"]):
         raise UntrustedLockError(
             f"{where}: env = {data['env']!r} is not an env name; {_untrusted_fix(None)}"
         )
-    targets: dict[str, TargetLock] = {}
-    for name, table in data["targets"].items():
-        if name not in registry.names():
-            raise LockError(
-                f"{where}: unknown target {name!r} in [targets] "
-                f"(known: {', '.join(registry.names())}); {_RELOCK}"
-            )
-        if not isinstance(table, dict):
-            raise LockError(f"{where}: targets.{name} must be a table; {_RELOCK}")
-        _check_table(table, _TARGET_KEYS, f"{where}: targets.{name}")
-        _check_pylock_name(table["pylock"], data["env"], name, where)
-        _check_base_reason(table, f"{where}: targets.{name}")
-        base = table.get("base_image")
-        if base is not None and not grammar.IMAGE_RE.fullmatch(base):
-            # checked here, or the renderer's refusal would name the spec, which holds no digest
-            raise LockError(
-                f"{where}: targets.{name}.base_image = {base!r} is not an image reference "
-                f"(NAME:TAG@sha256:<64 lower-case hex digits>); {_RELOCK}"
-            )
-        if "base_source" in table and (
-            base is None or not BASE_SOURCE_RE.fullmatch(table["base_source"])
-        ):
-            raise LockError(
-                f"{where}: targets.{name}.base_source = {table['base_source']!r} must name the "
-                f"registry a base_image digest was read from (HOST[:PORT]); {_RELOCK}"
-            )
-        if "system_file" in table and not SYSTEM_FILE_RE.fullmatch(table["system_file"]):
-            raise LockError(
-                f"{where}: targets.{name}.system_file must be "
-                f"'https://...#sha256=<64 hex digits>'; {_RELOCK}"
-            )
-        _check_target_values(name, table, where)
-        if "apt" in table:
-            table = {
-                **table,
-                "apt": aptlock.parse_apt_table(table["apt"], f"{where}: targets.{name}"),
-            }
-        targets[name] = TargetLock(**{k: v for k, v in table.items() if k not in _DIGESTS})
+    targets = {
+        name: _parse_target(name, table, data["env"], where)
+        for name, table in data["targets"].items()
+    }
     artifacts = _parse_artifacts(data.get("artifacts", {}), targets, where)
     _check_digests(data["targets"], targets, artifacts, data["env"], where, upgrade)
     return EnvLock(
@@ -288,6 +244,65 @@ def parse_env_lock(data: Mapping[str, Any], where: str, upgrade: bool = False) -
         targets=targets,
         artifacts=artifacts,
     )
+
+
+def _check_version(version: object, where: str) -> None:
+    """A lock of another format version is refused before its keys are (they may differ)."""
+    if isinstance(version, int) and not isinstance(version, bool) and version != LOCK_VERSION:
+        newer = version > LOCK_VERSION
+        raise LockError(
+            f"{where}: lock format version {version} is "
+            + (
+                f"newer than this envbuilder reads ({LOCK_VERSION}); upgrade envbuilder"
+                if newer
+                else f"not supported (this envbuilder reads {LOCK_VERSION}); {_RELOCK}"
+            )
+        )
+
+
+def _parse_target(name: str, table: object, env: str, where: str) -> TargetLock:
+    """One [targets.<name>] table, every value checked."""
+    if name not in registry.names():
+        raise LockError(
+            f"{where}: unknown target {name!r} in [targets] "
+            f"(known: {', '.join(registry.names())}); {_RELOCK}"
+        )
+    if not isinstance(table, dict):
+        raise LockError(f"{where}: targets.{name} must be a table; {_RELOCK}")
+    _check_table(table, _TARGET_KEYS, f"{where}: targets.{name}")
+    _check_pylock_name(table["pylock"], env, name, where)
+    _check_base_reason(table, f"{where}: targets.{name}")
+    _check_target_references(name, table, where)
+    _check_target_values(name, table, where)
+    if "apt" in table:
+        table = {
+            **table,
+            "apt": aptlock.parse_apt_table(table["apt"], f"{where}: targets.{name}"),
+        }
+    return TargetLock(**{k: v for k, v in table.items() if k not in _DIGESTS})
+
+
+def _check_target_references(name: str, table: Mapping[str, Any], where: str) -> None:
+    """The base image, the registry it was read from and the system file of a target."""
+    base = table.get("base_image")
+    if base is not None and not grammar.IMAGE_RE.fullmatch(base):
+        # checked here, or the renderer's refusal would name the spec, which holds no digest
+        raise LockError(
+            f"{where}: targets.{name}.base_image = {base!r} is not an image reference "
+            f"(NAME:TAG@sha256:<64 lower-case hex digits>); {_RELOCK}"
+        )
+    if "base_source" in table and (
+        base is None or not BASE_SOURCE_RE.fullmatch(table["base_source"])
+    ):
+        raise LockError(
+            f"{where}: targets.{name}.base_source = {table['base_source']!r} must name the "
+            f"registry a base_image digest was read from (HOST[:PORT]); {_RELOCK}"
+        )
+    if "system_file" in table and not SYSTEM_FILE_RE.fullmatch(table["system_file"]):
+        raise LockError(
+            f"{where}: targets.{name}.system_file must be "
+            f"'https://...#sha256=<64 hex digits>'; {_RELOCK}"
+        )
 
 
 def _check_top_values(data: Mapping[str, Any], where: str) -> None:
@@ -505,11 +520,25 @@ def json_schema() -> dict[str, Any]:
     strict reader uses and the targets registered now; `envbuilder/schemas/lock.schema.json` is
     this (for the built-in targets), and a test fails when the two drift."""
     targets = registry.names()
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "urn:envbuilder:lock:1",
+        "title": "envbuilder env lock (lockfiles/<env>.lock.toml)",
+        "type": "object",
+        "additionalProperties": False,
+        "properties": _top_schema(targets),
+        "required": [k for k in _TOP_KEYS if k not in _OPTIONAL],
+        "$defs": {"target": _target_schema(targets)},
+    }
 
-    def props(schema: Mapping[str, type]) -> dict[str, Any]:
-        return {k: {"type": _JSON_TYPES[v]} for k, v in schema.items()}
 
-    target_props = props(_TARGET_KEYS)
+def _schema_properties(schema: Mapping[str, type]) -> dict[str, Any]:
+    return {k: {"type": _JSON_TYPES[v]} for k, v in schema.items()}
+
+
+def _target_schema(targets: Sequence[str]) -> dict[str, Any]:
+    """[targets.<name>]: the reader's _TARGET_KEYS with the forms it checks."""
+    target_props = _schema_properties(_TARGET_KEYS)
     target_props["pylock"]["pattern"] = _pylock_pattern(targets)
     target_props["base_digest_missing"] = {"enum": list(DIGEST_MISSING_REASONS)}
     target_props["system_file"]["pattern"] = "^" + SYSTEM_FILE_RE.pattern + "$"
@@ -518,13 +547,17 @@ def json_schema() -> dict[str, Any]:
     for key in ("pylock_sha256", *_DIGESTS):
         target_props[key]["pattern"] = "^[0-9a-f]{64}$"
     target_props["python"]["pattern"] = "^" + grammar.PYTHON_RE.pattern + "$"
-    target = {
+    return {
         "type": "object",
         "additionalProperties": False,
         "properties": target_props,
         "required": [k for k in _TARGET_KEYS if k not in _OPTIONAL],
     }
-    top = props(_TOP_KEYS)
+
+
+def _top_schema(targets: Sequence[str]) -> dict[str, Any]:
+    """The top-level keys: the reader's _TOP_KEYS with the forms it checks."""
+    top = _schema_properties(_TOP_KEYS)
     top["version"] = {"const": LOCK_VERSION}
     top["spec_hash"]["pattern"] = "^[0-9a-f]{64}$"
     low, high = SOURCE_DATE_EPOCH_RANGE
@@ -544,16 +577,7 @@ def json_schema() -> dict[str, Any]:
             "additionalProperties": {"type": "string"},
         },
     }
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "urn:envbuilder:lock:1",
-        "title": "envbuilder env lock (lockfiles/<env>.lock.toml)",
-        "type": "object",
-        "additionalProperties": False,
-        "properties": top,
-        "required": [k for k in _TOP_KEYS if k not in _OPTIONAL],
-        "$defs": {"target": target},
-    }
+    return top
 
 
 def read_env_lock(path: Path, where: str | None = None, upgrade: bool = False) -> EnvLock:
@@ -578,10 +602,10 @@ def load_env_lock(project: Project, env: str, upgrade: bool = False) -> EnvLock 
     path = project.env_lock(env)
     if not path.is_file():
         return None
-    lock = read_env_lock(path, _rel(project, path), upgrade)
+    lock = read_env_lock(path, project.relative(path), upgrade)
     if lock.env != env:
         raise UntrustedLockError(
-            f"{_rel(project, path)}: env = {lock.env!r}: this is the lock of env {lock.env!r}, "
+            f"{project.relative(path)}: env = {lock.env!r}: this is the lock of env {lock.env!r}, "
             f"not of {env!r}; {_untrusted_fix(env)}"
         )
     return lock
@@ -592,7 +616,7 @@ def require_current(project: Project, lock: EnvLock, spec_hash: str | None) -> N
     spec has no such env, so no lock of it is current)."""
     if lock.spec_hash != spec_hash:
         raise LockError(
-            f"{_rel(project, project.env_lock(lock.env))}: the lock is older than the spec: run "
+            f"{project.relative(project.env_lock(lock.env))}: the lock is older than the spec: run "
             f"`envbuilder lock --env {lock.env}` (its spec_hash is not that of env.{lock.env} "
             f"in {project.spec_path.name} now; the spec changed after locking)"
         )
@@ -623,27 +647,7 @@ def dump_env_lock(lock: EnvLock) -> bytes:
         f"source_date_epoch = {lock.source_date_epoch}",
     ]
     for name in sorted(lock.targets, key=_target_order):
-        t = lock.targets[name]
-        lines += [
-            "",
-            f"[targets.{name}]",
-            f"platform = {_s(t.platform)}",
-            f"python = {_s(t.python)}",
-            f"pylock = {_s(t.pylock)}",
-            f"pylock_sha256 = {_s(t.pylock_sha256)}",
-        ]
-        if t.base_image is not None:
-            lines.append(f"base_image = {_s(t.base_image)}")
-        if t.base_source is not None:
-            lines.append(f"base_source = {_s(t.base_source)}")
-        if t.base_digest_missing is not None:
-            lines.append(f"base_digest_missing = {_s(t.base_digest_missing)}")
-        if t.system_file is not None:
-            lines.append(f"system_file = {_s(t.system_file)}")
-        if t.apt:
-            lines.append(f"apt_sha256 = {_s(table_sha256(t.apt))}")
-        if lock.artifacts.get(name):
-            lines.append(f"artifacts_sha256 = {_s(table_sha256(lock.artifacts[name]))}")
+        lines += _target_lines(name, lock.targets[name], lock.artifacts.get(name))
     # apt pins (long lists) after every target's short table, before the artifacts.
     for name in sorted(lock.targets, key=_target_order):
         apt = lock.targets[name].apt
@@ -657,6 +661,30 @@ def dump_env_lock(lock: EnvLock) -> bytes:
         lines += ["", f"[artifacts.{name}]"]
         lines += [f"{_key(k)} = {_s(values[k])}" for k in sorted(values)]
     return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def _target_lines(name: str, t: TargetLock, artifacts: Mapping[str, str] | None) -> list[str]:
+    """[targets.<name>] without its apt pins (they follow every target's table)."""
+    lines = [
+        "",
+        f"[targets.{name}]",
+        f"platform = {_s(t.platform)}",
+        f"python = {_s(t.python)}",
+        f"pylock = {_s(t.pylock)}",
+        f"pylock_sha256 = {_s(t.pylock_sha256)}",
+    ]
+    optional = (
+        ("base_image", t.base_image),
+        ("base_source", t.base_source),
+        ("base_digest_missing", t.base_digest_missing),
+        ("system_file", t.system_file),
+    )
+    lines += [f"{key} = {_s(value)}" for key, value in optional if value is not None]
+    if t.apt:
+        lines.append(f"apt_sha256 = {_s(table_sha256(t.apt))}")
+    if artifacts:
+        lines.append(f"artifacts_sha256 = {_s(table_sha256(artifacts))}")
+    return lines
 
 
 def _key(key: str) -> str:
@@ -710,7 +738,7 @@ def record_artifact(project: Project, env: str, target: str, **values: str) -> N
             )
         artifacts = {k: dict(v) for k, v in lock.artifacts.items()}
         artifacts.setdefault(target, {}).update(values)
-        where = _rel(project, project.env_lock(env))
+        where = project.relative(project.env_lock(env))
         _parse_artifacts(artifacts, lock.targets, where)  # never write what reads refuse
         write_env_lock(project, replace(lock, artifacts=artifacts))
 
@@ -757,7 +785,7 @@ def verify_pylock(
     """Read the pylock `entry` names (a bare name inside lockfiles/: read_env_lock checked it),
     check its sha256 against the entry and its content with parse_pylock. PylockError
     otherwise, saying which file, what is wrong and what to run."""
-    lock_file = _rel(project, project.env_lock(env))
+    lock_file = project.relative(project.env_lock(env))
     relock = f"`envbuilder lock --env {env}`"
     if entry is None:
         raise PylockError(
@@ -766,20 +794,8 @@ def verify_pylock(
             "target not locked",
         )
     path = project.lockfiles / entry.pylock
-    name = _rel(project, path)
-    try:
-        data = read_input_bytes(path)
-    except FileNotFoundError:
-        raise PylockError(
-            f"{name} is missing (named by {lock_file}, targets.{target}.pylock); run {relock}",
-            f"{name} is missing",
-        ) from None
-    except OSError as exc:
-        raise PylockError(
-            f"{name} cannot be read ({exc.strerror}); check what is there and its permissions, "
-            f"or lock again: {relock}",
-            f"{name} cannot be read ({exc.strerror})",
-        ) from None
+    name = project.relative(path)
+    data = _read_pylock(path, name, f"{lock_file}, targets.{target}.pylock", relock)
     actual = sha256_bytes(data)
     if actual != entry.pylock_sha256:
         raise PylockError(
@@ -802,6 +818,23 @@ def verify_pylock(
     return VerifiedPylock(env, target, entry, path, data, doc)
 
 
+def _read_pylock(path: Path, name: str, named_by: str, relock: str) -> bytes:
+    """The pylock's bytes; PylockError when it is missing or cannot be read."""
+    try:
+        return read_input_bytes(path)
+    except FileNotFoundError:
+        raise PylockError(
+            f"{name} is missing (named by {named_by}); run {relock}",
+            f"{name} is missing",
+        ) from None
+    except OSError as exc:
+        raise PylockError(
+            f"{name} cannot be read ({exc.strerror}); check what is there and its permissions, "
+            f"or lock again: {relock}",
+            f"{name} cannot be read ({exc.strerror})",
+        ) from None
+
+
 def load_verified_lock(
     project: Project,
     env: str,
@@ -817,7 +850,7 @@ def load_verified_lock(
     lock = load_env_lock(project, env)
     if lock is None:
         raise LockError(
-            f"env {env!r} is not locked (no {_rel(project, project.env_lock(env))});"
+            f"env {env!r} is not locked (no {project.relative(project.env_lock(env))});"
             f" run `envbuilder lock --env {env}` first"
         )
     if spec_hash is not None:
@@ -881,6 +914,23 @@ def _check_package(package: Mapping[str, Any], where: str, key: str) -> None:
     if not isinstance(name, str) or not name:
         raise _bad(where, f"{key}.name", "a package name", name)
     key = f"{key} ({name})"
+    _check_package_values(package, where, key)
+    wheels = package.get("wheels", [])
+    if not isinstance(wheels, list) or not all(isinstance(w, dict) for w in wheels):
+        raise _bad(where, f"{key}.wheels", "an array of tables", wheels)
+    for j, wheel in enumerate(wheels):
+        _check_artifact(wheel, where, f"{key}.wheels[{j}]", is_wheel=True)
+    for kind in ("archive", "sdist"):
+        if kind in package:
+            art = package[kind]
+            if not isinstance(art, dict):
+                raise _bad(where, f"{key}.{kind}", "a table", art)
+            is_wheel = kind == "archive" and str(art.get("url", "")).endswith(".whl")
+            _check_artifact(art, where, f"{key}.{kind}", is_wheel=is_wheel)
+
+
+def _check_package_values(package: Mapping[str, Any], where: str, key: str) -> None:
+    """A package's version, marker and index (`key` names the package in messages)."""
     for field_name in ("version", "marker"):
         value = package.get(field_name)
         if value is not None and not isinstance(value, str):
@@ -897,18 +947,6 @@ def _check_package(package: Mapping[str, Any], where: str, key: str) -> None:
         not isinstance(index, str) or not index.startswith(("https://", "http://"))
     ):
         raise _bad(where, f"{key}.index", "the http(s) URL of the package's index", index)
-    wheels = package.get("wheels", [])
-    if not isinstance(wheels, list) or not all(isinstance(w, dict) for w in wheels):
-        raise _bad(where, f"{key}.wheels", "an array of tables", wheels)
-    for j, wheel in enumerate(wheels):
-        _check_artifact(wheel, where, f"{key}.wheels[{j}]", is_wheel=True)
-    for kind in ("archive", "sdist"):
-        if kind in package:
-            art = package[kind]
-            if not isinstance(art, dict):
-                raise _bad(where, f"{key}.{kind}", "a table", art)
-            is_wheel = kind == "archive" and str(art.get("url", "")).endswith(".whl")
-            _check_artifact(art, where, f"{key}.{kind}", is_wheel=is_wheel)
 
 
 _ARTIFACT_TYPES: dict[str, tuple[type, str]] = {
@@ -971,15 +1009,15 @@ def check_env(
     local files. An env never locked is a note, not a failure."""
     path = project.env_lock(env)
     if not path.is_file():
-        return CheckOutcome(env, notes=(f"{env}: not locked (no {_rel(project, path)})",))
+        return CheckOutcome(env, notes=(f"{env}: not locked (no {project.relative(path)})",))
     try:
-        lock = read_env_lock(path, _rel(project, path))
+        lock = read_env_lock(path, project.relative(path))
     except LockError as exc:
         return CheckOutcome(env, stale=(str(exc),))
     stale: list[str] = []
     notes: list[str] = []
     if lock.env != env:
-        stale.append(f"{env}: {_rel(project, path)} is the lock of env {lock.env!r}")
+        stale.append(f"{env}: {project.relative(path)} is the lock of env {lock.env!r}")
     if lock.spec_hash != spec_hash:
         stale.append(f"{env}: environments.toml changed since it was locked (spec hash)")
     for target in (t for t in targets if only is None or t in only):
@@ -1017,10 +1055,3 @@ def _check_base(env: str, target: str, t: TargetLock | None) -> tuple[list[str],
         f"--env {env} --refresh-base` (needs the Docker engine), or record the tag on "
         f"purpose with `envbuilder lock --env {env} --no-base-digest`"
     ], []
-
-
-def _rel(project: Project, path: Path) -> str:
-    try:
-        return str(path.relative_to(project.root))
-    except ValueError:
-        return str(path)

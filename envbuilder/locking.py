@@ -15,6 +15,7 @@ import datetime
 import functools
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -214,6 +215,79 @@ def source_date_epoch(pylocks: Sequence[bytes]) -> int:
     return newest
 
 
+@dataclass(frozen=True)
+class LockBackends:
+    """Where `lock_env` reads what the project does not hold: base digests, the apt versions
+    installed on a base, and the registry that served a digest (stand-ins in tests)."""
+
+    digest: DigestLookup = registry_digest
+    apt: AptResolver = aptlock.engine_resolver
+    source: Callable[[str], str | None] = registry_source
+
+
+@dataclass(frozen=True)
+class _LockRun:
+    """One env's lock: its previous lock and the targets the options name."""
+
+    project: Project
+    env: EnvSpec
+    spec_hash: str
+    options: LockOptions
+    previous: EnvLock | None
+    wanted: frozenset[str]
+
+    @property
+    def old(self) -> Mapping[str, TargetLock]:
+        return self.previous.targets if self.previous else {}
+
+    def pins(self, look: DigestLookup) -> dict[str, str | None]:
+        old, options = self.old, self.options
+        return {
+            t: pin_base(
+                base_ref(self.env, t),
+                old[t].base_image if t in old else None,
+                refresh=(options.upgrade or options.refresh_base) and t in self.wanted,
+                base_digest=options.base_digest,
+                lookup=look,
+            )
+            for t in self.env.targets
+        }
+
+    def is_current(self, known: Mapping[str, str | None], apt: _AptLocking) -> bool:
+        """Whether the lock on disk already says what this run would write (given that uv has
+        nothing to resolve and no registry had to be asked)."""
+        old, env = self.old, self.env
+        return (
+            set(old) == set(env.targets)
+            and all(_same_base(old[t], known[t]) for t in env.targets)
+            and all(old[t].system_file == system_file(env, t) for t in env.targets)
+            and not apt.stale(known)
+            and self.previous is not None
+            and same_bytes(self.project.env_lock(env.name), dump_env_lock(self.previous))
+        )
+
+    def pin_bases(
+        self, known: dict[str, str | None] | None, backends: LockBackends
+    ) -> tuple[dict[str, str | None], dict[str, str | None]]:
+        """The base pins (`known`, or read from the registries when None) and their sources."""
+        final = self.pins(functools.cache(backends.digest)) if known is None else known
+        again = {t for t in self.wanted if self.options.upgrade or self.options.refresh_base}
+        if not self.options.base_digest:
+            again = set()  # no engine: a known source is kept like a known digest
+        return final, _sources(final, self.old, backends.source, again)
+
+
+@dataclass(frozen=True)
+class _Found:
+    """What one lock run found, by target: the pylocks uv resolved again (only those), the
+    base pins, where each digest was read, and the apt versions."""
+
+    pylocks: Mapping[str, bytes]
+    pins: Mapping[str, str | None]
+    base_sources: Mapping[str, str | None]
+    apt: Mapping[str, Mapping[str, Mapping[str, str]]]
+
+
 def lock_env(
     project: Project,
     env: EnvSpec,
@@ -221,92 +295,58 @@ def lock_env(
     indexes: Mapping[str, Index],
     options: LockOptions = LockOptions(),
     *,
-    lookup: DigestLookup = registry_digest,
-    apt_resolver: AptResolver = aptlock.engine_resolver,
-    source_lookup: Callable[[str], str | None] = registry_source,
+    backends: LockBackends = LockBackends(),
     progress: ProgressFn = no_progress,
 ) -> LockResult:
     """Lock one env: resolve what is stale or asked for, pin base images and the apt versions
     installed on them (envbuilder.aptlock), write the env's pylocks and `<env>.lock.toml`.
     Nothing changes on disk (not even an mtime) when the lock is current, and nothing is
     written at all when any target fails to resolve or pin."""
-    try:
-        previous = load_env_lock(project, env.name, upgrade=True)
-    except UntrustedLockError:
-        raise  # names files that are not its own, or another env's: never replaced unseen
-    except LockError as exc:
-        previous, warn0 = None, [f"{exc}; locking {env.name} from scratch"]
-    else:
-        warn0 = []
-    old = previous.targets if previous else {}
-    wanted: set[str] = set(options.targets if options.targets is not None else env.targets)
+    previous, warn0 = _previous_lock(project, env)
+    wanted = frozenset(options.targets if options.targets is not None else env.targets)
+    run = _LockRun(project, env, spec_hash, options, previous, wanted)
     to_resolve = _stale_targets(project, env, spec_hash, previous, options, wanted)
+    known, asked = _pins_without_registry(run)
+    apt = _AptLocking(env, run.old, options, wanted, backends.apt)
+    if not asked and not to_resolve and run.is_current(known, apt):
+        return LockResult(env.name, warnings=tuple(warn0))
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        # Registry look-ups (once per image: docker and wsl2 often share one) run while uv
+        # resolves; any failing writes nothing.
+        job = pool.submit(run.pin_bases, None if asked else known, backends)
+        new_pylocks, warnings = _resolve_targets(
+            project, env, indexes, to_resolve, run.old, options, progress
+        )
+        final, base_sources = job.result()
+    # The apt versions are resolved in the snapshot archive of the new lock's timestamp (the
+    # one its images read: envbuilder.aptsnapshot); a new timestamp resolves them all again.
+    epoch = source_date_epoch(_all_pylocks(project, env, new_pylocks, run.old))
+    if previous is None or previous.source_date_epoch != epoch:
+        apt.refresh |= set(env.targets)
+    found = _Found(new_pylocks, final, base_sources, apt.lock(final, epoch))
+    return _write_env(run, found, tuple(to_resolve), (*warn0, *warnings, *apt.warnings))
 
-    def pins(look: DigestLookup) -> dict[str, str | None]:
-        return {
-            t: pin_base(
-                base_ref(env, t),
-                old[t].base_image if t in old else None,
-                refresh=(options.upgrade or options.refresh_base) and t in wanted,
-                base_digest=options.base_digest,
-                lookup=look,
-            )
-            for t in env.targets
-        }
 
+def _pins_without_registry(run: _LockRun) -> tuple[dict[str, str | None], bool]:
+    """The base pins as the previous lock and the spec give them (exact when no registry has
+    to be asked), and whether one has to."""
     asked: list[str] = []
 
     def dry(ref: str) -> str:
         asked.append(ref)
         return ""
 
-    known = pins(dry)  # exact when no registry had to be asked
-    apt = _AptLocking(env, old, options, wanted, apt_resolver)
-    if (
-        not asked
-        and not to_resolve
-        and set(old) == set(env.targets)
-        and all(_same_base(old[t], known[t]) for t in env.targets)
-        and all(old[t].system_file == system_file(env, t) for t in env.targets)
-        and not apt.stale(known)
-        and previous is not None
-        and same_bytes(project.env_lock(env.name), dump_env_lock(previous))  # (digests added)
-    ):
-        return LockResult(env.name, warnings=tuple(warn0))
+    return run.pins(dry), bool(asked)
 
-    def background() -> tuple[dict[str, str | None], dict[str, str | None]]:
-        final = pins(functools.cache(lookup)) if asked else known
-        again = {t for t in wanted if options.upgrade or options.refresh_base}
-        if not options.base_digest:
-            again = set()  # no engine: a known source is kept like a known digest
-        return final, _sources(final, old, source_lookup, again)
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        # Registry look-ups (once per image: docker and wsl2 often share one) run while uv
-        # resolves; any failing writes nothing.
-        job = pool.submit(background)
-        new_pylocks, warnings = _resolve_targets(
-            project, env, indexes, to_resolve, old, options, progress
-        )
-        final, base_sources = job.result()
-    # The apt versions are resolved in the snapshot archive of the new lock's timestamp (the
-    # one its images read: envbuilder.aptsnapshot); a new timestamp resolves them all again.
-    epoch = source_date_epoch(_all_pylocks(project, env, new_pylocks, old))
-    if previous is None or previous.source_date_epoch != epoch:
-        apt.refresh |= set(env.targets)
-    apt_pins = apt.lock(final, epoch)
-    return _write_env(
-        project,
-        env,
-        spec_hash,
-        previous,
-        new_pylocks,
-        final,
-        base_sources,
-        apt_pins,
-        tuple(to_resolve),
-        (*warn0, *warnings, *apt.warnings),
-    )
+def _previous_lock(project: Project, env: EnvSpec) -> tuple[EnvLock | None, list[str]]:
+    """The env's lock as it stands, or None (with the warning why) when it cannot be read."""
+    try:
+        return load_env_lock(project, env.name, upgrade=True), []
+    except UntrustedLockError:
+        raise  # names files that are not its own, or another env's: never replaced unseen
+    except LockError as exc:
+        return None, [f"{exc}; locking {env.name} from scratch"]
 
 
 class _AptLocking:
@@ -319,7 +359,7 @@ class _AptLocking:
         env: EnvSpec,
         old: Mapping[str, TargetLock],
         options: LockOptions,
-        wanted: set[str],
+        wanted: AbstractSet[str],
         resolver: AptResolver,
     ) -> None:
         self.old, self.resolver, self.warnings = old, resolver, list[str]()
@@ -400,7 +440,7 @@ def _stale_targets(
     spec_hash: str,
     previous: EnvLock | None,
     options: LockOptions,
-    wanted: set[str],
+    wanted: AbstractSet[str],
 ) -> list[str]:
     """The targets uv must resolve: all of them when the spec changed (a half-updated env would
     hide staleness), those whose pylock is missing or edited, and those asked to upgrade."""
@@ -428,35 +468,13 @@ def _resolve_targets(
 ) -> tuple[dict[str, bytes], list[str]]:
     """Resolve `targets`, running uv once per distinct request (docker, wsl2 and native share
     one platform and usually one request)."""
-    groups: dict[ResolveRequest, list[str]] = {}
-    warnings: list[str] = []
-    for target in targets:
-        # A pip-SDK release adds the env's device extras and the SDK's names (envbuilder.pipsdk).
-        packages, pins = lock_inputs(env, target)
-        request, warns = make_request(
-            platform(target),
-            target_python(env, target),
-            packages,
-            pins,
-            indexes,
-            project.root,
-            first_index=sdk_index(env, target),  # a pip-SDK env: AMD's index first (sdklock)
-        )
-        warnings += [w for w in warns if w not in warnings]
-        groups.setdefault(request, []).append(target)
+    groups, warnings = _group_requests(project, env, indexes, targets)
     out: dict[str, bytes] = {}
     for n, (request, members) in enumerate(groups.items()):
         progress(
             f"resolving {env.name} for {request.platform} (Python {request.python})", n, len(groups)
         )
-        preferred = next(
-            (
-                project.lockfiles / old[t].pylock
-                for t in members
-                if _pylock_ok(project, env.name, t, old.get(t))
-            ),
-            None,
-        )
+        preferred = _preferred_pylock(project, env, members, old)
         try:
             body = _resolve_one(env, request, preferred, options)
         except LockError as exc:  # the mirror warnings often explain the failure
@@ -475,6 +493,43 @@ def _resolve_targets(
             )
     progress(f"resolved {env.name}", len(groups), len(groups))
     return out, warnings
+
+
+def _group_requests(
+    project: Project, env: EnvSpec, indexes: Mapping[str, Index], targets: Sequence[str]
+) -> tuple[dict[ResolveRequest, list[str]], list[str]]:
+    """The targets by the uv request that resolves them, and the requests' warnings (each once)."""
+    groups: dict[ResolveRequest, list[str]] = {}
+    warnings: list[str] = []
+    for target in targets:
+        # A pip-SDK release adds the env's device extras and the SDK's names (envbuilder.pipsdk).
+        packages, pins = lock_inputs(env, target)
+        request, warns = make_request(
+            platform(target),
+            target_python(env, target),
+            packages,
+            pins,
+            indexes,
+            project.root,
+            first_index=sdk_index(env, target),  # a pip-SDK env: AMD's index first (sdklock)
+        )
+        warnings += [w for w in warns if w not in warnings]
+        groups.setdefault(request, []).append(target)
+    return groups, warnings
+
+
+def _preferred_pylock(
+    project: Project, env: EnvSpec, members: Sequence[str], old: Mapping[str, TargetLock]
+) -> Path | None:
+    """The first intact pylock among a request's targets: uv's preferences (--upgrade aside)."""
+    return next(
+        (
+            project.lockfiles / old[t].pylock
+            for t in members
+            if _pylock_ok(project, env.name, t, old.get(t))
+        ),
+        None,
+    )
 
 
 def _resolve_one(
@@ -501,46 +556,19 @@ def _resolve_one(
 
 
 def _write_env(
-    project: Project,
-    env: EnvSpec,
-    spec_hash: str,
-    previous: EnvLock | None,
-    new_pylocks: Mapping[str, bytes],
-    pins: Mapping[str, str | None],
-    base_sources: Mapping[str, str | None],
-    apt: Mapping[str, Mapping[str, Mapping[str, str]]],
-    resolved: tuple[str, ...],
-    warnings: tuple[str, ...],
+    run: _LockRun, found: _Found, resolved: tuple[str, ...], warnings: tuple[str, ...]
 ) -> LockResult:
-    old = previous.targets if previous else {}
-    contents: dict[str, bytes] = {}
-    targets: dict[str, TargetLock] = {}
-    for t in env.targets:
-        name = project.pylock(env.name, t).name
-        data = new_pylocks.get(t)
-        if data is None:
-            data = (project.lockfiles / old[t].pylock).read_bytes()
-        contents[t] = data
-        targets[t] = TargetLock(
-            platform(t),
-            target_python(env, t),
-            name,
-            sha256_bytes(data),
-            pins[t],
-            unpinned_reason(pins[t]),
-            system_file(env, t),
-            {k: dict(v) for k, v in apt.get(t, {}).items()},
-            base_sources.get(t),
-        )
+    project, env, old = run.project, run.env, run.old
+    contents, targets = _target_entries(run, found)
     artifacts = {
         t: v
-        for t, v in (previous.artifacts if previous else {}).items()
+        for t, v in (run.previous.artifacts if run.previous else {}).items()
         if t in targets and t in old and _same_image_inputs(old[t], targets[t])
     }
     lock = EnvLock(
         LOCK_VERSION,
         env.name,
-        spec_hash,
+        run.spec_hash,
         __version__,
         source_date_epoch(list(contents.values())),
         targets,
@@ -550,13 +578,7 @@ def _write_env(
     # are committed together, so an interrupt or a full disk leaves the old set or the new one.
     files = {project.lockfiles / targets[t].pylock: data for t, data in contents.items()}
     files[project.env_lock(env.name)] = dump_env_lock(lock)
-    changes: dict[Path, bytes | None] = {
-        p: data for p, data in files.items() if not same_bytes(p, data)
-    }
-    for gone, tl in old.items():
-        stray = project.lockfiles / tl.pylock
-        if gone not in targets and Path(tl.pylock).name == tl.pylock and stray.is_file():
-            changes[stray] = None
+    changes = _file_changes(project, files, old, targets)
     moved = lockdiff.env_changes(
         {t: _old_pylock(project, tl) for t, tl in old.items()},
         {t: contents[t] for t in targets},
@@ -567,6 +589,48 @@ def _write_env(
     written = tuple(p for p, data in changes.items() if data is not None)
     removed = tuple(p for p, data in changes.items() if data is None)
     return LockResult(env.name, resolved, written, removed, warnings, moved)
+
+
+def _target_entries(run: _LockRun, found: _Found) -> tuple[dict[str, bytes], dict[str, TargetLock]]:
+    """Each target's pylock bytes (new or kept) and its entry in the new lock."""
+    project, env, old = run.project, run.env, run.old
+    contents: dict[str, bytes] = {}
+    targets: dict[str, TargetLock] = {}
+    for t in env.targets:
+        name = project.pylock(env.name, t).name
+        data = found.pylocks.get(t)
+        if data is None:
+            data = (project.lockfiles / old[t].pylock).read_bytes()
+        contents[t] = data
+        targets[t] = TargetLock(
+            platform(t),
+            target_python(env, t),
+            name,
+            sha256_bytes(data),
+            found.pins[t],
+            unpinned_reason(found.pins[t]),
+            system_file(env, t),
+            {k: dict(v) for k, v in found.apt.get(t, {}).items()},
+            found.base_sources.get(t),
+        )
+    return contents, targets
+
+
+def _file_changes(
+    project: Project,
+    files: Mapping[Path, bytes],
+    old: Mapping[str, TargetLock],
+    targets: Mapping[str, TargetLock],
+) -> dict[Path, bytes | None]:
+    """The files whose bytes change, and the pylocks of dropped targets (None: removed)."""
+    changes: dict[Path, bytes | None] = {
+        p: data for p, data in files.items() if not same_bytes(p, data)
+    }
+    for gone, tl in old.items():
+        stray = project.lockfiles / tl.pylock
+        if gone not in targets and Path(tl.pylock).name == tl.pylock and stray.is_file():
+            changes[stray] = None
+    return changes
 
 
 def _all_pylocks(

@@ -77,6 +77,22 @@ def lock_inputs(env: EnvSpec, target: str) -> tuple[tuple[str, ...], dict[str, s
             f"{where}: torch has no index pin; pin it to the SDK's index "
             f'({release.pip_index}): index_pins = {{ torch = "<index name>" }}'
         )
+    out, have = _with_device_torch(packages, devices, where)
+    if "torch" not in have:
+        raise LockError(f"{where}: packages has no torch; the pip SDK is locked with it")
+    names = load_compat().pip_sdk.for_devices(devices)
+    if "rocm" not in have:
+        out.append(rocm_requirement(release, devices))
+        have.add("rocm")
+    out += [n for n in names if n not in have]
+    # The env's own pins win (a name pinned elsewhere on purpose stays there).
+    return tuple(out), {**dict.fromkeys(names, index), **pins}
+
+
+def _with_device_torch(
+    packages: Sequence[str], devices: tuple[str, ...], where: str
+) -> tuple[list[str], set[str]]:
+    """The env's packages with torch asking for the devices' extras, and their canonical names."""
     out: list[str] = []
     have: set[str] = set()
     for spec in packages:
@@ -90,15 +106,7 @@ def lock_inputs(env: EnvSpec, target: str) -> tuple[tuple[str, ...], dict[str, s
             req.extras |= set(device_extras(devices))
             spec = str(req)
         out.append(spec)
-    if "torch" not in have:
-        raise LockError(f"{where}: packages has no torch; the pip SDK is locked with it")
-    names = load_compat().pip_sdk.for_devices(devices)
-    if "rocm" not in have:
-        out.append(rocm_requirement(release, devices))
-        have.add("rocm")
-    out += [n for n in names if n not in have]
-    # The env's own pins win (a name pinned elsewhere on purpose stays there).
-    return tuple(out), {**dict.fromkeys(names, index), **pins}
+    return out, have
 
 
 def sdk_index(env: EnvSpec, target: str) -> str | None:

@@ -82,3 +82,10 @@ class Project:
 
     def report(self, env: str, target: str) -> Path:
         return self.reports / f"{env}.{target}.json"
+
+    def relative(self, path: Path) -> str:
+        """`path` as messages show it: relative to the root, or as given when outside it."""
+        try:
+            return str(path.relative_to(self.root))
+        except ValueError:
+            return str(path)

@@ -354,29 +354,47 @@ def render_all(
     for extra in extras:
         roots.append(extra.root(project))
         if extra.renders_with(chosen):
-            files: dict[Path, bytes] = {}
-            for env in selected:
-                files.update(extra.render(project, spec, env))
+            files = _render_extra(project, spec, selected, extra)
             wanted.update(files)
             leftovers += _leftovers_in([extra.root(project)], selected, not envs, files)
+    _sort_wanted(result, wanted)
+    _sort_leftovers(result, leftovers)
+    if not check:
+        _write_out(project, {p: wanted[p] for p in result.written}, result.removed, roots)
+    return result
+
+
+def _render_extra(
+    project: Project, spec: Spec, selected: Sequence[EnvSpec], extra: ExtraFiles
+) -> dict[Path, bytes]:
+    """The extra's files of every selected env."""
+    files: dict[Path, bytes] = {}
+    for env in selected:
+        files.update(extra.render(project, spec, env))
+    return files
+
+
+def _sort_wanted(result: RenderResult, wanted: Mapping[Path, bytes]) -> None:
+    """Each rendered file into unchanged, stale or missing (check), or written."""
     for path, data in sorted(wanted.items()):
         current = path.read_bytes() if path.is_file() else None
         if current == data:
             result.unchanged.append(path)
-        elif check:
+        elif result.check:
             (result.stale if current is not None else result.missing).append(path)
         else:
             result.written.append(path)
+
+
+def _sort_leftovers(result: RenderResult, leftovers: Sequence[Path]) -> None:
+    """Each leftover into leftover (check), removed (ours) or kept (not ours)."""
     for path in leftovers:
-        if check:
+        if result.check:
             result.leftover.append(path)
         elif _is_generated(path):
             result.removed.append(path)
         else:
             result.kept.append(path)
-    if not check:
-        _write_out(project, {p: wanted[p] for p in result.written}, result.removed, roots)
-    return result
 
 
 def _write_out(

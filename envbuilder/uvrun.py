@@ -242,41 +242,8 @@ def run_uv(
         work = owned.path
         out = work / "pylock.toml"  # uv insists on this name pattern for pylock output
         config = uv_config_for(request)
-        try:
-            (work / "pyproject.toml").write_text(pyproject_for(request), encoding="utf-8")
-            if config is not None:
-                (work / "uv.toml").write_text(config, encoding="utf-8")
-            if previous is not None and not upgrade:
-                out.write_bytes(preferences_for_uv(previous, request))
-        except OSError as exc:
-            raise write_error(work / "pyproject.toml", exc) from None
-        cmd = [
-            uv_bin(),
-            "pip",
-            "compile",
-            "pyproject.toml",
-            "--format",
-            "pylock.toml",
-            "--output-file",
-            out.name,
-            "--python-version",
-            request.python,
-            "--python-platform",
-            request.platform,
-            "--generate-hashes",
-            "--no-header",
-            "--no-config",
-            "--quiet",
-            # uv resolves for --python-version/--python-platform; the interpreter only builds
-            # sdists that lack static metadata. Naming ours skips uv's interpreter discovery
-            # (seconds per run where pyenv shims answer for versions that are not installed).
-            "--python",
-            sys.executable,
-        ]
-        if config is not None:  # read although --no-config: it is named
-            cmd += ["--config-file", "uv.toml"]
-        if default_index := os.environ.get(DEFAULT_INDEX_ENV):
-            cmd += ["--default-index", default_index]
+        _write_uv_inputs(work, out, request, config, None if upgrade else previous)
+        cmd = _uv_compile_command(request, out.name, config is not None)
         if upgrade:
             cmd.append("--upgrade")
         for name in upgrade_packages:
@@ -289,6 +256,53 @@ def run_uv(
         if proc.returncode != 0:
             raise LockError(_uv_failure(request, proc.stderr))
         return out.read_bytes()
+
+
+def _write_uv_inputs(
+    work: Path, out: Path, request: ResolveRequest, config: str | None, previous: bytes | None
+) -> None:
+    """pyproject.toml and uv.toml (with a config) in `work`; `previous` as uv's preferences in
+    its output file `out`."""
+    try:
+        (work / "pyproject.toml").write_text(pyproject_for(request), encoding="utf-8")
+        if config is not None:
+            (work / "uv.toml").write_text(config, encoding="utf-8")
+        if previous is not None:
+            out.write_bytes(preferences_for_uv(previous, request))
+    except OSError as exc:
+        raise write_error(work / "pyproject.toml", exc) from None
+
+
+def _uv_compile_command(request: ResolveRequest, output: str, with_config: bool) -> list[str]:
+    """`uv pip compile` of the pyproject.toml in the working folder into `output`."""
+    cmd = [
+        uv_bin(),
+        "pip",
+        "compile",
+        "pyproject.toml",
+        "--format",
+        "pylock.toml",
+        "--output-file",
+        output,
+        "--python-version",
+        request.python,
+        "--python-platform",
+        request.platform,
+        "--generate-hashes",
+        "--no-header",
+        "--no-config",
+        "--quiet",
+        # uv resolves for --python-version/--python-platform; the interpreter only builds
+        # sdists that lack static metadata. Naming ours skips uv's interpreter discovery
+        # (seconds per run where pyenv shims answer for versions that are not installed).
+        "--python",
+        sys.executable,
+    ]
+    if with_config:  # read although --no-config: it is named
+        cmd += ["--config-file", "uv.toml"]
+    if default_index := os.environ.get(DEFAULT_INDEX_ENV):
+        cmd += ["--default-index", default_index]
+    return cmd
 
 
 def preferences_for_uv(previous: bytes, request: ResolveRequest) -> bytes:

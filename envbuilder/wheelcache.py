@@ -230,26 +230,7 @@ def sdist_build_requires(path: Path) -> list[str]:
     pyproject.toml without unpacking anything else; PEP 518's default when it has none.
     LockError when the file cannot be read as an sdist."""
     try:
-        if path.name.endswith(".zip"):
-            with zipfile.ZipFile(path) as zf:
-                names = [
-                    n for n in zf.namelist() if n.count("/") == 1 and n.endswith("/pyproject.toml")
-                ]
-                data = zf.read(names[0])[:_PYPROJECT_LIMIT] if names else None
-        else:
-            with tarfile.open(path, "r:gz") as tar:
-                member = next(
-                    (
-                        m
-                        for m in tar
-                        if m.isfile()
-                        and m.name.count("/") == 1
-                        and m.name.endswith("/pyproject.toml")
-                    ),
-                    None,
-                )
-                fh = tar.extractfile(member) if member is not None else None
-                data = fh.read(_PYPROJECT_LIMIT) if fh is not None else None
+        data = _zip_pyproject(path) if path.name.endswith(".zip") else _tar_pyproject(path)
         doc = tomllib.loads(data.decode("utf-8")) if data is not None else {}
     except (
         OSError,
@@ -266,6 +247,28 @@ def sdist_build_requires(path: Path) -> list[str]:
     if not isinstance(requires, list) or not all(isinstance(r, str) for r in requires):
         raise LockError(f"{path.name}: [build-system] requires is not a list of strings")
     return list(requires)
+
+
+def _zip_pyproject(path: Path) -> bytes | None:
+    """The top-level pyproject.toml of a .zip sdist (its first MiB), None when it has none."""
+    with zipfile.ZipFile(path) as zf:
+        names = [n for n in zf.namelist() if n.count("/") == 1 and n.endswith("/pyproject.toml")]
+        return zf.read(names[0])[:_PYPROJECT_LIMIT] if names else None
+
+
+def _tar_pyproject(path: Path) -> bytes | None:
+    """The top-level pyproject.toml of a .tar.gz sdist (its first MiB), None when it has none."""
+    with tarfile.open(path, "r:gz") as tar:
+        member = next(
+            (
+                m
+                for m in tar
+                if m.isfile() and m.name.count("/") == 1 and m.name.endswith("/pyproject.toml")
+            ),
+            None,
+        )
+        fh = tar.extractfile(member) if member is not None else None
+        return fh.read(_PYPROJECT_LIMIT) if fh is not None else None
 
 
 def unmet_build_requires(

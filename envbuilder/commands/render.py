@@ -4,7 +4,6 @@ locks."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from envbuilder.cli import add_common_arguments, add_json_argument
@@ -62,13 +61,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_json_argument(parser, "the files written, removed or (--check) out of date")
 
 
-def _rel(project: Project, path: Path) -> str:
-    try:
-        return str(path.relative_to(project.root))
-    except ValueError:
-        return str(path)
-
-
 def _report(project: Project, result: RenderResult, ui: UI) -> int:
     if result.check:
         for label, paths in (
@@ -77,18 +69,18 @@ def _report(project: Project, result: RenderResult, ui: UI) -> int:
             ("leftover", result.leftover),
         ):
             for path in paths:
-                ui.print(f"{label}: {_rel(project, path)}")
+                ui.print(f"{label}: {project.relative(path)}")
         if result.ok:
             ui.info(f"{len(result.unchanged)} rendered files are up to date")
             return 0
         ui.error("rendered files are out of date; run `envbuilder render` and commit the result")
         return 1
     for path in result.written:
-        ui.print(f"wrote {_rel(project, path)}")
+        ui.print(f"wrote {project.relative(path)}")
     for path in result.removed:
-        ui.print(f"removed {_rel(project, path)} (no longer rendered)")
+        ui.print(f"removed {project.relative(path)} (no longer rendered)")
     for path in result.kept:
-        ui.warn(f"{_rel(project, path)} is not rendered by envbuilder and was left alone")
+        ui.warn(f"{project.relative(path)} is not rendered by envbuilder and was left alone")
     ui.info(f"{len(result.written)} written, {len(result.unchanged)} unchanged")
     return 0
 
@@ -129,5 +121,5 @@ def _json_result(project: Project, result: RenderResult) -> dict[str, Any]:
         "command": "render",
         "check": result.check,
         "ok": ok,
-        **{name: [_rel(project, p) for p in getattr(result, name)] for name in _JSON_LISTS},
+        **{name: [project.relative(p) for p in getattr(result, name)] for name in _JSON_LISTS},
     }

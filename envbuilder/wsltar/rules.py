@@ -10,7 +10,7 @@ from __future__ import annotations
 import posixpath
 import tarfile
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -138,139 +138,173 @@ def check_wsl_tar(path: Path, *, source_date_epoch: int | None = None) -> list[R
     return findings
 
 
-def _microsoft_checks(view: TarView) -> list[RuleFinding]:
-    out: list[RuleFinding] = []
+class _MicrosoftFindings:
+    """validate-modern.py's findings in its order, with its shared per-path check."""
 
-    def add(level: Level, rule: str, message: str) -> None:
-        out.append(RuleFinding(level, "microsoft", rule, message))
+    def __init__(self, view: TarView) -> None:
+        self.view = view
+        self.out: list[RuleFinding] = []
+
+    def add(self, level: Level, rule: str, message: str) -> None:
+        self.out.append(RuleFinding(level, "microsoft", rule, message))
 
     def mode_owner(
+        self,
         path: str,
         modes: tuple[int, ...],
         gid: int | None = 0,
         max_size: int | None = None,
         optional: bool = False,
     ) -> tarfile.TarInfo | None:
-        member = view.resolve(path)
+        member = self.view.resolve(path)
         if member is None:
             if not optional:
-                add("error", "present", f"{path} not found in the tar")
+                self.add("error", "present", f"{path} not found in the tar")
             return None
         if member.mode not in modes:
-            add(
+            self.add(
                 "warning",
                 "mode",
                 f"{path} has mode {oct(member.mode)}, expected one of "
                 f"{', '.join(oct(m) for m in modes)}",
             )
         if member.uid != 0:
-            add("warning", "owner", f"{path} has uid {member.uid}, expected 0")
+            self.add("warning", "owner", f"{path} has uid {member.uid}, expected 0")
         if gid is not None and member.gid != gid:
-            add("warning", "owner", f"{path} has gid {member.gid}, expected {gid}")
+            self.add("warning", "owner", f"{path} has gid {member.gid}, expected {gid}")
         if max_size is not None and member.size > max_size:
-            add("error", "size", f"{path} is {member.size} bytes, at most {max_size}")
+            self.add("error", "size", f"{path} is {member.size} bytes, at most {max_size}")
         return member
 
-    default_uid: int | None = None
-    dist = mode_owner("/etc/wsl-distribution.conf", (0o664, 0o644))
-    if dist is not None:
-        keys = _conf_keys(view, dist, "/etc/wsl-distribution.conf", add)
-        unexpected = sorted(k for k in keys if k not in DISTRIBUTION_CONF_KEYS)
-        if unexpected:
-            add(
-                "error",
-                "distribution-conf-keys",
-                f"unexpected keys in /etc/wsl-distribution.conf: {unexpected}",
-            )
-        command = keys.get("oobe.command")
-        if command:
-            mode_owner(command, (0o775, 0o755))
-            if not command.startswith(OOBE_DIRS):
-                add(
-                    "warning",
-                    "oobe-location",
-                    f"oobe.command {command!r} is not under {' or '.join(OOBE_DIRS)}",
-                )
-        uid_text = keys.get("oobe.defaultuid")
-        if uid_text:
-            if uid_text != "1000":
-                add("warning", "default-uid", f"oobe.defaultUid is {uid_text}, not 1000")
-            default_uid = int(uid_text) if uid_text.isdigit() else None
-        icon = keys.get("shortcut.icon")
-        if icon:
-            mode_owner(icon, (0o664, 0o644), max_size=1024 * 1024)
-            if not icon.startswith(ICON_DIRS):
-                add(
-                    "warning",
-                    "icon-location",
-                    f"shortcut.icon {icon!r} is not under {' or '.join(ICON_DIRS)}",
-                )
-        else:
-            add("warning", "icon", "no shortcut.icon provided")
-        template = keys.get("windowsterminal.profiletemplate")
-        if template:
-            mode_owner(template, (0o660, 0o640), max_size=1024 * 1024)
-            if not template.startswith(TERMINAL_PROFILE_DIRS):
-                add(
-                    "warning",
-                    "terminal-profile-location",
-                    f"windowsterminal.profileTemplate {template!r} is not under "
-                    f"{' or '.join(TERMINAL_PROFILE_DIRS)}",
-                )
-    wsl_conf = view.resolve("/etc/wsl.conf")
-    if wsl_conf is not None:
-        mode_owner("/etc/wsl.conf", (0o664, 0o644))
-        keys = _conf_keys(view, wsl_conf, "/etc/wsl.conf", add)
-        extra = sorted(k for k in keys if k not in WSL_CONF_KEYS)
-        if extra:
-            add("error", "wsl-conf-keys", f"unexpected keys in /etc/wsl.conf: {extra}")
-        for key in sorted(DISCOURAGED_WSL_CONF_KEYS & keys.keys()):
-            add(
-                "warning",
-                "wsl-conf-discouraged",
-                f"discouraged /etc/wsl.conf key: {key}={keys[key]} (the modern format creates "
-                "the default user at first launch: [oobe] defaultUid and the oobe command)",
-            )
-        if keys.get("boot.systemd", "").lower() == "true":
-            _elf(view, "/sbin/init", add, mode_owner)
-    passwd = mode_owner("/etc/passwd", (0o664, 0o644))
+    def conf_keys(self, member: tarfile.TarInfo, where: str) -> dict[str, str]:
+        try:
+            return parse_conf(self.view.read(member), where)
+        except BuildError as exc:
+            self.add("error", "conf-syntax", str(exc))
+            return {}
+
+    def elf(self, path: str, optional: bool = False) -> None:
+        member = self.mode_owner(path, (0o755, 0o775, 0o555), optional=optional)
+        if member is not None and not is_x86_64_elf(self.view.read(member)[:64]):
+            self.add("error", "elf", f"{path} is not an x86-64 ELF executable")
+
+
+@dataclass(frozen=True)
+class _ReferencedFile:
+    """A file /etc/wsl-distribution.conf names: `key` as parsed (lower case), `label` as
+    validate-modern.py spells it in its messages."""
+
+    key: str
+    label: str
+    modes: tuple[int, ...]
+    max_size: int | None
+    dirs: tuple[str, ...]
+    location_rule: str
+
+
+_OOBE_COMMAND = _ReferencedFile(
+    "oobe.command", "oobe.command", (0o775, 0o755), None, OOBE_DIRS, "oobe-location"
+)
+_ICON = _ReferencedFile(
+    "shortcut.icon", "shortcut.icon", (0o664, 0o644), 1024 * 1024, ICON_DIRS, "icon-location"
+)
+_TERMINAL_PROFILE = _ReferencedFile(
+    "windowsterminal.profiletemplate",
+    "windowsterminal.profileTemplate",
+    (0o660, 0o640),
+    1024 * 1024,
+    TERMINAL_PROFILE_DIRS,
+    "terminal-profile-location",
+)
+
+
+def _microsoft_checks(view: TarView) -> list[RuleFinding]:
+    found = _MicrosoftFindings(view)
+    default_uid = _distribution_conf_checks(found)
+    _wsl_conf_checks(found)
+    passwd = found.mode_owner("/etc/passwd", (0o664, 0o644))
     if passwd is not None:
-        _passwd_checks(view.read(passwd), default_uid, add)
-    mode_owner("/etc/shadow", (0o640, 0o600, 0), gid=None)
-    _elf(view, "/bin/bash", add, mode_owner, optional=True)
-    _elf(view, "/bin/sh", add, mode_owner)
+        _passwd_checks(view.read(passwd), default_uid, found.add)
+    found.mode_owner("/etc/shadow", (0o640, 0o600, 0), gid=None)
+    found.elf("/bin/bash", optional=True)
+    found.elf("/bin/sh")
     for unit in _enabled_discouraged_units(view):
-        add("warning", "systemd-unit", f"discouraged systemd unit enabled: {unit}")
+        found.add("warning", "systemd-unit", f"discouraged systemd unit enabled: {unit}")
     xattrs, sample = _wsl1_unsupported_xattrs(view)
     if xattrs:
-        add(
+        found.add(
             "warning",
             "xattrs",
             f"extended attributes WSL1 does not support: {xattrs}, e.g. on {sample}",
         )
-    return out
+    return found.out
 
 
-def _conf_keys(
-    view: TarView, member: tarfile.TarInfo, where: str, add: Callable[[Level, str, str], None]
-) -> dict[str, str]:
-    try:
-        return parse_conf(view.read(member), where)
-    except BuildError as exc:
-        add("error", "conf-syntax", str(exc))
-        return {}
+def _distribution_conf_checks(found: _MicrosoftFindings) -> int | None:
+    """Checks /etc/wsl-distribution.conf and the files it names; its default uid, if any."""
+    dist = found.mode_owner("/etc/wsl-distribution.conf", (0o664, 0o644))
+    if dist is None:
+        return None
+    keys = found.conf_keys(dist, "/etc/wsl-distribution.conf")
+    unexpected = sorted(k for k in keys if k not in DISTRIBUTION_CONF_KEYS)
+    if unexpected:
+        found.add(
+            "error",
+            "distribution-conf-keys",
+            f"unexpected keys in /etc/wsl-distribution.conf: {unexpected}",
+        )
+    _referenced_file_checks(found, keys, _OOBE_COMMAND)
+    default_uid = _default_uid_checks(found, keys)
+    if not _referenced_file_checks(found, keys, _ICON):
+        found.add("warning", "icon", "no shortcut.icon provided")
+    _referenced_file_checks(found, keys, _TERMINAL_PROFILE)
+    return default_uid
 
 
-def _elf(
-    view: TarView,
-    path: str,
-    add: Callable[[Level, str, str], None],
-    mode_owner: Callable[..., tarfile.TarInfo | None],
-    optional: bool = False,
-) -> None:
-    member = mode_owner(path, (0o755, 0o775, 0o555), optional=optional)
-    if member is not None and not is_x86_64_elf(view.read(member)[:64]):
-        add("error", "elf", f"{path} is not an x86-64 ELF executable")
+def _referenced_file_checks(
+    found: _MicrosoftFindings, keys: dict[str, str], ref: _ReferencedFile
+) -> bool:
+    """Checks the file `ref` names, if the conf names one (and says whether it does)."""
+    path = keys.get(ref.key)
+    if not path:
+        return False
+    found.mode_owner(path, ref.modes, max_size=ref.max_size)
+    if not path.startswith(ref.dirs):
+        found.add(
+            "warning",
+            ref.location_rule,
+            f"{ref.label} {path!r} is not under {' or '.join(ref.dirs)}",
+        )
+    return True
+
+
+def _default_uid_checks(found: _MicrosoftFindings, keys: dict[str, str]) -> int | None:
+    uid_text = keys.get("oobe.defaultuid")
+    if not uid_text:
+        return None
+    if uid_text != "1000":
+        found.add("warning", "default-uid", f"oobe.defaultUid is {uid_text}, not 1000")
+    return int(uid_text) if uid_text.isdigit() else None
+
+
+def _wsl_conf_checks(found: _MicrosoftFindings) -> None:
+    wsl_conf = found.view.resolve("/etc/wsl.conf")
+    if wsl_conf is None:
+        return
+    found.mode_owner("/etc/wsl.conf", (0o664, 0o644))
+    keys = found.conf_keys(wsl_conf, "/etc/wsl.conf")
+    extra = sorted(k for k in keys if k not in WSL_CONF_KEYS)
+    if extra:
+        found.add("error", "wsl-conf-keys", f"unexpected keys in /etc/wsl.conf: {extra}")
+    for key in sorted(DISCOURAGED_WSL_CONF_KEYS & keys.keys()):
+        found.add(
+            "warning",
+            "wsl-conf-discouraged",
+            f"discouraged /etc/wsl.conf key: {key}={keys[key]} (the modern format creates "
+            "the default user at first launch: [oobe] defaultUid and the oobe command)",
+        )
+    if keys.get("boot.systemd", "").lower() == "true":
+        found.elf("/sbin/init")
 
 
 def _passwd_checks(
@@ -353,54 +387,82 @@ def _wsl1_unsupported_xattrs(view: TarView) -> tuple[list[str], str | None]:
 
 
 def _envbuilder_checks(view: TarView, source_date_epoch: int | None) -> list[RuleFinding]:
-    out: list[RuleFinding] = []
+    problems = [
+        *_layout_problems(view),
+        *_mtime_problems(view, source_date_epoch),
+        *_forbidden_file_problems(view),
+        *_conf_owner_problems(view),
+        *_shadow_problems(view),
+        *_unmasked_unit_problems(view),
+    ]
+    return [RuleFinding("error", "envbuilder", rule, message) for rule, message in problems]
 
-    def add(rule: str, message: str) -> None:
-        out.append(RuleFinding("error", "envbuilder", rule, message))
 
+#: One broken envbuilder promise: (rule, message).
+_Problem = tuple[str, str]
+
+
+def _layout_problems(view: TarView) -> Iterator[_Problem]:
     names = [m.name for m in view.members]
     if any(n.startswith(("/", "./", "../")) or n == "." for n in names):
-        add("root", "member names must be relative to the filesystem root (etc/passwd)")
+        yield "root", "member names must be relative to the filesystem root (etc/passwd)"
     if names != sorted(names, key=sort_key):
-        add("sorted", "entries are not sorted by path")
+        yield "sorted", "entries are not sorted by path"
     if len(set(names)) != len(names):
-        add("unique", "duplicate entries")
-    for member in view.members:
-        if member.uname or member.gname:
-            add(
-                "numeric-owner",
-                f"{member.name} carries owner names ({member.uname}:{member.gname})",
-            )
-            break
-    if source_date_epoch is not None:
-        wrong = [m.name for m in view.members if m.mtime != source_date_epoch]
-        if wrong:
-            add(
-                "mtime",
-                f"{len(wrong)} entries have an mtime other than SOURCE_DATE_EPOCH "
-                f"{source_date_epoch}, e.g. {wrong[0]}",
-            )
+        yield "unique", "duplicate entries"
+    named = next((m for m in view.members if m.uname or m.gname), None)
+    if named is not None:
+        yield (
+            "numeric-owner",
+            f"{named.name} carries owner names ({named.uname}:{named.gname})",
+        )
+
+
+def _mtime_problems(view: TarView, source_date_epoch: int | None) -> Iterator[_Problem]:
+    if source_date_epoch is None:
+        return
+    wrong = [m.name for m in view.members if m.mtime != source_date_epoch]
+    if wrong:
+        yield (
+            "mtime",
+            f"{len(wrong)} entries have an mtime other than SOURCE_DATE_EPOCH "
+            f"{source_date_epoch}, e.g. {wrong[0]}",
+        )
+
+
+def _forbidden_file_problems(view: TarView) -> Iterator[_Problem]:
     if "etc/resolv.conf" in view.by_name:
-        add("resolv-conf", "the tar has /etc/resolv.conf (WSL generates it)")
+        yield "resolv-conf", "the tar has /etc/resolv.conf (WSL generates it)"
     kernels = [n for n in view.by_name if is_kernel(n)]
     if kernels:
-        add("kernel", f"the tar has a kernel or initrd: {kernels}")
+        yield "kernel", f"the tar has a kernel or initrd: {kernels}"
+
+
+def _conf_owner_problems(view: TarView) -> Iterator[_Problem]:
     for conf in (WSL_CONF, DISTRIBUTION_CONF):
         m = view.by_name.get(conf)
         if m is not None and (m.uid, m.gid, m.mode, m.isfile()) != (0, 0, 0o644, True):
-            add("conf-owner", f"/{conf} must be a root:root 0644 file")
+            yield "conf-owner", f"/{conf} must be a root:root 0644 file"
+
+
+def _shadow_problems(view: TarView) -> Iterator[_Problem]:
     shadow = view.by_name.get("etc/shadow")
-    if shadow is not None:
-        for line in view.read(shadow).decode("utf-8", "replace").splitlines():
-            fields = line.split(":")
-            if len(fields) > 1 and is_password_hash(fields[1]):
-                add("shadow", f"/etc/shadow has a password for {fields[0]!r}")
-    if any(b in view.by_name for b in SYSTEMD_BINARIES):
-        for unit in discouraged_units():
-            m = view.by_name.get(f"etc/systemd/system/{unit}")
-            if m is None or not m.issym() or m.linkname != "/dev/null":
-                add("masked", f"{unit} is not masked (/etc/systemd/system/{unit} -> /dev/null)")
-    return out
+    if shadow is None:
+        return
+    for line in view.read(shadow).decode("utf-8", "replace").splitlines():
+        fields = line.split(":")
+        if len(fields) > 1 and is_password_hash(fields[1]):
+            yield "shadow", f"/etc/shadow has a password for {fields[0]!r}"
+
+
+def _unmasked_unit_problems(view: TarView) -> Iterator[_Problem]:
+    """With systemd in the tar, each discouraged unit must be masked."""
+    if not any(b in view.by_name for b in SYSTEMD_BINARIES):
+        return
+    for unit in discouraged_units():
+        m = view.by_name.get(f"etc/systemd/system/{unit}")
+        if m is None or not m.issym() or m.linkname != "/dev/null":
+            yield "masked", f"{unit} is not masked (/etc/systemd/system/{unit} -> /dev/null)"
 
 
 def gzip_header_is_deterministic(path: Path) -> bool:
