@@ -49,6 +49,7 @@ DEFAULT_NOISE_FLOOR_PCT = 2.0
 
 Verdict = Literal["baseline", "faster", "slower", "within noise", "noise unknown", "no comparison"]
 MetricKey = tuple[str, str, str | None, str | None]  # (check, name, dtype, size)
+Direction = Literal["faster", "slower", "same"]
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ class Cell:
     relative_high: float | None = None  # best case
     loss_pct: float | None = None
     verdict: Verdict = "no comparison"
-    direction: Literal["faster", "slower", "same"] | None = None
+    direction: Direction | None = None
     noise: float | None = None  # the absolute floor (floor% x |baseline|) used for the verdict
     note: str | None = None
 
@@ -624,35 +625,15 @@ def _compare_cell(base: Metric, other: Metric, label: str, floor_pct: float) -> 
         return Cell(label, other.value, spread, note=_out_of_range(other.value, base.value))
     relative = _relative(ratio, base.higher_is_better)
     if relative is None:
-        return Cell(
-            label,
-            other.value,
-            spread,
-            ratio=ratio,
-            note="value is 0 where lower is better; no ratio",
-        )
+        return Cell(label, other.value, spread, ratio=ratio, note=_ZERO_WHERE_LOWER_IS_BETTER)
     if not _representable(relative) or not _representable((1.0 - relative) * 100.0):
         return Cell(label, other.value, spread, note=_out_of_range(other.value, base.value))
-    bs, os_ = _spread(base), spread
-    assert bs is not None and os_ is not None
-    low, high = _range_ratio(bs, os_, base.higher_is_better)
+    bs = _spread(base)
+    assert bs is not None and spread is not None
+    low, high = _range_ratio(bs, spread, base.higher_is_better)
     diff = other.value - base.value
     noise = abs(base.value) * (floor_pct / 100.0)  # in this order: 1e308 * 2 is inf
-    separated = os_.min > bs.max or os_.max < bs.min
-    better = diff > 0 if base.higher_is_better else diff < 0
-    direction: Literal["faster", "slower", "same"] = (
-        "same" if diff == 0 else ("faster" if better else "slower")
-    )
-    verdict: Verdict
-    if bs.n < 2 or os_.n < 2:
-        verdict = "noise unknown"
-    elif not separated or abs(diff) <= noise:
-        verdict = "within noise"
-    else:
-        verdict = "faster" if better else "slower"
-    notes = [n for n in (other.problem, base.problem and f"baseline: {base.problem}") if n]
-    if other.check_status in ("fail", "error"):
-        notes.append(f"check {other.check} {other.check_status}ed here")
+    verdict, direction = _verdict(bs, spread, diff, noise, base.higher_is_better)
     return Cell(
         label,
         other.value,
@@ -665,8 +646,32 @@ def _compare_cell(base: Metric, other: Metric, label: str, floor_pct: float) -> 
         verdict=verdict,
         direction=direction,
         noise=noise,
-        note="; ".join(notes) or None,
+        note=_compared_note(base, other),
     )
+
+
+_ZERO_WHERE_LOWER_IS_BETTER = "value is 0 where lower is better; no ratio"
+
+
+def _verdict(
+    base: Spread, other: Spread, diff: float, noise: float, higher_is_better: bool
+) -> tuple[Verdict, Direction]:
+    """The noise rule (see the module's docstring) for other - base = diff."""
+    better = diff > 0 if higher_is_better else diff < 0
+    direction: Direction = "same" if diff == 0 else ("faster" if better else "slower")
+    if base.n < 2 or other.n < 2:
+        return "noise unknown", direction
+    separated = other.min > base.max or other.max < base.min
+    if not separated or abs(diff) <= noise:
+        return "within noise", direction
+    return ("faster" if better else "slower"), direction
+
+
+def _compared_note(base: Metric, other: Metric) -> str | None:
+    notes = [n for n in (other.problem, base.problem and f"baseline: {base.problem}") if n]
+    if other.check_status in ("fail", "error"):
+        notes.append(f"check {other.check} {other.check_status}ed here")
+    return "; ".join(notes) or None
 
 
 def _representable(x: float) -> bool:
@@ -744,32 +749,42 @@ def compare_reports(
     check_noise_floor(noise_floor_pct)
     ordered = [reports[baseline]] + [r for i, r in enumerate(reports) if i != baseline]
     ordered = _unique_labels(ordered)
-    base = ordered[0]
+    rows, shared = _rows(ordered, noise_floor_pct)
+    _check_comparable(ordered[0], rows, shared)
+    return Comparison(
+        reports=tuple(ordered),
+        rows=tuple(rows),
+        fingerprint_diffs=tuple(fingerprint_diffs(ordered)),
+        notes=tuple(_comparison_notes(ordered)),
+        noise_floor_pct=noise_floor_pct,
+        noise_rule=noise_rule_text(noise_floor_pct),
+    )
+
+
+def _metric_keys(ordered: Sequence[Report]) -> dict[MetricKey, None]:
+    """Every report's metric keys, the baseline's first, in first-seen order."""
     # A dict keeps first-seen order with O(1) membership (a list made this quadratic: 4 min
     # for 50,000 metrics).
-    keys = dict.fromkeys(base.metrics)
+    keys = dict.fromkeys(ordered[0].metrics)
     for r in ordered[1:]:
         keys.update(dict.fromkeys(r.metrics))
+    return keys
+
+
+def _rows(ordered: Sequence[Report], floor_pct: float) -> tuple[list[Row], bool]:
+    """One row per metric, and whether any metric of the baseline (ordered[0]) is in another
+    report."""
+    base = ordered[0]
     rows: list[Row] = []
-    notes: list[str] = []
-    for r in ordered:
-        notes.extend(r.notes)
     shared = False
-    for key in keys:
+    for key in _metric_keys(ordered):
         bm = base.metrics.get(key)
         first = bm or next(r.metrics[key] for r in ordered if key in r.metrics)
         cells = [_baseline_cell(bm, base.label)]
         for r in ordered[1:]:
             om = r.metrics.get(key)
-            if om is None:
-                cells.append(Cell(r.label, None, None, note=f"missing in {r.label}"))
-            elif bm is None:
-                cells.append(
-                    Cell(r.label, om.value, _spread(om), note="not in the baseline; no ratio")
-                )
-            else:
-                shared = True
-                cells.append(_compare_cell(bm, om, r.label, noise_floor_pct))
+            shared = shared or (bm is not None and om is not None)
+            cells.append(_other_cell(bm, om, r.label, floor_pct))
         rows.append(
             Row(
                 first.check,
@@ -781,6 +796,20 @@ def compare_reports(
                 tuple(cells),
             )
         )
+    return rows, shared
+
+
+def _other_cell(bm: Metric | None, om: Metric | None, label: str, floor_pct: float) -> Cell:
+    """The cell of a report that is not the baseline."""
+    if om is None:
+        return Cell(label, None, None, note=f"missing in {label}")
+    if bm is None:
+        return Cell(label, om.value, _spread(om), note="not in the baseline; no ratio")
+    return _compare_cell(bm, om, label, floor_pct)
+
+
+def _check_comparable(base: Report, rows: Sequence[Row], shared: bool) -> None:
+    """CompareError when the rows hold nothing to compare with the baseline."""
     if not rows:
         raise CompareError(
             "none of the reports holds a metric; run `envbuilder validate` with a "
@@ -799,6 +828,12 @@ def compare_reports(
             f"no metric of the baseline {base.label} appears in the other reports; were they made "
             "with the same --level and --only/--skip?"
         )
+
+
+def _comparison_notes(ordered: Sequence[Report]) -> list[str]:
+    """The reports' own notes, then per report its failed checks and missing metrics."""
+    base = ordered[0]
+    notes = [n for r in ordered for n in r.notes]
     for r in ordered:
         for check, reason in r.failed_checks:
             notes.append(
@@ -808,14 +843,7 @@ def compare_reports(
         missing = [k for k in base.metrics if k not in r.metrics]
         if r is not base and missing:
             notes.append(f"{r.label}: {len(missing)} metric(s) of the baseline are missing")
-    return Comparison(
-        reports=tuple(ordered),
-        rows=tuple(rows),
-        fingerprint_diffs=tuple(fingerprint_diffs(ordered)),
-        notes=tuple(notes),
-        noise_floor_pct=noise_floor_pct,
-        noise_rule=noise_rule_text(noise_floor_pct),
-    )
+    return notes
 
 
 def _explain_hint(reason: str | None) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -101,70 +102,36 @@ def draw_chart(comp: Comparison, check: str, rows: Sequence[Row], dest: Path) ->
         _draw_chart(comp, check, rows, dest)
 
 
+#: One colour per compared report, in order (repeating past six).
+_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
+
+
+@dataclass(frozen=True)
+class _Dot:
+    """One (metric, report) of a chart: where it is drawn, its whisker and its label."""
+
+    y: float
+    x: float  # the relative performance
+    low: float
+    high: float
+    text: str
+
+
 def _draw_chart(comp: Comparison, check: str, rows: Sequence[Row], dest: Path) -> None:
     import matplotlib.pyplot as plt
 
     others = [r.label for r in comp.reports[1:]]
-    n_rows, n_rep = len(rows), max(len(others), 1)
-    step = 0.7 / n_rep
-    fig_h = max(2.4, 1.3 + n_rows * (0.35 + 0.3 * n_rep))
+    n_rep = max(len(others), 1)
+    fig_h = max(2.4, 1.3 + len(rows) * (0.35 + 0.3 * n_rep))
     fig, ax = plt.subplots(figsize=(9, fig_h), dpi=100)
-    floor = comp.noise_floor_pct / 100.0
-    ax.axvspan(
-        1 - floor,
-        1 + floor,
-        color="0.88",
-        zorder=0,
-        label=f"noise floor ±{comp.noise_floor_pct:g}%",
-    )
-    ax.axvline(1.0, color="0.3", linewidth=1, zorder=1)
-    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
-    lo_x, hi_x = 1 - 2 * floor, 1 + 2 * floor
-    labels_at: list[tuple[float, float, str]] = []
+    _draw_noise_floor(ax, comp.noise_floor_pct)
+    dots: list[_Dot] = []
     for j, label in enumerate(others):
-        ys, xs, lo, hi = [], [], [], []
-        for i, row in enumerate(rows):
-            c = row.cells[j + 1]
-            if c.relative is None or not _plottable(c.relative):
-                continue
-            y = (n_rows - 1 - i) + ((n_rep - 1) / 2 - j) * step
-            low = c.relative_low if _plottable(c.relative_low) else c.relative
-            high = c.relative_high if _plottable(c.relative_high) else c.relative
-            assert low is not None and high is not None
-            ys.append(y)
-            xs.append(c.relative)
-            lo.append(max(c.relative - low, 0.0))
-            hi.append(max(high - c.relative, 0.0))
-            lo_x, hi_x = min(lo_x, low), max(hi_x, high)
-            labels_at.append((high, y, f"{-(c.loss_pct or 0.0):+.1f}%  {cell_verdict(c)}"))
-        ax.errorbar(
-            xs,
-            ys,
-            xerr=[lo, hi],
-            fmt="o",
-            color=colors[j % len(colors)],
-            label=label,
-            capsize=4,
-            markersize=7,
-            elinewidth=1.5,
-            zorder=3,
-        )
-    # Ratios are multiplicative: when they span more than 3x, a log axis keeps 0.5 and 2 the
-    # same distance from 1.
-    log = lo_x > 0 and hi_x / lo_x > 3
-    span = hi_x - lo_x
-    for x, y, text in labels_at:
-        ax.text(x * 1.06 if log else x + span * 0.02, y, text, va="center", fontsize=8, zorder=4)
-    if log:
-        ax.set_xscale("log")
-        ax.set_xlim(lo_x / 1.3, hi_x * 4)
-    else:
-        ax.set_xlim(lo_x - span * 0.08, hi_x + span * 0.6)
-    ax.set_ylim(-0.6, n_rows - 0.4)
-    ax.set_yticks(range(n_rows))
-    ax.set_yticklabels([f"{r.label} [{r.unit}]" if r.unit else r.label for r in reversed(rows)])
-    for k in range(1, n_rows):
-        ax.axhline(k - 0.5, color="0.9", linewidth=0.8, zorder=0)
+        report_dots = _report_dots(rows, j, n_rep)
+        _plot_dots(ax, report_dots, label, _COLORS[j % len(_COLORS)])
+        dots += report_dots
+    log = _label_dots_and_scale(ax, dots, comp.noise_floor_pct / 100.0)
+    _draw_metric_axis(ax, rows)
     ax.set_xlabel(
         f"performance relative to {comp.baseline.label}  (> 1 is better; whiskers: "
         f"worst..best over the repeats{'; log scale' if log else ''})"
@@ -177,6 +144,75 @@ def _draw_chart(comp: Comparison, check: str, rows: Sequence[Row], dest: Path) -
     # No timestamp or software tag in the PNG, so the same comparison gives the same bytes.
     fig.savefig(dest, format="png", metadata={"Software": None}, bbox_inches="tight")
     plt.close(fig)
+
+
+def _draw_noise_floor(ax: Any, floor_pct: float) -> None:
+    floor = floor_pct / 100.0
+    ax.axvspan(1 - floor, 1 + floor, color="0.88", zorder=0, label=f"noise floor ±{floor_pct:g}%")
+    ax.axvline(1.0, color="0.3", linewidth=1, zorder=1)
+
+
+def _report_dots(rows: Sequence[Row], j: int, n_rep: int) -> list[_Dot]:
+    """The dots of the j-th compared report, one per row with a plottable value; a report's
+    dots sit side by side around their row's line."""
+    step = 0.7 / n_rep
+    dots = []
+    for i, row in enumerate(rows):
+        c = row.cells[j + 1]
+        if c.relative is None or not _plottable(c.relative):
+            continue
+        y = (len(rows) - 1 - i) + ((n_rep - 1) / 2 - j) * step
+        low = c.relative_low if _plottable(c.relative_low) else c.relative
+        high = c.relative_high if _plottable(c.relative_high) else c.relative
+        assert low is not None and high is not None
+        text = f"{-(c.loss_pct or 0.0):+.1f}%  {cell_verdict(c)}"
+        dots.append(_Dot(y, c.relative, low, high, text))
+    return dots
+
+
+def _plot_dots(ax: Any, dots: Sequence[_Dot], label: str, color: str) -> None:
+    ax.errorbar(
+        [d.x for d in dots],
+        [d.y for d in dots],
+        xerr=[[max(d.x - d.low, 0.0) for d in dots], [max(d.high - d.x, 0.0) for d in dots]],
+        fmt="o",
+        color=color,
+        label=label,
+        capsize=4,
+        markersize=7,
+        elinewidth=1.5,
+        zorder=3,
+    )
+
+
+def _label_dots_and_scale(ax: Any, dots: Sequence[_Dot], floor: float) -> bool:
+    """Write each dot's label right of its whisker and fit the x axis to them all, the noise
+    floor's band twice over at least. Returns whether the axis is logarithmic."""
+    lo_x = min([1 - 2 * floor, *(d.low for d in dots)])
+    hi_x = max([1 + 2 * floor, *(d.high for d in dots)])
+    # Ratios are multiplicative: when they span more than 3x, a log axis keeps 0.5 and 2 the
+    # same distance from 1.
+    log = lo_x > 0 and hi_x / lo_x > 3
+    span = hi_x - lo_x
+    for d in dots:
+        x = d.high * 1.06 if log else d.high + span * 0.02
+        ax.text(x, d.y, d.text, va="center", fontsize=8, zorder=4)
+    if log:
+        ax.set_xscale("log")
+        ax.set_xlim(lo_x / 1.3, hi_x * 4)
+    else:
+        ax.set_xlim(lo_x - span * 0.08, hi_x + span * 0.6)
+    return log
+
+
+def _draw_metric_axis(ax: Any, rows: Sequence[Row]) -> None:
+    """One tick per metric, the first row at the top, a faint line between rows."""
+    n_rows = len(rows)
+    ax.set_ylim(-0.6, n_rows - 0.4)
+    ax.set_yticks(range(n_rows))
+    ax.set_yticklabels([f"{r.label} [{r.unit}]" if r.unit else r.label for r in reversed(rows)])
+    for k in range(1, n_rows):
+        ax.axhline(k - 0.5, color="0.9", linewidth=0.8, zorder=0)
 
 
 def is_html_output(name: str) -> bool:

@@ -400,40 +400,54 @@ def _judge(rows: Sequence[NodeRow], floor_pct: float) -> tuple[dict[str, list[Ou
         }
         if len(have) < 2:
             continue
-        cells = {
-            node: compare._compare_cell(  # compare's noise rule, node vs the others
-                _pooled([m for n, m in have.items() if n != node]), metric, node, floor_pct
-            )
-            for node, metric in have.items()
-        }
+        cells = _node_cells(have, floor_pct)
         beyond = {n: c for n, c in cells.items() if c.verdict in ("faster", "slower")}
         if all(c.verdict == "noise unknown" for c in cells.values()):
             unknown.append(_label(key))
         elif len(have) == 2 and beyond:
-            a, b = sorted(have)
-            notes.append(
-                f"{a} and {b} differ in {_label(key)} ({compare.fmt_num(have[a].value)}"
-                f" vs {compare.fmt_num(have[b].value)} {have[a].unit}), beyond noise; "
-                "with two nodes neither is called the outlier"
-            )
+            notes.append(_two_nodes_differ(key, have))
         elif len(have) >= 3:
             for node, cell in beyond.items():
-                base = _pooled([m for n, m in have.items() if n != node])
-                outliers.setdefault(node, []).append(
-                    Outlier(
-                        _label(key),
-                        cell.verdict,
-                        float(have[node].value or 0.0),
-                        float(base.value or 0.0),
-                        have[node].unit,
-                    )
-                )
+                outliers.setdefault(node, []).append(_outlier(key, have, node, cell.verdict))
     if unknown:
         notes.append(
             f"outliers not judged for {len(unknown)} metric(s): noise unknown with one "
             "sample per node; validate with --repeat 3 to judge them"
         )
     return outliers, notes
+
+
+def _others(have: Mapping[str, Metric], node: str) -> Metric:
+    return _pooled([m for n, m in have.items() if n != node])
+
+
+def _node_cells(have: Mapping[str, Metric], floor_pct: float) -> dict[str, compare.Cell]:
+    """Each node's metric judged against the other nodes' pooled samples."""
+    return {
+        node: compare._compare_cell(  # compare's noise rule, node vs the others
+            _others(have, node), metric, node, floor_pct
+        )
+        for node, metric in have.items()
+    }
+
+
+def _two_nodes_differ(key: MetricKey, have: Mapping[str, Metric]) -> str:
+    a, b = sorted(have)
+    return (
+        f"{a} and {b} differ in {_label(key)} ({compare.fmt_num(have[a].value)}"
+        f" vs {compare.fmt_num(have[b].value)} {have[a].unit}), beyond noise; "
+        "with two nodes neither is called the outlier"
+    )
+
+
+def _outlier(key: MetricKey, have: Mapping[str, Metric], node: str, verdict: str) -> Outlier:
+    return Outlier(
+        _label(key),
+        verdict,
+        float(have[node].value or 0.0),
+        float(_others(have, node).value or 0.0),
+        have[node].unit,
+    )
 
 
 def _rank_reports(job: JobFolder) -> dict[int, str]:
@@ -462,7 +476,6 @@ def _collectives_entry(
 def _cross(
     job: JobFolder, nodes: Sequence[str], rows: Sequence[NodeRow], info: JobInfo
 ) -> CrossNode:
-    folder = job.path / "collectives"
     phase = (job.text("phase") or "").strip()
     reports = _rank_reports(job)
     named = [n for n in nodes if _file_name_ok(n)]  # the others are not read as paths
@@ -473,45 +486,95 @@ def _cross(
         if job.has("collectives", f"{n}.exit") or job.has("collectives", f"{n}.log")
     ]
     if not reports and not ran:
-        if phase in ("probe", "collectives") or not phase:
-            return CrossNode(
-                "fail" if phase == "collectives" else "not run",
-                nodes=shown,
-                problems=(
-                    f"the job ended before the collectives across nodes ran "
-                    f"(job {info.state or 'unknown'})",
-                ),
-            )
-        return CrossNode("not run", nodes=shown, problems=("not requested",))
-    ranks: list[RankRow] = []
-    problems: list[str] = []
+        return _cross_not_run(phase, shown, info)
+    found = _read_ranks(job, reports)
+    problems = [
+        *_rank_problems(found.rows, reports),
+        *found.problems,
+        *_torchrun_problems(job, named, ran, info),
+    ]
+    status = "fail" if problems else "pass"
+    sizes = _sizes(found.rank0, rows)
+    return CrossNode(status, found.world, shown, tuple(found.rows), sizes, tuple(problems))
+
+
+def _cross_not_run(phase: str, shown: tuple[str, ...], info: JobInfo) -> CrossNode:
+    """No rank wrote a report and no node started torchrun: why, from the job's phase."""
+    if phase in ("probe", "collectives") or not phase:
+        return CrossNode(
+            "fail" if phase == "collectives" else "not run",
+            nodes=shown,
+            problems=(
+                f"the job ended before the collectives across nodes ran "
+                f"(job {info.state or 'unknown'})",
+            ),
+        )
+    return CrossNode("not run", nodes=shown, problems=("not requested",))
+
+
+@dataclass
+class _Ranks:
+    """What the rank reports say: a row per rank, the world size, rank 0's report."""
+
+    rows: list[RankRow] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
     world: int | None = None
     rank0: Report | None = None
+
+
+def _read_ranks(job: JobFolder, reports: Mapping[int, str]) -> _Ranks:
+    """A row per rank report, and one per rank of the world size that wrote none."""
+    found = _Ranks()
     for rank, name in reports.items():
-        path = folder / name
         try:
             report = job.report("collectives", name)
         except CompareError as exc:
-            ranks.append(RankRow(rank, "?", "no report", str(exc)))
+            found.rows.append(RankRow(rank, "?", "no report", str(exc)))
             continue
         status, reason, details = _collectives_entry(report, job, name)
-        if "world_size" in details and world is None:
-            size = details["world_size"]
-            if isinstance(size, int) and not isinstance(size, bool) and 1 <= size <= MAX_WORLD_SIZE:
-                world = size
-            else:
-                problems.append(
-                    f"{path}: details.world_size of the collectives check is {size!r}; "
-                    f"expected a rank count from 1 to {MAX_WORLD_SIZE}"
-                )
-        ranks.append(RankRow(rank, report.labels.get("node", "?"), status, reason))
+        if "world_size" in details and found.world is None:
+            path = job.path / "collectives" / name
+            found.world, problems = _world_size(details["world_size"], path)
+            found.problems += problems
+        found.rows.append(RankRow(rank, report.labels.get("node", "?"), status, reason))
         if rank == 0:
-            rank0 = report
-    if world is not None:
-        for rank in range(world):
+            found.rank0 = report
+    if found.world is not None:
+        for rank in range(found.world):
             if rank not in reports:
-                ranks.append(RankRow(rank, "?", "no report", None))
-        ranks.sort(key=lambda r: r.rank)
+                found.rows.append(RankRow(rank, "?", "no report", None))
+        found.rows.sort(key=lambda r: r.rank)
+    return found
+
+
+def _world_size(size: object, path: Path) -> tuple[int | None, list[str]]:
+    """The world size a rank report gives, or the problem with it."""
+    if isinstance(size, int) and not isinstance(size, bool) and 1 <= size <= MAX_WORLD_SIZE:
+        return size, []
+    return None, [
+        f"{path}: details.world_size of the collectives check is {size!r}; "
+        f"expected a rank count from 1 to {MAX_WORLD_SIZE}"
+    ]
+
+
+def _rank_problems(ranks: Sequence[RankRow], reports: Mapping[int, str]) -> list[str]:
+    """The summary problems, shown first: no rank report at all; ranks that did not pass."""
+    problems = [] if reports else ["no rank wrote a report"]
+    bad = [r for r in ranks if r.status != "pass"]
+    if bad:
+        first = next((r for r in bad if r.reason), bad[0])
+        problems.append(
+            f"{len(bad)} of {len(ranks)} rank(s) did not pass; rank {first.rank} "
+            f"on {first.node}: {first.reason or first.status}"
+        )
+    return problems
+
+
+def _torchrun_problems(
+    job: JobFolder, named: Sequence[str], ran: Sequence[str], info: JobInfo
+) -> list[str]:
+    """Nodes whose torchrun failed (its exit code and output) or did not finish."""
+    problems = []
     for node in named:
         code = compare.printable((job.text("collectives", f"{node}.exit") or "").strip())[:40]
         if code not in ("", "0"):
@@ -519,19 +582,7 @@ def _cross(
             problems.append(f"{node}: torchrun exited with {code}; output: {output}")
         elif not code and node in ran:
             problems.append(f"{node}: did not finish (job {info.state or 'unknown'})")
-    bad = [r for r in ranks if r.status != "pass"]
-    if bad:
-        first = next((r for r in bad if r.reason), bad[0])
-        problems.insert(
-            0,
-            f"{len(bad)} of {len(ranks)} rank(s) did not pass; rank {first.rank} "
-            f"on {first.node}: {first.reason or first.status}",
-        )
-    if not reports:
-        problems.insert(0, "no rank wrote a report")
-    sizes = _sizes(rank0, rows)
-    status = "fail" if problems else "pass"
-    return CrossNode(status, world, shown, tuple(ranks), sizes, tuple(problems))
+    return problems
 
 
 def _busbw(metrics: Mapping[MetricKey, Metric]) -> dict[str, Metric]:
@@ -697,17 +748,6 @@ def summary_line(fleet: Fleet) -> str:
 
 
 def to_json(fleet: Fleet) -> dict[str, Any]:
-    def metric(m: Metric) -> dict[str, Any]:
-        return {
-            "check": m.check,
-            "name": m.name,
-            "dtype": m.dtype,
-            "size": m.size,
-            "value": m.value,
-            "unit": m.unit,
-            "samples": list(m.samples),
-        }
-
     return {
         "tool": TOOL,
         "format_version": FORMAT_VERSION,
@@ -715,57 +755,78 @@ def to_json(fleet: Fleet) -> dict[str, Any]:
         "env": fleet.env,
         "target": fleet.target,
         "job_dir": str(fleet.job_dir),
-        "job": {
-            "id": fleet.job.job_id,
-            "state": fleet.job.state,
-            "reason": fleet.job.reason,
-            "run_time": fleet.job.run_time,
-            "note": fleet.job.note,
-        },
+        "job": _job_json(fleet.job),
         "failed_nodes": list(fleet.failed_nodes),
         "noise_rule": fleet.noise_rule,
         "noise_floor_pct": fleet.noise_floor_pct,
-        "nodes": [
-            {
-                "node": r.node,
-                "status": r.status,
-                "report": str(r.report) if r.report else None,
-                "problems": list(r.problems),
-                "outliers": [
-                    {
-                        "metric": o.metric,
-                        "verdict": o.verdict,
-                        "value": o.value,
-                        "others_median": o.others_median,
-                        "unit": o.unit,
-                    }
-                    for o in r.outliers
-                ],
-                "metrics": [metric(m) for k, m in r.metrics.items() if _judged(k)],
-            }
-            for r in fleet.nodes
-        ],
-        "collectives_across_nodes": {
-            "status": fleet.cross.status,
-            "world_size": fleet.cross.world_size,
-            "nodes": list(fleet.cross.nodes),
-            "problems": list(fleet.cross.problems),
-            "ranks": [
-                {"rank": r.rank, "node": r.node, "status": r.status, "reason": r.reason}
-                for r in fleet.cross.ranks
-            ],
-            "busbw": [
-                {
-                    "size": s.size,
-                    "all_nodes": s.all_nodes,
-                    "one_node": s.one_node,
-                    "ratio": s.ratio,
-                    "unit": s.unit,
-                }
-                for s in fleet.cross.sizes
-            ],
-        },
+        "nodes": [_node_json(r) for r in fleet.nodes],
+        "collectives_across_nodes": _cross_json(fleet.cross),
         "notes": list(fleet.notes),
+    }
+
+
+def _job_json(job: JobInfo) -> dict[str, Any]:
+    return {
+        "id": job.job_id,
+        "state": job.state,
+        "reason": job.reason,
+        "run_time": job.run_time,
+        "note": job.note,
+    }
+
+
+def _node_json(r: NodeRow) -> dict[str, Any]:
+    return {
+        "node": r.node,
+        "status": r.status,
+        "report": str(r.report) if r.report else None,
+        "problems": list(r.problems),
+        "outliers": [
+            {
+                "metric": o.metric,
+                "verdict": o.verdict,
+                "value": o.value,
+                "others_median": o.others_median,
+                "unit": o.unit,
+            }
+            for o in r.outliers
+        ],
+        "metrics": [_metric_json(m) for k, m in r.metrics.items() if _judged(k)],
+    }
+
+
+def _metric_json(m: Metric) -> dict[str, Any]:
+    return {
+        "check": m.check,
+        "name": m.name,
+        "dtype": m.dtype,
+        "size": m.size,
+        "value": m.value,
+        "unit": m.unit,
+        "samples": list(m.samples),
+    }
+
+
+def _cross_json(cross: CrossNode) -> dict[str, Any]:
+    return {
+        "status": cross.status,
+        "world_size": cross.world_size,
+        "nodes": list(cross.nodes),
+        "problems": list(cross.problems),
+        "ranks": [
+            {"rank": r.rank, "node": r.node, "status": r.status, "reason": r.reason}
+            for r in cross.ranks
+        ],
+        "busbw": [
+            {
+                "size": s.size,
+                "all_nodes": s.all_nodes,
+                "one_node": s.one_node,
+                "ratio": s.ratio,
+                "unit": s.unit,
+            }
+            for s in cross.sizes
+        ],
     }
 
 

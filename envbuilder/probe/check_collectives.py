@@ -128,6 +128,31 @@ def _mean_over_ranks(value: float, device: Any, world: int) -> float:
 
 def run_rank(ctx: Context, backend: str, rank: int, world: int, local: int) -> CheckResult:
     """This process's part as one rank: init, check sums, sweep, tear down."""
+    import torch.distributed as dist
+
+    device = _join_group(ctx, backend, rank, world, local)
+    try:
+        result = _checked_sums(backend, rank, world, device)
+        if world == 1:
+            # One rank moves no data (NCCL returns at once): a bandwidth would be fiction.
+            result.details["sweep"] = "not run: bandwidth needs 2+ ranks"
+            return result
+        gpu = backend == "nccl"
+        for nbytes in _sweep_sizes(ctx, gpu):
+            iters = _iters(ctx, gpu, nbytes)
+            result.details["iters"][str(nbytes)] = iters
+            seconds = [
+                _mean_over_ranks(_time_all_reduce(ctx, device, nbytes, iters), device, world)
+                for _ in range(ctx.repeat)
+            ]
+            _add_bandwidth(result, nbytes, seconds, world)
+        return result
+    finally:
+        dist.destroy_process_group()
+
+
+def _join_group(ctx: Context, backend: str, rank: int, world: int, local: int) -> Any:
+    """Init the process group as `rank` of `world`; returns this rank's device."""
     import torch
     import torch.distributed as dist
 
@@ -143,58 +168,46 @@ def run_rank(ctx: Context, backend: str, rank: int, world: int, local: int) -> C
         timeout=timedelta(seconds=max(30.0, ctx.timeout_s)),
         **kwargs,
     )
-    try:
-        counts = CHECK_COUNTS + ((16777259,) if gpu else ())
-        wrong = _check_sums(rank, world, device, counts)
-        bad_ranks = _mean_over_ranks(float(bool(wrong)), device, world) * world
-        result = CheckResult(
-            details={
-                "backend": backend,
-                "world_size": world,
-                "rank": rank,
-                "device": str(device),
-                "checked_counts": list(counts),
-                "ranks_wrong": round(bad_ranks),
-                "iters": {},
-            }
+    return device
+
+
+def _checked_sums(backend: str, rank: int, world: int, device: Any) -> CheckResult:
+    """The result's details once every rank's all_reduce sums are right; CheckFailed (with
+    how many ranks were wrong) otherwise."""
+    counts = CHECK_COUNTS + ((16777259,) if backend == "nccl" else ())
+    wrong = _check_sums(rank, world, device, counts)
+    bad_ranks = _mean_over_ranks(float(bool(wrong)), device, world) * world
+    result = CheckResult(
+        details={
+            "backend": backend,
+            "world_size": world,
+            "rank": rank,
+            "device": str(device),
+            "checked_counts": list(counts),
+            "ranks_wrong": round(bad_ranks),
+            "iters": {},
+        }
+    )
+    if wrong or bad_ranks > 0:
+        raise CheckFailed(
+            f"all_reduce gave wrong sums on {round(bad_ranks)} of {world} "
+            f"rank(s); here: {'; '.join(wrong) or 'right'}",
+            result,
         )
-        if wrong or bad_ranks > 0:
-            raise CheckFailed(
-                f"all_reduce gave wrong sums on {round(bad_ranks)} of {world} "
-                f"rank(s); here: {'; '.join(wrong) or 'right'}",
-                result,
-            )
-        if world == 1:
-            # One rank moves no data (NCCL returns at once): a bandwidth would be fiction.
-            result.details["sweep"] = "not run: bandwidth needs 2+ ranks"
-            return result
-        for nbytes in _sweep_sizes(ctx, gpu):
-            iters = _iters(ctx, gpu, nbytes)
-            result.details["iters"][str(nbytes)] = iters
-            seconds = [
-                _mean_over_ranks(_time_all_reduce(ctx, device, nbytes, iters), device, world)
-                for _ in range(ctx.repeat)
-            ]
-            algbw = [nbytes / s / 1e9 for s in seconds]
-            result.add_metric("algbw", algbw, "GB/s", dtype="fp32", size=str(nbytes))
-            result.add_metric(
-                "busbw",
-                [a * bus_factor(world) for a in algbw],
-                "GB/s",
-                dtype="fp32",
-                size=str(nbytes),
-            )
-            result.add_metric(
-                "time",
-                [s * 1e6 for s in seconds],
-                "us",
-                dtype="fp32",
-                size=str(nbytes),
-                higher_is_better=False,
-            )
-        return result
-    finally:
-        dist.destroy_process_group()
+    return result
+
+
+def _add_bandwidth(result: CheckResult, nbytes: int, seconds: list[float], world: int) -> None:
+    """algbw, busbw and the time per all_reduce of `nbytes`, one sample per repeat."""
+    algbw = [nbytes / s / 1e9 for s in seconds]
+    size = str(nbytes)
+    result.add_metric("algbw", algbw, "GB/s", dtype="fp32", size=size)
+    result.add_metric(
+        "busbw", [a * bus_factor(world) for a in algbw], "GB/s", dtype="fp32", size=size
+    )
+    result.add_metric(
+        "time", [s * 1e6 for s in seconds], "us", dtype="fp32", size=size, higher_is_better=False
+    )
 
 
 def _free_port() -> int:

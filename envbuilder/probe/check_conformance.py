@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from envbuilder.probe.common import CheckFailed, CheckResult, Context
 from envbuilder.probe.expectation import Expectation, compare_release, summary
 from envbuilder.probe.pylock import (
+    LockedPackage,
     LockReadError,
     MarkerError,
     canonical_name,
@@ -73,21 +75,7 @@ def compare(lock_path: Path) -> dict[str, Any]:
         packages, lock = read_pylock(lock_path)
     except LockReadError as exc:
         raise CheckFailed(str(exc)) from exc
-    env = marker_environment(lock)
-    expected: dict[str, str | None] = {}
-    not_here: list[str] = []
-    unparsed: list[str] = []
-    for pkg in packages:
-        applies = True
-        if pkg.marker:
-            try:
-                applies = evaluate_marker(pkg.marker, env)
-            except MarkerError:
-                unparsed.append(f"{pkg.name}: {pkg.marker}")  # counted as expected
-        if applies:
-            expected[pkg.name] = pkg.version
-        else:
-            not_here.append(pkg.name)
+    expected, not_here, unparsed = _expected_here(packages, marker_environment(lock))
     installed, duplicates = installed_distributions()
     missing = sorted(n for n in expected if n not in installed)
     extra = sorted(n for n in installed if n not in expected and n not in BOOTSTRAP)
@@ -113,6 +101,28 @@ def compare(lock_path: Path) -> dict[str, Any]:
         "marker_not_understood": unparsed,
         "duplicates": duplicates,
     }
+
+
+def _expected_here(
+    packages: Sequence[LockedPackage], env: Mapping[str, Any]
+) -> tuple[dict[str, str | None], list[str], list[str]]:
+    """The locked packages whose markers hold here (name -> version), those whose markers do
+    not, and the markers that could not be read (their packages count as expected)."""
+    expected: dict[str, str | None] = {}
+    not_here: list[str] = []
+    unparsed: list[str] = []
+    for pkg in packages:
+        applies = True
+        if pkg.marker:
+            try:
+                applies = evaluate_marker(pkg.marker, env)
+            except MarkerError:
+                unparsed.append(f"{pkg.name}: {pkg.marker}")  # counted as expected
+        if applies:
+            expected[pkg.name] = pkg.version
+        else:
+            not_here.append(pkg.name)
+    return expected, not_here, unparsed
 
 
 def _package_problems(details: dict[str, Any]) -> list[str]:

@@ -61,34 +61,14 @@ def torch_facts() -> dict[str, Any]:
     """torch's build and the devices it sees: the fingerprint's torch part."""
     import torch
 
-    devices: list[dict[str, Any]] = []
     available = bool(torch.cuda.is_available())
     count = torch.cuda.device_count() if available else 0
-    for i in range(count):
-        props = torch.cuda.get_device_properties(i)
-        devices.append(
-            {
-                "index": i,
-                "name": str(props.name),
-                # CUDA builds fill gcnArchName with the device name: a gfx target only on ROCm.
-                "gfx": (str(getattr(props, "gcnArchName", "")) or None)
-                if torch.version.hip
-                else None,
-                "memory_bytes": int(props.total_memory),
-                "capability": f"{props.major}.{props.minor}",
-                "multiprocessors": int(props.multi_processor_count),
-            }
-        )
-    driver = driver_version()
-    if driver is None and available and hasattr(torch._C, "_cuda_getDriverVersion"):
-        api = int(torch._C._cuda_getDriverVersion())
-        if api > 0:
-            driver = f"{'hip' if torch.version.hip else 'cuda'}-driver-api {api}"
+    devices = [_device_facts(i) for i in range(count)]
     return {
         "torch": str(torch.__version__),
         "hip": torch.version.hip,
         "cuda": torch.version.cuda,
-        "driver": driver,
+        "driver": _driver(available),
         "gpu_available": available,
         "devices": devices,
         "distributed": bool(torch.distributed.is_available()),
@@ -98,6 +78,33 @@ def torch_facts() -> dict[str, Any]:
         "threads": int(torch.get_num_threads()),
         "interop_threads": int(torch.get_num_interop_threads()),
     }
+
+
+def _device_facts(i: int) -> dict[str, Any]:
+    import torch
+
+    props = torch.cuda.get_device_properties(i)
+    return {
+        "index": i,
+        "name": str(props.name),
+        # CUDA builds fill gcnArchName with the device name: a gfx target only on ROCm.
+        "gfx": (str(getattr(props, "gcnArchName", "")) or None) if torch.version.hip else None,
+        "memory_bytes": int(props.total_memory),
+        "capability": f"{props.major}.{props.minor}",
+        "multiprocessors": int(props.multi_processor_count),
+    }
+
+
+def _driver(available: bool) -> str | None:
+    """The OS's driver version, else the one torch's driver API reports (with a GPU)."""
+    import torch
+
+    driver = driver_version()
+    if driver is None and available and hasattr(torch._C, "_cuda_getDriverVersion"):
+        api = int(torch._C._cuda_getDriverVersion())
+        if api > 0:
+            driver = f"{'hip' if torch.version.hip else 'cuda'}-driver-api {api}"
+    return driver
 
 
 def _nccl_version() -> str | None:

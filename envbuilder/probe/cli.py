@@ -67,6 +67,14 @@ def _seconds(text: str) -> float:
 
 def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     """The probe's options (shared with `envbuilder probe`)."""
+    _add_level_and_expect(parser)
+    add_expectation_arguments(parser)
+    _add_check_selection(parser)
+    _add_inputs_and_outputs(parser)
+    _add_sampling(parser)
+
+
+def _add_level_and_expect(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--level",
         choices=LEVELS,
@@ -80,7 +88,9 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
         help="what the environment must have: a ROCm/CUDA build with a GPU, "
         "or the CPU (a promised GPU that is missing is a failure)",
     )
-    add_expectation_arguments(parser)
+
+
+def _add_check_selection(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--only",
         action="append",
@@ -97,6 +107,10 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="CHECK",
         help="skip this check (repeatable)",
     )
+
+
+def _add_inputs_and_outputs(parser: argparse.ArgumentParser) -> None:
+    """The lock to hold the packages against, the report's labels and its file."""
     parser.add_argument(
         "--lock",
         type=_non_empty,
@@ -114,6 +128,10 @@ def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", type=_non_empty, metavar="PATH", help="write the JSON report here"
     )
+
+
+def _add_sampling(parser: argparse.ArgumentParser) -> None:
+    """How many samples each metric gets, and how long each check may take."""
     parser.add_argument(
         "--repeat",
         type=_positive,

@@ -96,22 +96,35 @@ def cgroup_cpu_quota(
         hier, _, rest = line.partition(":")
         controllers, _, rel = rest.partition(":")
         if hier == "0" and controllers == "":
-            for folder in _ancestors(root, rel):
-                q = _quota_v2(_read(folder / "cpu.max"))
-                if q is not None:
-                    quotas.append(q)
+            quotas += _v2_quotas(root, rel)
         elif "cpu" in controllers.split(","):
-            for mount in (root / controllers, root / "cpu", root / "cpu,cpuacct"):
-                folders = _ancestors(mount, rel) if mount.is_dir() else []
-                for folder in folders:
-                    q = _quota_v1(
-                        _read(folder / "cpu.cfs_quota_us"), _read(folder / "cpu.cfs_period_us")
-                    )
-                    if q is not None:
-                        quotas.append(q)
-                if folders:
-                    break
+            quotas += _v1_quotas(root, controllers, rel)
     return round(min(quotas), 3) if quotas else None
+
+
+def _v2_quotas(root: Path, rel: str) -> list[float]:
+    """The quotas in `cpu.max` along a cgroup v2 path."""
+    quotas = []
+    for folder in _ancestors(root, rel):
+        q = _quota_v2(_read(folder / "cpu.max"))
+        if q is not None:
+            quotas.append(q)
+    return quotas
+
+
+def _v1_quotas(root: Path, controllers: str, rel: str) -> list[float]:
+    """The quotas along a cgroup v1 path, under the first mount of the cpu controller that
+    holds it."""
+    quotas = []
+    for mount in (root / controllers, root / "cpu", root / "cpu,cpuacct"):
+        folders = _ancestors(mount, rel) if mount.is_dir() else []
+        for folder in folders:
+            q = _quota_v1(_read(folder / "cpu.cfs_quota_us"), _read(folder / "cpu.cfs_period_us"))
+            if q is not None:
+                quotas.append(q)
+        if folders:
+            break
+    return quotas
 
 
 def usable_cpus(allowed: int | None, quota: float | None) -> int | None:

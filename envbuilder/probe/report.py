@@ -67,18 +67,29 @@ def _release_lines(report: dict[str, Any]) -> list[str]:
 
 def render_table(report: dict[str, Any]) -> str:
     """Checks, then metrics (median, and min..max when repeated), then the verdict."""
+    lines = [_headline(report), *_cpu_lines(report["fingerprint"]), *_release_lines(report), ""]
+    lines += _table(_check_rows(report["checks"]))
+    metric_rows = _metric_rows(report["checks"])
+    if len(metric_rows) > 1:
+        lines += ["", *_table(metric_rows)]
+    lines += ["", _result_line(report)]
+    return "\n".join(lines)
+
+
+def _headline(report: dict[str, Any]) -> str:
+    """What was asked, and the torch, devices and OS it ran on."""
     opts = report["options"]
     fp = report["fingerprint"]
     devices = ", ".join(d["name"] for d in fp["devices"]) or "no GPU"
     build = f"hip {fp['hip']}" if fp["hip"] else (f"cuda {fp['cuda']}" if fp["cuda"] else "cpu")
-    lines = [
+    return (
         f"envbuilder probe {report['probe_version']}: level {opts['level']}, expect "
         f"{opts['expect']}, repeat {opts['repeat']}; torch {fp['torch']} ({build}); "
-        f"{devices}; {fp['host_os']}{' (WSL)' if fp['wsl'] else ''}",
-        *_cpu_lines(fp),
-        *_release_lines(report),
-        "",
-    ]
+        f"{devices}; {fp['host_os']}{' (WSL)' if fp['wsl'] else ''}"
+    )
+
+
+def _check_rows(checks: list[dict[str, Any]]) -> list[list[str]]:
     rows = [["check", "status", "time", "note"]]
     rows += [
         [
@@ -87,18 +98,22 @@ def render_table(report: dict[str, Any]) -> str:
             f"{c['duration_s']:.1f}s",
             _short(c["reason"]),
         ]
-        for c in report["checks"]
+        for c in checks
     ]
-    lines += _table(rows)
-    metric_rows = [["check", "metric", "dtype", "size", "value", "unit", "min..max"]]
-    for c in report["checks"]:
+    return rows
+
+
+def _metric_rows(checks: list[dict[str, Any]]) -> list[list[str]]:
+    """The header, then one row per metric of every check."""
+    rows = [["check", "metric", "dtype", "size", "value", "unit", "min..max"]]
+    for c in checks:
         for m in c["metrics"]:
             spread = (
                 f"{_num(min(m['samples']))}..{_num(max(m['samples']))}"
                 if len(m["samples"]) > 1
                 else ""
             )
-            metric_rows.append(
+            rows.append(
                 [
                     c["name"],
                     m["name"],
@@ -109,16 +124,16 @@ def render_table(report: dict[str, Any]) -> str:
                     spread,
                 ]
             )
-    if len(metric_rows) > 1:
-        lines += ["", *_table(metric_rows)]
+    return rows
+
+
+def _result_line(report: dict[str, Any]) -> str:
     counts = {
         s: sum(1 for c in report["checks"] if c["status"] == s)
         for s in ("pass", "fail", "error", "skip")
     }
-    lines += [
-        "",
+    return (
         f"result: {report['status'].upper()} ("
         + ", ".join(f"{n} {s}" for s, n in counts.items())
-        + f") in {report['duration_s']:.1f} s",
-    ]
-    return "\n".join(lines)
+        + f") in {report['duration_s']:.1f} s"
+    )

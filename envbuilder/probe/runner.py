@@ -318,15 +318,7 @@ def fingerprint(
     from envbuilder.probe.check_device import relevant_env
 
     facts = (device_entry or {}).get("details", {})
-    devices = [
-        {
-            "index": d["index"],
-            "name": d["name"],
-            "gfx": d.get("gfx"),
-            "memory_bytes": d["memory_bytes"],
-        }
-        for d in facts.get("devices", [])
-    ]
+    devices = _fingerprint_devices(facts)
     lock_sha = hashlib.sha256(Path(opts.lock).read_bytes()).hexdigest() if opts.lock else None
     # In the parent, whose interpreter is the env's: it sees what the checks import.
     packages_sha, packages_count = packages or installed_packages_digest()
@@ -350,6 +342,19 @@ def fingerprint(
         "packages_count": packages_count,
         "env_vars": relevant_env(),
     }
+
+
+def _fingerprint_devices(facts: dict[str, Any]) -> list[dict[str, Any]]:
+    """The device check's devices, less what does not identify one (capability, SMs)."""
+    return [
+        {
+            "index": d["index"],
+            "name": d["name"],
+            "gfx": d.get("gfx"),
+            "memory_bytes": d["memory_bytes"],
+        }
+        for d in facts.get("devices", [])
+    ]
 
 
 def _skipped(name: str, opts: ProbeOptions) -> dict[str, Any]:
@@ -388,19 +393,7 @@ def run_probe(opts: ProbeOptions, progress: ProgressFn | None = None) -> dict[st
     for warning in cpu_warnings(load, os.cpu_count(), None, None, None):
         say(f"warning: {warning}")
     t0 = time.monotonic()
-    ctx = Context(
-        level=opts.level,
-        expect=opts.expect,
-        repeat=opts.repeat,
-        lock=opts.lock,
-        timeout_s=opts.check_timeout_s,
-        expect_rocm=opts.expect_rocm,
-        expect_hip=opts.expect_hip,
-        expect_gfx=opts.expect_gfx,
-    )
-    selected = opts.selected()
-    checks: list[dict[str, Any]] = []
-    device_entry: dict[str, Any] | None = None
+    ctx = _context(opts)
     from envbuilder.probe.check_conformance import installed_packages_digest
 
     # The parent idles while the first check starts the worker: hash the packages meanwhile.
@@ -413,22 +406,7 @@ def run_probe(opts: ProbeOptions, progress: ProgressFn | None = None) -> dict[st
         ctx_file = workdir / "ctx.json"
         ctx_file.write_text(json.dumps(ctx.to_json()), encoding="utf-8")
         with CheckWorker(ctx_file, workdir) as worker:
-            if "device" not in selected:  # the fingerprint still needs torch's facts
-                device_entry = worker.run("device", opts.check_timeout_s)
-            for i, name in enumerate(CHECK_NAMES):
-                if name not in selected:
-                    checks.append(_skipped(name, opts))
-                    continue
-                say(f"[{i + 1}/{len(CHECK_NAMES)}] {name} ...")
-                entry = worker.run(name, opts.check_timeout_s)
-                say(
-                    f"[{i + 1}/{len(CHECK_NAMES)}] {name}: {entry['status']} "
-                    f"({entry['duration_s']:.1f} s)"
-                    f"{': ' + entry['reason'] if entry['reason'] else ''}"
-                )
-                checks.append(entry)
-                if name == "device":
-                    device_entry = entry
+            checks, device_entry = _run_checks(worker, opts, say)
         digest = packages.result()
     failed = any(c["status"] in ("fail", "error") for c in checks)
     return {
@@ -443,6 +421,47 @@ def run_probe(opts: ProbeOptions, progress: ProgressFn | None = None) -> dict[st
         "fingerprint": fingerprint(device_entry, opts, load, digest),
         "checks": checks,
     }
+
+
+def _context(opts: ProbeOptions) -> Context:
+    """What every check is told (written to the worker as ctx.json)."""
+    return Context(
+        level=opts.level,
+        expect=opts.expect,
+        repeat=opts.repeat,
+        lock=opts.lock,
+        timeout_s=opts.check_timeout_s,
+        expect_rocm=opts.expect_rocm,
+        expect_hip=opts.expect_hip,
+        expect_gfx=opts.expect_gfx,
+    )
+
+
+def _run_checks(
+    worker: CheckWorker, opts: ProbeOptions, say: ProgressFn
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """Every check's entry in their fixed order (unselected ones skipped), and the device
+    check's entry for the fingerprint (run for it when not selected)."""
+    selected = opts.selected()
+    checks: list[dict[str, Any]] = []
+    device_entry: dict[str, Any] | None = None
+    if "device" not in selected:  # the fingerprint still needs torch's facts
+        device_entry = worker.run("device", opts.check_timeout_s)
+    for i, name in enumerate(CHECK_NAMES):
+        if name not in selected:
+            checks.append(_skipped(name, opts))
+            continue
+        step = f"[{i + 1}/{len(CHECK_NAMES)}] {name}"
+        say(f"{step} ...")
+        entry = worker.run(name, opts.check_timeout_s)
+        say(
+            f"{step}: {entry['status']} ({entry['duration_s']:.1f} s)"
+            f"{': ' + entry['reason'] if entry['reason'] else ''}"
+        )
+        checks.append(entry)
+        if name == "device":
+            device_entry = entry
+    return checks, device_entry
 
 
 def exit_code(report: dict[str, Any]) -> int:
