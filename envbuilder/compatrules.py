@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from urllib.parse import unquote
 
 from packaging.requirements import Requirement
@@ -206,6 +207,13 @@ def _check_pip_sdk(env: EnvSpec, release: RocmRelease, compat: Compat, ctx: Find
                 'set gpu = "RX 7900 XTX" (or a gfx target, or a list of them)',
             )
         return
+    _check_pip_sdk_extras(env, release, compat, ctx)
+    _check_pip_sdk_torch_index(env, release, ctx)
+
+
+def _check_pip_sdk_extras(
+    env: EnvSpec, release: RocmRelease, compat: Compat, ctx: FindingSink
+) -> None:
     rows = compat.index_rows(release.pip_index or "")
     targets = {g for r in rows for g in r.gfx}
     missing = [g for g in env.gfx_targets if targets and g not in targets]
@@ -217,6 +225,10 @@ def _check_pip_sdk(env: EnvSpec, release: RocmRelease, compat: Compat, ctx: Find
             f"ROCm {release.version}'s index ({release.pip_index}); it has "
             f"{', '.join(sorted(targets))}",
         )
+
+
+def _check_pip_sdk_torch_index(env: EnvSpec, release: RocmRelease, ctx: FindingSink) -> None:
+    """The first target whose torch pin is another index than the release's (one finding)."""
     for target in env.targets:
         pin = env.index_pins_for(target).get("torch")
         if pin is None:
@@ -304,50 +316,79 @@ def _check_torch(
     req = requirement_for(env, target, "torch")
     if req is None or req.url is not None:
         return
-    python = env.python_for(target)
     pin = env.index_pins_for(target).get("torch")
-    path = packages_key(env, target)
     if pin is None:
-        if env.accelerator == "rocm" and not registry.get(target).on_windows:
-            ctx.env_finding(
-                env.name,
-                ("index_pins",),
-                f"torch{label} has no index pin, so it "
-                "would come from the default index (a CUDA build on Linux); pin it: "
-                'index_pins = { torch = "<an index with url '
-                'https://download.pytorch.org/whl/rocmX.Y>" }',
-            )
+        _check_torch_unpinned(env, target, label, ctx)
         return
     index = indexes.get(pin)
     rows = compat.index_rows(index.url) if index else []
     if not rows:
         return  # not a PyTorch index envbuilder knows: nothing to check against
-    name = rows[0].index
+    torch = _TorchOnIndex(env, target, label, req, rows)
     serving = [r for r in rows if r.serves(req.specifier)]
     if not serving:
         ctx.env_finding(
             env.name,
-            path,
+            packages_key(env, target),
             f"{req}{label}: no torch wheel matching "
-            f"'{req.specifier}' on the {name} index (it serves "
+            f"'{req.specifier}' on the {torch.index} index (it serves "
             f"{_served(rows)}); {_suggest(req, compat)}",
         )
         return
-    in_range = [r for r in serving if r.python.contains(python + ".0", prereleases=True)]
-    if not in_range:
+    _check_torch_python(torch, serving, ctx)
+    _check_torch_index_kind(env, serving[0], ctx)
+    _check_torch_verified(torch, serving, ctx)
+
+
+@dataclass(frozen=True)
+class _TorchOnIndex:
+    """One target's torch requirement and the rows of the known index its pin names."""
+
+    env: EnvSpec
+    target: str
+    label: str  # " (<targets>)" when the targets differ in packages, pins or Python, else ""
+    req: Requirement
+    rows: Sequence[TorchIndexEntry]
+
+    @property
+    def index(self) -> str:
+        return self.rows[0].index
+
+
+def _check_torch_unpinned(env: EnvSpec, target: str, label: str, ctx: FindingSink) -> None:
+    if env.accelerator == "rocm" and not registry.get(target).on_windows:
         ctx.env_finding(
             env.name,
-            python_key(env, target),
-            f"Python {python}{label}: "
-            f"{req} on the {name} index has wheels for Python {_pyrange(serving[0])} "
-            f"only; use a Python in that range or another torch version",
+            ("index_pins",),
+            f"torch{label} has no index pin, so it "
+            "would come from the default index (a CUDA build on Linux); pin it: "
+            'index_pins = { torch = "<an index with url '
+            'https://download.pytorch.org/whl/rocmX.Y>" }',
         )
-    _check_torch_index_kind(env, serving[0], ctx)
+
+
+def _check_torch_python(
+    torch: _TorchOnIndex, serving: Sequence[TorchIndexEntry], ctx: FindingSink
+) -> None:
+    python = torch.env.python_for(torch.target)
+    if not any(r.python.contains(python + ".0", prereleases=True) for r in serving):
+        ctx.env_finding(
+            torch.env.name,
+            python_key(torch.env, torch.target),
+            f"Python {python}{torch.label}: "
+            f"{torch.req} on the {torch.index} index has wheels for Python "
+            f"{_pyrange(serving[0])} only; use a Python in that range or another torch version",
+        )
+
+
+def _check_torch_verified(
+    torch: _TorchOnIndex, serving: Sequence[TorchIndexEntry], ctx: FindingSink
+) -> None:
     if all(r.unverified for r in serving):
         ctx.env_finding(
-            env.name,
-            path,
-            f"{req}{label}: the {name} index's torch "
+            torch.env.name,
+            packages_key(torch.env, torch.target),
+            f"{torch.req}{torch.label}: the {torch.index} index's torch "
             f"{_served(serving)} is unverified ({serving[0].source}); check it before "
             "relying on it",
             "warning",
@@ -481,23 +522,27 @@ def _check_hsa(
         return
     value = env.env[HSA_VAR]
     path = ("env", HSA_VAR)
-    if value.strip() == "":
-        ctx.env_finding(
-            env.name,
-            path,
-            "is empty; an empty HSA_OVERRIDE_GFX_VERSION breaks GPU "
-            "detection: remove it (or set the version your GPU needs, e.g. 10.3.0)",
-        )
-        return
-    if not re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", value):
-        ctx.env_finding(
-            env.name,
-            path,
-            f"{value!r} is not a gfx version like 10.3.0 or 11.0.0; remove it or fix the value",
-        )
+    if problem := _hsa_value_problem(value):
+        ctx.env_finding(env.name, path, problem)
         return
     if gpu is not None:
         _check_hsa_value(env, gpu, value, torch_rows, ctx)
+    _check_hsa_ignored(env, path, ctx)
+
+
+def _hsa_value_problem(value: str) -> str | None:
+    if value.strip() == "":
+        return (
+            "is empty; an empty HSA_OVERRIDE_GFX_VERSION breaks GPU "
+            "detection: remove it (or set the version your GPU needs, e.g. 10.3.0)"
+        )
+    if not re.fullmatch(r"[0-9]+\.[0-9]+\.[0-9]+", value):
+        return f"{value!r} is not a gfx version like 10.3.0 or 11.0.0; remove it or fix the value"
+    return None
+
+
+def _check_hsa_ignored(env: EnvSpec, path: tuple[str, ...], ctx: FindingSink) -> None:
+    """Where the override is set but does nothing good: TheRock wheels, Windows."""
     release = env.release
     if release is not None and release.install_model == "pip-sdk":
         ctx.env_finding(

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from envbuilder import __version__
 from envbuilder import doctor_parsers as parse
-from envbuilder.compat import Compat, load_compat
+from envbuilder.compat import Compat, RocmRelease, load_compat
 from envbuilder.model import EnvSpec
 from envbuilder.targets import registry
 
@@ -387,36 +387,11 @@ def _group_of(path: Path) -> str | None:
 def check_rocminfo(host: Host) -> tuple[HostFinding, GpuFacts]:
     res = host.run(["rocminfo"], 60) or host.run([str(host.path("/opt/rocm/bin/rocminfo"))], 60)
     if res is None:
-        sev: HostSeverity = "warn" if _has_amd_node(host) else "ok"
-        return (
-            HostFinding(
-                "rocminfo",
-                sev,
-                "rocminfo not installed",
-                fix=(
-                    "install ROCm's rocminfo to list the GPU's gfx target "
-                    "(the images bring their own ROCm)"
-                )
-                if sev == "warn"
-                else None,
-            ),
-            GpuFacts(),
-        )
+        return _rocminfo_not_installed(host), GpuFacts()
     info = parse.parse_rocminfo(res.text)
     amd = tuple((g.gfx or g.name, g.marketing_name) for g in info.gpus)
     if info.error or (res.returncode != 0 and not amd):
-        lines = res.text.strip().splitlines()
-        err = info.error or (lines[-1] if lines else f"exit code {res.returncode}")
-        return (
-            HostFinding(
-                "rocminfo",
-                "fail",
-                f"rocminfo failed: {err}",
-                fix=_explain_fix(res.text) or "see `envbuilder explain` with the message",
-                details={"wsl": info.wsl},
-            ),
-            GpuFacts(amd, rocminfo_error=err),
-        )
+        return _rocminfo_failed(res, info, amd)
     if not amd:
         return (
             HostFinding(
@@ -438,6 +413,38 @@ def check_rocminfo(host: Host) -> tuple[HostFinding, GpuFacts]:
             details={"gpus": [{"gfx": g, "name": n} for g, n in amd], "wsl": info.wsl},
         ),
         GpuFacts(amd),
+    )
+
+
+def _rocminfo_not_installed(host: Host) -> HostFinding:
+    """A warning only where the kernel shows an AMD GPU: elsewhere rocminfo has nothing to list."""
+    sev: HostSeverity = "warn" if _has_amd_node(host) else "ok"
+    return HostFinding(
+        "rocminfo",
+        sev,
+        "rocminfo not installed",
+        fix=(
+            "install ROCm's rocminfo to list the GPU's gfx target (the images bring their own ROCm)"
+        )
+        if sev == "warn"
+        else None,
+    )
+
+
+def _rocminfo_failed(
+    res: CommandResult, info: parse.RocmInfo, amd: tuple[tuple[str, str], ...]
+) -> tuple[HostFinding, GpuFacts]:
+    lines = res.text.strip().splitlines()
+    err = info.error or (lines[-1] if lines else f"exit code {res.returncode}")
+    return (
+        HostFinding(
+            "rocminfo",
+            "fail",
+            f"rocminfo failed: {err}",
+            fix=_explain_fix(res.text) or "see `envbuilder explain` with the message",
+            details={"wsl": info.wsl},
+        ),
+        GpuFacts(amd, rocminfo_error=err),
     )
 
 
@@ -537,6 +544,19 @@ def check_wsl_runtime(host: Host, env: EnvSpec | None, compat: Compat) -> HostFi
         host.path(p).exists() for p in ("/opt/rocm/lib/librocdxg.so", "/usr/lib/librocdxg.so")
     )
     details = {"rocm": version, "legacy_runtime": has_legacy, "librocdxg": has_dxg}
+    if version is None or release is None or release.wsl_stack is None:
+        return _wsl_release_finding(version, release, compat, details)
+    # With an env, a runtime missing here only warns: envbuilder's wsl2 distro brings its own.
+    missing: HostSeverity = "warn" if env else "fail"
+    if release.wsl_stack == "legacy":
+        return _wsl_legacy_finding(version, release, has_legacy, missing, details)
+    return _wsl_dxg_finding(host, version, release, has_dxg, missing, details)
+
+
+def _wsl_release_finding(
+    version: str | None, release: RocmRelease | None, compat: Compat, details: Mapping[str, Any]
+) -> HostFinding:
+    """No ROCm, a release envbuilder does not know, or one without a WSL runtime."""
     if version is None:
         return HostFinding(
             "wsl-rocm-runtime",
@@ -552,34 +572,51 @@ def check_wsl_runtime(host: Host, env: EnvSpec | None, compat: Compat) -> HostFi
             fix="use a release envbuilder knows (envbuilder check lists them)",
             details=details,
         )
-    if release.wsl_stack is None:
-        near = ", ".join(compat.nearest_wsl_releases(version)[:3])
+    near = ", ".join(compat.nearest_wsl_releases(version)[:3])
+    return HostFinding(
+        "wsl-rocm-runtime",
+        "fail",
+        f"ROCm {version} ships no WSL runtime",
+        fix=f"use a release with one: {near}",
+        source=release.source,
+        details=details,
+    )
+
+
+def _wsl_legacy_finding(
+    version: str,
+    release: RocmRelease,
+    has_legacy: bool,
+    missing: HostSeverity,
+    details: Mapping[str, Any],
+) -> HostFinding:
+    if has_legacy:
         return HostFinding(
             "wsl-rocm-runtime",
-            "fail",
-            f"ROCm {version} ships no WSL runtime",
-            fix=f"use a release with one: {near}",
-            source=release.source,
+            "ok",
+            f"ROCm {version}: hsa-runtime-rocr4wsl-amdgpu installed",
             details=details,
         )
-    if release.wsl_stack == "legacy":
-        if has_legacy:
-            return HostFinding(
-                "wsl-rocm-runtime",
-                "ok",
-                f"ROCm {version}: hsa-runtime-rocr4wsl-amdgpu installed",
-                details=details,
-            )
-        return HostFinding(
-            "wsl-rocm-runtime",
-            "warn" if env else "fail",
-            f"ROCm {version} needs hsa-runtime-rocr4wsl-amdgpu, not installed here",
-            fix="amdgpu-install -y --usecase=wsl,rocm --no-dkms (or use "
-            "envbuilder's "
-            "wsl2 distro, which has it)",
-            source=release.source,
-            details=details,
-        )
+    return HostFinding(
+        "wsl-rocm-runtime",
+        missing,
+        f"ROCm {version} needs hsa-runtime-rocr4wsl-amdgpu, not installed here",
+        fix="amdgpu-install -y --usecase=wsl,rocm --no-dkms (or use "
+        "envbuilder's "
+        "wsl2 distro, which has it)",
+        source=release.source,
+        details=details,
+    )
+
+
+def _wsl_dxg_finding(
+    host: Host,
+    version: str,
+    release: RocmRelease,
+    has_dxg: bool,
+    missing: HostSeverity,
+    details: Mapping[str, Any],
+) -> HostFinding:
     dxg_env = host.environ.get("HSA_ENABLE_DXG_DETECTION") == "1"
     if has_dxg and dxg_env:
         return HostFinding(
@@ -590,7 +627,7 @@ def check_wsl_runtime(host: Host, env: EnvSpec | None, compat: Compat) -> HostFi
         )
     return HostFinding(
         "wsl-rocm-runtime",
-        "warn" if env else "fail",
+        missing,
         f"ROCm {version} uses librocdxg: "
         f"{'present' if has_dxg else 'missing'}, HSA_ENABLE_DXG_DETECTION="
         f"{host.environ.get('HSA_ENABLE_DXG_DETECTION', '(unset)')}",
@@ -835,22 +872,8 @@ def _support_finding(host: Host, env: EnvSpec, gpu: Any, gfx: str, compat: Compa
             fix="it may work with HSA_OVERRIDE_GFX_VERSION; see envbuilder explain "
             "'invalid device function'",
         )
-    if host.kind == "wsl2" and not gpu.wsl:
-        return HostFinding(
-            "env-gpu",
-            "fail",
-            f"{gfx} is not supported by AMD's WSL stack",
-            fix="use native Linux or the windows target",
-            source=gpu.source,
-        )
-    if host.kind == "windows" and not gpu.windows:
-        return HostFinding(
-            "env-gpu",
-            "fail",
-            f"{gfx} is not covered by AMD's Windows PyTorch wheels",
-            fix="use native Linux (or WSL2 for RDNA3/RDNA4)",
-            source=gpu.source,
-        )
+    if unsupported := _host_os_unsupported(host, gpu, gfx):
+        return unsupported
     since = gpu.linux_official_since
     if host.kind == "linux" and env.rocm and (since is None or _older(env.rocm, since)):
         return HostFinding(
@@ -868,6 +891,27 @@ def _support_finding(host: Host, env: EnvSpec, gpu: Any, gfx: str, compat: Compa
         f"{gfx} is supported by env {env.name} (ROCm {env.rocm}, {host.kind})",
         source=gpu.source,
     )
+
+
+def _host_os_unsupported(host: Host, gpu: Any, gfx: str) -> HostFinding | None:
+    """The failure when AMD's stack for this host's OS (WSL, Windows) does not cover the GPU."""
+    if host.kind == "wsl2" and not gpu.wsl:
+        return HostFinding(
+            "env-gpu",
+            "fail",
+            f"{gfx} is not supported by AMD's WSL stack",
+            fix="use native Linux or the windows target",
+            source=gpu.source,
+        )
+    if host.kind == "windows" and not gpu.windows:
+        return HostFinding(
+            "env-gpu",
+            "fail",
+            f"{gfx} is not covered by AMD's Windows PyTorch wheels",
+            fix="use native Linux (or WSL2 for RDNA3/RDNA4)",
+            source=gpu.source,
+        )
+    return None
 
 
 def _older(version: str, than: str) -> bool:

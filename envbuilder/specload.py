@@ -384,6 +384,26 @@ def _merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _build(path: Path, doc: dict[str, Any], ctx: FindingCollector) -> Spec | None:
+    _check_top_keys(doc, ctx)
+    indexes = _indexes(doc.get("indexes", {}), ctx)
+    schema = env_keys()
+    defaults = _clean_table(
+        doc.get("defaults", {}), schema, ("defaults",), ctx, ctx.bad.setdefault("", set())
+    )
+    envs_raw = _env_tables(doc, ctx)
+    if envs_raw is None:
+        return None
+    ctx.defaults = defaults
+    envs, merged = _make_envs(envs_raw, schema, indexes, ctx)
+    for env in envs.values():
+        compatrules.check_env(env, indexes, ctx)
+    compatrules.check_spec_wide(list(envs.values()), ctx)
+    unhashed = Spec(path=path, envs=envs, indexes=indexes, merged=merged)
+    hashed = {n: replace(e, spec_hash=unhashed.env_hash(n)) for n, e in envs.items()}
+    return Spec(path=path, envs=hashed, indexes=indexes, merged=merged, document=ctx.doc)
+
+
+def _check_top_keys(doc: dict[str, Any], ctx: FindingCollector) -> None:
     for name in doc:
         if name not in TOP_KEYS:
             ctx.error(
@@ -391,11 +411,11 @@ def _build(path: Path, doc: dict[str, Any], ctx: FindingCollector) -> Spec | Non
                 f"unknown top-level key{did_you_mean(name, TOP_KEYS)}; known: "
                 f"{', '.join(TOP_KEYS)} (an environment goes under [env.{name}])",
             )
-    indexes = _indexes(doc.get("indexes", {}), ctx)
-    schema = env_keys()
-    defaults = _clean_table(
-        doc.get("defaults", {}), schema, ("defaults",), ctx, ctx.bad.setdefault("", set())
-    )
+
+
+def _env_tables(doc: dict[str, Any], ctx: FindingCollector) -> dict[str, Any] | None:
+    """The [env] table; None (with a finding) when there is none to build envs from. An empty
+    one is reported but still returned: the rest of the spec is checked all the same."""
     envs_raw = doc.get("env")
     if envs_raw is None:
         ctx.error("env", "no environments; add one, e.g. [env.cpu] (see docs/spec.md)")
@@ -407,7 +427,13 @@ def _build(path: Path, doc: dict[str, Any], ctx: FindingCollector) -> Spec | Non
         return None
     if not envs_raw:
         ctx.error("env", "no environments; add one, e.g. [env.cpu] (see docs/spec.md)")
-    ctx.defaults = defaults
+    return envs_raw
+
+
+def _make_envs(
+    envs_raw: dict[str, Any], schema: Schema, indexes: Mapping[str, Index], ctx: FindingCollector
+) -> tuple[dict[str, EnvSpec], dict[str, dict[str, Any]]]:
+    """The typed envs (those without unusable values) and every env's merged table."""
     envs: dict[str, EnvSpec] = {}
     merged: dict[str, dict[str, Any]] = {}
     for name, raw in envs_raw.items():
@@ -424,12 +450,7 @@ def _build(path: Path, doc: dict[str, Any], ctx: FindingCollector) -> Spec | Non
         env = _make_env(name, merged[name], indexes, ctx)
         if env is not None:
             envs[name] = env
-    for env in envs.values():
-        compatrules.check_env(env, indexes, ctx)
-    compatrules.check_spec_wide(list(envs.values()), ctx)
-    unhashed = Spec(path=path, envs=envs, indexes=indexes, merged=merged)
-    hashed = {n: replace(e, spec_hash=unhashed.env_hash(n)) for n, e in envs.items()}
-    return Spec(path=path, envs=hashed, indexes=indexes, merged=merged, document=ctx.doc)
+    return envs, merged
 
 
 def _indexes(raw: Any, ctx: FindingCollector) -> dict[str, Index]:
@@ -475,31 +496,12 @@ def _make_env(
     pins = _pins(name, ("index_pins",), m.get("index_pins", {}), indexes, ctx)
     env_vars = _variables(name, ("env",), m.get("env", {}), ctx)
     rccl = _variables(name, ("rccl",), m.get("rccl", {}), ctx)
-    apt = tuple(m.get("apt", []))
-    for package in apt:
-        report(ctx, name, ("apt",), grammar.apt_problem(package))
-    # One GPU ("RX 7900 XTX") or several (["RX 7900 XTX", "MI300X"]): the pip SDK locks the
-    # device code of each; the checks that need one GPU look at the first.
-    raw_gpu = m.get("gpu")
-    gpus = [raw_gpu] if isinstance(raw_gpu, str) else list(raw_gpu or [])
-    gfx_all = [resolve_gfx(name, g, ctx) for g in gpus]
-    gfx_targets = tuple(dict.fromkeys(g for g in gfx_all if g is not None))
-    gpu = gpus[0] if gpus else None
-    gfx = gfx_all[0] if gfx_all else None
+    apt = _apt(name, m, ctx)
+    gpu, gfx, gfx_targets = _gpus(name, m, ctx)
     description = m.get("description", "")
     report(ctx, name, ("description",), grammar.text_problem(description))
     tp, tpins = _target_overrides(name, m, indexes, ctx)
-    tables: dict[str, TargetTable] = {}
-    for descriptor in registry.all():  # registry order: findings come in a stable order
-        if descriptor.name not in targets:
-            continue
-        table = descriptor.parse(
-            TableContext(
-                descriptor.name, name, m.get(descriptor.name, {}), accelerator, python, rocm, ctx
-            )
-        )
-        if table is not None:
-            tables[descriptor.name] = table
+    tables = _target_tables(name, m, targets, accelerator, python, rocm, ctx)
     if accelerator is None or python is None:
         return None
     return EnvSpec(
@@ -525,6 +527,52 @@ def _make_env(
     )
 
 
+def _apt(name: str, m: dict[str, Any], ctx: FindingCollector) -> tuple[str, ...]:
+    apt = tuple(m.get("apt", []))
+    for package in apt:
+        report(ctx, name, ("apt",), grammar.apt_problem(package))
+    return apt
+
+
+def _gpus(
+    name: str, m: dict[str, Any], ctx: FindingCollector
+) -> tuple[str | None, str | None, tuple[str, ...]]:
+    """gpu, gfx and gfx_targets. One GPU ("RX 7900 XTX") or several (["RX 7900 XTX", "MI300X"]):
+    the pip SDK locks the device code of each; the checks that need one GPU look at the first."""
+    raw_gpu = m.get("gpu")
+    gpus = [raw_gpu] if isinstance(raw_gpu, str) else list(raw_gpu or [])
+    gfx_all = [resolve_gfx(name, g, ctx) for g in gpus]
+    gfx_targets = tuple(dict.fromkeys(g for g in gfx_all if g is not None))
+    gpu = gpus[0] if gpus else None
+    gfx = gfx_all[0] if gfx_all else None
+    return gpu, gfx, gfx_targets
+
+
+def _target_tables(
+    name: str,
+    m: dict[str, Any],
+    targets: Sequence[str],
+    accelerator: Accelerator | None,
+    python: str | None,
+    rocm: str | None,
+    ctx: FindingCollector,
+) -> dict[str, TargetTable]:
+    """Each listed target's [env.NAME.<target>] table, parsed by its descriptor (the env-level
+    values are what a table may default from)."""
+    tables: dict[str, TargetTable] = {}
+    for descriptor in registry.all():  # registry order: findings come in a stable order
+        if descriptor.name not in targets:
+            continue
+        table = descriptor.parse(
+            TableContext(
+                descriptor.name, name, m.get(descriptor.name, {}), accelerator, python, rocm, ctx
+            )
+        )
+        if table is not None:
+            tables[descriptor.name] = table
+    return tables
+
+
 def _used_indexes(
     indexes: Mapping[str, Index],
     pins: Mapping[str, str],
@@ -540,37 +588,12 @@ def _versions(
 ) -> tuple[Accelerator | None, str | None, str | None, str | None]:
     """accelerator, python, rocm, cuda: each None when missing or unusable (with a finding)."""
     e = _env_err_fn(ctx, name)
-    accelerator = m.get("accelerator")
-    if accelerator is None:
-        e(("accelerator",), 'missing; set accelerator = "rocm", "cuda" or "cpu"')
-    elif accelerator not in ACCELERATORS:
-        e(
-            ("accelerator",),
-            f"unknown accelerator {accelerator!r}"
-            f"{did_you_mean(accelerator, ACCELERATORS)}; use one of: {', '.join(ACCELERATORS)}",
-        )
-    python = m.get("python")
-    if python is None:
-        e(("python",), 'missing; set python = "3.12" (major.minor)')
-    elif not PYTHON_RE.fullmatch(python):
-        e(
-            ("python",),
-            f"{python!r} is not a Python major.minor version; write e.g. "
-            f'"{_major_minor(python) or "3.12"}"',
-        )
+    accelerator, python = m.get("accelerator"), m.get("python")
     rocm, cuda = m.get("rocm"), m.get("cuda")
-    if accelerator == "rocm" and rocm is None:
-        e(("rocm",), 'missing for accelerator "rocm"; set rocm = "6.4.1" (a ROCm release)')
-    if rocm is not None and not ROCM_RE.fullmatch(rocm):
-        e(("rocm",), f'{rocm!r} is not a ROCm release number; write e.g. "6.4.1"')
-    if rocm is not None and accelerator in ("cpu", "cuda"):
-        e(("rocm",), f'set for accelerator "{accelerator}"; remove it, or set accelerator = "rocm"')
-    if accelerator == "cuda" and cuda is None:
-        e(("cuda",), 'missing for accelerator "cuda"; set cuda = "12.8"')
-    if cuda is not None and not CUDA_RE.fullmatch(cuda):
-        e(("cuda",), f'{cuda!r} is not a CUDA major.minor version; write e.g. "12.8"')
-    if cuda is not None and accelerator in ("cpu", "rocm"):
-        e(("cuda",), f'set for accelerator "{accelerator}"; remove it, or set accelerator = "cuda"')
+    _check_accelerator(e, accelerator)
+    _check_python(e, python)
+    _check_sdk_version(e, _ROCM_KEY, rocm, accelerator)
+    _check_sdk_version(e, _CUDA_KEY, cuda, accelerator)
     return (
         cast(Accelerator, accelerator) if accelerator in ACCELERATORS else None,
         python if python is not None and PYTHON_RE.fullmatch(python) else None,
@@ -579,7 +602,68 @@ def _versions(
     )
 
 
-def _env_err_fn(ctx: FindingCollector, name: str) -> Callable[[Sequence[str], str], None]:
+_EnvErr = Callable[[Sequence[str], str], None]
+
+
+def _check_accelerator(e: _EnvErr, accelerator: Any) -> None:
+    if accelerator is None:
+        e(("accelerator",), 'missing; set accelerator = "rocm", "cuda" or "cpu"')
+    elif accelerator not in ACCELERATORS:
+        e(
+            ("accelerator",),
+            f"unknown accelerator {accelerator!r}"
+            f"{did_you_mean(accelerator, ACCELERATORS)}; use one of: {', '.join(ACCELERATORS)}",
+        )
+
+
+def _check_python(e: _EnvErr, python: Any) -> None:
+    if python is None:
+        e(("python",), 'missing; set python = "3.12" (major.minor)')
+    elif not PYTHON_RE.fullmatch(python):
+        e(
+            ("python",),
+            f"{python!r} is not a Python major.minor version; write e.g. "
+            f'"{_major_minor(python) or "3.12"}"',
+        )
+
+
+@dataclass(frozen=True)
+class _SdkKey:
+    """An accelerator's SDK version key (rocm, cuda): needed by that accelerator only."""
+
+    key: str
+    pattern: re.Pattern[str]
+    missing: str  # the finding when the accelerator needs it and it is not set
+    malformed: str  # ... when it does not match `pattern`; {value} is its repr
+
+
+_ROCM_KEY = _SdkKey(
+    "rocm",
+    ROCM_RE,
+    'missing for accelerator "rocm"; set rocm = "6.4.1" (a ROCm release)',
+    '{value} is not a ROCm release number; write e.g. "6.4.1"',
+)
+_CUDA_KEY = _SdkKey(
+    "cuda",
+    CUDA_RE,
+    'missing for accelerator "cuda"; set cuda = "12.8"',
+    '{value} is not a CUDA major.minor version; write e.g. "12.8"',
+)
+
+
+def _check_sdk_version(e: _EnvErr, sdk: _SdkKey, value: Any, accelerator: Any) -> None:
+    if accelerator == sdk.key and value is None:
+        e((sdk.key,), sdk.missing)
+    if value is not None and not sdk.pattern.fullmatch(value):
+        e((sdk.key,), sdk.malformed.format(value=repr(value)))
+    if value is not None and accelerator in ACCELERATORS and accelerator != sdk.key:
+        e(
+            (sdk.key,),
+            f'set for accelerator "{accelerator}"; remove it, or set accelerator = "{sdk.key}"',
+        )
+
+
+def _env_err_fn(ctx: FindingCollector, name: str) -> _EnvErr:
     def e(path: Sequence[str], message: str) -> None:
         ctx.env_finding(name, path, message)
 

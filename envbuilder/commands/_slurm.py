@@ -53,6 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="validate on every node of a Slurm job (docker: the image, pinned "
         "by digest; native: the venv, on a shared file system)",
     )
+    _add_allocation_arguments(group)
+    _add_run_arguments(group)
+
+
+def _add_allocation_arguments(group: argparse._ArgumentGroup) -> None:
+    """What the job asks sbatch for."""
     group.add_argument(
         "--nodes",
         type=int,
@@ -79,6 +85,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="ARG",
         help="one more sbatch option, as is (repeatable), e.g. --sbatch-arg=--account=proj",
     )
+
+
+def _add_run_arguments(group: argparse._ArgumentGroup) -> None:
+    """How the nodes run the env, and where they write."""
     group.add_argument(
         "--runtime",
         choices=IMAGE_RUNTIMES,
@@ -132,7 +142,22 @@ def run(args: argparse.Namespace, ui: UI, options: ValidateOptions) -> int:
     if len(envs) != 1:
         raise UsageError("--slurm validates one env per job; name it with --env")
     spec = load_spec(project.spec_path)
-    request = SlurmRequest(
+    request = _request(args, options)
+    env = envs[0]
+    with progress_for(ui) as progress:
+        outcome = validate_on_slurm(project, spec, env, args.target, options, request, progress)
+    result = outcome.fleet
+    _print_outcome(env.name, args.target, outcome, ui)
+    failures = [] if result.ok else result.failures()
+    for line in failures:
+        ui.error(line)
+    if args.json:
+        ui.json(_json_result(env.name, args.target, outcome, failures))
+    return 0 if result.ok else 1
+
+
+def _request(args: argparse.Namespace, options: ValidateOptions) -> SlurmRequest:
+    return SlurmRequest(
         nodes=2 if args.nodes is None else args.nodes,
         gpus_per_node=args.gpus_per_node,
         partition=args.partition,
@@ -142,31 +167,22 @@ def run(args: argparse.Namespace, ui: UI, options: ValidateOptions) -> int:
         run_dir=args.run_dir,
         timeout_s=options.timeout_s,
     )
-    env = envs[0]
-    with progress_for(ui) as progress:
-        outcome = validate_on_slurm(project, spec, env, args.target, options, request, progress)
+
+
+def _print_outcome(env: str, target: str, outcome: SlurmOutcome, ui: UI) -> None:
     result = outcome.fleet
     # Five words a line, as plain validate's (<env> <target> <what> <status> <path>): the job
     # first, so that a script finds the job folder even when no node wrote a report.
-    ui.print(
-        f"{env.name} {args.target} job-{outcome.job.job_id} {outcome.job.state} {outcome.job_dir}"
-    )
+    ui.print(f"{env} {target} job-{outcome.job.job_id} {outcome.job.state} {outcome.job_dir}")
     for node in result.nodes:
-        ui.print(f"{env.name} {args.target} {node.node} {_word(node.status)} {node.report or '-'}")
+        ui.print(f"{env} {target} {node.node} {_word(node.status)} {node.report or '-'}")
     cross = result.job_dir / "collectives" / "all.json"
     ui.print(
-        f"{env.name} {args.target} all-nodes {_word(result.cross.status)} "
-        f"{cross if cross.is_file() else '-'}"
+        f"{env} {target} all-nodes {_word(result.cross.status)} {cross if cross.is_file() else '-'}"
     )
     ui.table(fleet_table(result))
     for path in outcome.files.values():
         ui.info(f"fleet report: {path}")
-    failures = [] if result.ok else result.failures()
-    for line in failures:
-        ui.error(line)
-    if args.json:
-        ui.json(_json_result(env.name, args.target, outcome, failures))
-    return 0 if result.ok else 1
 
 
 def _json_result(

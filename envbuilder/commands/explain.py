@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 
 from envbuilder import explain
 from envbuilder.cli import add_json_argument
@@ -31,29 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, ui: UI) -> int:
     if args.list:
-        known = explain.load_errors()
-        if args.json:
-            ui.json(
-                {
-                    "command": "explain",
-                    "ok": True,
-                    "messages": [{"id": e.id, "title": e.title} for e in known],
-                }
-            )
-        else:
-            for e in known:
-                ui.print(f"{e.id}: {e.title}")
+        _list_known(args.json, ui)
         return 0
-    if args.message is None:
-        raise UsageError("give a MESSAGE to explain (or - to read it from standard input)")
-    text = _read_stdin() if args.message == "-" else args.message
-    if len(text.encode("utf-8", "replace")) > explain.MAX_INPUT_BYTES:
-        raise UsageError(_too_long("the message"))
-    if not text.strip():
-        raise UsageError(
-            "the message to explain is empty; paste the error text (quoted) or pipe it in with -"
-        )
-    found = explain.match_all(text)
+    found = explain.match_all(_message(args))
     if args.json:
         ui.json(
             {
@@ -70,6 +51,41 @@ def run(args: argparse.Namespace, ui: UI) -> int:
             "`envbuilder doctor` checks the host."
         )
         return 1
+    _print_matches(found, ui)
+    return 0
+
+
+def _list_known(as_json: bool, ui: UI) -> None:
+    known = explain.load_errors()
+    if as_json:
+        ui.json(
+            {
+                "command": "explain",
+                "ok": True,
+                "messages": [{"id": e.id, "title": e.title} for e in known],
+            }
+        )
+    else:
+        for e in known:
+            ui.print(f"{e.id}: {e.title}")
+
+
+def _message(args: argparse.Namespace) -> str:
+    """The text to explain (the argument, or standard input for -); UsageError when there is
+    none, it is blank or it is longer than explain reads."""
+    if args.message is None:
+        raise UsageError("give a MESSAGE to explain (or - to read it from standard input)")
+    text = _read_stdin() if args.message == "-" else args.message
+    if len(text.encode("utf-8", "replace")) > explain.MAX_INPUT_BYTES:
+        raise UsageError(_too_long("the message"))
+    if not text.strip():
+        raise UsageError(
+            "the message to explain is empty; paste the error text (quoted) or pipe it in with -"
+        )
+    return text
+
+
+def _print_matches(found: Sequence[explain.Explanation], ui: UI) -> None:
     for i, e in enumerate(found):
         if i:
             ui.print("")
@@ -79,7 +95,6 @@ def run(args: argparse.Namespace, ui: UI) -> int:
         ui.print(f"  fix:   {e.fix}")
         for s in e.sources:
             ui.print(f"  source: {s}")
-    return 0
 
 
 def _too_long(what: str) -> str:

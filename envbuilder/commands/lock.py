@@ -16,7 +16,7 @@ from envbuilder.targets import registry
 from envbuilder.ui import UI
 
 if TYPE_CHECKING:
-    from envbuilder.locking import LockResult
+    from envbuilder.locking import LockOptions, LockResult
 
 HELP = "resolve envs into lockfiles/ (PEP 751 pylocks + base image digests); --check verifies"
 DESCRIPTION = """\
@@ -60,6 +60,14 @@ the locks always record the index's canonical URL and each file's sha256.
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_common_arguments(parser)
+    _add_selection_arguments(parser)
+    _add_resolution_arguments(parser)
+    _add_base_image_arguments(parser)
+    add_json_argument(parser, "what was locked (or, with --check, what is stale)")
+
+
+def _add_selection_arguments(parser: argparse.ArgumentParser) -> None:
+    """Which envs and targets, and --check instead of locking."""
     parser.add_argument(
         "--env",
         action="append",
@@ -79,6 +87,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="verify lockfiles/ against the spec; no network, writes nothing",
     )
+
+
+def _add_resolution_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--upgrade-package",
         "-P",
@@ -94,6 +105,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="re-resolve everything and re-read base image digests",
     )
+
+
+def _add_base_image_arguments(parser: argparse.ArgumentParser) -> None:
+    """The base images' digests and the apt versions locked on them."""
     parser.add_argument(
         "--refresh-base",
         action="store_true",
@@ -114,7 +129,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "record new base images by tag (render then uses the tag; "
         "lock --check notes it)",
     )
-    add_json_argument(parser, "what was locked (or, with --check, what is stale)")
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:
@@ -196,16 +210,9 @@ def _check_json(outcomes: list[CheckOutcome]) -> dict[str, Any]:
 def _lock(
     project: Project, spec: Spec, envs: list[EnvSpec], args: argparse.Namespace, ui: UI
 ) -> int:
-    from envbuilder.locking import LockOptions, lock_env  # keeps `--check` free of uv/docker
+    from envbuilder.locking import lock_env  # keeps `--check` free of uv/docker
 
-    options = LockOptions(
-        targets=tuple(args.target) or None,
-        upgrade=args.upgrade,
-        upgrade_packages=tuple(args.upgrade_package),
-        base_digest=not args.no_base_digest,
-        refresh_base=args.refresh_base,
-        refresh_apt=args.refresh_apt,
-    )
+    options = _lock_options(args)
     failures = 0
     entries: list[dict[str, Any]] = []
     for env in envs:
@@ -220,21 +227,39 @@ def _lock(
                 entries.append(_env_json(project, env.name, None, str(exc)))
                 continue
         entries.append(_env_json(project, env.name, result, None))
-        for warning in result.warnings:
-            ui.warn(warning)
-        if not result.resolved and not result.written:
-            ui.print(f"{env.name}: lock is current, nothing written")
-            continue
-        for change in result.changes:
-            ui.print(f"{env.name}: {change.line()}")
-        for path in (*result.written, *result.removed):
-            verb = "wrote" if path in result.written else "removed"
-            ui.print(f"{env.name}: {verb} {path.relative_to(project.root)}")
-        if not result.written:
-            ui.print(f"{env.name}: re-resolved {', '.join(result.resolved)}; no change")
+        _print_result(project, env.name, result, ui)
     if args.json:
         ui.json({"command": "lock", "check": False, "ok": not failures, "envs": entries})
     return 1 if failures else 0
+
+
+def _lock_options(args: argparse.Namespace) -> LockOptions:
+    from envbuilder.locking import LockOptions
+
+    return LockOptions(
+        targets=tuple(args.target) or None,
+        upgrade=args.upgrade,
+        upgrade_packages=tuple(args.upgrade_package),
+        base_digest=not args.no_base_digest,
+        refresh_base=args.refresh_base,
+        refresh_apt=args.refresh_apt,
+    )
+
+
+def _print_result(project: Project, env: str, result: LockResult, ui: UI) -> None:
+    """What one env's lock did: its warnings, then what changed and which files."""
+    for warning in result.warnings:
+        ui.warn(warning)
+    if not result.resolved and not result.written:
+        ui.print(f"{env}: lock is current, nothing written")
+        return
+    for change in result.changes:
+        ui.print(f"{env}: {change.line()}")
+    for path in (*result.written, *result.removed):
+        verb = "wrote" if path in result.written else "removed"
+        ui.print(f"{env}: {verb} {path.relative_to(project.root)}")
+    if not result.written:
+        ui.print(f"{env}: re-resolved {', '.join(result.resolved)}; no change")
 
 
 def _env_json(

@@ -52,6 +52,18 @@ table; see the options below and docs/cluster.md.
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_selection_arguments(parser, default_target=None)
+    _add_probe_arguments(parser)
+    parser.add_argument(
+        "--path",
+        type=path_value,
+        metavar="DIR",
+        help="venv targets (native, windows): the venv to validate",
+    )
+    _slurm.add_arguments(parser)  # issue 16
+
+
+def _add_probe_arguments(parser: argparse.ArgumentParser) -> None:
+    """What the probe runs, and how long it may take."""
     parser.add_argument(
         "--level",
         choices=("quick", "standard", "long"),
@@ -84,13 +96,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--timeout", type=float, metavar="SECONDS", help="give up on a probe after this long"
     )
-    parser.add_argument(
-        "--path",
-        type=path_value,
-        metavar="DIR",
-        help="venv targets (native, windows): the venv to validate",
-    )
-    _slurm.add_arguments(parser)  # issue 16
 
 
 def validate_options(args: argparse.Namespace) -> ValidateOptions:
