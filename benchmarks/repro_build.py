@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 from envbuilder import docker_engine, lockfile, repro  # noqa: E402
 from envbuilder.builders.docker import image_tag  # noqa: E402
 from envbuilder.fsutil import atomic_write_bytes  # noqa: E402
-from envbuilder.imagebuild import build_rendered_image  # noqa: E402
+from envbuilder.imagebuild import RenderedBuild, build_rendered_image  # noqa: E402
 from envbuilder.imagedefs import ENV_LABEL, LOCK_LABEL, LOCK_SHA_ARG  # noqa: E402
 from envbuilder.ociimage.writer import write_image  # noqa: E402
 from envbuilder.project import Project  # noqa: E402
@@ -75,21 +75,19 @@ def _engine_build(
     pylock_sha: str,
     deterministic: repro.Deterministic | None,
 ) -> str:
-    image_id, _ = build_rendered_image(
-        client,
-        project,
+    request = RenderedBuild(
         env,
         "docker",
         DESCRIPTOR.rendered_folder(project, env),
         tag=tag,
         labels={LOCK_LABEL: pylock_sha, ENV_LABEL: env},
         build_args={LOCK_SHA_ARG: pylock_sha},
-        progress=_quiet,
         ca_bundle=None,
         indexes=load_spec(project.spec_path).env(env).indexes,
         nocache=True,
         deterministic=deterministic,
     )
+    image_id, _ = build_rendered_image(client, project, request, _quiet)
     return image_id
 
 

@@ -323,11 +323,13 @@ def _run_in_base(
             client,
             base,
             ["/bin/sh", "-c", script],
-            user="0",
-            environment=proxies,
-            network_mode="host" if needs_host_network(proxies) else None,
-            labels={ROLE_LABEL: "apt-lock"},
-            timeout_s=900,
+            docker_engine.ContainerRun(
+                user="0",
+                environment=proxies,
+                network_mode="host" if needs_host_network(proxies) else None,
+                labels={ROLE_LABEL: "apt-lock"},
+                timeout_s=900,
+            ),
         )
     except EnvbuilderError as exc:
         raise LockError(f"cannot resolve the apt packages in {base}: {exc}") from None

@@ -267,7 +267,8 @@ def build_image(
     Of the `buildargs`, Docker's predefined proxy args never show in `docker history`; any
     other arg the Dockerfile declares is visible in the history of the RUN steps after it.
     """
-    try:
+    state = _BuildState()
+    with _build_errors(tag):
         stream = client.api.build(
             path=str(context_dir),
             tag=tag,
@@ -280,16 +281,22 @@ def build_image(
             network_mode=network_mode,
             timeout=ENGINE_TIMEOUT_S,
         )
-        state = _BuildState()
         for event in stream:
             _on_build_event(event, state, progress)
+    image_id = state.image_id or _image_id(client, tag)
+    progress(f"built {tag}", state.steps, state.steps or None)
+    return image_id
+
+
+@contextlib.contextmanager
+def _build_errors(tag: str) -> Iterator[None]:
+    """The engine's refusal of the build of `tag` as a BuildError, no answer as an EngineError."""
+    try:
+        yield
     except docker.errors.APIError as exc:
         raise BuildError(f"the Docker engine refused the build of {tag}: {_explain(exc)}") from None
     except requests.exceptions.ConnectionError as exc:
         raise EngineError(_unreachable_message(_engine_where(), exc)) from None
-    image_id = state.image_id or _image_id(client, tag)
-    progress(f"built {tag}", state.steps, state.steps or None)
-    return image_id
 
 
 def _on_build_event(event: Mapping[str, Any], state: _BuildState, progress: ProgressFn) -> None:
@@ -430,39 +437,72 @@ def _tarinfo(
     return info
 
 
+@dataclass(frozen=True)
+class ContainerRun:
+    """How run_in_container runs its command: as `user`, with the accelerator flags the
+    compatibility data gives `host_kind`, on `network_mode`, with `environment` added to those
+    flags' variables, the container labelled `labels`, for at most `timeout_s` (None: no
+    limit)."""
+
+    user: str | None = None
+    host_kind: HostKind = "cpu"
+    network_mode: str | None = None
+    environment: Mapping[str, str] | None = None
+    labels: Mapping[str, str] | None = None
+    timeout_s: float | None = None
+
+
+_PLAIN_RUN = ContainerRun()
+
+
 def run_in_container(
     client: docker.DockerClient,
     image: str,
     command: list[str],
+    how: ContainerRun = _PLAIN_RUN,
     *,
-    user: str | None = None,
-    host_kind: HostKind = "cpu",
     files_in: Mapping[str, bytes] | None = None,
     files_out: Iterable[str] = (),
-    network_mode: str | None = None,
     progress: ProgressFn = no_progress,
-    environment: Mapping[str, str] | None = None,
-    labels: Mapping[str, str] | None = None,
-    timeout_s: float | None = None,
 ) -> tuple[int, str, dict[str, bytes]]:
-    """Run `command` in a fresh container of `image`; return (exit code, output, files).
+    """Run `command` in a fresh container of `image` (`how`: ContainerRun); return (exit code,
+    output, files).
 
-    The accelerator flags come from the compatibility data for `host_kind`. `files_in` are
-    copied in before the start (absolute paths; new folders under /tmp belong to `user` when it
-    is numeric); `files_out` are copied out after the exit, those missing are left out of the
-    returned dict. Each output line is reported as progress. The container is removed in every
-    case: success, failure, timeout (EngineError) and Ctrl-C.
+    `files_in` are copied in before the start (absolute paths; new folders under /tmp belong
+    to `how.user` when it is numeric); `files_out` are copied out after the exit, those missing
+    are left out of the returned dict. Each output line is reported as progress. The container
+    is removed in every case: success, failure, timeout (EngineError) and Ctrl-C.
     """
-    options = device_run_options(host_kind)
-    env = {**options.pop("environment", {}), **(environment or {})}
+    container = _create_container(client, image, command, how)
     try:
-        container = client.containers.create(
+        if files_in:
+            container.put_archive("/", files_tar(files_in, _owner(how.user)))
+        try:
+            container.start()
+        except docker.errors.APIError as exc:
+            raise EngineError(f"a container of {image} could not start: {_explain(exc)}") from None
+        _follow(container, progress)
+        code = _wait(container, how.timeout_s)
+        # The followed stream may miss an unterminated last line: read the whole log again.
+        output = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+        return code, output, _copy_out(container, files_out)
+    finally:
+        _remove(container)
+
+
+def _create_container(
+    client: docker.DockerClient, image: str, command: list[str], how: ContainerRun
+) -> Any:
+    options = device_run_options(how.host_kind)
+    env = {**options.pop("environment", {}), **(how.environment or {})}
+    try:
+        return client.containers.create(
             image,
             command,
-            user=user,
+            user=how.user,
             environment=env,
-            network_mode=network_mode,
-            labels=dict(labels or {}),
+            network_mode=how.network_mode,
+            labels=dict(how.labels or {}),
             detach=True,
             **options,
         )
@@ -474,20 +514,6 @@ def run_in_container(
         raise EngineError(
             f"the engine refused to create a container of {image}: {_explain(exc)}"
         ) from None
-    try:
-        if files_in:
-            container.put_archive("/", files_tar(files_in, _owner(user)))
-        try:
-            container.start()
-        except docker.errors.APIError as exc:
-            raise EngineError(f"a container of {image} could not start: {_explain(exc)}") from None
-        _follow(container, progress)
-        code = _wait(container, timeout_s)
-        # The followed stream may miss an unterminated last line: read the whole log again.
-        output = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
-        return code, output, _copy_out(container, files_out)
-    finally:
-        _remove(container)
 
 
 def _follow(container: Any, progress: ProgressFn) -> None:

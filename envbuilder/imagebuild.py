@@ -10,6 +10,7 @@ docs/reproducibility.md)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,59 +23,84 @@ from envbuilder.progress import ProgressFn
 from envbuilder.project import Project
 
 
+@dataclass(frozen=True)
+class RenderedBuild:
+    """One build of a rendered folder: the env's `target` folder `rendered`, tagged `tag`.
+    `labels` are added to the context label; `indexes` are the env's named indexes
+    (EnvSpec.indexes: their mirrors are where the wheel cache looks first)."""
+
+    env: str
+    target: str
+    rendered: Path
+    tag: str
+    labels: Mapping[str, str]
+    build_args: Mapping[str, str]
+    ca_bundle: Path | None
+    indexes: Mapping[str, Index]
+    nocache: bool = False
+    deterministic: repro.Deterministic | None = None
+
+
 def build_rendered_image(
-    client: Any,
-    project: Project,
-    env: str,
-    target: str,
-    rendered: Path,
-    *,
-    tag: str,
-    labels: Mapping[str, str],
-    build_args: Mapping[str, str],
-    progress: ProgressFn,
-    ca_bundle: Path | None,
-    indexes: Mapping[str, Index],
-    nocache: bool = False,
-    deterministic: repro.Deterministic | None = None,
+    client: Any, project: Project, build: RenderedBuild, progress: ProgressFn
 ) -> tuple[str, bool]:
-    """Build `rendered` as `tag` (or find it up to date: the tag's image carries this context's
-    digest). `labels` are added to the context label; `indexes` are the env's named indexes
-    (EnvSpec.indexes: their mirrors are where the wheel cache looks first). Returns (image id,
-    whether a build ran). The assembled context is removed in every case, an interrupt
-    included."""
+    """Build `build.rendered` as `build.tag` (or find it up to date: the tag's image carries
+    this context's digest). Returns (image id, whether a build ran). The assembled context is
+    removed in every case, an interrupt included."""
+    env, target = build.env, build.target
     progress(f"{env}/{target}: assembling the build context", 0, None)
     with buildcontext.assembled(
-        project, env, target, rendered, progress, indexes=indexes, ca_bundle=ca_bundle
+        project,
+        env,
+        target,
+        build.rendered,
+        progress,
+        indexes=build.indexes,
+        ca_bundle=build.ca_bundle,
     ) as context:
-        if deterministic is not None:
+        if build.deterministic is not None:
             repro.normalize_context_modes(context)
         digest = buildcontext.context_digest(context)
-        current = None if nocache else docker_engine.existing_image(client, tag)
-        if (
-            current is not None
-            and current.labels.get(CONTEXT_LABEL) == digest
-            and (deterministic is None or current.labels.get(REPRO_LABEL) == REPRO_FORMAT)
-        ):
-            progress(f"{env}/{target}: {tag} is up to date", 1, 1)
-            return str(current.id), False
-        build_tag = tag if deterministic is None else repro.engine_tag(tag)
-        try:
-            image_id = docker_engine.build_image(
-                client,
-                context,
-                build_tag,
-                {CONTEXT_LABEL: digest, **labels},
-                dict(build_args),
-                progress,
-                nocache=nocache,
-                network_mode="host" if needs_host_network(build_args) else None,
-            )
-        except BuildError as exc:  # a locked apt version the archive no longer serves
-            raise aptlock.explain_build_failure(exc, env, target) from None
-        if deterministic is not None:
+        current = _up_to_date_image(client, build, digest)
+        if current is not None:
+            progress(f"{env}/{target}: {build.tag} is up to date", 1, 1)
+            return current, False
+        image_id = _engine_build(client, context, build, digest, progress)
+        if build.deterministic is not None:
             progress(f"{env}/{target}: writing the reproducible image", 0, None)
             image_id = repro.write_deterministic(
-                client, image_id, tag, deterministic, project.cache, progress
+                client, image_id, build.tag, build.deterministic, project.cache, progress
             )
         return image_id, True
+
+
+def _up_to_date_image(client: Any, build: RenderedBuild, digest: str) -> str | None:
+    """The id of the tag's image when it was built from this context (and, for a
+    deterministic build, written in the current reproducible format)."""
+    current = None if build.nocache else docker_engine.existing_image(client, build.tag)
+    if (
+        current is not None
+        and current.labels.get(CONTEXT_LABEL) == digest
+        and (build.deterministic is None or current.labels.get(REPRO_LABEL) == REPRO_FORMAT)
+    ):
+        return str(current.id)
+    return None
+
+
+def _engine_build(
+    client: Any, context: Path, build: RenderedBuild, digest: str, progress: ProgressFn
+) -> str:
+    build_tag = build.tag if build.deterministic is None else repro.engine_tag(build.tag)
+    try:
+        return docker_engine.build_image(
+            client,
+            context,
+            build_tag,
+            {CONTEXT_LABEL: digest, **build.labels},
+            dict(build.build_args),
+            progress,
+            nocache=build.nocache,
+            network_mode="host" if needs_host_network(build.build_args) else None,
+        )
+    except BuildError as exc:  # a locked apt version the archive no longer serves
+        raise aptlock.explain_build_failure(exc, build.env, build.target) from None

@@ -191,10 +191,9 @@ def test_run_copies_files_in_and_out_and_removes_the_container(
         docker_client,
         small_image,
         ["sh", "-c", "id -u; cat /tmp/in/a.txt; cp /tmp/in/a.txt /tmp/in/b.txt; exit 4"],
-        user="1000",
+        docker_engine.ContainerRun(user="1000", labels={"org.envbuilder.test": marker}),
         files_in={"/tmp/in/a.txt": b"hello-in"},
         files_out=["/tmp/in/b.txt", "/tmp/in/missing.txt"],
-        labels={"org.envbuilder.test": marker},
     )
     assert code == 4
     assert output.splitlines() == ["1000", "hello-in"]
@@ -213,7 +212,7 @@ def test_run_removes_the_container_on_ctrl_c(docker_client: Any, small_image: st
             docker_client,
             small_image,
             ["sh", "-c", "echo started; sleep 600"],
-            labels={"org.envbuilder.test": marker},
+            docker_engine.ContainerRun(labels={"org.envbuilder.test": marker}),
             progress=interrupt,
         )
     assert _containers_labelled(docker_client, marker) == []

@@ -323,7 +323,7 @@ from envbuilder import docker_engine
 client = docker_engine.connect()
 code, output, _ = docker_engine.run_in_container(
     client, "debian:bookworm-slim", ["echo", "probe"],
-    labels={"org.envbuilder.env": "ssh-exit-test"})
+    docker_engine.ContainerRun(labels={"org.envbuilder.env": "ssh-exit-test"}))
 print("ready", code, output.strip(), flush=True)
 sys.stdin.readline()
 """
@@ -423,7 +423,7 @@ def test_close_ends_every_ssh_process_it_started(via_ssh: SshServer) -> None:
             client,
             "debian:bookworm-slim",
             ["echo", "probe"],
-            labels={"org.envbuilder.env": "ssh-close-test"},
+            docker_engine.ContainerRun(labels={"org.envbuilder.env": "ssh-close-test"}),
         )
         assert (code, output.strip()) == (0, "probe")
         started = _running_ssh_children(os.getpid()) - before

@@ -36,7 +36,7 @@ from envbuilder.errors import (
     ValidationError,
 )
 from envbuilder.fsutil import atomic_write_bytes
-from envbuilder.imagebuild import build_rendered_image
+from envbuilder.imagebuild import RenderedBuild, build_rendered_image
 from envbuilder.imagedefs import (
     ENV_LABEL,
     LOCK_LABEL,
@@ -63,6 +63,7 @@ from envbuilder.targets.docker import DESCRIPTOR, DockerTable
 TARGET = DESCRIPTOR.name
 #: Where the probe runs inside the container.
 PROBE_DIR = "/tmp/envbuilder-probe"
+_PROBE_REPORT = f"{PROBE_DIR}/report.json"
 HOST_KIND_ENV = runflags.HOST_KIND_ENV
 
 
@@ -127,6 +128,41 @@ def _ensure_base(
         ) from None
 
 
+def _recorded_prediction(lock: lockfile.EnvLock, env: str) -> repro.Prediction:
+    """The image the lock predicts, which `build --verify` must rebuild."""
+    return repro.require_prediction(lock.artifacts, TARGET, env, f"lockfiles/{env}.lock.toml")
+
+
+def _repin_command(env: str) -> str:
+    """What pins the base that the tag serves now, when the locked digest cannot be pulled."""
+    return f"envbuilder lock --env {env} --refresh-base && envbuilder render --env {env}"
+
+
+def _rendered_build(
+    project: Project,
+    env: EnvSpec,
+    lock: lockfile.EnvLock,
+    target: lockfile.TargetLock,
+    *,
+    nocache: bool,
+) -> RenderedBuild:
+    """The build of dockerfiles/<env>/: labelled with the pylock's sha256, proxies passed as
+    build args, the spec's (or $ENVBUILDER_CA_BUNDLE's) CA bundle, written reproducibly."""
+    spec_ca = getattr(env.table(DockerTable), "ca_bundle", None)
+    return RenderedBuild(
+        env.name,
+        TARGET,
+        DESCRIPTOR.rendered_folder(project, env.name),
+        tag=image_tag(env.name, target.pylock_sha256),
+        labels={LOCK_LABEL: target.pylock_sha256, ENV_LABEL: env.name},
+        build_args={**proxy_build_args(os.environ), LOCK_SHA_ARG: target.pylock_sha256},
+        ca_bundle=ca_bundle_path(spec_ca if isinstance(spec_ca, str) else None, project),
+        indexes=env.indexes,
+        nocache=nocache,
+        deterministic=repro.Deterministic(target.base_image, lock.source_date_epoch),
+    )
+
+
 class DockerBuilder:
     """Images built with the docker SDK against the engine DOCKER_HOST names."""
 
@@ -155,39 +191,16 @@ class DockerBuilder:
         records.
         """
         lock, target = _docker_lock(project, env)
-        expected = (
-            repro.require_prediction(
-                lock.artifacts, TARGET, env.name, f"lockfiles/{env.name}.lock.toml"
-            )
-            if options.verify
-            else None
-        )
+        expected = _recorded_prediction(lock, env.name) if options.verify else None
         tag = image_tag(env.name, target.pylock_sha256)
         client = docker_engine.connect()
         if target.base_image:
             # Before fetching wheels (gigabytes for ROCm): an unreachable base fails fast.
-            repin = (
-                f"envbuilder lock --env {env.name} --refresh-base && "
-                f"envbuilder render --env {env.name}"
-            )
-            _ensure_base(client, env.name, target, repin, progress)
-        spec_ca = getattr(env.table(DockerTable), "ca_bundle", None)
-        ca = ca_bundle_path(spec_ca if isinstance(spec_ca, str) else None, project)
-        image_id, built = build_rendered_image(
-            client,
-            project,
-            env.name,
-            TARGET,
-            DESCRIPTOR.rendered_folder(project, env.name),
-            tag=tag,
-            labels={LOCK_LABEL: target.pylock_sha256, ENV_LABEL: env.name},
-            build_args={**proxy_build_args(os.environ), LOCK_SHA_ARG: target.pylock_sha256},
-            progress=progress,
-            ca_bundle=ca,
-            indexes=env.indexes,
-            nocache=options.no_cache or options.verify,
-            deterministic=repro.Deterministic(target.base_image, lock.source_date_epoch),
+            _ensure_base(client, env.name, target, _repin_command(env.name), progress)
+        request = _rendered_build(
+            project, env, lock, target, nocache=options.no_cache or options.verify
         )
+        image_id, built = build_rendered_image(client, project, request, progress)
         actual = repro.observe(client, image_id, target.base_image)
         if expected is not None:
             repro.check_prediction(
@@ -233,28 +246,21 @@ class DockerBuilder:
             f"{PROBE_DIR}/probe.pyz": probe_zipapp_bytes(),
             f"{PROBE_DIR}/pylock.toml": pylock,
         }
-        report_in = f"{PROBE_DIR}/report.json"
-        command = [
-            VENV_PYTHON,
-            f"{PROBE_DIR}/probe.pyz",
-            *probe_arguments(env, options),
-            "--lock",
-            f"{PROBE_DIR}/pylock.toml",
-            "--json",
-            report_in,
-        ]
+        report_in = _PROBE_REPORT
         progress(f"{env.name}/docker: probe in {tag} ({host_kind} host)", 0, None)
         code, output, files = docker_engine.run_in_container(
             client,
             tag,
-            command,
-            user=RUN_USER,
-            host_kind=host_kind,
+            _probe_command(env, options),
+            docker_engine.ContainerRun(
+                user=RUN_USER,
+                host_kind=host_kind,
+                labels={ENV_LABEL: env.name, ROLE_LABEL: "validate"},
+                timeout_s=options.timeout_s,
+            ),
             files_in=files_in,
             files_out=[report_in],
             progress=progress,
-            timeout_s=options.timeout_s,
-            labels={ENV_LABEL: env.name, ROLE_LABEL: "validate"},
         )
         if report_in not in files:
             tail = "\n".join(output.splitlines()[-20:])
@@ -375,6 +381,19 @@ class DockerBuilder:
             recorded.get("image_id"),
             progress,
         )
+
+
+def _probe_command(env: EnvSpec, options: ValidateOptions) -> list[str]:
+    """The probe run by the image's venv, on the pylock copied in, writing _PROBE_REPORT."""
+    return [
+        VENV_PYTHON,
+        f"{PROBE_DIR}/probe.pyz",
+        *probe_arguments(env, options),
+        "--lock",
+        f"{PROBE_DIR}/pylock.toml",
+        "--json",
+        _PROBE_REPORT,
+    ]
 
 
 def probe_arguments(env: EnvSpec, options: ValidateOptions) -> list[str]:

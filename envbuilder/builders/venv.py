@@ -606,6 +606,31 @@ class VenvBuilder:
             raise BuildError(strangers_message(folder.path, folder.strangers))
         # found before anything changes: a missing Python leaves the old venv as it was
         found = None if kept else self.find_python(self.python_request(env))
+        python = self._sync_from_wheelhouse(project, env, layout, lock_fd, kept, found, progress)
+        packages: dict[str, str] = self._state(layout)["packages"]
+        if diff := package_diff(packages, expected):
+            raise BuildError(
+                f"after sync the venv at {layout.root} differs from the lock: {'; '.join(diff)}"
+            )
+        changes = sync_changes(before, packages)
+        if changes:
+            progress(f"{env.name}/{self.name}: {', '.join(changes)}", 0, None)
+        return python, packages, changes
+
+    def _sync_from_wheelhouse(
+        self,
+        project: Project,
+        env: EnvSpec,
+        layout: VenvLayout,
+        lock_fd: int,
+        kept: str | None,
+        found: pyfinder.FoundPython | None,
+        progress: ProgressFn,
+    ) -> str:
+        """Mark the venv incomplete, make it with the Python `found` unless its `kept` Python is
+        usable, and sync it from a wheelhouse of the fetched artifacts; its Python version."""
+        from envbuilder import wheelcache
+
         project.cache.mkdir(parents=True, exist_ok=True)
         # swept by the next build once no process (this one, or a uv it started that outlived
         # a SIGKILL) holds its owner file
@@ -621,18 +646,10 @@ class VenvBuilder:
                 indexes=env.indexes,
             )
             self._mark_incomplete(layout, env)
-            python = kept or self._make_venv(layout, env, found, fds, progress)
+            version = kept or self._make_venv(layout, env, found, fds, progress)
             progress(f"{env.name}/{self.name}: syncing the venv to the lock", 0, None)
             self._sync(layout, requirements, fds)
-        packages: dict[str, str] = self._state(layout)["packages"]
-        if diff := package_diff(packages, expected):
-            raise BuildError(
-                f"after sync the venv at {layout.root} differs from the lock: {'; '.join(diff)}"
-            )
-        changes = sync_changes(before, packages)
-        if changes:
-            progress(f"{env.name}/{self.name}: {', '.join(changes)}", 0, None)
-        return python, packages, changes
+        return version
 
     def validate(
         self, project: Project, env: EnvSpec, options: ValidateOptions, progress: ProgressFn

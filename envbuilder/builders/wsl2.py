@@ -139,24 +139,22 @@ def build_rootfs_image(
     """Build the env's rendered WSL Dockerfile (or find it up to date: same tag, same context
     digest). Returns (image id, whether a build ran)."""
     from envbuilder.buildcontext import ca_bundle_path
-    from envbuilder.imagebuild import build_rendered_image
+    from envbuilder.imagebuild import RenderedBuild, build_rendered_image
 
     pylock_sha = lock.targets[TARGET].pylock_sha256
-    return build_rendered_image(
-        client,
-        project,
+    request = RenderedBuild(
         env.name,
         TARGET,
         DESCRIPTOR.rendered_folder(project, env.name),
         tag=image_tag(env.name, pylock_sha),
         labels={LOCK_LABEL: pylock_sha, ENV_LABEL: env.name, TARGET_LABEL: TARGET},
         build_args=build_args(lock),
-        progress=progress,
         ca_bundle=ca_bundle_path(None, project),
         indexes=env.indexes,
         nocache=nocache,
         deterministic=repro.Deterministic(lock.targets[TARGET].base_image, lock.source_date_epoch),
     )
+    return build_rendered_image(client, project, request, progress)
 
 
 @contextlib.contextmanager
@@ -293,8 +291,7 @@ class DockerEngine:
             self.client,
             self.image,
             list(run.argv),
-            user=user,
-            host_kind=self.host_kind,  # type: ignore[arg-type]
+            docker_engine.ContainerRun(user=user, host_kind=self.host_kind),  # type: ignore[arg-type]
             files_in=dict(run.files_in),
             files_out=[run.report],
             progress=progress,
@@ -490,6 +487,81 @@ def _host_kind(env: EnvSpec) -> str:
     return "cpu"
 
 
+def _recorded_prediction(lock: EnvLock, env: str) -> repro.Prediction:
+    """The rootfs image the lock predicts, which `build --verify` must rebuild."""
+    return repro.require_prediction(lock.artifacts, TARGET, env, f"lockfiles/{env}.lock.toml")
+
+
+def _observed_rootfs(
+    client: Any,
+    project: Project,
+    env: str,
+    lock: EnvLock,
+    image_id: str,
+    expected: repro.Prediction | None,
+) -> repro.Prediction:
+    """The built rootfs image, checked against `expected` (BuildError naming the first
+    difference) when there is one."""
+    base = lock.targets[TARGET].base_image
+    image = repro.observe(client, image_id, base)
+    if expected is not None:
+        repro.check_prediction(
+            client, expected, image, env=env, target=TARGET, base=base, workdir=project.cache
+        )
+    return image
+
+
+def _pulled_rootfs(
+    client: Any, env: str, lock: EnvLock, ref: str, progress: ProgressFn
+) -> tuple[str, repro.Prediction]:
+    """The pushed rootfs image pulled by digest `ref` (refused unless built from the lock):
+    the id the pull returned, and the image observed."""
+    from envbuilder import imageregistry
+
+    pylock_sha = lock.targets[TARGET].pylock_sha256
+    # Tagged as a build would, so `validate`/`pull` can say whether it is the predicted one.
+    image_id = imageregistry.pull_locked(
+        client, ref, image_tag(env, pylock_sha), pylock_sha, None, progress
+    )
+    return image_id, repro.observe(
+        client,
+        image_id,
+        lock.targets[TARGET].base_image,
+        repro.recorded(lock.artifacts, TARGET),
+    )
+
+
+def _is_recorded_wsl(path: Path, recorded: Mapping[str, str], image_id: str) -> bool:
+    """Whether dist/<env>.wsl is the one the lock records as exported from `image_id`."""
+    return (
+        path.is_file()
+        and recorded.get("image_id") == image_id
+        and recorded.get("format") == wsltar.FORMAT
+        and recorded.get("sha256") == sha256_file(path)
+    )
+
+
+@dataclass(frozen=True)
+class _Export:
+    """What `_write` exports into dist/<env>.wsl: the rootfs image (observed), the artifact's
+    details so far, and the sha256 the `.wsl` must have (None: any)."""
+
+    client: Any
+    image: repro.Prediction
+    details: Mapping[str, str]
+    expected_sha256: str | None = None
+
+
+def _check_exported(result: wsltar.WslResult, export: _Export) -> None:
+    expected = export.expected_sha256
+    if expected and expected != result.sha256:
+        raise BuildError(
+            f"{result.path} made from {export.details.get('pulled', export.image.image_id)} has "
+            f"sha256 {result.sha256}, but the lock recorded {expected} "
+            "for the build; the lock is left as it was"
+        )
+
+
 class Wsl2Builder:
     """The wsl2 target's builder (see the module docstring)."""
 
@@ -516,38 +588,15 @@ class Wsl2Builder:
         _require_wsl2(env)
         lock = _require_lock(project, env)
         recorded = lock.artifacts.get(TARGET, {})
-        expected = (
-            repro.require_prediction(
-                lock.artifacts, TARGET, env.name, f"lockfiles/{env.name}.lock.toml"
-            )
-            if options.verify
-            else None
-        )
+        expected = _recorded_prediction(lock, env.name) if options.verify else None
         client = self._docker()
         image_id, built = build_rootfs_image(
             client, project, env, lock, progress, nocache=options.no_cache or options.verify
         )
-        base = lock.targets[TARGET].base_image
-        image = repro.observe(client, image_id, base)
-        if expected is not None:
-            repro.check_prediction(
-                client,
-                expected,
-                image,
-                env=env.name,
-                target=TARGET,
-                base=base,
-                workdir=project.cache,
-            )
+        image = _observed_rootfs(client, project, env.name, lock, image_id, expected)
         path = wsl_path(project, env.name)
         note = repro.prediction_note(repro.recorded(lock.artifacts, TARGET), image)
-        if (
-            not built
-            and path.is_file()
-            and recorded.get("image_id") == image_id
-            and recorded.get("format") == wsltar.FORMAT
-            and recorded.get("sha256") == sha256_file(path)
-        ):
+        if not built and _is_recorded_wsl(path, recorded, image_id):
             progress(f"{env.name}/wsl2: {path.name} is up to date", 1, 1)
             return Artifact(
                 TARGET,
@@ -556,53 +605,34 @@ class Wsl2Builder:
                 recorded["sha256"],
                 {"changed": "no", "image_id": image_id, "prediction": note},
             )
-        return self._write(
-            project,
-            env,
-            lock,
+        export = _Export(
             client,
             image,
-            progress,
             {"changed": "yes", "image_id": image_id, "prediction": note},
             expected_sha256=recorded.get("sha256") if options.verify else None,
         )
+        return self._write(project, env, lock, export, progress)
 
     def _write(
-        self,
-        project: Project,
-        env: EnvSpec,
-        lock: EnvLock,
-        client: Any,
-        image: repro.Prediction,
-        progress: ProgressFn,
-        details: dict[str, str],
-        expected_sha256: str | None = None,
+        self, project: Project, env: EnvSpec, lock: EnvLock, export: _Export, progress: ProgressFn
     ) -> Artifact:
         from envbuilder.lockfile import record_artifact
 
-        image_id = image.image_id
-        progress(
-            f"{env.name}/wsl2: exporting {image_id[:19]} to {wsl_path(project, env.name)}", 0, None
-        )
-        result = export_image(
-            client, image_id, wsl_path(project, env.name), lock.source_date_epoch, progress
-        )
-        if expected_sha256 and expected_sha256 != result.sha256:
-            raise BuildError(
-                f"{result.path} made from {details.get('pulled', image_id)} has "
-                f"sha256 {result.sha256}, but the lock recorded {expected_sha256} "
-                "for the build; the lock is left as it was"
-            )
+        image_id = export.image.image_id
+        path = wsl_path(project, env.name)
+        progress(f"{env.name}/wsl2: exporting {image_id[:19]} to {path}", 0, None)
+        result = export_image(export.client, image_id, path, lock.source_date_epoch, progress)
+        _check_exported(result, export)
         record_artifact(
             project,
             env.name,
             TARGET,
             sha256=result.sha256,
             format=wsltar.FORMAT,
-            **image.artifacts(),
+            **export.image.artifacts(),
         )
         details = {
-            **details,
+            **export.details,
             "size": str(result.size),
             "entries": str(result.stats.entries),
             "dropped": str(len(result.stats.dropped)),
@@ -769,27 +799,14 @@ class Wsl2Builder:
             f"envbuilder push --target wsl2 --env {env.name} --registry HOST/PATH",
         )
         client = self._docker()
-        pylock_sha = lock.targets[TARGET].pylock_sha256
-        # Tagged as a build would, so `validate`/`pull` can say whether it is the predicted one.
-        image_id = imageregistry.pull_locked(
-            client, ref, image_tag(env.name, pylock_sha), pylock_sha, None, progress
-        )
-        image = repro.observe(
-            client,
-            image_id,
-            lock.targets[TARGET].base_image,
-            repro.recorded(lock.artifacts, TARGET),
-        )
-        artifact = self._write(
-            project,
-            env,
-            lock,
+        image_id, image = _pulled_rootfs(client, env.name, lock, ref, progress)
+        export = _Export(
             client,
             image,
-            progress,
             {"changed": "yes", "image_id": image_id, "pulled": ref},
             expected_sha256=recorded.get("sha256"),
         )
+        artifact = self._write(project, env, lock, export, progress)
         return f"{artifact.reference} sha256:{artifact.digest}"
 
 

@@ -125,9 +125,7 @@ def describe_difference(
     """A sentence naming the first differing layer (with its Dockerfile step) and, when the
     predicted image is on the engine, the first differing file; or the config difference when
     every layer is the predicted one."""
-    base_count = 0
-    if base and _on_engine(client, base):
-        base_count = len((client.images.get(base).attrs.get("RootFS") or {}).get("Layers") or [])
+    base_count = _base_layer_count(client, base)
     index = _first_layer_difference(expected_layers, actual_layers)
     have_expected = _on_engine(client, expected_id)
     if index is None:
@@ -135,13 +133,7 @@ def describe_difference(
     position = base_count + index
     wanted = {actual_layers[index]} if index < len(actual_layers) else set()
     rebuilt = save_image(client, actual_id, wanted.__contains__, workdir / "rebuilt")
-    made_by = steps(rebuilt.config)
-    step = made_by[position] if position < len(made_by) else "(no history)"
-    head = (
-        f"layer {position + 1} of the image ({index + 1} above the base), made by "
-        f"`{_short(step)}`, differs first (predicted {_at(expected_layers, index)}, "
-        f"rebuilt {_at(actual_layers, index)})"
-    )
+    head = _layer_head(steps(rebuilt.config), position, index, expected_layers, actual_layers)
     if index >= len(expected_layers) or index >= len(actual_layers):
         return head + "; the two images have a different number of layers"
     if not have_expected:
@@ -157,6 +149,29 @@ def describe_difference(
     if old is None or new is None:
         return head
     return f"{head}; first differing file: {first_file_difference(old, new)}"
+
+
+def _base_layer_count(client: Any, base: str | None) -> int:
+    if base and _on_engine(client, base):
+        return len((client.images.get(base).attrs.get("RootFS") or {}).get("Layers") or [])
+    return 0
+
+
+def _layer_head(
+    made_by: Sequence[str],
+    position: int,
+    index: int,
+    expected_layers: Sequence[str],
+    actual_layers: Sequence[str],
+) -> str:
+    """Which layer differs first (`position` in the image, `index` above the base), made by
+    which step, and the two layers' diff_ids."""
+    step = made_by[position] if position < len(made_by) else "(no history)"
+    return (
+        f"layer {position + 1} of the image ({index + 1} above the base), made by "
+        f"`{_short(step)}`, differs first (predicted {_at(expected_layers, index)}, "
+        f"rebuilt {_at(actual_layers, index)})"
+    )
 
 
 def _at(layers: Sequence[str], index: int) -> str:

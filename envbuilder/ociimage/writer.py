@@ -23,8 +23,8 @@ import json
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -100,49 +100,87 @@ def save_image(
     """Stream `docker save image`: return its config and, spooled into `workdir`, the layer
     tars whose diff_id `keep` accepts (by their index in the image's layers)."""
     workdir.mkdir(parents=True, exist_ok=True)
+    stream = _open_save_stream(client, image, progress)
+    with tarfile.open(fileobj=stream, mode="r|") as tar:
+        found = _read_save_stream(tar, keep, workdir)
+    manifest = json.loads(found.small.get("manifest.json", b"[]"))
+    if len(manifest) != 1 or manifest[0].get("Config") not in found.small:
+        raise EngineError(f"`docker save {image}` gave no single-image manifest.json")
+    config = json.loads(found.small[manifest[0]["Config"]])
+    diff_ids = list((config.get("rootfs") or {}).get("diff_ids") or [])
+    layers = _kept_layers(image, manifest[0]["Layers"], diff_ids, keep, found, workdir)
+    return SavedImage(config, layers)
+
+
+@dataclass
+class _SaveStream:
+    """What one pass over a `docker save` stream found."""
+
+    #: layer tar member -> spooled file (None: a base layer)
+    files: dict[str, Path | None] = field(default_factory=dict)
+    #: member name -> member it links to (a repeated layer)
+    links: dict[str, str] = field(default_factory=dict)
+    small: dict[str, bytes] = field(default_factory=dict)
+
+    def spooled(self, name: str) -> Path | None:
+        return self.files.get(self.links.get(name, name))
+
+
+def _open_save_stream(client: Any, image: str, progress: ProgressFn) -> io.BufferedReader:
     try:
         chunks = client.images.get(image).save(chunk_size=CHUNK)
         total = int(client.images.get(image).attrs.get("Size") or 0) or None
     except Exception as exc:  # docker.errors.* and connection errors alike
         raise EngineError(f"cannot save the image {image} from the engine: {exc}") from None
-    stream = io.BufferedReader(IterStream(chunks, progress, "save", total), buffer_size=CHUNK)
-    files: dict[str, Path | None] = {}  # layer tar member -> spooled file (None: a base layer)
-    links: dict[str, str] = {}  # member name -> member it links to (a repeated layer)
+    return io.BufferedReader(IterStream(chunks, progress, "save", total), buffer_size=CHUNK)
+
+
+def _read_save_stream(
+    tar: tarfile.TarFile, keep: Callable[[str], bool], workdir: Path
+) -> _SaveStream:
+    """Spool each kept layer tar once (a diff_id seen again reuses the first file); read the
+    small JSON members."""
+    found = _SaveStream()
     first: dict[str, Path] = {}  # diff_id -> the file spooled for it
-    small: dict[str, bytes] = {}
-    with tarfile.open(fileobj=stream, mode="r|") as tar:
-        for member in tar:
-            name = member.name
-            if member.issym() and name.endswith("/layer.tar"):
-                links[name] = _resolve_link(name, member.linkname)
-            elif member.isfile() and name.endswith("/layer.tar"):
-                digest, path = _spool_layer(tar, member, workdir, len(files))
-                if not keep(digest) or digest in first:
-                    path.unlink()
-                    files[name] = first.get(digest)
-                else:
-                    files[name] = first[digest] = path
-            elif member.isfile() and member.size < _SMALL:
-                handle = tar.extractfile(member)
-                small[name] = handle.read() if handle else b""
-    manifest = json.loads(small.get("manifest.json", b"[]"))
-    if len(manifest) != 1 or manifest[0].get("Config") not in small:
-        raise EngineError(f"`docker save {image}` gave no single-image manifest.json")
-    config = json.loads(small[manifest[0]["Config"]])
-    diff_ids = list((config.get("rootfs") or {}).get("diff_ids") or [])
+    for member in tar:
+        name = member.name
+        if member.issym() and name.endswith("/layer.tar"):
+            found.links[name] = _resolve_link(name, member.linkname)
+        elif member.isfile() and name.endswith("/layer.tar"):
+            digest, path = _spool_layer(tar, member, workdir, len(found.files))
+            if not keep(digest) or digest in first:
+                path.unlink()
+                found.files[name] = first.get(digest)
+            else:
+                found.files[name] = first[digest] = path
+        elif member.isfile() and member.size < _SMALL:
+            handle = tar.extractfile(member)
+            found.small[name] = handle.read() if handle else b""
+    return found
+
+
+def _kept_layers(
+    image: str,
+    names: Sequence[str],
+    diff_ids: Sequence[str],
+    keep: Callable[[str], bool],
+    found: _SaveStream,
+    workdir: Path,
+) -> dict[int, Path]:
+    """The manifest's layers (`names`, with their `diff_ids`) that `keep` accepts, by index."""
     layers: dict[int, Path] = {}
-    for index, (name, diff_id) in enumerate(zip(manifest[0]["Layers"], diff_ids, strict=True)):
+    for index, (name, diff_id) in enumerate(zip(names, diff_ids, strict=True)):
         if not keep(diff_id):
             continue
-        spooled = files.get(links.get(name, name))
+        spooled = found.spooled(name)
         if spooled is None or not spooled.exists():
             raise EngineError(f"`docker save {image}` lacks the layer {diff_id}")
         if spooled in layers.values():  # the same layer twice (empty steps): normalised apart
-            copy = workdir / f"saved-{len(files) + index}.tar"
+            copy = workdir / f"saved-{len(found.files) + index}.tar"
             shutil.copyfile(spooled, copy)
             spooled = copy
         layers[index] = spooled
-    return SavedImage(config, layers)
+    return layers
 
 
 def _resolve_link(name: str, linkname: str) -> str:
@@ -220,22 +258,30 @@ def write_image(
         image_id = digest_bytes(config)
         _load(client, config, [w.path for _, w in written], len(base_ids), progress)
         _check_loaded(client, image_id)
-        history = [h for h in doc["history"][base_history:] if not h.get("empty_layer")]
-        summaries = tuple(
-            LayerSummary(
-                index,
-                w.diff_id,
-                str(step.get("created_by", "")),
-                w.size,
-                w.stats.entries,
-                len(w.stats.dropped),
-                len(w.stats.changed),
-            )
-            for (index, w), step in zip(written, _pad(history, len(written)), strict=True)
-        )
+        summaries = _summaries(doc["history"][base_history:], written)
         return WrittenImage(image_id, config, len(base_ids), summaries)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _summaries(
+    history: list[dict[str, Any]], written: list[tuple[int, WrittenLayer]]
+) -> tuple[LayerSummary, ...]:
+    """One summary per written layer, with the step of its history entry (those above the
+    base's that made a layer)."""
+    made = [h for h in history if not h.get("empty_layer")]
+    return tuple(
+        LayerSummary(
+            index,
+            w.diff_id,
+            str(step.get("created_by", "")),
+            w.size,
+            w.stats.entries,
+            len(w.stats.dropped),
+            len(w.stats.changed),
+        )
+        for (index, w), step in zip(written, _pad(made, len(written)), strict=True)
+    )
 
 
 def _pad(history: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:

@@ -264,45 +264,70 @@ def follow(
 ) -> tuple[slurm_job.JobState, str | None]:
     """Poll until the job is over; say what changes. Cancels it (scancel, then waits) on Ctrl-C
     (re-raised) or once `request.timeout_s` has passed (returned as the reason)."""
-    start = time.monotonic()
-    last = ""
     try:
-        while True:
-            state = slurm_job.poll(job_id, environ)
-            if state.finished:
-                return state, None
-            done, phase = _nodes_done(job_dir)
-            line = f"{state.state} {state.reason} {done} {phase}"
-            if line != last:
-                detail = (
-                    f": {phase} phase, {done}/{nodes} node probe(s) done"
-                    if state.state == "RUNNING" and phase
-                    else ""
-                )
-                progress(state.describe() + detail, 0, None)
-                last = line
-            if request.timeout_s is not None and time.monotonic() - start > request.timeout_s:
-                why = f"not finished after {request.timeout_s:g} s (--timeout)"
-                progress(f"job {job_id} {why}: cancelling it", 0, None)
-                return slurm_job.cancel(job_id, environ), why
-            time.sleep(request.poll_s)
+        return _poll_until_over(job_id, job_dir, nodes, environ, request, progress)
     except KeyboardInterrupt:
         progress(f"interrupted: cancelling Slurm job {job_id}", 0, None)
         final = slurm_job.cancel(job_id, environ)
         progress(f"{final.describe()}", 0, None)
         raise
     except slurm_job.SlurmError as exc:
-        # The job is queued and envbuilder cannot see it any more (slurmctld down, squeue
-        # refusing): cancel it rather than leave it running unwatched, and say which job.
-        try:
-            slurm_job.scancel(job_id, environ)  # no waiting: polling is what failed
-            after = f"envbuilder cancelled job {job_id}"
-        except slurm_job.SlurmError:
-            after = f"cancel it with `scancel {job_id}`"
-        raise slurm_job.SlurmError(
-            f"job {job_id} was submitted, but envbuilder cannot follow it: {exc}; {after} "
-            f"(its folder: {job_dir})"
-        ) from None
+        raise _cancelled_unwatched(job_id, job_dir, environ, exc) from None
+
+
+def _poll_until_over(
+    job_id: str,
+    job_dir: Path,
+    nodes: int,
+    environ: Mapping[str, str],
+    request: SlurmRequest,
+    progress: ProgressFn,
+) -> tuple[slurm_job.JobState, str | None]:
+    start = time.monotonic()
+    last = ""
+    while True:
+        state = slurm_job.poll(job_id, environ)
+        if state.finished:
+            return state, None
+        last = _say_change(state, job_dir, nodes, last, progress)
+        if request.timeout_s is not None and time.monotonic() - start > request.timeout_s:
+            why = f"not finished after {request.timeout_s:g} s (--timeout)"
+            progress(f"job {job_id} {why}: cancelling it", 0, None)
+            return slurm_job.cancel(job_id, environ), why
+        time.sleep(request.poll_s)
+
+
+def _say_change(
+    state: slurm_job.JobState, job_dir: Path, nodes: int, last: str, progress: ProgressFn
+) -> str:
+    """Report the job's state and the nodes' progress when they differ from `last` (what the
+    previous poll saw); what this poll saw."""
+    done, phase = _nodes_done(job_dir)
+    line = f"{state.state} {state.reason} {done} {phase}"
+    if line != last:
+        detail = (
+            f": {phase} phase, {done}/{nodes} node probe(s) done"
+            if state.state == "RUNNING" and phase
+            else ""
+        )
+        progress(state.describe() + detail, 0, None)
+    return line
+
+
+def _cancelled_unwatched(
+    job_id: str, job_dir: Path, environ: Mapping[str, str], exc: slurm_job.SlurmError
+) -> slurm_job.SlurmError:
+    """The job is queued and envbuilder cannot see it any more (slurmctld down, squeue
+    refusing): cancel it rather than leave it running unwatched; the error says which job."""
+    try:
+        slurm_job.scancel(job_id, environ)  # no waiting: polling is what failed
+        after = f"envbuilder cancelled job {job_id}"
+    except slurm_job.SlurmError:
+        after = f"cancel it with `scancel {job_id}`"
+    return slurm_job.SlurmError(
+        f"job {job_id} was submitted, but envbuilder cannot follow it: {exc}; {after} "
+        f"(its folder: {job_dir})"
+    )
 
 
 # --------------------------------------------------------------------------- the whole run
@@ -321,28 +346,13 @@ def validate_on_slurm(
     runtime = check_request(target, request)
     if target not in env.targets:
         raise UsageError(f"env {env.name!r} has no target {target!r}")
-    run_dir = Path(
-        os.path.abspath(  # noqa: PTH100
-            request.run_dir or project.reports / "slurm" / f"{env.name}.{target}"
-        )
-    )
+    run_dir = _run_dir(project, env.name, target, request)
     check_run_dir(run_dir, request.run_dir is not None)
     slurm_job.require_commands(os.environ)  # before anything is written or submitted
-    common, select, cross = probe_words(env, options)
+    settings = _probe_settings(runtime, env, options)
     verified = lockfile.load_verified_lock(project, env.name, target, spec.env_hash(env.name))
     script = write_script(project, spec, env, progress)
-    settings = {
-        "ENVBUILDER_RUNTIME": runtime,
-        "ENVBUILDER_PROBE_ARGS": " ".join(common),
-        "ENVBUILDER_NODE_CHECKS": " ".join(select),
-        "ENVBUILDER_CROSS_NODE": "1" if cross else "0",
-    }
-    if runtime in IMAGE_RUNTIMES:
-        settings["ENVBUILDER_IMAGE"] = choose_image(
-            verified.lock, env.name, target, runtime, verified.pylock.entry.pylock_sha256
-        )
-    else:
-        settings["ENVBUILDER_VENV"] = str(_venv(project, env, target, options.path))
+    settings |= _environment_setting(project, env, target, options, runtime, verified)
     if request.gpus_per_node:
         settings["ENVBUILDER_RANKS_PER_NODE"] = str(request.gpus_per_node)
     settings["ENVBUILDER_RUN_DIR"] = str(run_dir)
@@ -358,6 +368,57 @@ def validate_on_slurm(
         None,
     )
     state, cancelled = follow(job_id, job_dir, request.nodes, environ, request, progress)
+    return _outcome(job_id, state, cancelled, run_dir, script, environ)
+
+
+def _run_dir(project: Project, env: str, target: str, request: SlurmRequest) -> Path:
+    """--run-dir, or reports/slurm/<env>.<target>, as an absolute path (the nodes see it)."""
+    return Path(
+        os.path.abspath(  # noqa: PTH100
+            request.run_dir or project.reports / "slurm" / f"{env}.{target}"
+        )
+    )
+
+
+def _probe_settings(runtime: str, env: EnvSpec, options: ValidateOptions) -> dict[str, str]:
+    """The job's settings for the runtime and what the probe checks on each node and across."""
+    common, select, cross = probe_words(env, options)
+    return {
+        "ENVBUILDER_RUNTIME": runtime,
+        "ENVBUILDER_PROBE_ARGS": " ".join(common),
+        "ENVBUILDER_NODE_CHECKS": " ".join(select),
+        "ENVBUILDER_CROSS_NODE": "1" if cross else "0",
+    }
+
+
+def _environment_setting(
+    project: Project,
+    env: EnvSpec,
+    target: str,
+    options: ValidateOptions,
+    runtime: str,
+    verified: lockfile.VerifiedLock,
+) -> dict[str, str]:
+    """Where the nodes find the environment: the image the runtime pulls, or the venv."""
+    if runtime in IMAGE_RUNTIMES:
+        return {
+            "ENVBUILDER_IMAGE": choose_image(
+                verified.lock, env.name, target, runtime, verified.pylock.entry.pylock_sha256
+            )
+        }
+    return {"ENVBUILDER_VENV": str(_venv(project, env, target, options.path))}
+
+
+def _outcome(
+    job_id: str,
+    state: slurm_job.JobState,
+    cancelled: str | None,
+    run_dir: Path,
+    script: Path,
+    environ: Mapping[str, str],
+) -> SlurmOutcome:
+    """The ended job's results, read from its folder, and the reports written from them."""
+    job_dir = run_dir / f"job-{job_id}"
     info = fleet.JobInfo(
         job_id,
         state.state,

@@ -229,25 +229,27 @@ def _profile_lines(variables: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(lines)
 
 
-def plan(env: EnvSpec, inputs: PlanInputs) -> Plan:
-    """rootfs (the base, python3, systemd, the ROCm WSL stack, the user, the profile) -> build
-    (the venv; the libhsa fix) -> final (the venv and the WSL files copied in, labels)."""
-    wsl = env.table(Wsl2Table)
-    if wsl is None:
-        raise RenderError(f"env {env.name!r} has no [env.{env.name}.wsl2] table")
-    rocm, lock, variables = inputs.rocm, inputs.lock, inputs.variables
-    pip_sdk = env.accelerator == "rocm" and rocm is not None and rocm.install_model == "pip-sdk"
+def _distro_variables(
+    env: EnvSpec, rocm: RocmRelease | None, variables: Mapping[str, str]
+) -> Mapping[str, str]:
+    """The profile's variables, with the DXG detection switch where the runtime needs it."""
     rocdxg = env.accelerator == "rocm" and rocm is not None and rocm.wsl_stack == "rocdxg"
     dxg = load_compat().dxg
     if rocdxg and rocm is not None and (dxg is None or dxg.needs_detection_env(rocm.version)):
         # On by default from ROCm 7.13 (wsl.toml [dxg]); before, the runtime needs it.
-        variables = {**variables, "HSA_ENABLE_DXG_DETECTION": "1"}
-    base, pinned = from_image(wsl.base, lock)
+        return {**variables, "HSA_ENABLE_DXG_DETECTION": "1"}
+    return variables
+
+
+def _rootfs_steps(
+    env: EnvSpec, wsl: Wsl2Table, inputs: PlanInputs, variables: Mapping[str, str]
+) -> list[Step]:
+    """The base's packages, systemd, the ROCm WSL stack, the user, the profile, the icon."""
     system = ["ca-certificates"]
     if wsl.systemd:
         system += ["systemd", "systemd-sysv"]
     rootfs: list[Step] = [AptInstall(python_packages((*env.apt, *system)))]
-    rootfs += _wsl_stack(env, rocm, wsl.ubuntu, lock)
+    rootfs += _wsl_stack(env, inputs.rocm, wsl.ubuntu, inputs.lock)
     if wsl.systemd:
         # Which units: compatibility data (envbuilder/data/wsl.toml, with its sources).
         rootfs.append(MaskUnits(load_compat().wsl_units.masked))
@@ -261,6 +263,11 @@ def plan(env: EnvSpec, inputs: PlanInputs) -> Plan:
             "The Start-menu icon ([shortcut] icon), drawn by envbuilder.wslicon.",
         ),
     ]
+    return rootfs
+
+
+def _venv_stage(env: EnvSpec, rocm: RocmRelease | None, pip_sdk: bool) -> Stage:
+    """The venv built on the rootfs, with the libhsa fix and the pip SDK's /opt/rocm link."""
     build = build_stage("rootfs", "python3", env.python, sdists=pip_sdk)
     if env.accelerator == "rocm" and rocm is not None and rocm.libhsa_fix is not None:
         torch_lib = f"{VENV}/lib/python{env.python}/site-packages/torch/lib"
@@ -269,7 +276,11 @@ def plan(env: EnvSpec, inputs: PlanInputs) -> Plan:
         build = replace(
             build, steps=(*build.steps, LinkRocmSdkRoot(f"{VENV}/bin/rocm-sdk", PIP_SDK_ROCM_LINK))
         )
-    final = Stage(
+    return build
+
+
+def _final_stage(env: EnvSpec, lock: LockPins) -> Stage:
+    return Stage(
         None,
         "rootfs",
         True,
@@ -285,26 +296,44 @@ def plan(env: EnvSpec, inputs: PlanInputs) -> Plan:
             labels(env, lock),
         ),
     )
+
+
+def _wsl_config(env: EnvSpec, wsl: Wsl2Table, build_librocdxg: bool) -> WslConfig:
     welcome = (
         f"This is the envbuilder distro {wsl.distro!r}: {env.description}",
         f"Python {env.python} venv with the locked packages: {VENV} (on PATH in login shells).",
     )
-    # The oobe script builds librocdxg from source on the amdgpu-install rocdxg path only; on the
-    # pip SDK the prebuilt .deb is in the image already.
-    config = WslConfig(
+    return WslConfig(
         wsl.distro,
         wsl.user,
         UID,
         wsl.systemd,
         OOBE_PATH,
         VENV,
-        rocdxg and not pip_sdk,
+        build_librocdxg,
         welcome,
         ICON_PATH,
         wsl.append_windows_path,
         wsl.terminal_profile,
     )
-    stages = (Stage("rootfs", base, pinned, tuple(rootfs)), build, final)
+
+
+def plan(env: EnvSpec, inputs: PlanInputs) -> Plan:
+    """rootfs (the base, python3, systemd, the ROCm WSL stack, the user, the profile) -> build
+    (the venv; the libhsa fix) -> final (the venv and the WSL files copied in, labels)."""
+    wsl = env.table(Wsl2Table)
+    if wsl is None:
+        raise RenderError(f"env {env.name!r} has no [env.{env.name}.wsl2] table")
+    rocm, lock = inputs.rocm, inputs.lock
+    pip_sdk = env.accelerator == "rocm" and rocm is not None and rocm.install_model == "pip-sdk"
+    rocdxg = env.accelerator == "rocm" and rocm is not None and rocm.wsl_stack == "rocdxg"
+    variables = _distro_variables(env, rocm, inputs.variables)
+    base, pinned = from_image(wsl.base, lock)
+    rootfs = Stage("rootfs", base, pinned, tuple(_rootfs_steps(env, wsl, inputs, variables)))
+    stages = (rootfs, _venv_stage(env, rocm, pip_sdk), _final_stage(env, lock))
+    # The oobe script builds librocdxg from source on the amdgpu-install rocdxg path only; on the
+    # pip SDK the prebuilt .deb is in the image already.
+    config = _wsl_config(env, wsl, rocdxg and not pip_sdk)
     return Plan(env.name, NAME, env.description, lock.locked, stages, wsl=config)
 
 
