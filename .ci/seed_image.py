@@ -94,13 +94,20 @@ def normalize(root: Path) -> None:
         if path.is_file():
             path.write_bytes(b"")
     for rel in RUNTIME_DIRS:
-        path = root / rel
-        if path.is_dir():
-            for child in path.iterdir():
-                if child.is_dir() and not child.is_symlink():
-                    shutil.rmtree(child)
-                else:
-                    child.unlink()
+        _empty_folder(root / rel)
+    _fix_shadow_files(root)
+
+
+def _empty_folder(path: Path) -> None:
+    if path.is_dir():
+        for child in path.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+
+
+def _fix_shadow_files(root: Path) -> None:
     day = str(SOURCE_DATE_EPOCH // 86400)
     for rel in SHADOW_FILES:
         path = root / rel

@@ -213,16 +213,28 @@ def hostile_changes(draw: st.DrawFn) -> tuple[list[tuple[str, str]], list[str]]:
 
 def apply(job: Path, secret: Path, name: str, kind: str) -> None:
     path = job / name
+    if not _remove(path, kind):
+        return
+    if not path.parent.is_dir() or path.parent.is_symlink():
+        return
+    _plant(path, job, secret, kind)
+
+
+def _remove(path: Path, kind: str) -> bool:
+    """Remove what is at `path` for a change of `kind`; False where the change is a no-op (a
+    folder stays a folder when garbage would be written into it)."""
     if path.is_dir() and not path.is_symlink():
         if kind == "garbage":
-            return
+            return False
         for child in path.iterdir():
             child.unlink()
         path.rmdir()
     elif path.exists() or path.is_symlink():
         path.unlink()
-    if not path.parent.is_dir() or path.parent.is_symlink():
-        return
+    return True
+
+
+def _plant(path: Path, job: Path, secret: Path, kind: str) -> None:
     if kind == "link-secret":
         path.symlink_to(secret)
     elif kind == "link-dir":
