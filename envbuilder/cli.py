@@ -35,6 +35,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from envbuilder import __version__, interrupts
+from envbuilder.commands._options import refuse_empty_values
 from envbuilder.errors import EnvbuilderError
 from envbuilder.project import SPEC_NAME, find_spec
 from envbuilder.ui import UI
@@ -92,60 +93,6 @@ def _command_modules() -> list[tuple[str, ModuleType]]:
     return [(n, command_module(n)) for n in names]
 
 
-def path_value(text: str) -> Path:
-    """argparse type of every path option: an empty string is refused (exit 2). Path("") is
-    ".", so `--run-dir "$UNSET"` would otherwise quietly mean the current folder and write
-    there (a job folder, probe.pyz, reports)."""
-    if not text:
-        raise argparse.ArgumentTypeError(
-            "an empty path (an unset shell variable?); name a file or folder, "
-            "e.g. . for the current one"
-        )
-    return Path(text)
-
-
-def non_empty(text: str) -> str:
-    """argparse type given to every option and argument that takes a string without a type of
-    its own (names, registries, messages, ...): an empty one is refused (exit 2), as
-    `--env "$UNSET"` is a mistake, never a value."""
-    if not text:
-        raise argparse.ArgumentTypeError(
-            "an empty value (an unset shell variable?); give one, or leave the option out"
-        )
-    return text
-
-
-def _refuse_empty_values(parser: argparse.ArgumentParser) -> None:
-    """Give `non_empty` to each of the command's options and arguments that takes a value and
-    has no type yet (path options have path_value, numbers int)."""
-    for action in parser._actions:  # argparse keeps them there; there is no public list
-        if action.nargs == 0 or action.type is not None or not action.dest:
-            continue
-        if isinstance(action, (argparse._StoreAction, argparse._AppendAction)):
-            action.type = non_empty
-
-
-def add_common_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options every command that reads the spec shares."""
-    parser.add_argument(
-        "--spec",
-        type=path_value,
-        default=None,
-        metavar="PATH",
-        help=f"the spec file (default: {SPEC_NAME} in this folder or the nearest folder "
-        "above it that has one, as git finds .git; -v shows which); outputs go beside it",
-    )
-
-
-def add_json_argument(parser: argparse.ArgumentParser, what: str) -> None:
-    """--json: print `what` as one JSON object on stdout (docs/cli.md gives every shape)."""
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help=f"print {what} as one JSON object on stdout (shape: docs/cli.md)",
-    )
-
-
 def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
     """The parser: every command listed with its HELP; the arguments and description of the
     commands in `load` (default: all, which imports every command module)."""
@@ -187,7 +134,7 @@ def _load_command(parser: argparse.ArgumentParser, name: str) -> None:
     module = command_module(name)
     parser.description = getattr(module, "DESCRIPTION", module.HELP)
     module.add_arguments(parser)
-    _refuse_empty_values(parser)
+    refuse_empty_values(parser)
     parser.set_defaults(_module=module)
 
 

@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from envbuilder import fleet
-from envbuilder.cli import path_value
+from envbuilder.commands._options import path_value
 from envbuilder.commands._targets import progress_for, require, selected
 from envbuilder.errors import UsageError
 from envbuilder.slurm.run import SlurmOutcome, SlurmRequest, validate_on_slurm

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
-from envbuilder.cli import add_common_arguments, add_json_argument
+from envbuilder.commands._options import add_common_arguments, add_json_argument
 from envbuilder.errors import UsageError
 from envbuilder.model import EnvSpec
 from envbuilder.progress import ProgressFn

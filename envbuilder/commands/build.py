@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envbuilder.cli import path_value
+from envbuilder.commands._options import path_value
 from envbuilder.commands._targets import (
     PATH_REFUSAL,
     add_selection_arguments,

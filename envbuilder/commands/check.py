@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-from envbuilder.cli import add_common_arguments, add_json_argument
+from envbuilder.commands._options import add_common_arguments, add_json_argument
 from envbuilder.compat import INSTALL_MODEL_LABELS
 from envbuilder.errors import UsageError
 from envbuilder.model import Spec

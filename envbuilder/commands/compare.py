@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from envbuilder import compare, compare_html
-from envbuilder.cli import path_value
+from envbuilder.commands._options import path_value
 from envbuilder.errors import UsageError
 from envbuilder.fsutil import same_file, temp_dir, write_together
 from envbuilder.ui import UI

@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.table import Table
 
 from envbuilder import doctor
-from envbuilder.cli import add_common_arguments
+from envbuilder.commands._options import add_common_arguments
 from envbuilder.ui import UI
 
 HELP = "check this host (OS, RAM, disk, Docker, GPU devices, drivers, WSL, Python) for an env"

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from envbuilder import explain
-from envbuilder.cli import add_json_argument
+from envbuilder.commands._options import add_json_argument
 from envbuilder.errors import UsageError
 from envbuilder.ui import UI
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from envbuilder import compare, fleet
-from envbuilder.cli import path_value
+from envbuilder.commands._options import path_value
 from envbuilder.commands._slurm import fleet_table
 from envbuilder.ui import UI
 

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from envbuilder.cli import add_json_argument, path_value
+from envbuilder.commands._options import add_json_argument, path_value
 from envbuilder.errors import EnvbuilderError, UsageError
 from envbuilder.fsutil import temp_dir
 from envbuilder.project import SPEC_NAME

@@ -6,7 +6,7 @@ import argparse
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from envbuilder.cli import add_common_arguments, add_json_argument
+from envbuilder.commands._options import add_common_arguments, add_json_argument
 from envbuilder.errors import EnvbuilderError, UsageError
 from envbuilder.lockfile import CheckOutcome, check_env
 from envbuilder.model import EnvSpec, Spec

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from envbuilder.cli import add_common_arguments, add_json_argument
+from envbuilder.commands._options import add_common_arguments, add_json_argument
 from envbuilder.devcontainer import DEVCONTAINERS
 from envbuilder.errors import UsageError
 from envbuilder.project import Project

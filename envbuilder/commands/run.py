@@ -6,7 +6,7 @@ import argparse
 import shutil
 import sys
 
-from envbuilder.cli import add_common_arguments, add_json_argument, path_value
+from envbuilder.commands._options import add_common_arguments, add_json_argument, path_value
 from envbuilder.commands._targets import progress_for, require
 from envbuilder.errors import EngineError, UsageError
 from envbuilder.foreground import is_terminal_session, run_foreground

@@ -6,8 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from envbuilder.cli import path_value
 from envbuilder.commands import _slurm
+from envbuilder.commands._options import path_value
 from envbuilder.commands._targets import (
     add_selection_arguments,
     path_option,
