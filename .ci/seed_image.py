@@ -15,7 +15,7 @@ package versions only:
      manifest, and upload the three blobs with the registry's HTTP API, so that the repository
      digest is the sha256 of bytes this script wrote (no docker push, no recompression).
 
-The image documents, digests and the gzip come from envbuilder.ociimage.blobs (stdlib only),
+The image documents, digests and the gzip come from envbuilder.image.oci.blobs (stdlib only),
 the same code envbuilder writes its reproducible images with; this script adds the seed's own
 normalisation and tree walk. Runs as root (the tree is root-owned) with the system Python, no
 envbuilder install needed. Prints the manifest digest on stdout.
@@ -40,7 +40,7 @@ from pathlib import Path
 
 # The checkout's envbuilder package (its ociimage.blobs module needs only the stdlib).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from envbuilder.ociimage.blobs import (
+from envbuilder.image.oci.blobs import (
     MANIFEST_TYPE,
     Blob,
     canonical_json,

@@ -33,10 +33,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from envbuilder import docker_engine, lockfile, wheelcache  # noqa: E402
 from envbuilder.builders.docker import DockerBuilder  # noqa: E402
-from envbuilder.project import Project  # noqa: E402
-from envbuilder.specload import load_spec  # noqa: E402
+from envbuilder.core.project import Project  # noqa: E402
+from envbuilder.image import engine  # noqa: E402
+from envbuilder.lock import lockfile, wheelcache  # noqa: E402
+from envbuilder.spec.load import load_spec  # noqa: E402
 from envbuilder.targets.base import BuildOptions  # noqa: E402
 
 
@@ -91,7 +92,7 @@ def _layers(client: Any, image: str) -> list[dict[str, Any]]:
 
 def measure(env_name: str) -> dict[str, Any]:
     """Run the four measurements and return their numbers."""
-    client = docker_engine.connect()
+    client = engine.connect()
     target = DockerBuilder()
     with tempfile.TemporaryDirectory(prefix="envbuilder-bench-") as tmp:
         project = _copy_project(Path(tmp), env_name)

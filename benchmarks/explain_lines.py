@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from envbuilder import explain
+from envbuilder.host import explain
 
 
 def kfd_line(size: int) -> str:

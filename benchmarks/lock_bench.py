@@ -38,13 +38,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from envbuilder.locking import lock_env, target_python
-from envbuilder.locking import platform as lock_platform
-from envbuilder.project import Project
-from envbuilder.pyfinder import uv_bin
-from envbuilder.specload import load_spec
-from envbuilder.uvrun import make_request, pyproject_for
-from envbuilder.wheelcache import downloaded_bytes, fetch_locked
+from envbuilder.core.project import Project
+from envbuilder.host.pyfinder import uv_bin
+from envbuilder.lock.resolve import lock_env, target_python
+from envbuilder.lock.resolve import platform as lock_platform
+from envbuilder.lock.uv import make_request, pyproject_for
+from envbuilder.lock.wheelcache import downloaded_bytes, fetch_locked
+from envbuilder.spec.load import load_spec
 
 ENVBUILDER = [sys.executable, "-m", "envbuilder"]
 #: The console script users run (its entry point, envbuilder.__main__:entry), beside the

@@ -1,4 +1,4 @@
-"""What the pip SDK's first-index lock costs (envbuilder.sdklock), measured side by side.
+"""What the pip SDK's first-index lock costs (envbuilder.lock.sdk), measured side by side.
 
     .venv/bin/python benchmarks/pipsdk_lock.py [--runs 7]
 
@@ -34,12 +34,12 @@ sys.path.insert(0, str(ROOT / "tests"))
 from replica.catalog import load_catalog  # noqa: E402
 from replica.server import serve  # noqa: E402
 
-from envbuilder.compat import load_compat  # noqa: E402
-from envbuilder.model import Index  # noqa: E402
-from envbuilder.pipsdk import lock_inputs, sdk_index  # noqa: E402
-from envbuilder.sdklock import pinned_too, resolve_sdk, unpinned_family  # noqa: E402
-from envbuilder.specload import load_spec  # noqa: E402
-from envbuilder.uvrun import ResolveRequest, make_request, postprocess, run_uv  # noqa: E402
+from envbuilder.core.compat import load_compat  # noqa: E402
+from envbuilder.core.model import Index  # noqa: E402
+from envbuilder.core.pipsdk import lock_inputs, sdk_index  # noqa: E402
+from envbuilder.lock.sdk import pinned_too, resolve_sdk, unpinned_family  # noqa: E402
+from envbuilder.lock.uv import ResolveRequest, make_request, postprocess, run_uv  # noqa: E402
+from envbuilder.spec.load import load_spec  # noqa: E402
 
 AMD = "https://repo.amd.com/rocm/whl-multi-arch/"
 PLATFORM = "x86_64-manylinux_2_28"

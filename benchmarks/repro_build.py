@@ -40,14 +40,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from envbuilder import docker_engine, lockfile, repro  # noqa: E402
 from envbuilder.builders.docker import image_tag  # noqa: E402
-from envbuilder.fsutil import atomic_write_bytes  # noqa: E402
-from envbuilder.imagebuild import RenderedBuild, build_rendered_image  # noqa: E402
-from envbuilder.imagedefs import ENV_LABEL, LOCK_LABEL, LOCK_SHA_ARG  # noqa: E402
-from envbuilder.ociimage.writer import write_image  # noqa: E402
-from envbuilder.project import Project  # noqa: E402
-from envbuilder.specload import load_spec  # noqa: E402
+from envbuilder.builders.rendered_image import RenderedBuild, build_rendered_image  # noqa: E402
+from envbuilder.core.fsutil import atomic_write_bytes  # noqa: E402
+from envbuilder.core.imagedefs import ENV_LABEL, LOCK_LABEL, LOCK_SHA_ARG  # noqa: E402
+from envbuilder.core.project import Project  # noqa: E402
+from envbuilder.image import engine, repro  # noqa: E402
+from envbuilder.image.oci.writer import write_image  # noqa: E402
+from envbuilder.lock import lockfile  # noqa: E402
+from envbuilder.spec.load import load_spec  # noqa: E402
 from envbuilder.targets.docker import DESCRIPTOR  # noqa: E402
 
 
@@ -100,7 +101,7 @@ def _load() -> float:
 
 
 def measure(env: str, pairs: int) -> dict[str, Any]:
-    client = docker_engine.connect()
+    client = engine.connect()
     load_before = os.getloadavg()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="envbuilder-repro-bench-") as tmp:

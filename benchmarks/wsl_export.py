@@ -32,15 +32,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from envbuilder import docker_engine, wsltar
 from envbuilder.builders import wsl2
+from envbuilder.image import engine, wsl
 
 SDE = 1_790_000_000
 
 
 def default_image() -> str:
-    from envbuilder.lockfile import load_env_lock
-    from envbuilder.project import Project
+    from envbuilder.core.project import Project
+    from envbuilder.lock.lockfile import load_env_lock
 
     lock = load_env_lock(Project.from_spec("environments.toml"), "cpu")
     if lock is None:
@@ -59,7 +59,7 @@ def plain(container: Any, out: Path, level: int) -> int:
 
 
 def sdk_gzip(container: Any, out: Path, level: int) -> int:
-    stream = wsltar.IterStream(container.export(chunk_size=1 << 20))
+    stream = wsl.IterStream(container.export(chunk_size=1 << 20))
     source = io.BufferedReader(stream, buffer_size=1 << 20)
     with gzip.GzipFile(out, "wb", compresslevel=level, mtime=0) as gz:
         for chunk in iter(lambda: source.read(1 << 20), b""):
@@ -82,9 +82,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--image")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--level", type=int, default=wsltar.COMPRESSLEVEL)
+    parser.add_argument("--level", type=int, default=wsl.COMPRESSLEVEL)
     args = parser.parse_args()
-    client = docker_engine.connect()
+    client = engine.connect()
     image = args.image or default_image()
     container = client.containers.create(image, command=["/bin/sh"])
     ways: dict[str, Callable[[Path], int]] = {

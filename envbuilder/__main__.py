@@ -2,7 +2,7 @@
 
 The interrupt handlers go in before anything heavy is imported: importing the commands takes
 about half a second, and a Ctrl-C or SIGTERM then must end like one at any later moment (one
-line, exit 130 or 143, no traceback). Only `envbuilder.interrupts` (standard library only) is
+line, exit 130 or 143, no traceback). Only `envbuilder.core.interrupts` (standard library only) is
 imported before that.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from envbuilder import interrupts
+from envbuilder.core import interrupts
 
 TYPE_CHECKING = False  # typing's own flag costs an import of typing (~15 ms) at start-up
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ def entry() -> NoReturn:
     interrupts.install()
     try:
         try:
-            from envbuilder.cli import main
+            from envbuilder.commands._cli import main
 
             code = main()
         finally:

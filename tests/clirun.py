@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.cli import main
-from envbuilder.project import Project
+from envbuilder.commands._cli import main
+from envbuilder.core.project import Project
 
 
 def in_project(project: Project, *args: str) -> int:

@@ -9,8 +9,8 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
-from envbuilder.devcontainer import DEVCONTAINERS
-from envbuilder.project import Project
+from envbuilder.builders.devcontainer import DEVCONTAINERS
+from envbuilder.core.project import Project
 from envbuilder.slurm.script import SCRIPTS
 from envbuilder.targets import registry
 

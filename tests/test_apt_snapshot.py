@@ -1,4 +1,4 @@
-"""apt reads Debian's snapshot archive of the lock's time (envbuilder.aptsnapshot,
+"""apt reads Debian's snapshot archive of the lock's time (envbuilder.lock.aptsnapshot,
 envbuilder/data/apt.toml), so every pinned version stays installable.
 
 The live snapshot archive (snapshot.debian.org) is unreachable from this project's machines, so
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from aptreplica import Replica, build_through, copy_project, pins
 
-from envbuilder import aptsnapshot
-from envbuilder.lockfile import read_env_lock
+from envbuilder.lock import aptsnapshot
+from envbuilder.lock.lockfile import read_env_lock
 
 REPO = Path(__file__).resolve().parent.parent
 LOCK = REPO / "lockfiles" / "cpu.lock.toml"

@@ -1,4 +1,4 @@
-"""apt versions in the lock (envbuilder.aptlock): which stages install what, the resolution in a
+"""apt versions in the lock (envbuilder.lock.apt): which stages install what, the resolution in a
 container of the pinned base, the lock's tables, `lock --check`, rendering `pkg=version`, and a
 build whose locked version the archive no longer serves."""
 
@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 from test_lock_support import make_wheel, write_spec
 
-from envbuilder import aptlock, lockfile
-from envbuilder.cli import main
-from envbuilder.errors import BuildError, LockError
-from envbuilder.project import Project
-from envbuilder.specload import load_spec
+from envbuilder.commands._cli import main
+from envbuilder.core.errors import BuildError, LockError
+from envbuilder.core.project import Project
+from envbuilder.lock import apt as aptlock
+from envbuilder.lock import lockfile
+from envbuilder.spec.load import load_spec
 from envbuilder.targets import registry
 
 ROOT = Path(__file__).resolve().parent.parent

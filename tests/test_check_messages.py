@@ -1,7 +1,7 @@
 """Every check's message: a spec with one mistake -> its line, exit code, and nothing written.
 
 Each case mutates tests/data/spec/base.toml (valid) and runs the real CLI
-(`envbuilder.cli.main(["check", "--spec", PATH])`), asserting the exact finding line
+(`envbuilder.commands._cli.main(["check", "--spec", PATH])`), asserting the exact finding line
 prefix (file: key: severity:) and the message's words.
 """
 
@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 import tomlkit
 
-from envbuilder.cli import main
-from envbuilder.compat import INSTALL_MODEL_LABELS
-from envbuilder.pipsdk import lock_inputs
-from envbuilder.specload import load_spec
+from envbuilder.commands._cli import main
+from envbuilder.core.compat import INSTALL_MODEL_LABELS
+from envbuilder.core.pipsdk import lock_inputs
+from envbuilder.spec.load import load_spec
 
 DATA = Path(__file__).parent / "data" / "spec"
 BASE: dict[str, Any] = tomllib.loads((DATA / "base.toml").read_text(encoding="utf-8"))
@@ -1164,8 +1164,8 @@ def test_check_resolves_the_install_model(
 ) -> None:
     """`check` takes each release to its install model and passes each clean: a pip-SDK env
     (torch from the release's index) is locked as the pip SDK (its device extras and pinned
-    names, envbuilder.pipsdk), an amdgpu-install env as it is written."""
-    from envbuilder.compat import load_compat
+    names, envbuilder.core.pipsdk), an amdgpu-install env as it is written."""
+    from envbuilder.core.compat import load_compat
 
     release = load_compat().rocm(rocm)
     assert release is not None and release.install_model == model
@@ -1205,10 +1205,10 @@ def test_wsl_release_6_4_2_1_renders_its_amdgpu_install_package(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """6.4.2.1 is a WSL release: check passes clean and the wsl2 plan installs its .deb."""
-    from envbuilder import plan
-    from envbuilder.compat import load_compat
-    from envbuilder.render import build_plan
-    from envbuilder.specload import load_spec
+    from envbuilder.builders.render import build_plan
+    from envbuilder.core import plan
+    from envbuilder.core.compat import load_compat
+    from envbuilder.spec.load import load_spec
 
     text = mutated(gpu(rocm="6.4.2.1", targets=["wsl2"]))
     code, lines = run_check(tmp_path, text, capsys)

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from envbuilder.cli import ORDER, _command_modules, build_parser, main
+from envbuilder.commands._cli import ORDER, _command_modules, build_parser, main
 
 
 def test_every_planned_command_exists() -> None:

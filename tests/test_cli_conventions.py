@@ -13,7 +13,7 @@ import pytest
 from shipped import copy_shipped
 
 from envbuilder import __version__
-from envbuilder.project import find_spec
+from envbuilder.core.project import find_spec
 
 EXE = Path(sys.executable).with_name("envbuilder")
 

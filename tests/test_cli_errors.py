@@ -1,7 +1,7 @@
 """A user's mistake is one clear line and exit 1 (failure) or 2 (usage), never a traceback.
 
-Each case runs `envbuilder.cli.main` on a copy of the shipped spec (and, where the case needs
-one, its lock) in a temp dir. Only cheap paths: every case fails before anything is built.
+Each case runs `envbuilder.commands._cli.main` on a copy of the shipped spec (and, where the case
+needs one, its lock) in a temp dir. Only cheap paths: every case fails before anything is built.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.cli import main
-from envbuilder.docker_engine import registry_repository
-from envbuilder.errors import UsageError
+from envbuilder.commands._cli import main
+from envbuilder.core.errors import UsageError
+from envbuilder.image.engine import registry_repository
 
 ROOT = Path(__file__).resolve().parent.parent
 

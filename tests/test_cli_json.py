@@ -1,5 +1,5 @@
 """`--json` on every command that prints results (issue 17): stdout holds exactly one JSON
-object (json.loads of the whole stdout), of the shape envbuilder/schemas/cli.schema.json gives
+object (json.loads of the whole stdout), of the shape envbuilder/data/schemas/cli.schema.json gives
 (doctor, probe and compare: their own documents), with the exit code the command has without
 --json; an error gives the error object instead, and the `error:` line on stderr still.
 
@@ -24,10 +24,10 @@ import pytest
 from shipped import copy_shipped, project_parts
 from test_lock_support import FAKE_INDEX_URL, make_wheel
 
-from envbuilder.cli import COMMANDS
+from envbuilder.commands._cli import COMMANDS
 
 ROOT = Path(__file__).resolve().parent.parent
-SCHEMAS = ROOT / "envbuilder" / "schemas"
+SCHEMAS = ROOT / "envbuilder" / "data" / "schemas"
 CLI_SCHEMA = json.loads((SCHEMAS / "cli.schema.json").read_text(encoding="utf-8"))
 
 SMALL_SPEC = """

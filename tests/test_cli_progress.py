@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from test_cli_quiet import small_project
 
-from envbuilder.ui import UI, StepLines
+from envbuilder.core.ui import UI, StepLines
 
 BAR = "\u2501"  # the character rich's BarColumn draws with
 

@@ -1,8 +1,8 @@
 """The CLI starts fast (issue 17, part 4): only the command that runs is imported.
 
 `envbuilder --help` lists every command with its one-line HELP from the static table
-`envbuilder.cli.COMMANDS` and imports no command module; `envbuilder lock` with nothing to do
-imports neither the other commands nor docker, jinja2 or rich. Each case runs in a fresh
+`envbuilder.commands._cli.COMMANDS` and imports no command module; `envbuilder lock` with nothing to
+do imports neither the other commands nor docker, jinja2 or rich. Each case runs in a fresh
 interpreter and reads its sys.modules at the end.
 """
 
@@ -16,14 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.cli import COMMANDS, _command_modules
+from envbuilder.commands._cli import COMMANDS, _command_modules
 
 ROOT = Path(__file__).resolve().parent.parent
 
 #: Runs envbuilder's main() with argv[2:], then writes the names in sys.modules to argv[1].
 RUNNER = """
 import json, sys
-from envbuilder.cli import main
+from envbuilder.commands._cli import main
 try:
     main(sys.argv[2:])
 except SystemExit:

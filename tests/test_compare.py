@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from envbuilder import compare, compare_html
-from envbuilder.cli import main
-from envbuilder.errors import CompareError
+from envbuilder.commands._cli import main
+from envbuilder.core.errors import CompareError
+from envbuilder.report import comparison
+from envbuilder.report import html as compare_html
 
 DATA = Path(__file__).parent / "data" / "compare"
 
@@ -94,14 +95,14 @@ def write(tmp_path: Path, name: str, data: dict[str, Any] | str) -> Path:
 
 def compare_two(
     tmp_path: Path, a: dict[str, Any], b: dict[str, Any], floor: float = 2.0
-) -> compare.Comparison:
+) -> comparison.Comparison:
     pa, pb = write(tmp_path, "a.json", a), write(tmp_path, "b.json", b)
-    return compare.compare_reports(
-        [compare.load_report(pa), compare.load_report(pb)], noise_floor_pct=floor
+    return comparison.compare_reports(
+        [comparison.load_report(pa), comparison.load_report(pb)], noise_floor_pct=floor
     )
 
 
-def other_cell(comp: compare.Comparison, row: int = 0) -> compare.Cell:
+def other_cell(comp: comparison.Comparison, row: int = 0) -> comparison.Cell:
     return comp.rows[row].cells[1]
 
 
@@ -118,7 +119,7 @@ def test_clear_difference_beyond_both_spreads_is_faster(tmp_path: Path) -> None:
     assert c.verdict == "faster"
     assert c.ratio == pytest.approx(12.1 / 10.1)
     assert c.loss_pct == pytest.approx((1 - 12.1 / 10.1) * 100)
-    assert c.spread == compare.Spread(12.0, 12.1, 12.2, 3)
+    assert c.spread == comparison.Spread(12.0, 12.1, 12.2, 3)
 
 
 def test_difference_inside_the_larger_spread_is_noise(tmp_path: Path) -> None:
@@ -195,7 +196,7 @@ def test_single_sample_says_noise_unknown_with_direction(tmp_path: Path) -> None
     comp = compare_two(tmp_path, report([metric([10.0])]), report([metric([8.0, 8.1, 8.2])]))
     c = other_cell(comp)
     assert c.verdict == "noise unknown"
-    assert compare.cell_verdict(c) == "noise unknown (looks slower)"
+    assert comparison.cell_verdict(c) == "noise unknown (looks slower)"
 
 
 # --------------------------------------------------------------------------- edge cases
@@ -241,7 +242,7 @@ def test_nan_value_and_nan_samples(tmp_path: Path) -> None:
     c = other_cell(comp)
     assert c.value is None and c.verdict == "no comparison"
     assert "not a finite number" in (c.note or "")
-    text = compare.dumps_json(comp)  # allow_nan=False: would raise on a NaN
+    text = comparison.dumps_json(comp)  # allow_nan=False: would raise on a NaN
 
     def refuse(const: str) -> None:
         raise AssertionError(f"{const} in the JSON output")
@@ -283,13 +284,13 @@ def test_null_value_is_reported(tmp_path: Path) -> None:
 def test_bad_reports_raise_compare_error(tmp_path: Path, content: str, message: str) -> None:
     path = write(tmp_path, "bad.json", content)
     with pytest.raises(CompareError, match=message) as exc:
-        compare.load_report(path)
+        comparison.load_report(path)
     assert str(path) in str(exc.value)
 
 
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(CompareError, match="no such report"):
-        compare.load_report(tmp_path / "nope.json")
+        comparison.load_report(tmp_path / "nope.json")
 
 
 def test_failed_check_is_noted_with_explain_pointer(tmp_path: Path) -> None:
@@ -327,7 +328,7 @@ def test_fingerprint_differences_unfair_first(tmp_path: Path) -> None:
     comp = compare_two(tmp_path, a, b)
     fields = [d.field for d in comp.fingerprint_diffs]
     assert fields == ["torch", "gpu", "gfx", "lock_sha256", "wsl", "kernel"]
-    lines = compare.fingerprint_lines(comp)
+    lines = comparison.fingerprint_lines(comp)
     assert lines[0].startswith("UNFAIR: torch differs")
     assert "bbbbbbbbbbbb," not in lines[3] and lines[3].endswith("bbbbbbbbbbbb")
     assert lines[-1].startswith("note: kernel differs")
@@ -341,7 +342,7 @@ def test_other_pylock_same_packages_is_only_a_note(tmp_path: Path) -> None:
     )
     comp = compare_two(tmp_path, a, b)
     assert [(d.field, d.unfair) for d in comp.fingerprint_diffs] == [("lock_sha256", False)]
-    (line,) = compare.fingerprint_lines(comp)
+    (line,) = comparison.fingerprint_lines(comp)
     assert line.startswith(
         "note: lock_sha256 differs (different pylock files, same installed packages)"
     )
@@ -355,7 +356,7 @@ def test_other_installed_packages_are_unfair(tmp_path: Path) -> None:
         ("packages_sha256", True),
         ("lock_sha256", False),
     ]
-    lines = compare.fingerprint_lines(comp)
+    lines = comparison.fingerprint_lines(comp)
     assert lines[0].startswith("UNFAIR: packages_sha256 differs (different installed packages")
     # Same lock file, different installs (a venv changed by hand): still unfair.
     b2 = report([metric([1.0, 1.0])], lock_sha256="a" * 64, packages_sha256="d" * 64)
@@ -431,10 +432,10 @@ def test_cli_outputs_markdown_json_html(tmp_path: Path, capsys: pytest.CaptureFi
 
 def test_charts_are_deterministic(tmp_path: Path) -> None:
     reports = [
-        compare.load_report(DATA / "cpu.docker.json"),
-        compare.load_report(DATA / "cpu.native.json"),
+        comparison.load_report(DATA / "cpu.docker.json"),
+        comparison.load_report(DATA / "cpu.native.json"),
     ]
-    comp = compare.compare_reports(reports)
+    comp = comparison.compare_reports(reports)
     compare_html.write_html(comp, tmp_path / "a")
     compare_html.write_html(comp, tmp_path / "b")
     for name in ("index.html", "chart-matmul.png"):
@@ -471,7 +472,9 @@ def test_nothing_written_when_reports_are_bad(tmp_path: Path) -> None:
 def test_fixtures_follow_the_probe_schema() -> None:
     import jsonschema
 
-    schema_path = Path(compare.__file__).parent / "schemas" / "probe-report.schema.json"
+    schema_path = (
+        Path(comparison.__file__).parent.parent / "data" / "schemas" / "probe-report.schema.json"
+    )
     schema = json.loads(schema_path.read_text())
     for path in sorted(DATA.glob("*.json")):
         jsonschema.validate(json.loads(path.read_text()), schema)
@@ -495,7 +498,7 @@ def test_repeat_and_level_differences_are_flagged(tmp_path: Path) -> None:
         ("repeat", False),
     ]
     assert (
-        compare.cell_verdict(
+        comparison.cell_verdict(
             compare_two(tmp_path, report([metric([2.0])]), report([metric([2.0])])).rows[0].cells[1]
         )
         == "noise unknown (no difference)"

@@ -23,7 +23,7 @@ INSTALL_HINT = "pip install 'envbuilder[html]'"
 CLI_THEN_LIST_MATPLOTLIB = """\
 import json, sys
 from pathlib import Path
-from envbuilder.cli import main
+from envbuilder.commands._cli import main
 rc = main(sys.argv[2:])
 loaded = sorted(m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib."))
 Path(sys.argv[1]).write_text(json.dumps(loaded))
@@ -34,8 +34,8 @@ sys.exit(rc)
 WRITE_HTML_WITHOUT_MATPLOTLIB = """\
 import sys
 from pathlib import Path
-from envbuilder import compare, compare_html
-from envbuilder.errors import CompareError
+from envbuilder.report import comparison, html as compare_html
+from envbuilder.core.errors import CompareError
 reports = [compare.load_report(Path(p)) for p in sys.argv[2:4]]
 try:
     compare_html.write_html(compare.compare_reports(reports), Path(sys.argv[1]))

@@ -13,9 +13,9 @@ import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from envbuilder import compat as compat_mod
-from envbuilder.compat import HOST_KINDS, _Reader, load_compat
-from envbuilder.errors import CompatDataError
+from envbuilder.core import compat as compat_mod
+from envbuilder.core.compat import HOST_KINDS, _Reader, load_compat
+from envbuilder.core.errors import CompatDataError
 
 C = load_compat()
 

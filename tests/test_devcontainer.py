@@ -18,11 +18,12 @@ import pytest
 from conftest import in_ci, service_missing
 from shipped import copy_shipped
 
-from envbuilder import lockfile, runflags
-from envbuilder.cli import main
-from envbuilder.devcontainer import devcontainer_path, document, run_args
-from envbuilder.project import Project
-from envbuilder.specload import load_spec
+from envbuilder.builders.devcontainer import devcontainer_path, document, run_args
+from envbuilder.commands._cli import main
+from envbuilder.core.project import Project
+from envbuilder.image import runflags
+from envbuilder.lock import lockfile
+from envbuilder.spec.load import load_spec
 
 ENV = "cpu"
 CLI_ENV = "ENVBUILDER_DEVCONTAINER_CLI"

@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 from rich.progress import Progress
 
-from envbuilder.cli import main
 from envbuilder.commands import build as build_command
 from envbuilder.commands import pull as pull_command
 from envbuilder.commands import push as push_command
+from envbuilder.commands._cli import main
 from envbuilder.commands.validate import report_status
-from envbuilder.errors import ValidationError
+from envbuilder.core.errors import ValidationError
+from envbuilder.core.ui import UI, ProgressView
 from envbuilder.targets import registry
 from envbuilder.targets.base import BuildOptions, RegistryBuilder
-from envbuilder.ui import UI, ProgressView
 
 SPEC = str(Path(__file__).resolve().parent.parent / "environments.toml")
 

@@ -18,10 +18,10 @@ import docker
 import pytest
 from clirun import in_project
 
-from envbuilder import lockfile
 from envbuilder.builders.docker import image_tag
-from envbuilder.imagedefs import LOCK_LABEL
-from envbuilder.project import Project
+from envbuilder.core.imagedefs import LOCK_LABEL
+from envbuilder.core.project import Project
+from envbuilder.lock import lockfile
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
 

@@ -1,4 +1,4 @@
-"""envbuilder.docker_engine against the real engine and the real local registries."""
+"""envbuilder.image.engine against the real engine and the real local registries."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from typing import Any
 import docker
 import pytest
 
-from envbuilder import docker_engine
-from envbuilder.errors import BuildError, EngineError, RegistryError
+from envbuilder.core.errors import BuildError, EngineError, RegistryError
+from envbuilder.image import engine
 
 BASE = "debian:bookworm-slim"
 Events = list[tuple[str, int, int | None]]
@@ -46,7 +46,7 @@ def small_image(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) ->
         f'FROM {BASE}\nRUN echo small > /small.txt\nCMD ["cat", "/small.txt"]\n',
     )
     tag = f"envbuilder-test/small:{uuid.uuid4().hex[:12]}"
-    image_id = docker_engine.build_image(docker_client, ctx, tag, {}, {})
+    image_id = engine.build_image(docker_client, ctx, tag, {}, {})
     yield image_id
     docker_client.images.remove(image_id, force=True)
 
@@ -54,7 +54,7 @@ def small_image(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) ->
 def test_connect_names_the_engine_and_how_to_start_one(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:9")
     with pytest.raises(EngineError) as err:
-        docker_engine.connect()
+        engine.connect()
     message = str(err.value)
     assert "tcp://127.0.0.1:9" in message
     assert "DOCKER_HOST" in message
@@ -106,10 +106,10 @@ def test_docker_host_is_honoured_unchanged(
     forwarder = _Forwarder("/var/run/docker.sock")
     try:
         monkeypatch.setenv("DOCKER_HOST", f"tcp://127.0.0.1:{forwarder.port}")
-        client = docker_engine.connect()
+        client = engine.connect()
         assert client.api.base_url == f"http://127.0.0.1:{forwarder.port}"
         ctx = _context(tmp_path, f"FROM {BASE}\nRUN echo remote > /remote.txt\n")
-        image_id = docker_engine.build_image(client, ctx, scratch_tag, {}, {})
+        image_id = engine.build_image(client, ctx, scratch_tag, {}, {})
         assert docker_client.images.get(scratch_tag).id == image_id
         client.close()
     finally:
@@ -121,7 +121,7 @@ def test_build_reports_steps_and_labels_the_image(
 ) -> None:
     ctx = _context(tmp_path, f"FROM {BASE}\nRUN echo one > /one\nRUN echo two > /two\n")
     events: Events = []
-    image_id = docker_engine.build_image(
+    image_id = engine.build_image(
         docker_client,
         ctx,
         scratch_tag,
@@ -146,7 +146,7 @@ def test_failed_step_raises_build_error_with_its_output(
         f"FROM {BASE}\nRUN echo fine\nRUN echo marker-before-failure && exit 3\n",
     )
     with pytest.raises(BuildError) as err:
-        docker_engine.build_image(docker_client, ctx, scratch_tag, {}, {})
+        engine.build_image(docker_client, ctx, scratch_tag, {}, {})
     message = str(err.value)
     assert "step 3/3" in message
     assert "exit 3" in message  # the failing instruction
@@ -159,7 +159,7 @@ def test_bad_dockerfile_is_a_build_error_not_a_traceback(
 ) -> None:
     ctx = _context(tmp_path, f"FROM {BASE}\nNOTANINSTRUCTION foo\n")
     with pytest.raises(BuildError, match=r"NOTANINSTRUCTION|unknown instruction"):
-        docker_engine.build_image(docker_client, ctx, scratch_tag, {}, {})
+        engine.build_image(docker_client, ctx, scratch_tag, {}, {})
 
 
 def test_proxy_build_args_reach_the_build_but_not_the_image(
@@ -168,7 +168,7 @@ def test_proxy_build_args_reach_the_build_but_not_the_image(
     proxy = "http://proxy.invalid:3128"
     # The RUN proves the value was there at build time; only its length is stored.
     ctx = _context(tmp_path, f'FROM {BASE}\nRUN printf %s "$HTTPS_PROXY" | wc -c > /proxy-length\n')
-    docker_engine.build_image(
+    engine.build_image(
         docker_client, ctx, scratch_tag, {}, {"HTTPS_PROXY": proxy, "https_proxy": proxy}
     )
     out = docker_client.containers.run(scratch_tag, ["cat", "/proxy-length"], remove=True)
@@ -187,11 +187,11 @@ def test_run_copies_files_in_and_out_and_removes_the_container(
     docker_client: Any, small_image: str
 ) -> None:
     marker = uuid.uuid4().hex
-    code, output, files = docker_engine.run_in_container(
+    code, output, files = engine.run_in_container(
         docker_client,
         small_image,
         ["sh", "-c", "id -u; cat /tmp/in/a.txt; cp /tmp/in/a.txt /tmp/in/b.txt; exit 4"],
-        docker_engine.ContainerRun(user="1000", labels={"org.envbuilder.test": marker}),
+        engine.ContainerRun(user="1000", labels={"org.envbuilder.test": marker}),
         files_in={"/tmp/in/a.txt": b"hello-in"},
         files_out=["/tmp/in/b.txt", "/tmp/in/missing.txt"],
     )
@@ -208,11 +208,11 @@ def test_run_removes_the_container_on_ctrl_c(docker_client: Any, small_image: st
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        docker_engine.run_in_container(
+        engine.run_in_container(
             docker_client,
             small_image,
             ["sh", "-c", "echo started; sleep 600"],
-            docker_engine.ContainerRun(labels={"org.envbuilder.test": marker}),
+            engine.ContainerRun(labels={"org.envbuilder.test": marker}),
             progress=interrupt,
         )
     assert _containers_labelled(docker_client, marker) == []
@@ -220,7 +220,7 @@ def test_run_removes_the_container_on_ctrl_c(docker_client: Any, small_image: st
 
 def test_run_of_a_missing_image_is_an_engine_error(docker_client: Any) -> None:
     with pytest.raises(EngineError, match="does not exist"):
-        docker_engine.run_in_container(docker_client, "envbuilder-test/missing:nope", ["true"])
+        engine.run_in_container(docker_client, "envbuilder-test/missing:nope", ["true"])
 
 
 @pytest.mark.parametrize(
@@ -232,15 +232,15 @@ def test_run_of_a_missing_image_is_an_engine_error(docker_client: Any) -> None:
     ],
 )
 def test_split_reference(ref: str, expected: tuple[str, str | None]) -> None:
-    assert docker_engine.split_reference(ref) == expected
+    assert engine.split_reference(ref) == expected
 
 
 def test_device_options_for_cpu_pass_nothing() -> None:
-    assert docker_engine.device_run_options("cpu") == {}
+    assert engine.device_run_options("cpu") == {}
 
 
 def test_device_options_for_native_rocm_use_numeric_gids() -> None:
-    options = docker_engine.device_run_options("native-rocm")
+    options = engine.device_run_options("native-rocm")
     assert options["devices"] == ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"]
     assert all(gid.isdigit() for gid in options.get("group_add", []))
     assert options["security_opt"] == ["seccomp=unconfined"]
@@ -251,19 +251,19 @@ def test_device_options_on_a_rocdxg_host_mount_dids_conf_only_when_it_exists(
 ) -> None:
     """librocdxg >= 1.2.1 installs share/rocdxg/dids.conf, which containers mount (its v1.2.1
     notes); on a host without one nothing is mounted (Docker would create the path)."""
-    options = docker_engine.device_run_options("wsl2-rocdxg", root=tmp_path)
+    options = engine.device_run_options("wsl2-rocdxg", root=tmp_path)
     assert options["devices"] == ["/dev/dxg:/dev/dxg:rwm"]
     assert not any("dids.conf" in host for host in options["volumes"])
     dids = tmp_path / "opt/rocm/share/rocdxg/dids.conf"
     dids.parent.mkdir(parents=True)
     dids.write_text("0x7448\n", encoding="utf-8")
-    options = docker_engine.device_run_options("wsl2-rocdxg", root=tmp_path)
+    options = engine.device_run_options("wsl2-rocdxg", root=tmp_path)
     assert options["volumes"][str(dids)] == {"bind": "/usr/share/rocdxg/dids.conf", "mode": "ro"}
     assert options["volumes"]["/opt/rocm/lib/librocdxg.so"]["bind"] == "/usr/lib/librocdxg.so"
 
 
 def test_device_options_for_nvidia_request_all_gpus() -> None:
-    (request,) = docker_engine.device_run_options("nvidia")["device_requests"]
+    (request,) = engine.device_run_options("nvidia")["device_requests"]
     assert request["Capabilities"] == [["gpu"]]
     assert request["Count"] == -1
 
@@ -280,22 +280,22 @@ def empty_docker_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path
 def test_push_and_pull_by_digest(
     docker_client: Any, small_image: str, registry: str, empty_docker_config: Path
 ) -> None:
-    client = docker_engine.connect()
+    client = engine.connect()
     repo = f"{registry}/envbuilder-test/small"
-    digest_ref = docker_engine.push_image(client, small_image, repo, "t1")
+    digest_ref = engine.push_image(client, small_image, repo, "t1")
     assert digest_ref.startswith(f"{repo}@sha256:")
-    assert digest_ref in docker_engine.repo_digests(client, small_image)
+    assert digest_ref in engine.repo_digests(client, small_image)
     client.images.remove(f"{repo}:t1")
-    assert docker_engine.pull_image(client, digest_ref) == small_image
+    assert engine.pull_image(client, digest_ref) == small_image
 
 
 def test_push_without_credentials_is_refused_clearly(
     docker_client: Any, small_image: str, auth_registry: str, empty_docker_config: Path
 ) -> None:
-    client = docker_engine.connect()
+    client = engine.connect()
     repo = f"{auth_registry}/envbuilder-test/small"
     with pytest.raises(RegistryError) as err:
-        docker_engine.push_image(client, small_image, repo, "t")
+        engine.push_image(client, small_image, repo, "t")
     message = str(err.value)
     assert "refused" in message
     assert f"docker login {auth_registry}" in message
@@ -314,7 +314,7 @@ def test_push_uses_the_docker_config_credentials(
     (empty_docker_config / "config.json").write_text(
         json.dumps({"auths": {auth_registry: {"auth": token}}})
     )
-    client = docker_engine.connect()
+    client = engine.connect()
     repo = f"{auth_registry}/envbuilder-test/small"
-    assert docker_engine.push_image(client, small_image, repo, "t2").startswith(f"{repo}@sha256:")
+    assert engine.push_image(client, small_image, repo, "t2").startswith(f"{repo}@sha256:")
     client.images.remove(f"{repo}:t2")

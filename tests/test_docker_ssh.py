@@ -36,10 +36,11 @@ import pytest
 from clirun import in_project
 from conftest import service_missing
 
-from envbuilder import docker_engine, lockfile
 from envbuilder.builders.docker import image_tag
-from envbuilder.errors import EngineError
-from envbuilder.project import Project
+from envbuilder.core.errors import EngineError
+from envbuilder.core.project import Project
+from envbuilder.image import engine
+from envbuilder.lock import lockfile
 
 pytestmark = [pytest.mark.docker]
 
@@ -188,7 +189,7 @@ def ssh_server(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> 
             yield server
         finally:
             gc.collect()  # unreferenced clients close now, while sshd still answers
-            docker_engine.close_all()
+            engine.close_all()
 
 
 @pytest.fixture
@@ -213,7 +214,7 @@ def test_connect_over_ssh_reaches_the_same_engine(docker_client: Any, via_ssh: S
     assert docker_client.images.get("debian:bookworm-slim").tag(tag)
     before_sessions = _sessions(via_ssh)
     local_before = set(docker_client.api.images(quiet=True))
-    client = docker_engine.connect()
+    client = engine.connect()
     try:
         assert client.api.base_url.startswith("http+docker://ssh")
         assert client.info()["ID"] == docker_client.info()["ID"]
@@ -250,7 +251,7 @@ def test_wrong_key_is_an_engine_error_naming_the_host(
     wrapper.chmod(0o755)
     monkeypatch.setenv("PATH", f"{wrapper.parent}{os.pathsep}{os.environ['PATH']}")
     with pytest.raises(EngineError, match="ssh://"):
-        docker_engine.connect()
+        engine.connect()
 
 
 @pytest.fixture(scope="module")
@@ -319,7 +320,7 @@ def test_validate_over_ssh_writes_a_passing_report(
 #: exits when told to, leaving its connections to close_all() and the exit.
 _CHILD = """
 import sys
-from envbuilder import docker_engine
+from envbuilder.image import engine
 client = docker_engine.connect()
 code, output, _ = docker_engine.run_in_container(
     client, "debian:bookworm-slim", ["echo", "probe"],
@@ -417,13 +418,13 @@ def test_exit_after_the_far_side_closed_prints_no_traceback(
 
 def test_close_ends_every_ssh_process_it_started(via_ssh: SshServer) -> None:
     before = _running_ssh_children(os.getpid())
-    client = docker_engine.connect()
+    client = engine.connect()
     try:
-        code, output, _ = docker_engine.run_in_container(
+        code, output, _ = engine.run_in_container(
             client,
             "debian:bookworm-slim",
             ["echo", "probe"],
-            docker_engine.ContainerRun(labels={"org.envbuilder.env": "ssh-close-test"}),
+            engine.ContainerRun(labels={"org.envbuilder.env": "ssh-close-test"}),
         )
         assert (code, output.strip()) == (0, "probe")
         started = _running_ssh_children(os.getpid()) - before

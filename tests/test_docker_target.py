@@ -25,15 +25,14 @@ from typing import Any
 
 import pytest
 
-from envbuilder import lockfile
-from envbuilder.buildcontext import assemble_context, context_digest
+from envbuilder.builders.context import assemble_context, context_digest
 from envbuilder.builders.docker import (
     DockerBuilder,
     detect_host_kind,
     image_tag,
     probe_arguments,
 )
-from envbuilder.errors import (
+from envbuilder.core.errors import (
     BuildError,
     EngineError,
     LockError,
@@ -41,10 +40,11 @@ from envbuilder.errors import (
     UsageError,
     ValidationError,
 )
-from envbuilder.imagedefs import LOCK_LABEL, needs_host_network, proxy_build_args
-from envbuilder.model import EnvSpec
-from envbuilder.project import Project
-from envbuilder.specload import load_spec
+from envbuilder.core.imagedefs import LOCK_LABEL, needs_host_network, proxy_build_args
+from envbuilder.core.model import EnvSpec
+from envbuilder.core.project import Project
+from envbuilder.lock import lockfile
+from envbuilder.spec.load import load_spec
 from envbuilder.targets.base import BuildOptions, PullOptions, PushOptions, ValidateOptions
 from envbuilder.targets.docker import DockerTable
 

@@ -11,15 +11,15 @@ import jsonschema
 import pytest
 from legacyspec import write_spec_with_legacy
 
-from envbuilder import doctor
-from envbuilder.cli import main
-from envbuilder.compat import load_compat
-from envbuilder.model import EnvSpec
-from envbuilder.specload import load_spec
+from envbuilder.commands._cli import main
+from envbuilder.core.compat import load_compat
+from envbuilder.core.model import EnvSpec
+from envbuilder.host import doctor
+from envbuilder.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data" / "doctor"
-SCHEMA = json.loads((ROOT / "envbuilder" / "schemas" / "doctor.schema.json").read_text())
+SCHEMA = json.loads((ROOT / "envbuilder" / "data" / "schemas" / "doctor.schema.json").read_text())
 SPEC = ROOT / "environments.toml"
 HAS_AMD = Path("/dev/kfd").exists()
 

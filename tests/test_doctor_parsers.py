@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder import doctor_parsers as parse
+from envbuilder.host import doctor_parsers as parse
 
 DATA = Path(__file__).parent / "data" / "doctor"
 

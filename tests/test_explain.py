@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder import explain
-from envbuilder.cli import main
-from envbuilder.errors import CompatDataError
+from envbuilder.commands._cli import main
+from envbuilder.core.errors import CompatDataError
+from envbuilder.host import explain
 
 DOCTOR_DATA = Path(__file__).parent / "data" / "doctor"
 
@@ -139,5 +139,5 @@ def test_malformed_data_is_reported(data: dict[str, object], message: str) -> No
 
 
 def test_shipped_file_parses_with_tomllib() -> None:
-    path = Path(explain.__file__).parent / "data" / "errors.toml"
+    path = Path(explain.__file__).parent.parent / "data" / "errors.toml"
     assert len(tomllib.loads(path.read_text())["error"]) == len(explain.load_errors())

@@ -1,4 +1,5 @@
-"""The fleet report (envbuilder/fleet.py) over job folders laid out as validate.sbatch writes them.
+"""The fleet report (envbuilder/report/fleet.py) over job folders laid out as validate.sbatch writes
+them.
 
 The node reports are probe reports made here with chosen samples (checked against the probe's
 JSON schema, so they are what a probe could write); the outlier rule is compare's noise rule.
@@ -15,12 +16,12 @@ from typing import Any
 import jsonschema
 import pytest
 
-from envbuilder import fleet
-from envbuilder.cli import main
-from envbuilder.errors import CompareError
+from envbuilder.commands._cli import main
+from envbuilder.core.errors import CompareError
+from envbuilder.report import fleet
 
 ROOT = Path(__file__).resolve().parent.parent
-SCHEMA = json.loads((ROOT / "envbuilder/schemas/probe-report.schema.json").read_text())
+SCHEMA = json.loads((ROOT / "envbuilder/data/schemas/probe-report.schema.json").read_text())
 SIZES = ("65536", "4194304")
 
 

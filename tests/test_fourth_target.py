@@ -15,10 +15,10 @@ import pytest
 from clirun import captured
 from test_lock_support import FAKE_INDEX_URL, make_wheel, write_spec
 
-from envbuilder.cli import main
-from envbuilder.lockfile import read_env_lock
-from envbuilder.project import Project
-from envbuilder.specload import load_spec
+from envbuilder.commands._cli import main
+from envbuilder.core.project import Project
+from envbuilder.lock.lockfile import read_env_lock
+from envbuilder.spec.load import load_spec
 from envbuilder.targets import registry
 
 SPEC = """

@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 from aptreplica import Replica
 
-from envbuilder.ociimage.blobs import canonical_json, file_blob, registry_manifest
+from envbuilder.image.oci.blobs import canonical_json, file_blob, registry_manifest
 
 pytestmark = [pytest.mark.slow, pytest.mark.network, pytest.mark.docker]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder import fsutil
+from envbuilder.core import fsutil
 
 posix_only = pytest.mark.skipif(os.name == "nt", reason="flock")
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from envbuilder import grammar, quoting
-from envbuilder.render import environment
+from envbuilder.builders.render import environment
+from envbuilder.core import grammar, quoting
 
 #: template filter -> the grammar pattern check uses for the same values
 FILTERS = {

@@ -1,4 +1,4 @@
-"""The one push/pull helper of the image targets (envbuilder.imageregistry, issue 24): both ways
+"""The one push/pull helper of the image targets (envbuilder.image.registry, issue 24): both ways
 check the lock label, for docker's image and wsl2's rootfs image alike. Real engine, real
 registry on 127.0.0.1: a one-layer image labelled with a made-up pylock sha256, built from the
 seeded base."""
@@ -14,10 +14,11 @@ from typing import Any
 import docker.errors
 import pytest
 
-from envbuilder import docker_engine, imageregistry
-from envbuilder.errors import LockError, RegistryError
-from envbuilder.imagedefs import LOCK_LABEL
-from envbuilder.progress import no_progress
+from envbuilder.core.errors import LockError, RegistryError
+from envbuilder.core.imagedefs import LOCK_LABEL
+from envbuilder.core.progress import no_progress
+from envbuilder.image import engine
+from envbuilder.image import registry as imageregistry
 
 SHA = "ab" * 32
 OTHER = "cd" * 32
@@ -38,7 +39,7 @@ def labelled(docker_client: Any) -> Iterator[str]:
 def test_push_refuses_an_image_built_from_another_lock(
     docker_client: Any, registry: str, labelled: str
 ) -> None:
-    repository = docker_engine.registry_repository(f"{registry}/envbuilder-test", "imgreg")
+    repository = engine.registry_repository(f"{registry}/envbuilder-test", "imgreg")
     with pytest.raises(RegistryError, match=rf"refusing to push {labelled}: .* built from lock"):
         imageregistry.push_locked(
             docker_client, labelled, repository, OTHER, "build it", no_progress
@@ -57,7 +58,7 @@ def test_push_refuses_an_image_built_from_another_lock(
 def test_pull_tags_only_an_image_built_from_the_lock(
     docker_client: Any, registry: str, labelled: str
 ) -> None:
-    repository = docker_engine.registry_repository(f"{registry}/envbuilder-test", "imgreg")
+    repository = engine.registry_repository(f"{registry}/envbuilder-test", "imgreg")
     image_id, ref = imageregistry.push_locked(
         docker_client, labelled, repository, SHA, "build it", no_progress
     )

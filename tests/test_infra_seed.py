@@ -23,8 +23,8 @@ import pytest
 from conftest import service_missing
 from test_lock_support import FAKE_INDEX_URL, make_wheel, write_spec
 
-from envbuilder.cli import main
-from envbuilder.lockfile import read_env_lock
+from envbuilder.commands._cli import main
+from envbuilder.lock.lockfile import read_env_lock
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE_DIR = Path(os.environ.get("ENVBUILDER_CI_STATE", "/var/lib/envbuilder-ci"))

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from test_doctor import Outputs, data, make_host
 
-from envbuilder.cli import main
+from envbuilder.commands._cli import main
 from envbuilder.commands.init import host_request
-from envbuilder.compat import load_compat
-from envbuilder.starter import OSES, choose
+from envbuilder.core.compat import load_compat
+from envbuilder.spec.starter import OSES, choose
 
 GPUS = [g.names[0] if g.names else g.gfx for g in load_compat().gpus]
 
@@ -96,7 +96,7 @@ def test_the_common_gpus_get_a_spec_everywhere_they_run() -> None:
     """Not only refusals: the GPUs the data has verified facts for get a spec on Linux, and
     the RDNA3/RDNA4 ones on WSL2 and Windows too."""
     from envbuilder.commands.init import _findings
-    from envbuilder.starter import Request
+    from envbuilder.spec.starter import Request
 
     for gpu in ("MI300X", "MI355X", "RX 9070 XT", "RX 7900 XTX", "Radeon 890M"):
         assert choose(Request(gpu, "linux"), _findings).candidate.targets == ("docker", "native")

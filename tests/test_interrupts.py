@@ -41,7 +41,7 @@ from shipped import rendered_folders
 from test_lock_support import FAKE_INDEX_URL, make_wheel
 
 from envbuilder.builders.venv import MARKER as VENV_MARKER
-from envbuilder.journal import JOURNAL
+from envbuilder.core.journal import JOURNAL
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"),
@@ -419,8 +419,8 @@ def build_case(workdir: Path) -> Case:
 
 def test_console_script_installs_the_handlers_before_importing_the_cli() -> None:
     """The console script must enter through envbuilder.__main__ (pyproject's [project.scripts]);
-    an old install still points at envbuilder.cli:main and imports for half a second unguarded:
-    `pip install -e .` again."""
+    an old install still points at envbuilder.commands._cli:main and imports for half a second
+    unguarded: `pip install -e .` again."""
     assert "from envbuilder.__main__ import entry" in ENVBUILDER.read_text(), ENVBUILDER
 
 
@@ -491,9 +491,9 @@ def test_build_native_interrupted_at_random_moments(signum: int, build_case: Cas
 COMMITTER = """
 import sys
 from pathlib import Path
-from envbuilder.journal import commit_files
-from envbuilder.render import commit_scope
-from envbuilder.project import Project
+from envbuilder.core.journal import commit_files
+from envbuilder.builders.render import commit_scope
+from envbuilder.core.project import Project
 from envbuilder.slurm.script import SCRIPTS
 
 project = Project.from_spec(sys.argv[1])

@@ -29,73 +29,73 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "leaf",
         (
             "envbuilder",
-            "envbuilder.errors",
-            "envbuilder.progress",
-            "envbuilder.fsutil",
-            "envbuilder.journal",
-            "envbuilder.nofollow",
-            "envbuilder.stale",
-            "envbuilder.quoting",
-            "envbuilder.imagedefs",
-            "envbuilder.project",
-            "envbuilder.ui",
-            "envbuilder.doctor_parsers",
-            "envbuilder.interrupts",
-            "envbuilder.foreground",
+            "envbuilder.core.errors",
+            "envbuilder.core.progress",
+            "envbuilder.core.fsutil",
+            "envbuilder.core.journal",
+            "envbuilder.core.nofollow",
+            "envbuilder.core.stale",
+            "envbuilder.core.quoting",
+            "envbuilder.core.imagedefs",
+            "envbuilder.core.project",
+            "envbuilder.core.ui",
+            "envbuilder.host.doctor_parsers",
+            "envbuilder.core.interrupts",
+            "envbuilder.core.foreground",
         ),
     ),
     (
         "data",
         (
-            "envbuilder.compat",
-            "envbuilder.grammar",
-            "envbuilder.activate",
-            "envbuilder.aptsnapshot",
+            "envbuilder.core.compat",
+            "envbuilder.core.grammar",
+            "envbuilder.core.activate",
+            "envbuilder.lock.aptsnapshot",
         ),
     ),
-    ("model", ("envbuilder.model", "envbuilder.plan", "envbuilder.pipsdk")),
+    ("model", ("envbuilder.core.model", "envbuilder.core.plan", "envbuilder.core.pipsdk")),
     ("descriptors", ("envbuilder.targets",)),
-    ("spec", ("envbuilder.specload", "envbuilder.compatrules")),
+    ("spec", ("envbuilder.spec.load", "envbuilder.spec.rules")),
     (
         "pipeline",
         (
-            "envbuilder.lockfile",
-            "envbuilder.indexsources",
-            "envbuilder.uvrun",
-            "envbuilder.sdklock",
-            "envbuilder.locking",
-            "envbuilder.lockdiff",
-            "envbuilder.basesource",
-            "envbuilder.scratch",
-            "envbuilder.wheelcache",
-            "envbuilder.render",
-            "envbuilder.buildcontext",
-            "envbuilder.imagebuild",
-            "envbuilder.imageregistry",
-            "envbuilder.docker_engine",
-            "envbuilder.wsltar",
-            "envbuilder.wslexe",
-            "envbuilder.pyfinder",
-            "envbuilder.compare",
-            "envbuilder.compare_html",
-            "envbuilder.fleet",
+            "envbuilder.lock.lockfile",
+            "envbuilder.lock.indexes",
+            "envbuilder.lock.uv",
+            "envbuilder.lock.sdk",
+            "envbuilder.lock.resolve",
+            "envbuilder.lock.diff",
+            "envbuilder.lock.basesource",
+            "envbuilder.lock.scratch",
+            "envbuilder.lock.wheelcache",
+            "envbuilder.builders.render",
+            "envbuilder.builders.context",
+            "envbuilder.builders.rendered_image",
+            "envbuilder.image.registry",
+            "envbuilder.image.engine",
+            "envbuilder.image.wsl",
+            "envbuilder.host.wslexe",
+            "envbuilder.host.pyfinder",
+            "envbuilder.report.comparison",
+            "envbuilder.report.html",
+            "envbuilder.report.fleet",
             "envbuilder.slurm",
-            "envbuilder.explain",
-            "envbuilder.doctor",
-            "envbuilder.reprotar",
-            "envbuilder.ociimage",
-            "envbuilder.aptlock",
-            "envbuilder.repro",
-            "envbuilder.probeargs",
-            "envbuilder.runflags",
-            "envbuilder.starter",
-            "envbuilder.devcontainer",
-            "envbuilder.sbom",
-            "envbuilder.registryapi",
+            "envbuilder.host.explain",
+            "envbuilder.host.doctor",
+            "envbuilder.image.tar",
+            "envbuilder.image.oci",
+            "envbuilder.lock.apt",
+            "envbuilder.image.repro",
+            "envbuilder.builders.probeargs",
+            "envbuilder.image.runflags",
+            "envbuilder.spec.starter",
+            "envbuilder.builders.devcontainer",
+            "envbuilder.lock.sbom",
+            "envbuilder.image.registry_api",
         ),
     ),
     ("builders", ("envbuilder.builders", "envbuilder.slurm.run")),
-    ("edge", ("envbuilder.commands", "envbuilder.cli", "envbuilder.__main__")),
+    ("edge", ("envbuilder.commands", "envbuilder.commands._cli", "envbuilder.__main__")),
 )
 PROBE = "envbuilder.probe"
 #: (importing module, imported module) -> why the rule does not hold there.
@@ -147,7 +147,7 @@ def imports_in(source: str, package: str) -> Iterator[tuple[str, int, str]]:
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, *([base] if base else [])])
-            # `from envbuilder import grammar` imports the module envbuilder.grammar
+            # `from envbuilder import grammar` imports the module envbuilder.core.grammar
             names = [
                 f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names
             ]
@@ -239,11 +239,15 @@ def test_the_rule_sees_lazy_and_type_checking_imports() -> None:
     ones resolved (so the rule test can fail)."""
     source = (
         "from typing import TYPE_CHECKING\n"
-        "if TYPE_CHECKING:\n    from envbuilder.render import environment\n"
-        "def f():\n    from envbuilder.cli import main\n    from . import gzipwriter\n"
+        "if TYPE_CHECKING:\n    from envbuilder.builders.render import environment\n"
+        "def f():\n    from envbuilder.commands._cli import main\n    from . import gzipwriter\n"
         "    return main\n"
     )
-    found = sorted(name for name, _line, _text in imports_in(source, "envbuilder.wsltar"))
-    assert found == ["envbuilder.cli", "envbuilder.render", "envbuilder.wsltar.gzipwriter"]
-    grammar, cli = layer_of("envbuilder.grammar"), layer_of("envbuilder.cli")
+    found = sorted(name for name, _line, _text in imports_in(source, "envbuilder.image.wsl"))
+    assert found == [
+        "envbuilder.commands._cli",
+        "envbuilder.builders.render",
+        "envbuilder.image.wsl.gzipwriter",
+    ]
+    grammar, cli = layer_of("envbuilder.core.grammar"), layer_of("envbuilder.commands._cli")
     assert grammar is not None and cli is not None and cli > grammar

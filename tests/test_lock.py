@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from test_lock_support import FAKE_INDEX_URL, make_wheel, small_spec, write_spec
 
-from envbuilder.cli import main
-from envbuilder.lockfile import read_env_lock
-from envbuilder.project import Project
-from envbuilder.pyfinder import uv_bin
+from envbuilder.commands._cli import main
+from envbuilder.core.project import Project
+from envbuilder.host.pyfinder import uv_bin
+from envbuilder.lock.lockfile import read_env_lock
 
 pytestmark = pytest.mark.network
 
@@ -330,7 +330,7 @@ targets = ["native"]
 
 
 def test_windows_and_linux_targets_resolve_for_their_platforms(tmp_path: Path) -> None:
-    from envbuilder.wheelcache import locked_files
+    from envbuilder.lock.wheelcache import locked_files
 
     project = write_spec(
         tmp_path / "proj",

@@ -1,5 +1,5 @@
 """`envbuilder lock` says what it changed: each package whose pin moved (`name old -> new`), was
-added or removed, on stdout and in `--json` (envbuilder.lockdiff). Real uv, offline: every
+added or removed, on stdout and in `--json` (envbuilder.lock.diff). Real uv, offline: every
 package comes from a mirror folder of a named index (tests/test_lock_support.py's tiny wheels)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from test_lock_support import FAKE_INDEX_URL, make_wheel
 
-from envbuilder.lockdiff import env_changes
+from envbuilder.lock.diff import env_changes
 
 SPEC = """
 [indexes.fake]
@@ -47,7 +47,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_upgrade_package_lists_the_change_on_stdout_and_in_json(
     project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from envbuilder.cli import main
+    from envbuilder.commands._cli import main
 
     assert main(["-q", "lock", "--spec", str(project)]) == 0
     capsys.readouterr()

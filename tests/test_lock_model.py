@@ -16,11 +16,13 @@ from typing import Any
 import pytest
 from test_lock_support import FAKE_INDEX_URL, make_wheel
 
-from envbuilder.cli import main
-from envbuilder.errors import LockError
-from envbuilder.fsutil import sha256_bytes
-from envbuilder.indexsources import index_source, mirror_env_var
-from envbuilder.lockfile import (
+from envbuilder.commands._cli import main
+from envbuilder.core.errors import LockError
+from envbuilder.core.fsutil import sha256_bytes
+from envbuilder.core.model import Index
+from envbuilder.core.project import Project
+from envbuilder.lock.indexes import index_source, mirror_env_var
+from envbuilder.lock.lockfile import (
     LOCK_VERSION,
     EnvLock,
     TargetLock,
@@ -31,10 +33,8 @@ from envbuilder.lockfile import (
     record_artifact,
     write_env_lock,
 )
-from envbuilder.locking import pin_base, source_date_epoch
-from envbuilder.model import Index
-from envbuilder.project import Project
-from envbuilder.uvrun import (
+from envbuilder.lock.resolve import pin_base, source_date_epoch
+from envbuilder.lock.uv import (
     ResolveRequest,
     make_request,
     postprocess,
@@ -416,13 +416,15 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_json_schema_file_matches_the_model() -> None:
     import json
 
-    from envbuilder.lockfile import json_schema
+    from envbuilder.lock.lockfile import json_schema
 
-    shipped = (ROOT / "envbuilder" / "schemas" / "lock.schema.json").read_text(encoding="utf-8")
+    shipped = (ROOT / "envbuilder" / "data" / "schemas" / "lock.schema.json").read_text(
+        encoding="utf-8"
+    )
     assert shipped == json.dumps(json_schema(), indent=2) + "\n", (
-        "lock.schema.json drifted from envbuilder.lockfile: regenerate it with "
-        "python -c 'import json; from envbuilder.lockfile import json_schema; "
-        "print(json.dumps(json_schema(), indent=2))' > envbuilder/schemas/lock.schema.json"
+        "lock.schema.json drifted from envbuilder.lock.lockfile: regenerate it with "
+        "python -c 'import json; from envbuilder.lock.lockfile import json_schema; "
+        "print(json.dumps(json_schema(), indent=2))' > envbuilder/data/schemas/lock.schema.json"
     )
 
 
@@ -431,7 +433,7 @@ def test_json_schema_accepts_a_lock_and_refuses_unknown_keys() -> None:
 
     import jsonschema
 
-    from envbuilder.lockfile import json_schema
+    from envbuilder.lock.lockfile import json_schema
 
     data = tomllib.loads(dump_env_lock(_lock()).decode())
     jsonschema.validate(data, json_schema())
@@ -443,7 +445,7 @@ def test_json_schema_accepts_a_lock_and_refuses_unknown_keys() -> None:
 def test_committed_locks_match_the_shipped_spec(capsys: pytest.CaptureFixture[str]) -> None:
     """What CI's `nox -s lock -- --check` asserts: lockfiles/ is current for environments.toml
     (envs never locked, the ROCm ones here, are notes)."""
-    from envbuilder.cli import main
+    from envbuilder.commands._cli import main
 
     if not (ROOT / "lockfiles").is_dir():
         pytest.fail("lockfiles/ is missing: run `envbuilder lock --env cpu` and commit it")

@@ -8,7 +8,7 @@ import hashlib
 import zipfile
 from pathlib import Path
 
-from envbuilder.project import Project
+from envbuilder.core.project import Project
 
 FAKE_INDEX_URL = "https://wheels.example.invalid/whl/fake"
 

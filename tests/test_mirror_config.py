@@ -1,4 +1,4 @@
-"""Mirrors are a machine's setting (envbuilder.indexsources): ENVBUILDER_MIRROR_<NAME>, then the
+"""Mirrors are a machine's setting (envbuilder.lock.indexes): ENVBUILDER_MIRROR_<NAME>, then the
 user's mirrors file (keyed by the index's canonical URL or its name), then the spec's `mirror`.
 The shipped spec names no folder of any machine."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.errors import SpecError
-from envbuilder.indexsources import index_source, machine_mirrors, mirrors_file
-from envbuilder.model import Index
+from envbuilder.core.errors import SpecError
+from envbuilder.core.model import Index
+from envbuilder.lock.indexes import index_source, machine_mirrors, mirrors_file
 
 REPO = Path(__file__).resolve().parent.parent
 CANONICAL = "https://download.pytorch.org/whl/cpu"

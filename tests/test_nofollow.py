@@ -1,5 +1,5 @@
-"""envbuilder.nofollow's Tree, both ways it works: dir_fd handles (POSIX) and, where dir_fd does
-not exist (Windows), lstat checks of each step; here both run on real files and links."""
+"""envbuilder.core.nofollow's Tree, both ways it works: dir_fd handles (POSIX) and, where dir_fd
+does not exist (Windows), lstat checks of each step; here both run on real files and links."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from envbuilder import nofollow
-from envbuilder.nofollow import LinkInTheWay, Tree, plain_relative
+from envbuilder.core import nofollow
+from envbuilder.core.nofollow import LinkInTheWay, Tree, plain_relative
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="symlinks need privileges there")
 

@@ -1,5 +1,5 @@
-"""envbuilder.ociimage without an engine: the layer normaliser on real tar files, the
-deterministic config, the image documents; and envbuilder.reprotar's shared rules."""
+"""envbuilder.image.oci without an engine: the layer normaliser on real tar files, the
+deterministic config, the image documents; and envbuilder.image.tar's shared rules."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder import repro
-from envbuilder.errors import BuildError
-from envbuilder.ociimage import blobs
-from envbuilder.ociimage.config import deterministic_config
-from envbuilder.ociimage.diff import first_file_difference
-from envbuilder.ociimage.layers import (
+from envbuilder.core.errors import BuildError
+from envbuilder.image import repro
+from envbuilder.image.oci import blobs
+from envbuilder.image.oci.config import deterministic_config
+from envbuilder.image.oci.diff import first_file_difference
+from envbuilder.image.oci.layers import (
     ReadLayer,
     WrittenLayer,
     keep_pyc_heads,
@@ -318,7 +318,7 @@ def test_config_keeps_what_runs_fixes_every_time_drops_the_build_container() -> 
         base_history=1,
         layer_diff_ids=["sha256:normalised"],
         created="CREATED",
-        labels={"org.envbuilder.repro-format": "1"},
+        labels={"org.envbuilder.image.repro-format": "1"},
     )
     assert doc["created"] == "CREATED"
     assert doc["rootfs"] == {"type": "layers", "diff_ids": ["sha256:base", "sha256:normalised"]}
@@ -327,7 +327,7 @@ def test_config_keeps_what_runs_fixes_every_time_drops_the_build_container() -> 
         "Env": ["PATH=/opt/venv/bin:/usr/bin"],
         "Cmd": ["bash"],
         "WorkingDir": "/home/envbuilder",
-        "Labels": {"org.envbuilder.env": "cpu", "org.envbuilder.repro-format": "1"},
+        "Labels": {"org.envbuilder.env": "cpu", "org.envbuilder.image.repro-format": "1"},
     }
     assert doc["history"] == [
         {"created": "2025-01-01T00:00:00Z", "created_by": "debootstrap"},  # the base's, as is

@@ -30,11 +30,12 @@ from replica.catalog import Catalog, load_catalog
 from replica.distributions import BUILD_REQUIRES
 from replica.server import ReplicaServer, serve
 
-from envbuilder import pyfinder, wheelcache
 from envbuilder.builders.venv import uv_sync_command
-from envbuilder.cli import main
-from envbuilder.project import Project
-from envbuilder.specload import load_spec
+from envbuilder.commands._cli import main
+from envbuilder.core.project import Project
+from envbuilder.host import pyfinder
+from envbuilder.lock import wheelcache
+from envbuilder.spec.load import load_spec
 
 REPO = Path(__file__).resolve().parents[1]
 AMD = "https://repo.amd.com/rocm/whl-multi-arch/"

@@ -21,9 +21,9 @@ import pytest
 from replica.catalog import Catalog, load_catalog
 from replica.server import ReplicaServer, serve
 
-from envbuilder import uvrun
-from envbuilder.cli import main
-from envbuilder.compat import load_compat
+from envbuilder.commands._cli import main
+from envbuilder.core.compat import load_compat
+from envbuilder.lock import uv
 
 REPO = Path(__file__).resolve().parents[1]
 AMD = "https://repo.amd.com/rocm/whl-multi-arch/"
@@ -221,7 +221,7 @@ def test_hostile_uv_settings_change_nothing(
         lock(project)
         assert pylock_bytes(project) == clean
         # control: the same settings do change what uv picks when they reach it
-        monkeypatch.setattr(uvrun, "UV_PASSTHROUGH", uvrun.UV_PASSTHROUGH | set(hostile))
+        monkeypatch.setattr(uv, "UV_PASSTHROUGH", uv.UV_PASSTHROUGH | set(hostile))
         (project.parent / "lockfiles" / "pylock.rocm714-docker.toml").unlink()
         lock(project)
         assert packages(pylock(project, "docker"))["filelock"]["version"] == "3.22.0"

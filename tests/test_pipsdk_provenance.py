@@ -1,5 +1,5 @@
-"""The pip SDK's provenance check (envbuilder.pipsdk.provenance_problems) and uv's clean
-environment (envbuilder.uvrun.uv_environment), on pylock documents as envbuilder writes them.
+"""The pip SDK's provenance check (envbuilder.core.pipsdk.provenance_problems) and uv's clean
+environment (envbuilder.lock.uv.uv_environment), on pylock documents as envbuilder writes them.
 The lock-level behaviour against the replica of AMD's index is in tests/test_pipsdk_lock.py."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from envbuilder.compat import RocmRelease, load_compat
-from envbuilder.pipsdk import provenance_problems
-from envbuilder.uvrun import ignored_uv_warnings, uv_environment
+from envbuilder.core.compat import RocmRelease, load_compat
+from envbuilder.core.pipsdk import provenance_problems
+from envbuilder.lock.uv import ignored_uv_warnings, uv_environment
 
 AMD = "https://repo.amd.com/rocm/whl-multi-arch/"
 PYPI_FILES = "https://files.example.org/packages/"

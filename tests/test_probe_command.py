@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from test_probe_unit import DATA, validate
 
-from envbuilder.cli import main
+from envbuilder.commands._cli import main
 
 
 def test_envbuilder_probe_writes_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -18,9 +18,9 @@ import pytest
 from test_probe_run import by_name
 from test_probe_unit import DATA, validate
 
-from envbuilder import compare
 from envbuilder.probe.cpus import cgroup_cpu_quota, cpu_warnings, usable_cpus
 from envbuilder.probe.report import render_table
+from envbuilder.report import comparison
 
 
 def cgroup_tree(tmp_path: Path, proc_line: str, files: dict[str, str]) -> tuple[Path, Path]:
@@ -143,8 +143,11 @@ def report_with(**fp: Any) -> dict[str, Any]:
 
 
 def diffs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, bool]:
-    reports = [compare.parse_report(a, Path("a.json")), compare.parse_report(b, Path("b.json"))]
-    return {d.field: d.unfair for d in compare.fingerprint_diffs(reports)}
+    reports = [
+        comparison.parse_report(a, Path("a.json")),
+        comparison.parse_report(b, Path("b.json")),
+    ]
+    return {d.field: d.unfair for d in comparison.fingerprint_diffs(reports)}
 
 
 def test_compare_flags_differing_threads_and_cpus_as_unfair() -> None:

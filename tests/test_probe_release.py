@@ -3,8 +3,9 @@ GPUs' gfx targets against the env's locked ROCm release, as part of conformance.
 
 Three parts: the comparison as pure functions on given facts (the ROCm and CUDA facts are those
 public reports show, since this machine has no GPU); the options every builder and the batch
-script pass (envbuilder.probeargs, from the shipped spec and the compatibility data); and real
-probe runs on this machine's CPU torch: cpu expectations pass and say so, ROCm expectations fail.
+script pass (envbuilder.builders.probeargs, from the shipped spec and the compatibility data); and
+real probe runs on this machine's CPU torch: cpu expectations pass and say so, ROCm expectations
+fail.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ import torch
 from test_probe_run import by_name, make_lock, probe
 from test_probe_unit import validate
 
+from envbuilder.builders.probeargs import expectation_args, override_target, probe_args
 from envbuilder.builders.proberun import probe_options
-from envbuilder.compat import _with_hip, load_compat
-from envbuilder.errors import CompatDataError
-from envbuilder.model import EnvSpec
+from envbuilder.core.compat import _with_hip, load_compat
+from envbuilder.core.errors import CompatDataError
+from envbuilder.core.model import EnvSpec
 from envbuilder.probe.expectation import (
     Expectation,
     compare_release,
@@ -31,9 +33,8 @@ from envbuilder.probe.expectation import (
     local_tag,
     starts_with,
 )
-from envbuilder.probeargs import expectation_args, override_target, probe_args
 from envbuilder.slurm.script import default_probe_args
-from envbuilder.specload import load_spec
+from envbuilder.spec.load import load_spec
 from envbuilder.targets.base import ValidateOptions
 
 REPO = Path(__file__).resolve().parents[1]

@@ -28,7 +28,9 @@ from envbuilder.probe.pylock import (
 from envbuilder.probe.report import render_table
 
 PROBE_DIR = Path(envbuilder.probe.__file__).parent
-SCHEMA = json.loads((PROBE_DIR.parent / "schemas" / "probe-report.schema.json").read_text())
+SCHEMA = json.loads(
+    (PROBE_DIR.parent / "data" / "schemas" / "probe-report.schema.json").read_text()
+)
 DATA = Path(__file__).parent / "data" / "probe"
 
 

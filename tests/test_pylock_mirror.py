@@ -29,11 +29,11 @@ from typing import Any
 
 import pytest
 
-from envbuilder.fsutil import sha256_bytes
-from envbuilder.indexsources import index_source
-from envbuilder.lockfile import read_env_lock, write_env_lock
-from envbuilder.project import Project
-from envbuilder.specload import load_spec
+from envbuilder.core.fsutil import sha256_bytes
+from envbuilder.core.project import Project
+from envbuilder.lock.indexes import index_source
+from envbuilder.lock.lockfile import read_env_lock, write_env_lock
+from envbuilder.spec.load import load_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.network]
 

@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envbuilder import quoting
-from envbuilder.quoting import QuotingError
+from envbuilder.core import quoting
+from envbuilder.core.quoting import QuotingError
 
 #: Values that try to become code in one language or another.
 HOSTILE = [

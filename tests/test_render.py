@@ -24,17 +24,19 @@ from hypothesis import strategies as st
 from legacyspec import write_spec_with_legacy
 from test_quoting import dockerfile_word, ps_verbatim  # tests/ is on sys.path (rootless tests)
 
-from envbuilder import cli, plan, wsltar
-from envbuilder.compat import RocmRelease, load_compat
-from envbuilder.errors import EnvbuilderError, RenderError
-from envbuilder.lockfile import EnvLock, TargetLock, write_env_lock
-from envbuilder.model import EnvSpec, Spec
-from envbuilder.project import Project
-from envbuilder.render import MARKER, build_plan, render_all, render_env
-from envbuilder.specload import load_spec
+from envbuilder.builders.render import MARKER, build_plan, render_all, render_env
+from envbuilder.commands import _cli
+from envbuilder.core import plan
+from envbuilder.core.compat import RocmRelease, load_compat
+from envbuilder.core.errors import EnvbuilderError, RenderError
+from envbuilder.core.model import EnvSpec, Spec
+from envbuilder.core.project import Project
+from envbuilder.image import wsl as wsltar
+from envbuilder.image.wsl.conventions import DISTRIBUTION_CONF_KEYS
+from envbuilder.lock.lockfile import EnvLock, TargetLock, write_env_lock
+from envbuilder.spec.load import load_spec
 from envbuilder.targets import registry
 from envbuilder.targets.wsl2 import Wsl2Table
-from envbuilder.wsltar.conventions import DISTRIBUTION_CONF_KEYS
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "data" / "render"
@@ -176,9 +178,9 @@ def test_check_lists_stale_missing_and_leftover_and_writes_nothing(
 ) -> None:
     project, _spec = make_project(tmp_path / "p", locked=False)
     spec_arg = ["--spec", str(project.spec_path)]
-    assert cli.main(["render", *spec_arg, "--check"]) == 1  # nothing rendered yet: all missing
-    assert cli.main(["render", *spec_arg]) == 0
-    assert cli.main(["render", *spec_arg, "--check"]) == 0
+    assert _cli.main(["render", *spec_arg, "--check"]) == 1  # nothing rendered yet: all missing
+    assert _cli.main(["render", *spec_arg]) == 0
+    assert _cli.main(["render", *spec_arg, "--check"]) == 0
     (project.root / "dockerfiles/cpu/Dockerfile").write_text("FROM scratch\n")
     (project.root / "wsl/cpu/oobe.sh").unlink()
     (project.root / "windows/gone").mkdir(parents=True)
@@ -186,7 +188,7 @@ def test_check_lists_stale_missing_and_leftover_and_writes_nothing(
     (project.root / "windows/gone/notes.txt").write_text("mine\n")
     before = snapshot(project.root)
     capsys.readouterr()
-    assert cli.main(["render", *spec_arg, "--check"]) == 1
+    assert _cli.main(["render", *spec_arg, "--check"]) == 1
     out = capsys.readouterr().out.splitlines()
     assert "stale: dockerfiles/cpu/Dockerfile" in out
     assert "missing: wsl/cpu/oobe.sh" in out
@@ -194,9 +196,9 @@ def test_check_lists_stale_missing_and_leftover_and_writes_nothing(
     assert "leftover: windows/gone/notes.txt" in out
     assert snapshot(project.root) == before
     # --env limits the check to that env's folders
-    assert cli.main(["render", *spec_arg, "--check", "--env", "rocm64"]) == 0
+    assert _cli.main(["render", *spec_arg, "--check", "--env", "rocm64"]) == 0
     # writing repairs, removes the generated leftover and keeps the user's file
-    assert cli.main(["render", *spec_arg]) == 0
+    assert _cli.main(["render", *spec_arg]) == 0
     assert not (project.root / "windows/gone/setup.ps1").exists()
     assert (project.root / "windows/gone/notes.txt").read_text() == "mine\n"
     assert (project.root / "wsl/cpu/oobe.sh").stat().st_mode & 0o777 == 0o755
@@ -770,7 +772,7 @@ def test_random_specs_render_or_fail_cleanly(
         else:
             cpu[key] = value
     project.spec_path.write_text(tomlkit.dumps(doc))
-    code = cli.main(["-q", "render", "--spec", str(project.spec_path), "--env", "cpu"])
+    code = _cli.main(["-q", "render", "--spec", str(project.spec_path), "--env", "cpu"])
     written = [p for d in ("dockerfiles", "wsl", "windows") for p in (project.root / d).rglob("*")]
     if code == 0:
         for path in written:
@@ -783,9 +785,9 @@ def test_random_specs_render_or_fail_cleanly(
 def test_cli_refuses_an_env_without_the_target(capsys: pytest.CaptureFixture[str]) -> None:
     spec = str(REPO / "environments.toml")
     args = ["render", "--spec", spec, "--check"]
-    assert cli.main([*args, "--env", "cpu", "--target", "windows"]) == 2
+    assert _cli.main([*args, "--env", "cpu", "--target", "windows"]) == 2
     assert "env 'cpu' has none of the targets windows" in capsys.readouterr().err
-    assert cli.main([*args, "--env", "nope"]) == 2
+    assert _cli.main([*args, "--env", "nope"]) == 2
 
 
 def test_native_has_a_plan_and_no_rendered_files(unlocked: tuple[Project, Spec]) -> None:
@@ -815,7 +817,7 @@ def test_the_windows_script_renders_each_step_and_refuses_an_unknown_one(
     unlocked: tuple[Project, Spec],
 ) -> None:
     """setup.ps1 loops over the plan's steps (no values pulled out by render.py)."""
-    from envbuilder.render import environment
+    from envbuilder.builders.render import environment
 
     @dataclasses.dataclass(frozen=True)
     class Bogus(plan.Step):
@@ -831,7 +833,7 @@ def test_the_windows_script_renders_each_step_and_refuses_an_unknown_one(
 
 
 def test_a_step_without_a_template_branch_is_an_error() -> None:
-    from envbuilder.render import environment
+    from envbuilder.builders.render import environment
 
     @dataclasses.dataclass(frozen=True)
     class Bogus(plan.Step):

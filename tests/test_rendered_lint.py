@@ -22,8 +22,8 @@ import dockerfile
 import pytest
 from test_render import make_project  # tests/ is on sys.path (rootless tests)
 
-from envbuilder.compat import RocmRelease, load_compat
-from envbuilder.render import render_env
+from envbuilder.builders.render import render_env
+from envbuilder.core.compat import RocmRelease, load_compat
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / ".hadolint.yaml"

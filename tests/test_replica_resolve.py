@@ -35,8 +35,8 @@ from replica.uvcompile import (
     with_index,
 )
 
-from envbuilder.model import Index
-from envbuilder.uvrun import make_request, postprocess, run_uv
+from envbuilder.core.model import Index
+from envbuilder.lock.uv import make_request, postprocess, run_uv
 
 AMD_CANONICAL = "https://repo.amd.com/rocm/whl-multi-arch/"
 # Names that must only ever come from AMD's or PyTorch's ROCm indexes.
@@ -464,7 +464,7 @@ def test_upgrade_package_torch_moves_torch_and_keeps_the_rest(
 def test_envbuilder_run_uv_locks_recipe_a_with_canonical_urls(
     replica: ReplicaServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """envbuilder.uvrun as it is: packages + index_pins of recipe A, AMD's index mirrored by
+    """envbuilder.lock.uv as it is: packages + index_pins of recipe A, AMD's index mirrored by
     the replica. The lock names AMD's canonical URLs and holds only the env's device."""
     recipe = amd_recipe(["gfx1100"], LINUX, replica.url("amd"))
     monkeypatch.setenv("ENVBUILDER_DEFAULT_INDEX", replica.url("pypi"))
@@ -493,7 +493,7 @@ def test_envbuilder_relock_keeps_torch_until_it_is_upgraded(
     catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The hazard of test_upgrade_package_torch_moves_torch_and_keeps_the_rest, through
-    envbuilder.uvrun: round 1 is locked (AMD's index mirrored by the replica), round 2 is
+    envbuilder.lock.uv: round 1 is locked (AMD's index mirrored by the replica), round 2 is
     published, and the committed pylock is handed back to uv. A relock keeps torch 2.11 (uvrun
     names the mirror as each pinned entry's `index`); `--upgrade-package torch` moves torch and
     its device package only. The committed pylocks name AMD's canonical index. Each uv run has

@@ -20,12 +20,13 @@ from typing import Any
 import pytest
 from aptreplica import Replica, unfetched_pins
 
-from envbuilder import lockfile, repro
 from envbuilder.builders.docker import DockerBuilder, image_tag
-from envbuilder.cli import main
-from envbuilder.ociimage.writer import write_image
-from envbuilder.project import Project
-from envbuilder.specload import load_spec
+from envbuilder.commands._cli import main
+from envbuilder.core.project import Project
+from envbuilder.image import repro
+from envbuilder.image.oci.writer import write_image
+from envbuilder.lock import lockfile
+from envbuilder.spec.load import load_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.network]
 

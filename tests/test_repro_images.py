@@ -13,10 +13,11 @@ from typing import Any
 
 import pytest
 
-from envbuilder import docker_engine, repro
-from envbuilder.errors import BuildError
-from envbuilder.ociimage.blobs import digest_bytes
-from envbuilder.ociimage.writer import REPRO_FORMAT, REPRO_LABEL, WrittenImage, write_image
+from envbuilder.core.errors import BuildError
+from envbuilder.image import engine as docker_engine
+from envbuilder.image import repro
+from envbuilder.image.oci.blobs import digest_bytes
+from envbuilder.image.oci.writer import REPRO_FORMAT, REPRO_LABEL, WrittenImage, write_image
 
 pytestmark = pytest.mark.docker
 

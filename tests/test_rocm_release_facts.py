@@ -9,11 +9,13 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from envbuilder.cli import main
-from envbuilder.compat import load_compat
+from envbuilder.commands._cli import main
+from envbuilder.core.compat import load_compat
 
 ROOT = Path(__file__).resolve().parents[1]
-CLI_SCHEMA = json.loads((ROOT / "envbuilder/schemas/cli.schema.json").read_text(encoding="utf-8"))
+CLI_SCHEMA = json.loads(
+    (ROOT / "envbuilder/data/schemas/cli.schema.json").read_text(encoding="utf-8")
+)
 SPEC = """
 [indexes.amd-rocm]
 url = "https://repo.amd.com/rocm/whl-multi-arch/"

@@ -1,7 +1,7 @@
 """`envbuilder run` and `shell` (issue 23): a user's command in the built, lock-matching artifact,
 with the device flags `validate` uses.
 
-The unit tests hold the flags of every host kind to one source (envbuilder.runflags, which
+The unit tests hold the flags of every host kind to one source (envbuilder.image.runflags, which
 docker_engine.device_run_options, used by validate, and `run` both call), with host detection
 read from fake /dev trees and a fake /etc/group in tmp folders. The integration tests run the
 real CLI (a subprocess: `run` hands the terminal to its child) against the shipped cpu env's
@@ -24,10 +24,11 @@ from typing import Any
 import pytest
 from shipped import copy_shipped
 
-from envbuilder import docker_engine, runflags
-from envbuilder.compat import HOST_KINDS, HostKind
-from envbuilder.foreground import exit_status, run_foreground
-from envbuilder.project import Project
+from envbuilder.core.compat import HOST_KINDS, HostKind
+from envbuilder.core.foreground import exit_status, run_foreground
+from envbuilder.core.project import Project
+from envbuilder.image import engine as docker_engine
+from envbuilder.image import runflags
 
 ENV = "cpu"
 TORCH = "2.13.0+cpu"
@@ -184,7 +185,7 @@ def test_foreground_returns_the_childs_code_and_its_signal() -> None:
 
 
 def test_foreground_missing_program_exits_127() -> None:
-    from envbuilder.errors import CommandNotFoundError
+    from envbuilder.core.errors import CommandNotFoundError
 
     with pytest.raises(CommandNotFoundError) as caught:
         run_foreground(["envbuilder-no-such-program-here"])
@@ -349,7 +350,7 @@ def test_run_native_refuses_a_venv_of_another_lock(cpu_venv: Path, tmp_path: Pat
 
 def test_wsl_exe_line_runs_the_command_as_the_distros_user_through_a_login_shell() -> None:
     from envbuilder.builders.wsl2 import WslEngine, login_argv
-    from envbuilder.wslexe import Completed, WslExe
+    from envbuilder.host.wslexe import Completed, WslExe
 
     calls: list[list[str]] = []
 
@@ -415,7 +416,7 @@ def test_run_refuses_an_image_whose_lock_label_is_not_the_locks(
     from test_cli_json import TINY_DOCKERFILE
     from test_docker_target import make_project
 
-    from envbuilder import lockfile
+    from envbuilder.lock import lockfile
 
     project = make_project(tmp_path / "demo", dockerfile=TINY_DOCKERFILE)
     lock = lockfile.load_env_lock(project, "demo")

@@ -33,14 +33,15 @@ from hypothesis import strategies as st
 from packaging.pylock import is_valid_pylock_path
 from packaging.requirements import InvalidRequirement, Requirement
 
-from envbuilder import activate, docker_engine
-from envbuilder.cli import main
-from envbuilder.errors import EnvbuilderError
-from envbuilder.grammar import ENV_NAME_RE
-from envbuilder.model import EnvSpec, Spec, TargetTable
-from envbuilder.project import Project, pylock_name
-from envbuilder.render import render_all, render_env, rendered_targets
-from envbuilder.specload import check_spec
+from envbuilder.builders.render import render_all, render_env, rendered_targets
+from envbuilder.commands._cli import main
+from envbuilder.core import activate
+from envbuilder.core.errors import EnvbuilderError
+from envbuilder.core.grammar import ENV_NAME_RE
+from envbuilder.core.model import EnvSpec, Spec, TargetTable
+from envbuilder.core.project import Project, pylock_name
+from envbuilder.image import engine
+from envbuilder.spec.load import check_spec
 from envbuilder.targets import registry
 from envbuilder.targets.docker import DockerTable, default_rocm_image
 from envbuilder.targets.native import NativeTable
@@ -337,7 +338,7 @@ def _name_failure(name: str) -> str | None:
         return f"pip/uv refuse {pylock_name(name, bad[0])}"
     try:
         for repository in ("envbuilder", "envbuilder-wsl2", "127.0.0.1:5000/team"):
-            docker_engine.registry_repository(repository, name)
+            engine.registry_repository(repository, name)
     except EnvbuilderError as exc:
         return str(exc)
     if name.lower() in WINDOWS_DEVICE_NAMES:

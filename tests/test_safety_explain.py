@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from envbuilder import explain
-from envbuilder.errors import CompatDataError
+from envbuilder.core.errors import CompatDataError
+from envbuilder.host import explain
 
 MB = 1 << 20
 
@@ -146,7 +146,7 @@ def test_input_over_the_cap_is_refused() -> None:
 
 def test_argument_over_the_cap_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     # (in-process: the OS limits one argv string to far less than the cap)
-    from envbuilder.cli import main
+    from envbuilder.commands._cli import main
 
     assert main(["explain", "é" * (explain.MAX_INPUT_BYTES // 2 + 1)]) == 2
     assert "the message is over" in capsys.readouterr().err

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from test_fleet import four_ranks, job_folder, report
 
-from envbuilder import fleet
-from envbuilder.cli import main
-from envbuilder.errors import CompareError
+from envbuilder.commands._cli import main
+from envbuilder.core.errors import CompareError
+from envbuilder.report import fleet
 
 
 def three_nodes(tmp_path: Path) -> Path:

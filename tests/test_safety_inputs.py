@@ -14,7 +14,7 @@ import pytest
 from clirun import as_process
 from shipped import copy_shipped
 
-from envbuilder.fsutil import sha256_file
+from envbuilder.core.fsutil import sha256_file
 
 
 def envbuilder(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 from shipped import project_parts
 from test_fleet import four_ranks, job_folder, report
 
-from envbuilder.cli import main
+from envbuilder.commands._cli import main
 
 SECRET = "shadow-like-secret-line"
 
@@ -161,7 +161,7 @@ def test_a_bad_name_from_slurm_blames_slurm_not_hosts(
 ) -> None:
     """Fault 8: with no hosts file the names come from Slurm's node list; a bad one must not
     be blamed on a hosts file that does not exist."""
-    from envbuilder import fleet
+    from envbuilder.report import fleet
 
     job = two_nodes(tmp_path)
     (job / "hosts").unlink()

@@ -17,8 +17,8 @@ files, symlinks and killed processes:
     `.git`, absolute, `..`, huge, with and without a receipt) given to every command leave
     every file outside the command's own output set byte-identical.
 
-The tests only use envbuilder through its command line (envbuilder.cli.main, in-process, or the
-console script), so that the same file runs against an older envbuilder to see the faults.
+The tests only use envbuilder through its command line (envbuilder.commands._cli.main, in-process,
+or the console script), so that the same file runs against an older envbuilder to see the faults.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from shipped import rendered_folders
 
-from envbuilder.cli import main
+from envbuilder.commands._cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 JOURNAL = ".envbuilder-commit.json"
@@ -225,9 +225,9 @@ def test_a_planted_journal_through_a_symlink_touches_nothing_outside(
 CRASHER = """
 import os, signal, sys
 from pathlib import Path
-from envbuilder.journal import commit_files
-from envbuilder.project import Project
-from envbuilder.render import commit_scope
+from envbuilder.core.journal import commit_files
+from envbuilder.core.project import Project
+from envbuilder.builders.render import commit_scope
 from envbuilder.slurm.script import SCRIPTS
 
 project = Project.from_spec(sys.argv[1])

@@ -27,9 +27,9 @@ from clirun import captured
 from shipped import project_parts
 from test_lock_support import make_wheel, write_spec
 
-from envbuilder.fsutil import sha256_bytes, sha256_file
-from envbuilder.lockfile import read_env_lock
-from envbuilder.project import Project
+from envbuilder.core.fsutil import sha256_bytes, sha256_file
+from envbuilder.core.project import Project
+from envbuilder.lock.lockfile import read_env_lock
 
 REPO = Path(__file__).resolve().parent.parent
 #: What a copy of the shipped project holds (the committed cpu lock, rendered files).
@@ -184,7 +184,7 @@ def test_upgrade_without_an_engine_keeps_the_known_digest(
     spec = str(project.spec_path)
     assert captured(capsys, "-q", "lock", "--spec", spec, "--no-base-digest")[0] == 0
     # The previous generation of the lock pinned the base (made where an engine answered), and
-    # the apt versions on it (envbuilder.aptlock).
+    # the apt versions on it (envbuilder.lock.apt).
     lock = project.env_lock("small")
     text = lock.read_text(encoding="utf-8")
     text = re.sub(

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from shipped import project_parts
 
-from envbuilder.cli import main
+from envbuilder.commands._cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 COPIED = project_parts()
@@ -170,8 +170,8 @@ def test_a_lock_without_digests_is_upgraded_by_lock_alone(
 
 
 def test_the_format_numbers_are_those_the_writers_use() -> None:
-    from envbuilder import wsltar
-    from envbuilder.lockfile import ARTIFACT_FORMATS
-    from envbuilder.ociimage.writer import REPRO_FORMAT
+    from envbuilder.image import wsl
+    from envbuilder.image.oci.writer import REPRO_FORMAT
+    from envbuilder.lock.lockfile import ARTIFACT_FORMATS
 
-    assert {"repro_format": int(REPRO_FORMAT), "format": int(wsltar.FORMAT)} == ARTIFACT_FORMATS
+    assert {"repro_format": int(REPRO_FORMAT), "format": int(wsl.FORMAT)} == ARTIFACT_FORMATS

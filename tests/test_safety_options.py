@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.cli import COMMANDS, build_parser
+from envbuilder.commands._cli import COMMANDS, build_parser
 
 ENVBUILDER = Path(sys.executable).with_name("envbuilder")
 
@@ -54,7 +54,7 @@ def test_every_command_has_value_options() -> None:
 def test_an_empty_value_is_a_usage_error(
     name: str, argv: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from envbuilder.cli import main
+    from envbuilder.commands._cli import main
 
     with pytest.raises(SystemExit) as exc:
         main([name, *argv])

@@ -32,7 +32,7 @@ import pytest
 from test_interrupts import SMALL_SPEC, survivors
 from test_lock_support import FAKE_INDEX_URL, make_wheel
 
-from envbuilder import stale
+from envbuilder.core import stale
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="SIGKILL, flock and /proc start times"
@@ -43,7 +43,7 @@ MARK = "ENVBUILDER_TEST_MARK"
 KILLED_OWNER = """
 import os, subprocess, sys
 from pathlib import Path
-from envbuilder import stale
+from envbuilder.core import stale
 
 with stale.owned_dir(sys.argv[1], Path(sys.argv[2])) as owned:
     (owned.path / "data.bin").write_bytes(b"x" * 4096)

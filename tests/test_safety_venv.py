@@ -33,7 +33,7 @@ from envbuilder.builders.venv import (
     uv_venv_command,
     uv_venv_environment,
 )
-from envbuilder.specload import load_spec
+from envbuilder.spec.load import load_spec
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"

@@ -15,12 +15,12 @@ from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
 from shipped import copy_shipped
 
-from envbuilder import lockfile
-from envbuilder.cli import main
-from envbuilder.project import Project
-from envbuilder.sbom import sbom_bytes, sbom_path
+from envbuilder.commands._cli import main
+from envbuilder.core.project import Project
+from envbuilder.lock import lockfile
+from envbuilder.lock.sbom import sbom_bytes, sbom_path
+from envbuilder.lock.wheelcache import locked_files
 from envbuilder.targets.base import Artifact
-from envbuilder.wheelcache import locked_files
 
 ENV = "cpu"
 
@@ -117,7 +117,7 @@ def _pushed_tiny(tmp_path: Path, registry: str, monkeypatch: pytest.MonkeyPatch)
 def _referrer(registry: str, name: str, digest: str, auth: tuple[str, str] | None) -> Any:
     import requests
 
-    from envbuilder.registryapi import OCI_MANIFEST, referrer_tag
+    from envbuilder.image.registry_api import OCI_MANIFEST, referrer_tag
 
     url = f"http://{registry}/v2/{name}/manifests/{referrer_tag(digest)}"
     got = requests.get(url, headers={"Accept": OCI_MANIFEST}, auth=auth, timeout=60)

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from test_render import make_project  # tests/ is on sys.path (rootless tests)
 
-from envbuilder.model import EnvSpec, Spec
-from envbuilder.project import Project
-from envbuilder.render import render_env
+from envbuilder.builders.render import render_env
+from envbuilder.core.model import EnvSpec, Spec
+from envbuilder.core.project import Project
 
 DIRECTIVE = re.compile(r"^\s*\.(\w+)(\s+(\S.*))?\s*$")
 BLANK = re.compile(r"^\s*$")

@@ -29,18 +29,20 @@ import pytest
 from clirun import in_project
 from conftest import SlurmCluster, service_missing
 
-from envbuilder import activate, lockfile, pyfinder
+from envbuilder.builders.render import MARKER
 from envbuilder.builders.venv import uv_venv_environment
-from envbuilder.cli import main
-from envbuilder.compat import load_compat
-from envbuilder.errors import RenderError
+from envbuilder.commands._cli import main
+from envbuilder.core import activate
+from envbuilder.core.compat import load_compat
+from envbuilder.core.errors import RenderError
+from envbuilder.core.project import Project
+from envbuilder.host import pyfinder
+from envbuilder.lock import lockfile
 from envbuilder.probe import build_zipapp
 from envbuilder.probe.check_collectives import CHECK_COUNTS
-from envbuilder.project import Project
-from envbuilder.render import MARKER
 from envbuilder.slurm import script as slurm_script
 from envbuilder.slurm.run import write_script
-from envbuilder.specload import load_spec
+from envbuilder.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = "cpu"
@@ -585,7 +587,7 @@ def test_json_names_the_failing_node(
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     obj = json.loads(proc.stdout)
-    schema = json.loads((ROOT / "envbuilder" / "schemas" / "cli.schema.json").read_text())
+    schema = json.loads((ROOT / "envbuilder" / "data" / "schemas" / "cli.schema.json").read_text())
     jsonschema.validate(obj, schema, cls=jsonschema.Draft202012Validator)
     slurm = obj["slurm"]
     assert (obj["ok"], slurm["state"]) == (False, "FAILED")  # the script exits 1: a node failed

@@ -8,9 +8,9 @@ import pytest
 import tomlkit
 from legacyspec import write_spec_with_legacy
 
-from envbuilder.errors import SpecError, UsageError
-from envbuilder.model import Finding, Index
-from envbuilder.specload import check_spec, load_spec
+from envbuilder.core.errors import SpecError, UsageError
+from envbuilder.core.model import Finding, Index
+from envbuilder.spec.load import check_spec, load_spec
 from envbuilder.targets.docker import DockerTable
 from envbuilder.targets.native import NativeTable
 from envbuilder.targets.windows import WindowsTable

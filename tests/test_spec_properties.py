@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from packaging.pylock import is_valid_pylock_path
 
-from envbuilder.cli import main
-from envbuilder.model import EnvSpec
-from envbuilder.project import pylock_name
-from envbuilder.specload import SpecCheck, check_spec, env_keys, load_spec
+from envbuilder.commands._cli import main
+from envbuilder.core.model import EnvSpec
+from envbuilder.core.project import pylock_name
+from envbuilder.spec.load import SpecCheck, check_spec, env_keys, load_spec
 from envbuilder.targets import registry
 
 ENV_KEYS = env_keys()

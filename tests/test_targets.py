@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.cli import main
-from envbuilder.errors import EnvbuilderError, UsageError
-from envbuilder.specload import load_spec
+from envbuilder.commands._cli import main
+from envbuilder.core.errors import EnvbuilderError, UsageError
+from envbuilder.spec.load import load_spec
 from envbuilder.targets import registry
 from envbuilder.targets.base import Capability, RegistryBuilder
 from envbuilder.targets.docker import DockerTable

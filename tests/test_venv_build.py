@@ -24,12 +24,12 @@ import pytest
 import tomlkit
 
 from envbuilder.builders.venv import MARKER, NativeVenvBuilder, VenvLayout
-from envbuilder.errors import EnvbuilderError, LockError
-from envbuilder.fsutil import sha256_file
-from envbuilder.model import EnvSpec
-from envbuilder.progress import no_progress
-from envbuilder.project import Project
-from envbuilder.specload import load_spec
+from envbuilder.core.errors import EnvbuilderError, LockError
+from envbuilder.core.fsutil import sha256_file
+from envbuilder.core.model import EnvSpec
+from envbuilder.core.progress import no_progress
+from envbuilder.core.project import Project
+from envbuilder.spec.load import load_spec
 from envbuilder.targets import registry
 from envbuilder.targets.base import Artifact, BuildOptions, ValidateOptions
 
@@ -136,7 +136,7 @@ def test_build_creates_the_venv_from_the_lock_and_the_probe_passes(built: Built)
 def test_validate_command_reports_the_expected_and_found_release(built: Built) -> None:
     """Issue 24's acceptance: `envbuilder validate --target native --env cpu` writes a report
     that says which release and devices it expected (none: a cpu env) and which it found."""
-    from envbuilder.cli import main
+    from envbuilder.commands._cli import main
 
     code = main(
         [
@@ -215,7 +215,7 @@ def _tiny_wheel(folder: Path, name: str = "envbuilder_extra_pkg", version: str =
 
 
 def test_extra_package_fails_validate_and_build_removes_it(built: Built, tmp_path: Path) -> None:
-    from envbuilder.pyfinder import uv_bin
+    from envbuilder.host.pyfinder import uv_bin
 
     wheel = _tiny_wheel(tmp_path)
     subprocess.run(
@@ -331,7 +331,7 @@ def test_tampered_lock_is_refused_and_the_venv_keeps_working(
 
 
 def test_validate_without_a_venv_says_to_build(built: Built, tmp_path: Path) -> None:
-    from envbuilder.errors import ValidationError
+    from envbuilder.core.errors import ValidationError
 
     with pytest.raises(ValidationError, match="envbuilder build --target native --env cpu"):
         _native().validate(

@@ -9,7 +9,6 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import pytest
 
-from envbuilder import activate, pyfinder
 from envbuilder.builders.venv import (
     MARKER,
     VenvLayout,
@@ -20,9 +19,11 @@ from envbuilder.builders.venv import (
     uv_sync_command,
     uv_venv_command,
 )
-from envbuilder.errors import BuildError, EngineError
-from envbuilder.model import EnvSpec
-from envbuilder.quoting import QuotingError
+from envbuilder.core import activate
+from envbuilder.core.errors import BuildError, EngineError
+from envbuilder.core.model import EnvSpec
+from envbuilder.core.quoting import QuotingError
+from envbuilder.host import pyfinder
 from envbuilder.targets import registry
 from envbuilder.targets.base import BuildOptions, ValidateOptions
 from envbuilder.targets.windows import WindowsTable
@@ -136,8 +137,8 @@ def test_report_of_another_version_is_refused() -> None:
 
 
 def test_windows_target_on_linux_says_it_needs_windows(tmp_path: Path) -> None:
-    from envbuilder.progress import no_progress
-    from envbuilder.project import Project
+    from envbuilder.core.progress import no_progress
+    from envbuilder.core.project import Project
 
     if sys.platform == "win32":
         pytest.skip("this checks the refusal on non-Windows hosts")

@@ -17,19 +17,19 @@ from typing import Any
 import pytest
 from test_lock_support import FAKE_INDEX_URL, make_wheel, small_spec, write_spec
 
-from envbuilder.errors import LockError
-from envbuilder.fsutil import sha256_bytes, sha256_file
-from envbuilder.lockfile import LOCK_VERSION, EnvLock, TargetLock, write_env_lock
-from envbuilder.model import Index
-from envbuilder.project import Project
-from envbuilder.specload import load_spec
-from envbuilder.wheelcache import (
+from envbuilder.core.errors import LockError
+from envbuilder.core.fsutil import sha256_bytes, sha256_file
+from envbuilder.core.model import Index
+from envbuilder.core.project import Project
+from envbuilder.lock.lockfile import LOCK_VERSION, EnvLock, TargetLock, write_env_lock
+from envbuilder.lock.wheelcache import (
     cache_path,
     downloaded_bytes,
     fetch_locked,
     locked_files,
     write_wheelhouse,
 )
+from envbuilder.spec.load import load_spec
 
 LINUX = "x86_64-manylinux_2_28"
 WINDOWS = "x86_64-pc-windows-msvc"

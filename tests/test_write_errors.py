@@ -2,8 +2,8 @@
 fault 6).
 
 A property test per command (`render`, `lock`, `compare --json/--markdown/--html`): hypothesis
-picks a real fault and where it strikes, the command runs (envbuilder.cli.main, in-process),
-and then:
+picks a real fault and where it strikes, the command runs (envbuilder.commands._cli.main,
+in-process), and then:
   * the exit code is 1;
   * stderr holds exactly one `error:` line, naming the path (the obstacle, or the file that
     could not be written) and the cause, and no traceback;
@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 from shipped import rendered_folders
 from test_lock_support import FAKE_INDEX_URL, make_wheel
 
-from envbuilder.cli import main
+from envbuilder.commands._cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 REPORTS = REPO / "tests" / "data" / "compare"

@@ -22,14 +22,15 @@ from typing import Any
 
 import pytest
 
-from envbuilder import wslicon, wsltar
 from envbuilder.builders import wsl2
-from envbuilder.fsutil import sha256_file
-from envbuilder.lockfile import load_env_lock
-from envbuilder.model import EnvSpec
-from envbuilder.progress import no_progress
-from envbuilder.project import Project
-from envbuilder.specload import load_spec
+from envbuilder.core.fsutil import sha256_file
+from envbuilder.core.model import EnvSpec
+from envbuilder.core.progress import no_progress
+from envbuilder.core.project import Project
+from envbuilder.image import wsl as wsltar
+from envbuilder.image.wsl import icon as wslicon
+from envbuilder.lock.lockfile import load_env_lock
+from envbuilder.spec.load import load_spec
 from envbuilder.targets import registry
 from envbuilder.targets.base import (
     Artifact,
@@ -139,7 +140,7 @@ def test_probe_passes_inside_the_imported_wsl(
 def test_validate_refuses_a_changed_wsl(
     target: wsl2.Wsl2Builder, project: Project, cpu: EnvSpec, built: Artifact
 ) -> None:
-    from envbuilder.errors import ValidationError
+    from envbuilder.core.errors import ValidationError
 
     path = Path(built.reference)
     saved = path.with_suffix(".saved")

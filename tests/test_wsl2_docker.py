@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
-from envbuilder import wslicon, wsltar
 from envbuilder.builders import wsl2
-from envbuilder.errors import ValidationError
+from envbuilder.core.errors import ValidationError
+from envbuilder.image import wsl as wsltar
+from envbuilder.image.wsl import icon
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -59,14 +60,14 @@ def tiny_images(
     docker_client: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, str]]:
     """Two builds of one Dockerfile, the second without the layer cache."""
-    from envbuilder import docker_engine
+    from envbuilder.image import engine as docker_engine
 
     context = tmp_path_factory.mktemp("tiny-context")
     (context / "Dockerfile").write_text(DOCKERFILE)
     (context / "wsl.conf").write_text(WSL_CONF)
     (context / "wsl-distribution.conf").write_text(DIST_CONF)
     (context / "oobe.sh").write_text(OOBE)
-    (context / "tiny.ico").write_bytes(wslicon.icon_bytes())
+    (context / "tiny.ico").write_bytes(icon.icon_bytes())
     first = docker_engine.build_image(docker_client, context, "envbuilder-test/wsl-tiny:a", {}, {})
     second = docker_engine.build_image(
         docker_client, context, "envbuilder-test/wsl-tiny:b", {}, {}, nocache=True

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from test_wsltar import BAKED_USER, PASSWD, WSL_CONF, M, build, rootfs  # tests/ is on sys.path
 
-from envbuilder import wslexe
 from envbuilder.builders import wsl2
-from envbuilder.errors import ValidationError
+from envbuilder.core.errors import ValidationError
+from envbuilder.host import wslexe
 
 
 def with_files(files: dict[str, bytes]) -> list[M]:

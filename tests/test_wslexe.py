@@ -1,4 +1,4 @@
-"""envbuilder.wslexe: the command lines given to wsl.exe and how its output is read.
+"""envbuilder.host.wslexe: the command lines given to wsl.exe and how its output is read.
 
 wsl.exe cannot run here (Linux): a recording runner stands in for it -- the one stand-in the
 project allows. Its canned outputs are what wsl.exe prints: UTF-16LE for its own messages.
@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from envbuilder import wslexe
-from envbuilder.errors import EngineError, UsageError
+from envbuilder.core.errors import EngineError, UsageError
+from envbuilder.host import wslexe
 
 EXE = r"C:\Windows\System32\wsl.exe"
 VERSION_244 = (

@@ -1,4 +1,4 @@
-"""envbuilder.wsltar on tar streams made here: each rule of the `.wsl` format, one test each.
+"""envbuilder.image.wsl on tar streams made here: each rule of the `.wsl` format, one test each.
 
 The real `docker export` path is in tests/test_wsl2_build.py; these build small rootfs tars with
 the tarfile module, so every rule can be checked both ways (the normalizer fixes it, and
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder import wsltar
-from envbuilder.errors import BuildError
+from envbuilder.core.errors import BuildError
+from envbuilder.image import wsl
 
 SDE = 1_700_000_000
 # A minimal x86-64 ELF header (what `file` calls "ELF 64-bit LSB executable, x86-64, version 1").
@@ -146,10 +146,8 @@ def rootfs(*extra: M, systemd: bool = True, passwd: bytes = PASSWD) -> list[M]:
     return members + list(extra)
 
 
-def build(
-    tmp_path: Path, members: list[M], name: str = "out.wsl", sde: int = SDE
-) -> wsltar.WslResult:
-    return wsltar.write_wsl(io.BytesIO(export_tar(members)), tmp_path / name, source_date_epoch=sde)
+def build(tmp_path: Path, members: list[M], name: str = "out.wsl", sde: int = SDE) -> wsl.WslResult:
+    return wsl.write_wsl(io.BytesIO(export_tar(members)), tmp_path / name, source_date_epoch=sde)
 
 
 def read_members(path: Path) -> dict[str, tarfile.TarInfo]:
@@ -164,11 +162,11 @@ def read_file(path: Path, name: str) -> bytes:
         return fh.read()
 
 
-def errors(findings: list[wsltar.RuleFinding]) -> list[str]:
+def errors(findings: list[wsl.RuleFinding]) -> list[str]:
     return [str(f) for f in findings if f.level == "error"]
 
 
-def rules(findings: list[wsltar.RuleFinding]) -> set[str]:
+def rules(findings: list[wsl.RuleFinding]) -> set[str]:
     return {f.rule for f in findings}
 
 
@@ -177,7 +175,7 @@ def rules(findings: list[wsltar.RuleFinding]) -> set[str]:
 
 def test_good_rootfs_passes_microsoft_and_envbuilder_checks(tmp_path: Path) -> None:
     result = build(tmp_path, rootfs())
-    assert wsltar.check_wsl_tar(result.path, source_date_epoch=SDE) == []
+    assert wsl.check_wsl_tar(result.path, source_date_epoch=SDE) == []
 
 
 def test_root_of_tar_is_filesystem_root(tmp_path: Path) -> None:
@@ -263,7 +261,7 @@ def test_shadow_has_no_password_hashes(tmp_path: Path) -> None:
     # the day of the last change is clamped to SOURCE_DATE_EPOCH's day (useradd writes today)
     assert fields["root"][2] == str(SDE // 86400)
     assert fields["daemon"][2] == "19000"
-    assert not any(wsltar.is_password_hash(f[1]) for f in fields.values())
+    assert not any(wsl.is_password_hash(f[1]) for f in fields.values())
 
 
 def test_machine_id_emptied(tmp_path: Path) -> None:
@@ -272,8 +270,8 @@ def test_machine_id_emptied(tmp_path: Path) -> None:
 
 def test_discouraged_units_masked_when_systemd_present(tmp_path: Path) -> None:
     members = read_members(build(tmp_path, rootfs()).path)
-    assert "systemd-resolved.service" in wsltar.discouraged_units()
-    for unit in wsltar.discouraged_units():
+    assert "systemd-resolved.service" in wsl.discouraged_units()
+    for unit in wsl.discouraged_units():
         mask = members[f"etc/systemd/system/{unit}"]
         assert mask.issym() and mask.linkname == "/dev/null"
 
@@ -337,7 +335,7 @@ def test_member_outside_root_is_refused(tmp_path: Path) -> None:
 
 def test_not_a_tar_is_a_build_error(tmp_path: Path) -> None:
     with pytest.raises(BuildError):
-        wsltar.write_wsl(
+        wsl.write_wsl(
             io.BytesIO(b"this is not a tar" * 100), tmp_path / "x.wsl", source_date_epoch=SDE
         )
     assert list(tmp_path.iterdir()) == []
@@ -375,21 +373,21 @@ def test_sha256_is_the_files_sha256(tmp_path: Path) -> None:
 
 def test_gzip_header_has_no_name_and_mtime_zero(tmp_path: Path) -> None:
     path = build(tmp_path, rootfs()).path
-    assert wsltar.gzip_header_is_deterministic(path)
+    assert wsl.gzip_header_is_deterministic(path)
     head = path.read_bytes()[:10]
     assert head[3] & 0x08 == 0 and head[4:8] == b"\0\0\0\0"
     # and a plain `gzip file` (name, mtime in the header) is recognised as not deterministic
     plain = tmp_path / "plain.gz"
     with gzip.open(plain, "wb") as fh:
         fh.write(b"x")
-    assert not wsltar.gzip_header_is_deterministic(plain)
+    assert not wsl.gzip_header_is_deterministic(plain)
 
 
 def test_iterstream_reassembles_chunks_and_reports_bytes() -> None:
     data = export_tar(rootfs())
     chunks = [data[i : i + 777] for i in range(0, len(data), 777)]
     seen: list[int] = []
-    stream = wsltar.IterStream(chunks, lambda _w, done, _t: seen.append(done))
+    stream = wsl.IterStream(chunks, lambda _w, done, _t: seen.append(done))
     assert io.BufferedReader(stream).read() == data
     assert seen[-1] == len(data)
 
@@ -407,7 +405,7 @@ def plain_tar(tmp_path: Path, members: list[M], compress: bool = True) -> Path:
 
 def test_checker_finds_each_broken_rule_in_an_unnormalized_tar(tmp_path: Path) -> None:
     members = [M("./" + m.name, m.data, m.mode, m.uid, m.gid, m.sym, m.hard) for m in rootfs()]
-    found = rules(wsltar.check_wsl_tar(plain_tar(tmp_path, members), source_date_epoch=SDE))
+    found = rules(wsl.check_wsl_tar(plain_tar(tmp_path, members), source_date_epoch=SDE))
     assert {
         "root",
         "numeric-owner",
@@ -419,7 +417,7 @@ def test_checker_finds_each_broken_rule_in_an_unnormalized_tar(tmp_path: Path) -
         "masked",
     } <= found  # envbuilder's promises
     assert {"mode", "owner", "systemd-unit"} <= found  # Microsoft's warnings
-    assert "sorted" in rules(wsltar.check_wsl_tar(plain_tar(tmp_path, list(reversed(rootfs())))))
+    assert "sorted" in rules(wsl.check_wsl_tar(plain_tar(tmp_path, list(reversed(rootfs())))))
 
 
 def test_checker_microsoft_errors(tmp_path: Path) -> None:
@@ -434,7 +432,7 @@ def test_checker_microsoft_errors(tmp_path: Path) -> None:
         M("opt/setup.sh", b"#!/bin/sh\n", 0o755),
         M("usr/bin/dash", b"#!not elf", 0o755),
     ]
-    findings = wsltar.check_wsl_tar(plain_tar(tmp_path, members, compress=False))
+    findings = wsl.check_wsl_tar(plain_tar(tmp_path, members, compress=False))
     by_rule = {f.rule: f for f in findings}
     assert by_rule["format"].level == "error"  # not gzip
     assert by_rule["distribution-conf-keys"].level == "error"
@@ -451,7 +449,7 @@ def test_checker_passwd_rules(tmp_path: Path) -> None:
     members = [m for m in rootfs() if m.name != "etc/passwd"] + [M("etc/passwd", bad)]
     messages = [
         f.message
-        for f in wsltar.check_wsl_tar(plain_tar(tmp_path, members))
+        for f in wsl.check_wsl_tar(plain_tar(tmp_path, members))
         if f.rule in ("root", "passwd")
     ]
     assert any("not root" in m for m in messages)
@@ -471,7 +469,7 @@ def test_checker_warns_about_a_baked_default_user(tmp_path: Path) -> None:
     members = [m for m in members if m.name != "etc/passwd"] + [
         M("etc/passwd", PASSWD + BAKED_USER)
     ]
-    findings = wsltar.check_wsl_tar(build(tmp_path, members).path)
+    findings = wsl.check_wsl_tar(build(tmp_path, members).path)
     assert {(f.level, f.rule) for f in findings} == {
         ("warning", "wsl-conf-discouraged"),
         ("warning", "default-user-exists"),
@@ -484,9 +482,9 @@ def test_checker_wsl_conf_keys_are_the_validators(tmp_path: Path) -> None:
         b"[boot]\nsystemd = true\n[interop]\nappendWindowsPath = false\n"
         b"[network]\ngenerateResolvConf = true\n[automount]\nroot = /\n"
     )
-    assert wsltar.check_wsl_tar(build(tmp_path, replaced("etc/wsl.conf", conf)).path) == []
+    assert wsl.check_wsl_tar(build(tmp_path, replaced("etc/wsl.conf", conf)).path) == []
     bad = conf + b"[user]\nname = x\n[wsl2]\nmemory = 4GB\n"
-    findings = wsltar.check_wsl_tar(build(tmp_path, replaced("etc/wsl.conf", bad), "b.wsl").path)
+    findings = wsl.check_wsl_tar(build(tmp_path, replaced("etc/wsl.conf", bad), "b.wsl").path)
     assert [(f.level, f.message) for f in findings if f.rule == "wsl-conf-keys"] == [
         ("error", "unexpected keys in /etc/wsl.conf: ['user.name', 'wsl2.memory']")
     ]
@@ -504,7 +502,7 @@ def test_checker_icon_and_terminal_profile_locations(tmp_path: Path) -> None:
         M("opt/icon.ico", b"x" * (1024 * 1024 + 1)),
         M("opt/t.json", b"{}", 0o640),
     )
-    by_rule = {f.rule: f for f in wsltar.check_wsl_tar(plain_tar(tmp_path, members))}
+    by_rule = {f.rule: f for f in wsl.check_wsl_tar(plain_tar(tmp_path, members))}
     assert by_rule["icon-location"].level == "warning"
     assert by_rule["terminal-profile-location"].level == "warning"
     assert by_rule["size"].level == "error" and "/opt/icon.ico" in by_rule["size"].message
@@ -524,7 +522,7 @@ def test_checker_enabled_units_as_the_validator_lists_them(tmp_path: Path) -> No
     ]
     found = [
         f.message
-        for f in wsltar.check_wsl_tar(plain_tar(tmp_path, rootfs(*extra)))
+        for f in wsl.check_wsl_tar(plain_tar(tmp_path, rootfs(*extra)))
         if f.rule == "systemd-unit"
     ]
     assert found == [
@@ -533,7 +531,7 @@ def test_checker_enabled_units_as_the_validator_lists_them(tmp_path: Path) -> No
         f"discouraged systemd unit enabled: /{wants}/systemd-tmpfiles-setup.service",
     ]
     # normalized, every discouraged unit is masked: nothing is enabled any more
-    assert "systemd-unit" not in rules(wsltar.check_wsl_tar(build(tmp_path, rootfs(*extra)).path))
+    assert "systemd-unit" not in rules(wsl.check_wsl_tar(build(tmp_path, rootfs(*extra)).path))
 
 
 def test_checker_wsl1_xattrs_and_optional_bash(tmp_path: Path) -> None:
@@ -541,7 +539,7 @@ def test_checker_wsl1_xattrs_and_optional_bash(tmp_path: Path) -> None:
     members = [
         m for m in rootfs(M("usr/bin/ls", ELF, 0o755, xattrs=selinux)) if m.name != "usr/bin/bash"
     ]
-    findings = wsltar.check_wsl_tar(build(tmp_path, members).path)
+    findings = wsl.check_wsl_tar(build(tmp_path, members).path)
     assert [(f.level, f.rule) for f in findings] == [("warning", "xattrs")]  # no bash: fine
     assert "security.selinux" in findings[0].message and "usr/bin/ls" in findings[0].message
 
@@ -552,13 +550,13 @@ def test_checker_takes_xz_tars(tmp_path: Path) -> None:
     tar = gzip.decompress(build(tmp_path, rootfs()).path.read_bytes())
     path = tmp_path / "x.wsl"
     path.write_bytes(lzma.compress(tar))
-    assert wsltar.check_wsl_tar(path) == []
+    assert wsl.check_wsl_tar(path) == []
 
 
 def test_checker_follows_symlinked_parents(tmp_path: Path) -> None:
     # /bin -> usr/bin and /sbin/init -> ../lib/systemd/systemd (merged /usr, as in Debian 12)
     with tarfile.open(build(tmp_path, rootfs()).path) as tar:
-        view = wsltar.TarView(tar)
+        view = wsl.TarView(tar)
         bash, init = view.resolve("/bin/bash"), view.resolve("/sbin/init")
         sh = view.resolve("/bin/sh")
     assert bash is not None and bash.name == "usr/bin/bash"
@@ -567,16 +565,16 @@ def test_checker_follows_symlinked_parents(tmp_path: Path) -> None:
 
 
 def test_is_x86_64_elf() -> None:
-    assert wsltar.is_x86_64_elf(ELF)
-    assert not wsltar.is_x86_64_elf(ELF[:18] + (183).to_bytes(2, "little") + ELF[20:])  # arm64
-    assert not wsltar.is_x86_64_elf(b"#!/bin/sh\n" + b"\0" * 60)
+    assert wsl.is_x86_64_elf(ELF)
+    assert not wsl.is_x86_64_elf(ELF[:18] + (183).to_bytes(2, "little") + ELF[20:])  # arm64
+    assert not wsl.is_x86_64_elf(b"#!/bin/sh\n" + b"\0" * 60)
 
 
 # ----------------------------------------------------------------------------- parallel gzip
 
 
 @pytest.mark.parametrize(
-    "size", [0, 1, wsltar.ParallelGzipWriter.BLOCK, 3 * wsltar.ParallelGzipWriter.BLOCK + 12345]
+    "size", [0, 1, wsl.ParallelGzipWriter.BLOCK, 3 * wsl.ParallelGzipWriter.BLOCK + 12345]
 )
 def test_parallel_gzip_round_trips_and_ignores_thread_count(size: int) -> None:
     import random
@@ -588,7 +586,7 @@ def test_parallel_gzip_round_trips_and_ignores_thread_count(size: int) -> None:
     outputs = []
     for threads in (1, 3):
         buf = io.BytesIO()
-        writer = wsltar.ParallelGzipWriter(buf, 6, threads)
+        writer = wsl.ParallelGzipWriter(buf, 6, threads)
         for i in range(0, len(data), 70_000):  # writes that straddle block borders
             writer.write(data[i : i + 70_000])
         writer.close()

@@ -7,7 +7,7 @@ labelled `org.envbuilder.lock-sha256` (that pylock's sha256) and `org.envbuilder
 `[artifacts.docker]` records `image_id`, `tag` and, after a push, `repo_digest`.
 
 Reproducible: the tagged image is the one envbuilder writes from the engine's build
-(envbuilder.repro): its id depends only on the lock and the base image's digest, and the lock
+(envbuilder.image.repro): its id depends only on the lock and the base image's digest, and the lock
 records it (`image_id`, `layers`, `repro_format`) as the prediction `build --verify` checks.
 
 Corporate networks: HTTP(S)_PROXY / NO_PROXY (and lower-case) from the environment are passed as
@@ -25,19 +25,18 @@ from typing import Any
 import docker
 import docker.errors
 
-from envbuilder import basesource, docker_engine, imageregistry, lockfile, repro, runflags
-from envbuilder.buildcontext import ca_bundle_path
+from envbuilder.builders.context import ca_bundle_path
 from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes
-from envbuilder.compat import HostKind
-from envbuilder.errors import (
+from envbuilder.builders.rendered_image import RenderedBuild, build_rendered_image
+from envbuilder.core.compat import HostKind
+from envbuilder.core.errors import (
     BuildError,
     RegistryError,
     UsageError,
     ValidationError,
 )
-from envbuilder.fsutil import atomic_write_bytes
-from envbuilder.imagebuild import RenderedBuild, build_rendered_image
-from envbuilder.imagedefs import (
+from envbuilder.core.fsutil import atomic_write_bytes
+from envbuilder.core.imagedefs import (
     ENV_LABEL,
     LOCK_LABEL,
     LOCK_SHA_ARG,
@@ -46,9 +45,12 @@ from envbuilder.imagedefs import (
     VENV_PYTHON,
     proxy_build_args,
 )
-from envbuilder.model import EnvSpec
-from envbuilder.progress import ProgressFn
-from envbuilder.project import Project
+from envbuilder.core.model import EnvSpec
+from envbuilder.core.progress import ProgressFn
+from envbuilder.core.project import Project
+from envbuilder.image import engine, repro, runflags
+from envbuilder.image import registry as imageregistry
+from envbuilder.lock import basesource, lockfile
 from envbuilder.targets.base import (
     Artifact,
     BuildOptions,
@@ -77,8 +79,9 @@ def image_tag(env: str, lock_sha256: str) -> str:
 
 
 def detect_host_kind(root: Path = Path("/")) -> HostKind:
-    """What accelerator this host can hand to a container (envbuilder.runflags.detect_host_kind):
-    $ENVBUILDER_HOST_KIND if set, else what /dev holds."""
+    """What accelerator this host can hand to a container
+    (envbuilder.image.runflags.detect_host_kind): $ENVBUILDER_HOST_KIND if set, else what /dev
+    holds."""
     return runflags.detect_host_kind(root)
 
 
@@ -99,16 +102,16 @@ def _ensure_base(
 ) -> None:
     """Pull the locked base image (by digest) unless the engine has it already. A digest the
     registry does not serve is a BaseNotServedError saying whether the pin came from another
-    registry or was lost or changed (envbuilder.basesource); another failure is one line naming
+    registry or was lost or changed (envbuilder.lock.basesource); another failure is one line naming
     the image and `repin`, the command that pins what the tag serves now."""
     base = target.base_image
     if base is None:
         return
-    if docker_engine.existing_image(client, base) is not None:
+    if engine.existing_image(client, base) is not None:
         return
     progress(f"pulling the base image {base}", 0, None)
     try:
-        docker_engine.pull_image(client, base, progress)
+        engine.pull_image(client, base, progress)
     except RegistryError as exc:
         reason = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
         if "@sha256:" in base:
@@ -171,7 +174,7 @@ class DockerBuilder:
     def local_image(self, env: str, pylock_sha256: str) -> str | None:
         """The id of this engine's image of `env` built from that pylock (its tag and lock
         label), or None."""
-        image = docker_engine.existing_image(docker_engine.connect(), image_tag(env, pylock_sha256))
+        image = engine.existing_image(engine.connect(), image_tag(env, pylock_sha256))
         if image is None or (image.labels or {}).get(LOCK_LABEL) != pylock_sha256:
             return None
         return str(image.id)
@@ -193,7 +196,7 @@ class DockerBuilder:
         lock, target = _docker_lock(project, env)
         expected = _recorded_prediction(lock, env.name) if options.verify else None
         tag = image_tag(env.name, target.pylock_sha256)
-        client = docker_engine.connect()
+        client = engine.connect()
         if target.base_image:
             # Before fetching wheels (gigabytes for ROCm): an unreachable base fails fast.
             _ensure_base(client, env.name, target, _repin_command(env.name), progress)
@@ -238,7 +241,7 @@ class DockerBuilder:
         removed in every case. Raises ValidationError when the probe wrote no report."""
         _lock, target = _docker_lock(project, env)
         tag = image_tag(env.name, target.pylock_sha256)
-        client = docker_engine.connect()
+        client = engine.connect()
         _require_image(client, env.name, tag)
         host_kind = detect_host_kind()
         pylock = (project.lockfiles / target.pylock).read_bytes()
@@ -248,11 +251,11 @@ class DockerBuilder:
         }
         report_in = _PROBE_REPORT
         progress(f"{env.name}/docker: probe in {tag} ({host_kind} host)", 0, None)
-        code, output, files = docker_engine.run_in_container(
+        code, output, files = engine.run_in_container(
             client,
             tag,
             _probe_command(env, options),
-            docker_engine.ContainerRun(
+            engine.ContainerRun(
                 user=RUN_USER,
                 host_kind=host_kind,
                 labels={ENV_LABEL: env.name, ROLE_LABEL: "validate"},
@@ -278,11 +281,11 @@ class DockerBuilder:
     ) -> RunCommand:
         """`docker run` of `options.command` (default: bash) in a fresh container of the env's
         image, as uid 1000, with this host's device flags: what `validate` gives the probe
-        (envbuilder.runflags). Refuses (ValidationError) a missing image or one whose lock
+        (envbuilder.image.runflags). Refuses (ValidationError) a missing image or one whose lock
         label is not the current docker pylock's sha256."""
         _lock, target = _docker_lock(project, env)
         tag = image_tag(env.name, target.pylock_sha256)
-        image = _require_image(docker_engine.connect(), env.name, tag)
+        image = _require_image(engine.connect(), env.name, tag)
         if problem := imageregistry.lock_mismatch(image, target.pylock_sha256):
             raise ValidationError(f"refusing the image {tag}: {problem}")
         host_kind = detect_host_kind()
@@ -302,7 +305,7 @@ class DockerBuilder:
         """(ok, line): whether the engine's image of the env is the one the lock predicts."""
         lock, target = _docker_lock(project, env)
         tag = image_tag(env.name, target.pylock_sha256)
-        image = docker_engine.existing_image(docker_engine.connect(), tag)
+        image = engine.existing_image(engine.connect(), tag)
         return [
             repro.status_line(
                 env.name,
@@ -323,9 +326,9 @@ class DockerBuilder:
         _lock, target = _docker_lock(project, env)
         tag = image_tag(env.name, target.pylock_sha256)
         image_id, digest_ref = imageregistry.push_locked(
-            docker_engine.connect(),
+            engine.connect(),
             tag,
-            docker_engine.registry_repository(options.registry, env.name),
+            engine.registry_repository(options.registry, env.name),
             target.pylock_sha256,
             f"envbuilder build --target docker --env {env.name}",
             progress,
@@ -338,11 +341,12 @@ class DockerBuilder:
 
     @staticmethod
     def _attach_sbom(project: Project, env: str, digest_ref: str, progress: ProgressFn) -> None:
-        """Push the SBOM of the image just pushed (envbuilder.sbom, the bytes `build` wrote; the
-        image id the lock now records) as an OCI artifact whose subject is that image
-        (envbuilder.registryapi), and record it as `[artifacts.docker] sbom`. The image is
+        """Push the SBOM of the image just pushed (envbuilder.lock.sbom, the bytes `build` wrote;
+        the image id the lock now records) as an OCI artifact whose subject is that image
+        (envbuilder.image.registry_api), and record it as `[artifacts.docker] sbom`. The image is
         pushed and recorded already when this fails."""
-        from envbuilder import registryapi, sbom
+        from envbuilder.image import registry_api
+        from envbuilder.lock import sbom
 
         lock = lockfile.load_env_lock(project, env)  # push verified it just now
         assert lock is not None
@@ -351,7 +355,7 @@ class DockerBuilder:
         artifact = Artifact(TARGET, env, tag, image_id)
         data = sbom.sbom_bytes(project, env, TARGET, artifact)
         try:
-            sbom_ref = registryapi.attach_sbom(docker_engine.connect(), digest_ref, data)
+            sbom_ref = registry_api.attach_sbom(engine.connect(), digest_ref, data)
         except RegistryError as exc:
             raise RegistryError(
                 f"pushed {digest_ref} (recorded in the lock), but its SBOM could not be "
@@ -374,7 +378,7 @@ class DockerBuilder:
             f"envbuilder push --env {env.name} --registry HOST/PATH",
         )
         return imageregistry.pull_locked(
-            docker_engine.connect(),
+            engine.connect(),
             ref,
             image_tag(env.name, target.pylock_sha256),
             target.pylock_sha256,
@@ -403,7 +407,7 @@ def probe_arguments(env: EnvSpec, options: ValidateOptions) -> list[str]:
 
 def _require_image(client: docker.DockerClient, env: str, tag: str) -> Any:
     """The engine's image `tag`; ValidationError saying how to get it when there is none."""
-    image = docker_engine.existing_image(client, tag)
+    image = engine.existing_image(client, tag)
     if image is None:
         raise ValidationError(
             f"no image {tag} on the Docker engine; build it (`envbuilder build --target "

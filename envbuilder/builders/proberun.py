@@ -5,22 +5,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from envbuilder.model import EnvSpec
-from envbuilder.probeargs import probe_args
+from envbuilder.builders.probeargs import probe_args
+from envbuilder.core.model import EnvSpec
 from envbuilder.targets.base import ValidateOptions
 
 
 def probe_options(env: EnvSpec, options: ValidateOptions, labels: Mapping[str, str]) -> list[str]:
     """The probe's command-line options for `options` and `labels`, shared by every target
-    (envbuilder.probeargs.probe_args: --expect defaults to the env's accelerator, a ROCm run
-    carries the release check's --expect-rocm/--expect-hip/--expect-gfx). Where the probe
+    (envbuilder.builders.probeargs.probe_args: --expect defaults to the env's accelerator, a ROCm
+    run carries the release check's --expect-rocm/--expect-hip/--expect-gfx). Where the probe
     runs, its --lock/--json/--timeout are the target's."""
     return probe_args(env, options, labels)
 
 
 def probe_zipapp_bytes() -> bytes:
     """The probe zipapp (envbuilder.probe.build_zipapp) as bytes, to copy into an artifact."""
-    from envbuilder.fsutil import temp_dir
+    from envbuilder.core.fsutil import temp_dir
     from envbuilder.probe import build_zipapp  # the probe package: imported when validating
 
     with temp_dir("envbuilder-probe-") as tmp:

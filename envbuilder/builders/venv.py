@@ -35,16 +35,18 @@ from typing import Any, ClassVar, Literal
 
 from packaging.utils import canonicalize_name
 
-from envbuilder import __version__, activate, interrupts, pyfinder, stale
+from envbuilder import __version__
 from envbuilder.builders.proberun import probe_options
-from envbuilder.errors import BuildError, UsageError, ValidationError
-from envbuilder.fsutil import atomic_write_bytes, sha256_bytes, temp_dir
-from envbuilder.model import EnvSpec
-from envbuilder.pipsdk import sdk_release
-from envbuilder.plan import FindPython, LockPins, Plan, PlanInputs, WriteActivation
-from envbuilder.progress import ProgressFn
-from envbuilder.project import Project, pylock_name, venv_folder
-from envbuilder.quoting import ps_quote
+from envbuilder.core import activate, interrupts, stale
+from envbuilder.core.errors import BuildError, UsageError, ValidationError
+from envbuilder.core.fsutil import atomic_write_bytes, sha256_bytes, temp_dir
+from envbuilder.core.model import EnvSpec
+from envbuilder.core.pipsdk import sdk_release
+from envbuilder.core.plan import FindPython, LockPins, Plan, PlanInputs, WriteActivation
+from envbuilder.core.progress import ProgressFn
+from envbuilder.core.project import Project, pylock_name, venv_folder
+from envbuilder.core.quoting import ps_quote
+from envbuilder.host import pyfinder
 from envbuilder.targets import registry
 from envbuilder.targets.base import (
     Artifact,
@@ -591,7 +593,7 @@ class VenvBuilder:
         """Fetch and verify every locked artifact and find Python, and only then mark the venv
         incomplete and create or sync it. Returns its Python version, its packages and what the
         sync changed."""
-        from envbuilder import wheelcache  # the lock helper's module; imported when building
+        from envbuilder.lock import wheelcache  # the lock helper's module; imported when building
 
         layout = VenvLayout(folder.path, self.windows)
         progress(f"{env.name}/{self.name}: fetching locked artifacts", 0, None)
@@ -629,7 +631,7 @@ class VenvBuilder:
     ) -> str:
         """Mark the venv incomplete, make it with the Python `found` unless its `kept` Python is
         usable, and sync it from a wheelhouse of the fetched artifacts; its Python version."""
-        from envbuilder import wheelcache
+        from envbuilder.lock import wheelcache
 
         project.cache.mkdir(parents=True, exist_ok=True)
         # swept by the next build once no process (this one, or a uv it started that outlived
@@ -738,7 +740,7 @@ class VenvBuilder:
         """The pylock's sha256, after lockfile.load_verified_lock checked the env lock (current
         for the spec the env was loaded from, the env's own) and the pylock (as recorded,
         well-formed)."""
-        from envbuilder.lockfile import load_verified_lock
+        from envbuilder.lock.lockfile import load_verified_lock
 
         verified = load_verified_lock(project, env.name, self.name, env.spec_hash)
         return verified.pylock.entry.pylock_sha256

@@ -2,9 +2,9 @@
 probe.
 
 build     the rendered `wsl/<env>/Dockerfile` is built with Docker (build-context contract), a
-          container of the image is exported, and the stream goes through `envbuilder.wsltar`
+          container of the image is exported, and the stream goes through `envbuilder.image.wsl`
           into `dist/<env>.wsl` (sha256 recorded in the env lock's artifacts). On Windows, where
-          wsl.exe exists, the file is then installed as the env's distro (`envbuilder.wslexe`).
+          wsl.exe exists, the file is then installed as the env's distro (`envbuilder.host.wslexe`).
 validate  runs the probe inside exactly that file. Linux: the `.wsl` is `docker import`ed and
           the probe runs in a container of it; Windows: it runs in the installed distro with
           `wsl --exec`. Both engines first do what WSL does at a distro's first launch (run the
@@ -14,7 +14,7 @@ validate  runs the probe inside exactly that file. Linux: the `.wsl` is `docker 
           env's variables as it does for a WSL login.
 push      pushes the rootfs image (the same registry code as the docker target).
           The rootfs image is the one envbuilder writes from the engine's build
-          (envbuilder.repro): its id depends only on the lock and the base image's digest; the
+          (envbuilder.image.repro): its id depends only on the lock and the base image's digest; the
           lock records it with the `.wsl`'s sha256, and `build --verify` checks both.
 pull      pulls that image by digest and turns it into the `.wsl` without building; the sha256
           must equal the one the lock recorded for the build.
@@ -37,11 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
-from envbuilder import repro, wslexe, wsltar
 from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes
-from envbuilder.errors import BuildError, EngineError, ValidationError
-from envbuilder.fsutil import atomic_write_bytes, sha256_file
-from envbuilder.imagedefs import (
+from envbuilder.core.errors import BuildError, EngineError, ValidationError
+from envbuilder.core.fsutil import atomic_write_bytes, sha256_file
+from envbuilder.core.imagedefs import (
     ENV_LABEL,
     LOCK_LABEL,
     LOCK_SHA_ARG,
@@ -49,9 +48,11 @@ from envbuilder.imagedefs import (
     VENV_PYTHON,
     proxy_build_args,
 )
-from envbuilder.model import EnvSpec
-from envbuilder.progress import ProgressFn, no_progress
-from envbuilder.project import Project
+from envbuilder.core.model import EnvSpec
+from envbuilder.core.progress import ProgressFn, no_progress
+from envbuilder.core.project import Project
+from envbuilder.host import wslexe
+from envbuilder.image import repro, wsl
 from envbuilder.targets.base import (
     Artifact,
     BuildOptions,
@@ -66,8 +67,8 @@ from envbuilder.targets.wsl2 import DESCRIPTOR, Wsl2Table
 if TYPE_CHECKING:
     import docker
 
-    from envbuilder.compat import HostKind
-    from envbuilder.lockfile import EnvLock
+    from envbuilder.core.compat import HostKind
+    from envbuilder.lock.lockfile import EnvLock
 
 TARGET = DESCRIPTOR.name
 PROBE_DIR = "/tmp/envbuilder"
@@ -99,7 +100,7 @@ def _require_lock(project: Project, env: EnvSpec) -> EnvLock:
     """The env's lock, verified for the wsl2 target (lockfile.load_verified_lock): current for
     the spec the env was loaded from, the env's own, its pylock as recorded and well-formed.
     LockError otherwise."""
-    from envbuilder.lockfile import load_verified_lock
+    from envbuilder.lock.lockfile import load_verified_lock
 
     return load_verified_lock(project, env.name, TARGET, env.spec_hash).lock
 
@@ -138,8 +139,8 @@ def build_rootfs_image(
 ) -> tuple[str, bool]:
     """Build the env's rendered WSL Dockerfile (or find it up to date: same tag, same context
     digest). Returns (image id, whether a build ran)."""
-    from envbuilder.buildcontext import ca_bundle_path
-    from envbuilder.imagebuild import RenderedBuild, build_rendered_image
+    from envbuilder.builders.context import ca_bundle_path
+    from envbuilder.builders.rendered_image import RenderedBuild, build_rendered_image
 
     pylock_sha = lock.targets[TARGET].pylock_sha256
     request = RenderedBuild(
@@ -179,17 +180,17 @@ def export_image(
     dest: Path,
     source_date_epoch: int,
     progress: ProgressFn = no_progress,
-    compresslevel: int = wsltar.COMPRESSLEVEL,
-) -> wsltar.WslResult:
+    compresslevel: int = wsl.COMPRESSLEVEL,
+) -> wsl.WslResult:
     """`docker export` a container of `image` straight through the normalizer into `dest`.
     Progress: ("export", bytes read, image size), then ("compress", bytes, total bytes)."""
     total = int(client.images.get(image).attrs.get("Size") or 0) or None
     with _created(client, image) as container:
         chunks = container.export(chunk_size=_CHUNK)
         source = io.BufferedReader(
-            wsltar.IterStream(chunks, progress, "export", total), buffer_size=_CHUNK
+            wsl.IterStream(chunks, progress, "export", total), buffer_size=_CHUNK
         )
-        return wsltar.write_wsl(
+        return wsl.write_wsl(
             source,
             dest,
             source_date_epoch=source_date_epoch,
@@ -285,7 +286,7 @@ class DockerEngine:
         self.image = run_first_launch(self.client, self.image, command, progress)
 
     def run(self, run: ProbeRun, user: str, progress: ProgressFn) -> tuple[int, str, bytes | None]:
-        from envbuilder import docker_engine
+        from envbuilder.image import engine as docker_engine
 
         code, output, files = docker_engine.run_in_container(
             self.client,
@@ -356,20 +357,20 @@ def first_launch(path: Path) -> FirstLaunch:
     /etc/wsl.conf `[user] default`, else `[oobe] defaultUid` (by name when /etc/passwd has it),
     else root."""
     with tarfile.open(path, "r:*") as tar:
-        view = wsltar.TarView(tar)
+        view = wsl.TarView(tar)
 
         def read(name: str) -> bytes:
             member = view.resolve(name)
             return view.read(member) if member is not None and member.isfile() else b""
 
-        dist = wsltar.parse_conf(read("/etc/wsl-distribution.conf"), "/etc/wsl-distribution.conf")
+        dist = wsl.parse_conf(read("/etc/wsl-distribution.conf"), "/etc/wsl-distribution.conf")
         command = dist.get("oobe.command") or None
-        user = wsltar.parse_conf(read("/etc/wsl.conf"), "/etc/wsl.conf").get("user.default")
+        user = wsl.parse_conf(read("/etc/wsl.conf"), "/etc/wsl.conf").get("user.default")
         if user:
             return FirstLaunch(command, user)
         uid = dist.get("oobe.defaultuid", "")
         if uid.isdigit():
-            entry = wsltar.parse_passwd(read("/etc/passwd")).get(int(uid))
+            entry = wsl.parse_passwd(read("/etc/passwd")).get(int(uid))
             return FirstLaunch(command, entry[0] if entry else str(int(uid)))
     return FirstLaunch(command, "root")
 
@@ -381,7 +382,7 @@ def default_user(path: Path) -> str:
 
 def user_of_uid(passwd: bytes, uid: int) -> str:
     """The name /etc/passwd gives `uid`; ValidationError when it has none."""
-    entry = wsltar.parse_passwd(passwd).get(uid)
+    entry = wsl.parse_passwd(passwd).get(uid)
     if entry is None:
         raise ValidationError(
             f"the distro has no user with uid {uid} after its first launch; "
@@ -516,7 +517,7 @@ def _pulled_rootfs(
 ) -> tuple[str, repro.Prediction]:
     """The pushed rootfs image pulled by digest `ref` (refused unless built from the lock):
     the id the pull returned, and the image observed."""
-    from envbuilder import imageregistry
+    from envbuilder.image import registry as imageregistry
 
     pylock_sha = lock.targets[TARGET].pylock_sha256
     # Tagged as a build would, so `validate`/`pull` can say whether it is the predicted one.
@@ -536,7 +537,7 @@ def _is_recorded_wsl(path: Path, recorded: Mapping[str, str], image_id: str) -> 
     return (
         path.is_file()
         and recorded.get("image_id") == image_id
-        and recorded.get("format") == wsltar.FORMAT
+        and recorded.get("format") == wsl.FORMAT
         and recorded.get("sha256") == sha256_file(path)
     )
 
@@ -552,7 +553,7 @@ class _Export:
     expected_sha256: str | None = None
 
 
-def _check_exported(result: wsltar.WslResult, export: _Export) -> None:
+def _check_exported(result: wsl.WslResult, export: _Export) -> None:
     expected = export.expected_sha256
     if expected and expected != result.sha256:
         raise BuildError(
@@ -572,7 +573,7 @@ class Wsl2Builder:
 
     def _docker(self) -> Any:
         if self._client is None:
-            from envbuilder import docker_engine
+            from envbuilder.image import engine as docker_engine
 
             self._client = docker_engine.connect()
         return self._client
@@ -616,7 +617,7 @@ class Wsl2Builder:
     def _write(
         self, project: Project, env: EnvSpec, lock: EnvLock, export: _Export, progress: ProgressFn
     ) -> Artifact:
-        from envbuilder.lockfile import record_artifact
+        from envbuilder.lock.lockfile import record_artifact
 
         image_id = export.image.image_id
         path = wsl_path(project, env.name)
@@ -628,7 +629,7 @@ class Wsl2Builder:
             env.name,
             TARGET,
             sha256=result.sha256,
-            format=wsltar.FORMAT,
+            format=wsl.FORMAT,
             **export.image.artifacts(),
         )
         details = {
@@ -688,7 +689,7 @@ class Wsl2Builder:
         if isinstance(engine, WslEngine):
             return engine.command(launch.user, inner)
         assert isinstance(engine, DockerEngine)  # _engine makes one of the two
-        from envbuilder import runflags
+        from envbuilder.image import runflags
 
         argv = runflags.docker_run_argv(
             engine.image,
@@ -704,7 +705,7 @@ class Wsl2Builder:
     def image_status(self, project: Project, env: EnvSpec) -> list[tuple[bool, str]]:
         """(ok, line): whether dist/<env>.wsl and the engine's rootfs image are the ones the
         lock records (the `.wsl`'s sha256; the image's id, its prediction)."""
-        from envbuilder import docker_engine
+        from envbuilder.image import engine as docker_engine
 
         lock = _require_lock(project, env)
         recorded = lock.artifacts.get(TARGET, {})
@@ -759,8 +760,9 @@ class Wsl2Builder:
     ) -> str:
         """Push the env's rootfs image to `registry`/<env>-wsl2:<short lock hash>; record and
         return its repository digest (artifacts.wsl2.repo_digest)."""
-        from envbuilder import docker_engine, imageregistry
-        from envbuilder.lockfile import record_artifact
+        from envbuilder.image import engine as docker_engine
+        from envbuilder.image import registry as imageregistry
+        from envbuilder.lock.lockfile import record_artifact
 
         _require_wsl2(env)
         lock = _require_lock(project, env)
@@ -788,7 +790,7 @@ class Wsl2Builder:
         without building; return "<path> sha256:<hex>". When the lock recorded the sha256 of a
         build, the pulled one must equal it (BuildError otherwise; the file is written all the
         same, so it can be inspected)."""
-        from envbuilder import imageregistry
+        from envbuilder.image import registry as imageregistry
 
         _require_wsl2(env)
         lock = _require_lock(project, env)

@@ -1,1 +1,1 @@
-"""One module per `envbuilder` subcommand; see `envbuilder.cli` for the interface."""
+"""One module per `envbuilder` subcommand; see `envbuilder.commands._cli` for the interface."""

@@ -1,13 +1,13 @@
 """The argparse helpers that the commands share: the value types that refuse an empty string,
---spec and --json. They live here, below both the command modules and envbuilder.cli, so that
-the commands need not import the command line that imports them."""
+--spec and --json. They live here, below both the command modules and envbuilder.commands._cli, so
+that the commands need not import the command line that imports them."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from envbuilder.project import SPEC_NAME
+from envbuilder.core.project import SPEC_NAME
 
 
 def path_value(text: str) -> Path:

@@ -16,15 +16,15 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from envbuilder import fleet
 from envbuilder.commands._options import path_value
 from envbuilder.commands._targets import progress_for, require, selected
-from envbuilder.errors import UsageError
+from envbuilder.core.errors import UsageError
+from envbuilder.core.ui import UI
+from envbuilder.report import fleet
 from envbuilder.slurm.run import SlurmOutcome, SlurmRequest, validate_on_slurm
 from envbuilder.slurm.script import IMAGE_RUNTIMES
-from envbuilder.specload import load_spec
+from envbuilder.spec.load import load_spec
 from envbuilder.targets.base import ValidateOptions
-from envbuilder.ui import UI
 
 #: dest -> option, for the options that mean something only with --slurm
 _SLURM_ONLY = {
@@ -188,7 +188,7 @@ def _print_outcome(env: str, target: str, outcome: SlurmOutcome, ui: UI) -> None
 def _json_result(
     env: str, target: str, outcome: SlurmOutcome, failures: list[str]
 ) -> dict[str, Any]:
-    """validate --slurm --json (envbuilder/schemas/cli.schema.json, docs/cli.md)."""
+    """validate --slurm --json (envbuilder/data/schemas/cli.schema.json, docs/cli.md)."""
     result = outcome.fleet
     cross = result.job_dir / "collectives" / "all.json"
     reports = [

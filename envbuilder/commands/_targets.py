@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Literal
 
 from envbuilder.commands._options import add_common_arguments, add_json_argument
-from envbuilder.errors import UsageError
-from envbuilder.model import EnvSpec
-from envbuilder.progress import ProgressFn
-from envbuilder.project import Project
-from envbuilder.specload import load_spec
+from envbuilder.core.errors import UsageError
+from envbuilder.core.model import EnvSpec
+from envbuilder.core.progress import ProgressFn
+from envbuilder.core.project import Project
+from envbuilder.core.ui import UI
+from envbuilder.spec.load import load_spec
 from envbuilder.targets import registry
 from envbuilder.targets.base import Capability, RegistryBuilder, TargetDescriptor
-from envbuilder.ui import UI
 
 
 def add_selection_arguments(parser: argparse.ArgumentParser, default_target: str | None) -> None:
@@ -114,6 +114,6 @@ def selected(args: argparse.Namespace) -> tuple[Project, list[EnvSpec]]:
 @contextmanager
 def progress_for(ui: UI, bytes_: bool = False) -> Iterator[ProgressFn]:
     """A ProgressFn for library calls while the block runs: bars on a terminal, one line per
-    step otherwise (envbuilder.ui.UI.progress)."""
+    step otherwise (envbuilder.core.ui.UI.progress)."""
     with ui.progress(bytes_=bytes_) as progress:
         yield progress

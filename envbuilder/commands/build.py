@@ -15,17 +15,17 @@ from envbuilder.commands._targets import (
     require,
     selected,
 )
-from envbuilder.errors import UsageError
+from envbuilder.core.errors import UsageError
+from envbuilder.core.ui import UI
 from envbuilder.targets import registry
 from envbuilder.targets.base import BuildOptions
-from envbuilder.ui import UI
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from envbuilder.model import EnvSpec
-    from envbuilder.progress import ProgressFn
-    from envbuilder.project import Project
+    from envbuilder.core.model import EnvSpec
+    from envbuilder.core.progress import ProgressFn
+    from envbuilder.core.project import Project
     from envbuilder.targets.base import Artifact, Builder
 
 HELP = "build the locked, rendered envs for a target (docker image, .wsl, venv)"
@@ -135,7 +135,7 @@ def build_options(args: argparse.Namespace) -> BuildOptions:
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:
-    from envbuilder.sbom import write_sbom  # the CycloneDX library: imported when building
+    from envbuilder.lock.sbom import write_sbom  # the CycloneDX library: imported when building
 
     options = build_options(args)
     project, envs = selected(args)
@@ -194,7 +194,7 @@ def _build_one(
     """Build one env; with `repin_into`, a base this engine's registry does not serve is
     re-pinned in a scratch copy of the project and built there (never in the committed lock).
     Returns the artifact and the project it was built in (the scratch copy, or `project`)."""
-    from envbuilder import basesource, scratch
+    from envbuilder.lock import basesource, scratch
 
     with progress_for(ui) as progress:
         try:
@@ -221,11 +221,11 @@ def _build_in_scratch(
 ) -> tuple[Artifact, Project]:
     """Copy the project to `dest`, re-pin the env's docker base there (lock --refresh-base: the
     apt versions are resolved again on the new base), render, build; print what moved."""
-    from envbuilder import scratch
-    from envbuilder.locking import LockOptions, lock_env
-    from envbuilder.render import render_all
+    from envbuilder.builders.render import render_all
+    from envbuilder.lock import scratch
+    from envbuilder.lock.resolve import LockOptions, lock_env
     from envbuilder.slurm.script import SCRIPTS
-    from envbuilder.specload import load_spec
+    from envbuilder.spec.load import load_spec
 
     copy = scratch.make_scratch(project, dest)
     spec = load_spec(copy.spec_path)

@@ -7,11 +7,11 @@ import dataclasses
 from typing import Any
 
 from envbuilder.commands._options import add_common_arguments, add_json_argument
-from envbuilder.compat import INSTALL_MODEL_LABELS
-from envbuilder.errors import UsageError
-from envbuilder.model import Spec
-from envbuilder.specload import check_spec
-from envbuilder.ui import UI
+from envbuilder.core.compat import INSTALL_MODEL_LABELS
+from envbuilder.core.errors import UsageError
+from envbuilder.core.model import Spec
+from envbuilder.core.ui import UI
+from envbuilder.spec.load import check_spec
 
 HELP = "check environments.toml: errors exit 1, warnings are printed"
 DESCRIPTION = """\

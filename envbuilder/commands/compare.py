@@ -8,11 +8,12 @@ from pathlib import Path
 from rich.table import Table
 from rich.text import Text
 
-from envbuilder import compare, compare_html
 from envbuilder.commands._options import path_value
-from envbuilder.errors import UsageError
-from envbuilder.fsutil import same_file, temp_dir, write_together
-from envbuilder.ui import UI
+from envbuilder.core.errors import UsageError
+from envbuilder.core.fsutil import same_file, temp_dir, write_together
+from envbuilder.core.ui import UI
+from envbuilder.report import comparison
+from envbuilder.report import html as compare_html
 
 HELP = "compare validation reports: ratios, loss %, spread over repeats, noise verdicts"
 DESCRIPTION = f"""\
@@ -20,7 +21,7 @@ Compare two or more probe reports (from `envbuilder validate`, e.g. reports/cpu.
 reports/cpu.native.json). Metrics are matched by check, name, dtype and size. For each: the
 median, min/median/max over repeats, ratio to the baseline, loss in percent and a verdict.
 
-{compare.noise_rule_text(compare.DEFAULT_NOISE_FLOOR_PCT)}
+{comparison.noise_rule_text(comparison.DEFAULT_NOISE_FLOOR_PCT)}
 
 Fingerprint differences that make the comparison unfair (torch, HIP/CUDA, GPU, gfx, driver,
 lock, Python) are listed before the numbers. Exit 0 when the reports could be compared."""
@@ -59,10 +60,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--noise-floor",
         type=float,
-        default=compare.DEFAULT_NOISE_FLOOR_PCT,
+        default=comparison.DEFAULT_NOISE_FLOOR_PCT,
         metavar="PCT",
         help="smallest difference in %% that can count "
-        f"(default {compare.DEFAULT_NOISE_FLOOR_PCT:g})",
+        f"(default {comparison.DEFAULT_NOISE_FLOOR_PCT:g})",
     )
 
 
@@ -114,13 +115,13 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     _refuse_overwriting_inputs(args, paths)
     if args.html:  # a missing matplotlib fails here, before any output is written
         compare_html.require_matplotlib()
-    reports = [compare.load_report(p) for p in paths]
-    comp = compare.compare_reports(reports, baseline, args.noise_floor)
+    reports = [comparison.load_report(p) for p in paths]
+    comp = comparison.compare_reports(reports, baseline, args.noise_floor)
     if not ui.json_mode:
         _print(comp, ui)
     _write_outputs(comp, args, ui)
     if ui.json_mode:  # --json -: after the files, so a write error gives the error object
-        ui.json_text(compare.dumps_json(comp))
+        ui.json_text(comparison.dumps_json(comp))
     return 0
 
 
@@ -130,16 +131,16 @@ def _json_file(args: argparse.Namespace) -> Path | None:
     return None if path is None or str(path) == "-" else path
 
 
-def _write_outputs(comp: compare.Comparison, args: argparse.Namespace, ui: UI) -> None:
+def _write_outputs(comp: comparison.Comparison, args: argparse.Namespace, ui: UI) -> None:
     """--markdown, --json and --html are made in memory (the HTML page and its charts in a temp
     folder) and written together: a write error (read-only, full disk, a file or folder in the
     way) writes none of them and says which path and why."""
     files: dict[Path, bytes] = {}
     if args.markdown:
-        files[args.markdown] = compare.to_markdown(comp).encode("utf-8")
+        files[args.markdown] = comparison.to_markdown(comp).encode("utf-8")
     json_file = _json_file(args)
     if json_file is not None:
-        files[json_file] = compare.dumps_json(comp).encode("utf-8")
+        files[json_file] = comparison.dumps_json(comp).encode("utf-8")
     page = None
     if args.html:
         with temp_dir("envbuilder-compare-") as tmp:
@@ -163,13 +164,13 @@ def _write_outputs(comp: compare.Comparison, args: argparse.Namespace, ui: UI) -
 RICH_TABLE_MAX_LINES = 2000
 
 
-def _print(comp: compare.Comparison, ui: UI) -> None:
+def _print(comp: comparison.Comparison, ui: UI) -> None:
     ui.print(f"baseline: {comp.baseline.label} ({comp.baseline.path})")
-    for line in compare.fingerprint_lines(comp):
+    for line in comparison.fingerprint_lines(comp):
         ui.warn(line) if line.startswith("UNFAIR") else ui.info(line)
-    rows = compare.table_rows(comp)
+    rows = comparison.table_rows(comp)
     with_notes = any(r[-1] for r in rows)  # the note column only when some row has one
-    header = compare.TABLE_HEADER if with_notes else compare.TABLE_HEADER[:-1]
+    header = comparison.TABLE_HEADER if with_notes else comparison.TABLE_HEADER[:-1]
     if len(rows) > RICH_TABLE_MAX_LINES:
         ui.info(f"{len(rows):,} table lines: printed as plain text")
         ui.print(plain_table(header, [r[: len(header)] for r in rows]))
@@ -180,7 +181,7 @@ def _print(comp: compare.Comparison, ui: UI) -> None:
         ui.print(f"note: {note}")
 
 
-def _rich_table(comp: compare.Comparison, header: list[str], rows: list[list[str]]) -> Table:
+def _rich_table(comp: comparison.Comparison, header: list[str], rows: list[list[str]]) -> Table:
     # Cells and title are Text, not str: rich would read "[/]" or "[bold]" in a label as markup
     # (and fail on a stray closing tag); labels must print as they are.
     table = Table(title=Text(f"compared with {comp.baseline.label}"), show_lines=False)
@@ -202,7 +203,7 @@ def _rich_table(comp: compare.Comparison, header: list[str], rows: list[list[str
     for row in rows:
         table.add_row(
             *(Text(cell) for cell in row[: len(header)]),
-            style=styles.get(row[compare.VERDICT_COLUMN]),
+            style=styles.get(row[comparison.VERDICT_COLUMN]),
             end_section=False,
         )
     return table

@@ -18,9 +18,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from envbuilder.fsutil import read_input_bytes
-from envbuilder.project import find_spec
-from envbuilder.ui import UI
+from envbuilder.core.fsutil import read_input_bytes
+from envbuilder.core.project import find_spec
+from envbuilder.core.ui import UI
 
 HELP = "print the bash, zsh or fish tab-completion script (argcomplete) for envbuilder"
 DESCRIPTION = """\

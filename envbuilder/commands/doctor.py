@@ -7,9 +7,9 @@ from pathlib import Path
 
 from rich.table import Table
 
-from envbuilder import doctor
 from envbuilder.commands._options import add_common_arguments
-from envbuilder.ui import UI
+from envbuilder.core.ui import UI
+from envbuilder.host import doctor
 
 HELP = "check this host (OS, RAM, disk, Docker, GPU devices, drivers, WSL, Python) for an env"
 DESCRIPTION = """\
@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--json",
         action="store_true",
         help="print the report as one JSON "
-        "object on stdout (schema: envbuilder/schemas/doctor.schema.json)",
+        "object on stdout (schema: envbuilder/data/schemas/doctor.schema.json)",
     )
 
 
@@ -37,7 +37,7 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     env = None
     root = Path.cwd()
     if args.env:
-        from envbuilder.specload import load_spec
+        from envbuilder.spec.load import load_spec
 
         env = load_spec(args.spec).env(args.env)
         root = Path(args.spec).resolve().parent

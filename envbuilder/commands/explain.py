@@ -6,10 +6,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from envbuilder import explain
 from envbuilder.commands._options import add_json_argument
-from envbuilder.errors import UsageError
-from envbuilder.ui import UI
+from envbuilder.core.errors import UsageError
+from envbuilder.core.ui import UI
+from envbuilder.host import explain
 
 HELP = "explain a known ROCm/PyTorch error message: cause, fix, sources"
 DESCRIPTION = f"""\

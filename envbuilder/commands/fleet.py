@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from envbuilder import compare, fleet
 from envbuilder.commands._options import path_value
 from envbuilder.commands._slurm import fleet_table
-from envbuilder.ui import UI
+from envbuilder.core.ui import UI
+from envbuilder.report import comparison, fleet
 
 HELP = "the fleet report of a cluster validation: one row per node, outliers, collectives"
 DESCRIPTION = f"""\
@@ -18,7 +18,7 @@ flagged by the noise rule of `envbuilder compare`, the collectives across all no
 node. Nothing in the folder is changed unless --out names it.
 
 A node is an outlier for a matmul or single-node busbw metric when, compared with the pooled
-samples of all other nodes: {compare.noise_rule_text(compare.DEFAULT_NOISE_FLOOR_PCT)}
+samples of all other nodes: {comparison.noise_rule_text(comparison.DEFAULT_NOISE_FLOOR_PCT)}
 Judged with 3 or more nodes; two nodes that differ are a note (neither is singled out).
 
 Exit 0 when every node and the collectives across nodes passed, 1 otherwise."""
@@ -52,10 +52,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--noise-floor",
         type=float,
-        default=compare.DEFAULT_NOISE_FLOOR_PCT,
+        default=comparison.DEFAULT_NOISE_FLOOR_PCT,
         metavar="PCT",
         help="smallest difference in %% that can count "
-        f"(default {compare.DEFAULT_NOISE_FLOOR_PCT:g})",
+        f"(default {comparison.DEFAULT_NOISE_FLOOR_PCT:g})",
     )
 
 

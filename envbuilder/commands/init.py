@@ -8,15 +8,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envbuilder.commands._options import add_json_argument, path_value
-from envbuilder.errors import EnvbuilderError, UsageError
-from envbuilder.fsutil import temp_dir
-from envbuilder.project import SPEC_NAME
-from envbuilder.specload import check_spec
-from envbuilder.starter import OSES, HostOS, Request, choose
-from envbuilder.ui import UI
+from envbuilder.core.errors import EnvbuilderError, UsageError
+from envbuilder.core.fsutil import temp_dir
+from envbuilder.core.project import SPEC_NAME
+from envbuilder.core.ui import UI
+from envbuilder.spec.load import check_spec
+from envbuilder.spec.starter import OSES, HostOS, Request, choose
 
 if TYPE_CHECKING:
-    from envbuilder.doctor import Host
+    from envbuilder.host.doctor import Host
 
 HELP = "write a starter environments.toml for this host's GPU (or --gpu/--os); never overwrites"
 DESCRIPTION = """\
@@ -94,7 +94,7 @@ def _request(args: argparse.Namespace, dest: Path) -> Request:
     """The GPU and OS from the flags, else from this host (doctor's detection)."""
     if args.gpu is not None and args.os is not None:
         return Request(None if args.gpu.lower() == "cpu" else args.gpu, args.os)
-    from envbuilder.doctor import Host
+    from envbuilder.host.doctor import Host
 
     return host_request(Host.current(dest.absolute().parent), args.gpu, args.os)
 
@@ -102,7 +102,7 @@ def _request(args: argparse.Namespace, dest: Path) -> Request:
 def host_request(host: Host, gpu: str | None, os_name: HostOS | None) -> Request:
     """What init starts from on `host`: its OS (unless `os_name`) and the first AMD GPU
     doctor finds there (unless `gpu`); no AMD GPU: a CPU env."""
-    from envbuilder.doctor import host_amd_gpus
+    from envbuilder.host.doctor import host_amd_gpus
 
     kind: HostOS = os_name or host.kind
     if gpu is not None:

@@ -7,16 +7,16 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from envbuilder.commands._options import add_common_arguments, add_json_argument
-from envbuilder.errors import EnvbuilderError, UsageError
-from envbuilder.lockfile import CheckOutcome, check_env
-from envbuilder.model import EnvSpec, Spec
-from envbuilder.project import Project
-from envbuilder.specload import load_spec
+from envbuilder.core.errors import EnvbuilderError, UsageError
+from envbuilder.core.model import EnvSpec, Spec
+from envbuilder.core.project import Project
+from envbuilder.core.ui import UI
+from envbuilder.lock.lockfile import CheckOutcome, check_env
+from envbuilder.spec.load import load_spec
 from envbuilder.targets import registry
-from envbuilder.ui import UI
 
 if TYPE_CHECKING:
-    from envbuilder.locking import LockOptions, LockResult
+    from envbuilder.lock.resolve import LockOptions, LockResult
 
 HELP = "resolve envs into lockfiles/ (PEP 751 pylocks + base image digests); --check verifies"
 DESCRIPTION = """\
@@ -183,9 +183,9 @@ def _check(
 
 
 def _check_apt(project: Project, env: EnvSpec, wanted: list[str]) -> tuple[list[str], list[str]]:
-    """The apt pins' findings (envbuilder.aptlock) for a lock that is otherwise readable."""
-    from envbuilder.aptlock import check_lock
-    from envbuilder.lockfile import load_env_lock
+    """The apt pins' findings (envbuilder.lock.apt) for a lock that is otherwise readable."""
+    from envbuilder.lock.apt import check_lock
+    from envbuilder.lock.lockfile import load_env_lock
 
     try:
         lock = load_env_lock(project, env.name)
@@ -210,7 +210,7 @@ def _check_json(outcomes: list[CheckOutcome]) -> dict[str, Any]:
 def _lock(
     project: Project, spec: Spec, envs: list[EnvSpec], args: argparse.Namespace, ui: UI
 ) -> int:
-    from envbuilder.locking import lock_env  # keeps `--check` free of uv/docker
+    from envbuilder.lock.resolve import lock_env  # keeps `--check` free of uv/docker
 
     options = _lock_options(args)
     failures = 0
@@ -234,7 +234,7 @@ def _lock(
 
 
 def _lock_options(args: argparse.Namespace) -> LockOptions:
-    from envbuilder.locking import LockOptions
+    from envbuilder.lock.resolve import LockOptions
 
     return LockOptions(
         targets=tuple(args.target) or None,

@@ -6,12 +6,12 @@ import argparse
 import json
 from pathlib import Path
 
-from envbuilder.errors import UsageError, ValidationError
-from envbuilder.fsutil import atomic_write_text
+from envbuilder.core.errors import UsageError, ValidationError
+from envbuilder.core.fsutil import atomic_write_text
+from envbuilder.core.ui import UI
 from envbuilder.probe.cli import add_probe_arguments, expectation_error, options_from_args
 from envbuilder.probe.report import render_table
 from envbuilder.probe.runner import exit_code, run_probe
-from envbuilder.ui import UI
 
 HELP = "run the validation suite (the probe) in this environment"
 DESCRIPTION = """\
@@ -24,7 +24,7 @@ runs the rest). The options are those of the probe zipapp
   envbuilder probe --level quick --expect cpu --lock lockfiles/pylock.cpu-native.toml \\
       --json reports/cpu.native.json
 
---json - prints the report (schema: envbuilder/schemas/probe-report.schema.json) on stdout
+--json - prints the report (schema: envbuilder/data/schemas/probe-report.schema.json) on stdout
 instead of the table.
 """
 

@@ -10,9 +10,9 @@ from envbuilder.commands._targets import (
     registry_builder,
     selected,
 )
-from envbuilder.repro import image_report
+from envbuilder.core.ui import UI
+from envbuilder.image.repro import image_report
 from envbuilder.targets.base import PullOptions
-from envbuilder.ui import UI
 
 HELP = "pull the pushed images (docker, wsl2) the lock records, by digest (refuses a mismatch)"
 DESCRIPTION = """\

@@ -11,9 +11,9 @@ from envbuilder.commands._targets import (
     registry_builder,
     selected,
 )
-from envbuilder.docker_engine import registry_repository
+from envbuilder.core.ui import UI
+from envbuilder.image.engine import registry_repository
 from envbuilder.targets.base import PushOptions
-from envbuilder.ui import UI
 
 HELP = "push built images (docker, wsl2) to a registry; records the repository digest in the lock"
 DESCRIPTION = """\

@@ -6,14 +6,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from envbuilder.builders.devcontainer import DEVCONTAINERS
+from envbuilder.builders.render import RenderResult, render_all, rendered_targets
 from envbuilder.commands._options import add_common_arguments, add_json_argument
-from envbuilder.devcontainer import DEVCONTAINERS
-from envbuilder.errors import UsageError
-from envbuilder.project import Project
-from envbuilder.render import RenderResult, render_all, rendered_targets
+from envbuilder.core.errors import UsageError
+from envbuilder.core.project import Project
+from envbuilder.core.ui import UI
 from envbuilder.slurm.script import SCRIPTS
-from envbuilder.specload import load_spec
-from envbuilder.ui import UI
+from envbuilder.spec.load import load_spec
 
 HELP = "render Dockerfiles, WSL rootfs files and Windows scripts; --check verifies them"
 DESCRIPTION = """\

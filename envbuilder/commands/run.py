@@ -8,14 +8,14 @@ import sys
 
 from envbuilder.commands._options import add_common_arguments, add_json_argument, path_value
 from envbuilder.commands._targets import progress_for, require
-from envbuilder.errors import EngineError, UsageError
-from envbuilder.foreground import is_terminal_session, run_foreground
-from envbuilder.model import EnvSpec
-from envbuilder.project import Project
-from envbuilder.specload import load_spec
+from envbuilder.core.errors import EngineError, UsageError
+from envbuilder.core.foreground import is_terminal_session, run_foreground
+from envbuilder.core.model import EnvSpec
+from envbuilder.core.project import Project
+from envbuilder.core.ui import UI
+from envbuilder.spec.load import load_spec
 from envbuilder.targets import registry
 from envbuilder.targets.base import RunCommand, RunnableBuilder, RunOptions
-from envbuilder.ui import UI
 
 HELP = "run a command in an env's built artifact (docker, wsl2, venv) with validate's devices"
 DESCRIPTION = """\

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from envbuilder.commands.run import add_run_arguments, run_in_env
-from envbuilder.ui import UI
+from envbuilder.core.ui import UI
 
 HELP = "open an interactive shell in an env's built artifact (what `run` runs, without CMD)"
 DESCRIPTION = """\

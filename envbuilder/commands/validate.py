@@ -14,11 +14,11 @@ from envbuilder.commands._targets import (
     progress_for,
     selected,
 )
-from envbuilder.errors import UsageError, ValidationError
-from envbuilder.repro import image_report
+from envbuilder.core.errors import UsageError, ValidationError
+from envbuilder.core.ui import UI
+from envbuilder.image.repro import image_report
 from envbuilder.targets import registry
 from envbuilder.targets.base import ValidateOptions
-from envbuilder.ui import UI
 
 HELP = "run the validation probe inside built envs; writes reports/<env>.<target>.json"
 DESCRIPTION = """\

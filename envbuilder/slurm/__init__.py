@@ -7,5 +7,5 @@
 
 The batch script needs nothing of envbuilder on the nodes: it runs the probe zipapp (staged
 beside it in a shared folder) in the image pinned by digest, or in a venv on a shared file
-system. The fleet report over its results is envbuilder.fleet.
+system. The fleet report over its results is envbuilder.report.fleet.
 """

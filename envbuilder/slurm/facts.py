@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, cast
 
-from envbuilder.compat import HOST_KINDS, HostKind
-from envbuilder.errors import CompatDataError
+from envbuilder.core.compat import HOST_KINDS, HostKind
+from envbuilder.core.errors import CompatDataError
 
 FILE = "slurm.toml"
 ACCELERATORS = ("rocm", "cuda", "cpu")

@@ -9,7 +9,7 @@
     require_commands(env)                                    the commands above are on PATH
     printable(text)                                          control characters as '?'
 
-Every command runs through envbuilder.interrupts.run (its own session; ended with its group on
+Every command runs through envbuilder.core.interrupts.run (its own session; ended with its group on
 Ctrl-C or a timeout). A missing command or one Slurm refuses is a SlurmError naming the
 command and Slurm's own message. Everything Slurm prints reaches envbuilder with its control
 characters (escape sequences) replaced by '?' (printable).
@@ -26,8 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from envbuilder import interrupts
-from envbuilder.errors import EngineError
+from envbuilder.core import interrupts
+from envbuilder.core.errors import EngineError
 
 #: Job states after which nothing of the job runs any more (Slurm's JOB_STATE_CODES).
 FINAL_STATES = frozenset(

@@ -10,8 +10,8 @@ runtime, the local engine's image built from this lock) or the venv; stage probe
 pylock.toml in the run folder (it must be on a file system every node sees: by default
 reports/slurm/<env>.<target>/ of the checkout); `sbatch`; follow the job with squeue (then
 scontrol/sacct) and report its state and the nodes done; cancel it with `scancel` on Ctrl-C or
-when `request.timeout_s` passes; read the job folder into a fleet report (envbuilder.fleet) and
-write fleet.json, fleet.md and fleet.html beside the node reports.
+when `request.timeout_s` passes; read the job folder into a fleet report (envbuilder.report.fleet)
+and write fleet.json, fleet.md and fleet.html beside the node reports.
 """
 
 from __future__ import annotations
@@ -23,14 +23,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from envbuilder import fleet, lockfile
 from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes
-from envbuilder.errors import RenderError, UsageError, ValidationError
-from envbuilder.fsutil import atomic_write_bytes
-from envbuilder.model import EnvSpec, Spec
-from envbuilder.progress import ProgressFn
-from envbuilder.project import Project
-from envbuilder.render import MARKER
+from envbuilder.builders.render import MARKER
+from envbuilder.core.errors import RenderError, UsageError, ValidationError
+from envbuilder.core.fsutil import atomic_write_bytes
+from envbuilder.core.model import EnvSpec, Spec
+from envbuilder.core.progress import ProgressFn
+from envbuilder.core.project import Project
+from envbuilder.lock import lockfile
+from envbuilder.report import fleet
 from envbuilder.slurm import job as slurm_job
 from envbuilder.slurm.script import IMAGE_RUNTIMES, cluster_kind, pushed_image, render_script
 from envbuilder.targets import registry

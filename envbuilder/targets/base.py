@@ -21,15 +21,15 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from envbuilder import activate
-from envbuilder.activate import checked_variables
-from envbuilder.compat import Compat
-from envbuilder.imagedefs import VENV
-from envbuilder.model import EnvSpec, FindingSink, Index, Severity, TargetTable
-from envbuilder.pipsdk import sdk_release
-from envbuilder.plan import Plan, PlanInputs, WriteActivation
-from envbuilder.progress import ProgressFn
-from envbuilder.project import Project
+from envbuilder.core import activate
+from envbuilder.core.activate import checked_variables
+from envbuilder.core.compat import Compat
+from envbuilder.core.imagedefs import VENV
+from envbuilder.core.model import EnvSpec, FindingSink, Index, Severity, TargetTable
+from envbuilder.core.pipsdk import sdk_release
+from envbuilder.core.plan import Plan, PlanInputs, WriteActivation
+from envbuilder.core.progress import ProgressFn
+from envbuilder.core.project import Project
 
 #: A table's key schema: key -> "str", "bool", "list[str]", "map[str]", or a nested schema.
 Schema = Mapping[str, Any]
@@ -358,7 +358,7 @@ def no_system_file(env: EnvSpec) -> str | None:
 def activation_step(variables: Mapping[str, str], scripts: tuple[str, ...]) -> WriteActivation:
     """The env's block for each of a venv's activate `scripts` (file names as the venv's maker
     writes them: `python -m venv` Activate.ps1, uv activate.ps1), the same blocks
-    `envbuilder build` writes (envbuilder.activate)."""
+    `envbuilder build` writes (envbuilder.core.activate)."""
     values = dict(variables)
     makers = {
         "activate": activate.bash_block,
@@ -399,7 +399,7 @@ class TargetDescriptor:
     variable_quoting: VariableQuoting = ()  # where variables are written, and the quoting
     plan: Callable[[EnvSpec, PlanInputs], Plan] | None = None  # the target's typed plan
     templates: tuple[tuple[str, str], ...] = ()  # (output file, template) rendered per env
-    template_package: tuple[str, str] = ("envbuilder", "templates")  # jinja2 PackageLoader
+    template_package: tuple[str, str] = ("envbuilder", "data/templates")  # jinja2 PackageLoader
     template_globals: Mapping[str, Any] = field(default_factory=dict)  # extra template values
     output_dir: str | None = None  # committed folder of rendered files, beside the spec
     #: which GPU stack the env's packages meet there: the Linux driver (docker, native), WSL's

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from envbuilder import grammar, quoting
-from envbuilder.compat import load_compat
-from envbuilder.errors import RenderError
-from envbuilder.imagedefs import UID, VENV
-from envbuilder.model import EnvSpec, TargetTable
-from envbuilder.pipsdk import sdk_release
-from envbuilder.plan import (
+from envbuilder.core import grammar, quoting
+from envbuilder.core.compat import load_compat
+from envbuilder.core.errors import RenderError
+from envbuilder.core.imagedefs import UID, VENV
+from envbuilder.core.model import EnvSpec, TargetTable
+from envbuilder.core.pipsdk import sdk_release
+from envbuilder.core.plan import (
     GPU_GROUPS,
     AmdgpuInstall,
     AptInstall,

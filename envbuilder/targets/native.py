@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from envbuilder import grammar, quoting
-from envbuilder.errors import RenderError
-from envbuilder.model import EnvSpec, TargetTable
-from envbuilder.plan import CreateVenv, FindPython, Plan, PlanInputs, Step, SyncPylock
-from envbuilder.project import pylock_name, venv_folder
+from envbuilder.core import grammar, quoting
+from envbuilder.core.errors import RenderError
+from envbuilder.core.model import EnvSpec, TargetTable
+from envbuilder.core.plan import CreateVenv, FindPython, Plan, PlanInputs, Step, SyncPylock
+from envbuilder.core.project import pylock_name, venv_folder
 from envbuilder.targets import registry
 from envbuilder.targets.base import (
     Capabilities,

@@ -16,9 +16,9 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 
-from envbuilder import grammar
-from envbuilder.errors import EnvbuilderError, UsageError
-from envbuilder.model import did_you_mean
+from envbuilder.core import grammar
+from envbuilder.core.errors import EnvbuilderError, UsageError
+from envbuilder.core.model import did_you_mean
 from envbuilder.targets.base import Capability, TargetDescriptor
 
 ENTRY_POINT_GROUP = "envbuilder.targets"

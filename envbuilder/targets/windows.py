@@ -8,12 +8,12 @@ from dataclasses import dataclass
 
 from packaging.specifiers import SpecifierSet
 
-from envbuilder import activate, grammar, quoting
-from envbuilder.compat import Compat, Gpu, WindowsWheels
-from envbuilder.errors import RenderError
-from envbuilder.model import EnvSpec, FindingSink, Index, TargetTable
-from envbuilder.pipsdk import sdk_release
-from envbuilder.plan import (
+from envbuilder.core import activate, grammar, quoting
+from envbuilder.core.compat import Compat, Gpu, WindowsWheels
+from envbuilder.core.errors import RenderError
+from envbuilder.core.model import EnvSpec, FindingSink, Index, TargetTable
+from envbuilder.core.pipsdk import sdk_release
+from envbuilder.core.plan import (
     CreateVenv,
     FindPython,
     InstallPylock,
@@ -21,7 +21,7 @@ from envbuilder.plan import (
     PlanInputs,
     Step,
 )
-from envbuilder.project import pylock_name
+from envbuilder.core.project import pylock_name
 from envbuilder.targets import registry
 from envbuilder.targets.base import (
     Capabilities,

@@ -9,13 +9,13 @@ from dataclasses import dataclass, replace
 
 from packaging.version import Version
 
-from envbuilder import grammar, quoting, wslicon
-from envbuilder.compat import INSTALL_MODEL_LABELS, Gpu, RocmRelease, load_compat
-from envbuilder.errors import RenderError
-from envbuilder.imagedefs import UID, VENV
-from envbuilder.model import EnvSpec, FindingSink, TargetTable
-from envbuilder.pipsdk import sdk_release
-from envbuilder.plan import (
+from envbuilder.core import grammar, quoting
+from envbuilder.core.compat import INSTALL_MODEL_LABELS, Gpu, RocmRelease, load_compat
+from envbuilder.core.errors import RenderError
+from envbuilder.core.imagedefs import UID, VENV
+from envbuilder.core.model import EnvSpec, FindingSink, TargetTable
+from envbuilder.core.pipsdk import sdk_release
+from envbuilder.core.plan import (
     GPU_GROUPS,
     AptInstall,
     CopyFromStage,
@@ -40,7 +40,8 @@ from envbuilder.plan import (
     labels,
     python_packages,
 )
-from envbuilder.quoting import env_name, sh_quote
+from envbuilder.core.quoting import env_name, sh_quote
+from envbuilder.image.wsl import icon
 from envbuilder.targets import registry
 from envbuilder.targets.base import (
     PIP_SDK_ROCM_LINK,
@@ -60,7 +61,7 @@ NAME = "wsl2"
 DISTRO_HSA_PACKAGES = ("libhsa-runtime64-1", "libhsakmt1")
 #: Where WSL's first-launch script lives (Microsoft: under /usr/lib/wsl).
 OOBE_PATH = "/usr/lib/wsl/oobe.sh"
-#: The distro's Start-menu icon, made by envbuilder.wslicon (Microsoft: under /usr/lib/wsl or
+#: The distro's Start-menu icon, made by envbuilder.image.wsl.icon (Microsoft: under /usr/lib/wsl or
 #: /usr/share/wsl, an .ico of at most 1 MiB).
 ICON_PATH = "/usr/lib/wsl/envbuilder.ico"
 #: librocdxg is built from source against the Windows SDK headers (ROCm/librocdxg README), which
@@ -259,7 +260,7 @@ def _rootfs_steps(
         WriteFile("/etc/profile.d/envbuilder.sh", _profile_lines(variables)),
         WriteBinaryFile(
             ICON_PATH,
-            wslicon.icon_base64_lines(),
+            icon.icon_base64_lines(),
             "The Start-menu icon ([shortcut] icon), drawn by envbuilder.wslicon.",
         ),
     ]

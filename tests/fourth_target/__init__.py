@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from envbuilder import grammar
-from envbuilder.errors import RenderError
-from envbuilder.model import EnvSpec, FindingSink, TargetTable
-from envbuilder.plan import Plan, PlanInputs, WriteFile
+from envbuilder.core import grammar
+from envbuilder.core.errors import RenderError
+from envbuilder.core.model import EnvSpec, FindingSink, TargetTable
+from envbuilder.core.plan import Plan, PlanInputs, WriteFile
 from envbuilder.targets import registry
 from envbuilder.targets.base import CheckContext, TableContext, TargetDescriptor
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envbuilder.errors import ValidationError
-from envbuilder.fsutil import atomic_write_bytes, sha256_bytes
-from envbuilder.lockfile import load_verified_lock
-from envbuilder.model import EnvSpec
-from envbuilder.progress import ProgressFn
-from envbuilder.project import Project
+from envbuilder.core.errors import ValidationError
+from envbuilder.core.fsutil import atomic_write_bytes, sha256_bytes
+from envbuilder.core.model import EnvSpec
+from envbuilder.core.progress import ProgressFn
+from envbuilder.core.project import Project
+from envbuilder.lock.lockfile import load_verified_lock
 from envbuilder.targets.base import Artifact, BuildOptions, ValidateOptions
 from fourth_target import NAME, NoteTable
 

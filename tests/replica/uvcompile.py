@@ -1,6 +1,6 @@
 """Run the real uv against the replica the way envbuilder does.
 
-envbuilder.uvrun.run_uv writes a throw-away pyproject.toml whose dependencies are the env's
+envbuilder.lock.uv.run_uv writes a throw-away pyproject.toml whose dependencies are the env's
 packages, with one `explicit = true` [[tool.uv.index]] per pinned index and a [tool.uv.sources]
 entry per pinned package (for a pip-SDK env also a uv.toml that searches AMD's index first, given
 with --config-file: what `searched` does here), and runs
@@ -120,7 +120,7 @@ def _toml_str(value: str) -> str:
 
 
 def pyproject_text(request: CompileRequest) -> str:
-    """The throw-away pyproject.toml, laid out as envbuilder.uvrun.pyproject_for lays it out."""
+    """The throw-away pyproject.toml, laid out as envbuilder.lock.uv.pyproject_for lays it out."""
     lines = [
         "[project]",
         'name = "envbuilder-lock"',

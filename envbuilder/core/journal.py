@@ -1,0 +1,639 @@
+"""Several files below one folder as one step, and a recovery that proves its own writes.
+
+    commit_files(root, changes, scope, mode)   replace (bytes) or delete (None) files below
+                                               `root` as one step: all old or all new
+    recover(root, scope) -> str | None         finish or undo a commit that a crash or SIGKILL
+                                               left half-done, when this user's envbuilder
+                                               provably wrote it; what it did, for the user
+    pending(root, scope) -> str | None         what a journal left in `root` is and which
+                                               command finishes it (read-only commands)
+    left_over(root)                            whether a journal (or its temp file) is there
+    Scope                                      the files a commit into a root may touch
+    state_dir()                                where the receipts are kept
+    JournalError                               a journal that is not provably envbuilder's
+    JOURNAL                                    the journal's file name in the root
+
+How a commit runs: each new file goes to a temp file beside its target; a journal in `root`
+records the commit ("prepared"), then, once every temp file is written, "committed" (the commit
+point); the temp files are renamed over their targets, deletions done, the journal removed. A
+crash before the commit point is undone by the next command, one after it finished.
+
+Why a journal is trusted (issue 21). The journal must sit in the project, beside the files,
+where the next command looks; but a file in the project proves nothing: it can arrive with a
+checkout or a pull request, and a planted `{"path": "src/main.py", "new": false}` would make the
+next command delete that file. So before it writes a journal, envbuilder writes a *receipt* into
+the user's own state folder, `$XDG_STATE_HOME/envbuilder/commits/<token>.json` (default
+`~/.local/state/envbuilder`, 0700, owned by the user): the sha256 of both states of the journal
+it is about to write and the root folder's device and inode. A journal is honoured only when
+  * a receipt exists for its token, and the journal's bytes hash to a digest the receipt lists
+    (a checkout cannot carry the receipt, another user cannot write it; it holds no secret: it
+    binds exactly what may be done, and where, to what this user's envbuilder wrote);
+  * the root is the receipt's root (a journal copied to another checkout is not honoured);
+  * every path it names is a plain relative path inside the `Scope` of the command that writes
+    that root (render: the rendered output folders; lock: lock file names in lockfiles/), never
+    `.git`, the spec or anything else, whatever the receipt says;
+  * every folder on the way is opened from its parent with O_NOFOLLOW (dir_fd walks): a
+    symlinked folder is refused, never followed; renames and deletions happen through those
+    folder handles, so a folder swapped for a link half-way cannot redirect them;
+  * a temp file is renamed into place only when its bytes have the sha256 the journal records.
+Anything else is a JournalError: nothing is changed, and the message says what to look at.
+Read-only commands never recover (envbuilder.commands._cli): they report a journal with `pending`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import stat
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from envbuilder.core.errors import EnvbuilderError
+from envbuilder.core.fsutil import (
+    WriteError,
+    atomic_write_bytes,
+    exclusive,
+    file_in_the_way,
+    make_parents,
+    remove_empty,
+    sha256_bytes,
+    write_error,
+)
+from envbuilder.core.fsutil import default_mode as _default_mode
+from envbuilder.core.interrupts import deferred
+from envbuilder.core.nofollow import LinkInTheWay, Tree, plain_relative
+
+#: The journal of a multi-file commit, in the commit's root folder while the commit runs.
+JOURNAL = ".envbuilder-commit.json"
+JOURNAL_VERSION = 2
+RECEIPT_VERSION = 1
+_TOKEN = re.compile(r"[0-9a-f]{12}\Z")
+_JOURNAL_TEMP = re.compile(re.escape(f".{JOURNAL}.") + r"([0-9a-f]{12})\.tmp\Z")
+_HEX64 = re.compile(r"[0-9a-f]{64}\Z")
+#: A journal lists a few dozen files; one bigger than this was not written by envbuilder.
+MAX_JOURNAL_BYTES = 1 << 20
+#: What a temp file of a commit may hold (a pylock is a few MiB at most).
+MAX_FILE_BYTES = 64 << 20
+
+
+class JournalError(EnvbuilderError):
+    """A journal envbuilder cannot prove it wrote, or cannot carry out safely: it is left alone,
+    and so is every file it names."""
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The files a commit into one root may touch, fixed by the command that writes the root
+    (never read from a journal): files below one of `folders` (names of the root's output
+    folders), and files directly in the root whose names match `names`. `finisher` is the
+    command that finishes an interrupted commit there, for messages."""
+
+    folders: tuple[str, ...] = ()
+    names: re.Pattern[str] | None = None
+    finisher: str = "envbuilder"
+
+    def allows_file(self, rel: PurePosixPath) -> bool:
+        parts = rel.parts
+        if len(parts) == 1:
+            return self.names is not None and self.names.fullmatch(parts[0]) is not None
+        return any(self._below(parts[:-1], folder) for folder in self.folders)
+
+    def allows_folder(self, rel: PurePosixPath) -> bool:
+        return any(self._below(rel.parts, folder) for folder in self.folders)
+
+    @staticmethod
+    def _below(parts: tuple[str, ...], folder: str) -> bool:
+        """Whether the folder `parts` is `folder` ('a' or 'a/b') or below it."""
+        top = tuple(folder.split("/"))
+        return parts[: len(top)] == top
+
+
+# --- receipts: the proof, in the user's own state folder --------------------------------------
+
+
+def state_dir() -> Path:
+    """envbuilder's per-user state: $XDG_STATE_HOME/envbuilder, default ~/.local/state/envbuilder.
+    Never inside a project, so nothing a checkout carries lands there."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "envbuilder"
+
+
+def _receipts(create: bool) -> Path:
+    """The receipts folder; checked to be the user's own folder that no one else can write."""
+    folder = state_dir() / "commits"
+    if create:
+        try:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise _state_error(folder, write_error(folder, exc, "create").cause) from None
+    try:
+        info = os.lstat(folder)
+    except FileNotFoundError:
+        return folder
+    except OSError as exc:
+        raise _state_error(folder, os.strerror(exc.errno or 0)) from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise _state_error(folder, "it is not a folder (a link or a file)")
+    if hasattr(os, "geteuid") and (info.st_uid != os.geteuid() or info.st_mode & 0o022):
+        raise _state_error(folder, "others can write it; `chmod 700` it (it must be yours)")
+    return folder
+
+
+def _state_error(folder: Path, why: str) -> EnvbuilderError:
+    return WriteError(
+        folder,
+        f"{why}. envbuilder keeps the receipts of its unfinished writes there (the proof that "
+        "lets the next command finish them); make it a writable folder of yours, or point "
+        "XDG_STATE_HOME at one",
+        "use",
+    )
+
+
+@dataclass(frozen=True)
+class _Receipt:
+    token: str
+
+    @property
+    def path(self) -> Path:
+        return state_dir() / "commits" / f"{self.token}.json"
+
+    def write(self, root: Path, info: os.stat_result, journals: Sequence[bytes]) -> None:
+        _receipts(create=True)
+        data = {
+            "version": RECEIPT_VERSION,
+            "root": str(root),
+            "device": info.st_dev,
+            "inode": info.st_ino,
+            "journals": [sha256_bytes(j) for j in journals],
+        }
+        try:
+            atomic_write_bytes(self.path, (json.dumps(data) + "\n").encode("utf-8"), 0o600)
+        except WriteError as exc:
+            raise _state_error(self.path.parent, exc.cause) from None
+
+    def drop(self) -> None:
+        with contextlib.suppress(OSError):
+            self.path.unlink(missing_ok=True)
+
+    def refusal(self, info: os.stat_result, journal: bytes | None) -> str | None:
+        """None when the receipt proves `journal` (None: any journal of this token) in the
+        root whose stat is `info`; else why not."""
+        try:
+            folder = _receipts(create=False)
+            data: Any = json.loads((folder / f"{self.token}.json").read_bytes()[:65536])
+        except FileNotFoundError:
+            return f"envbuilder has no receipt of writing it ({self.path} does not exist)"
+        except (OSError, ValueError, EnvbuilderError) as exc:
+            return f"its receipt {self.path} cannot be read ({exc})"
+        if not isinstance(data, dict) or data.get("version") != RECEIPT_VERSION:
+            return f"its receipt {self.path} is not one envbuilder wrote"
+        if (data.get("device"), data.get("inode")) != (info.st_dev, info.st_ino):
+            return f"its receipt {self.path} is for another folder ({data.get('root')!r})"
+        digests = data.get("journals")
+        if journal is not None and (
+            not isinstance(digests, list) or sha256_bytes(journal) not in digests
+        ):
+            return f"its content is not what envbuilder wrote (see {self.path})"
+        return None
+
+
+# --- the journal --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Entry:
+    rel: PurePosixPath  # the file to replace or delete, relative to the root
+    sha256: str | None  # of the new content; None: the file is deleted
+
+    @property
+    def new(self) -> bool:
+        return self.sha256 is not None
+
+    def temp(self, token: str) -> PurePosixPath:
+        return self.rel.with_name(f".{self.rel.name}.{token}.tmp")
+
+
+@dataclass(frozen=True)
+class _Journal:
+    state: str
+    token: str
+    entries: tuple[_Entry, ...]
+    folders: tuple[PurePosixPath, ...]
+
+    def dump(self, state: str) -> bytes:
+        data = {
+            "version": JOURNAL_VERSION,
+            "state": state,
+            "token": self.token,
+            "files": [{"path": e.rel.as_posix(), "sha256": e.sha256} for e in self.entries],
+            "folders": [f.as_posix() for f in self.folders],
+        }
+        return (json.dumps(data, indent=1) + "\n").encode("utf-8")
+
+
+def _journal_temp(token: str) -> PurePosixPath:
+    return PurePosixPath(f".{JOURNAL}.{token}.tmp")
+
+
+def _write_journal(tree: Tree, token: str, data: bytes) -> None:
+    temp = _journal_temp(token)
+    tree.write_new(temp, data, 0o644)
+    tree.rename(temp, PurePosixPath(JOURNAL))
+    tree.sync()
+
+
+def left_over(root: Path) -> bool:
+    """Whether a journal, or the temp file of one, is in `root` (nothing is read)."""
+    try:
+        with os.scandir(root) as entries:
+            return any(e.name == JOURNAL or _JOURNAL_TEMP.match(e.name) for e in entries)
+    except OSError:
+        return False
+
+
+def _parse(data: bytes, where: Path, scope: Scope) -> _Journal:
+    """A journal's bytes (already proven by a receipt) -> its entries, each in `scope`."""
+    doc: Any = json.loads(data.decode("utf-8"))
+    if (
+        not isinstance(doc, dict)
+        or doc.get("version") != JOURNAL_VERSION
+        or doc.get("state") not in ("prepared", "committed")
+        or not isinstance(doc.get("files"), list)
+        or not isinstance(doc.get("folders"), list)
+    ):
+        raise _refused(where, "it is not in the format this envbuilder writes")
+    entries = []
+    for item in doc["files"]:
+        rel = plain_relative(item.get("path") if isinstance(item, dict) else None)
+        sha = item.get("sha256") if isinstance(item, dict) else None
+        if rel is None or not scope.allows_file(rel):
+            raise _refused(where, f"it names {item!r}, outside what `{scope.finisher}` writes")
+        if sha is not None and not (isinstance(sha, str) and _HEX64.match(sha)):
+            raise _refused(where, f"it names {item!r} with a malformed sha256")
+        entries.append(_Entry(rel, sha))
+    folders = []
+    for item in doc["folders"]:
+        rel = plain_relative(item)
+        if rel is None or not scope.allows_folder(rel):
+            raise _refused(
+                where, f"it names folder {item!r}, outside what `{scope.finisher}` writes"
+            )
+        folders.append(rel)
+    return _Journal(doc["state"], doc["token"], tuple(entries), tuple(folders))
+
+
+def _refused(journal: Path, why: str) -> JournalError:
+    return JournalError(
+        f"{journal}: not finished or undone: {why}. Nothing was changed, and no command "
+        "touches what it names: check those files, then remove it"
+    )
+
+
+def _token_of(data: bytes) -> str | None:
+    try:
+        doc: Any = json.loads(data.decode("utf-8"))
+    except ValueError:
+        return None
+    token = doc.get("token") if isinstance(doc, dict) else None
+    return token if isinstance(token, str) and _TOKEN.match(token) else None
+
+
+def _proven(tree: Tree, scope: Scope) -> _Journal | None:
+    """The journal in `tree`'s root, proven and in scope; None when there is none.
+    JournalError when it is not provably envbuilder's."""
+    where = tree.root / JOURNAL
+    try:
+        data = tree.read(PurePosixPath(JOURNAL), MAX_JOURNAL_BYTES)
+    except LinkInTheWay as exc:
+        raise _refused(where, f"it {exc.what}") from None
+    if data is None:
+        return None
+    if len(data) > MAX_JOURNAL_BYTES:
+        raise _refused(where, f"it is over {MAX_JOURNAL_BYTES} bytes, not a journal")
+    token = _token_of(data)
+    if token is None:
+        raise _refused(where, "it is not a journal envbuilder writes (no token)")
+    why = _Receipt(token).refusal(tree.info, data)
+    if why is not None:
+        raise _refused(where, why)
+    return _parse(data, where, scope)
+
+
+# --- commit --------------------------------------------------------------------------------------
+
+
+def commit_files(
+    root: Path,
+    changes: Mapping[Path, bytes | None],
+    scope: Scope,
+    mode: int | Callable[[Path], int] | None = None,
+) -> None:
+    """Replace (bytes) or delete (None) every file in `changes`, all below `root` and inside
+    `scope`, as one step: after an error, an interrupt or a crash at any moment the files are
+    either all old or all new. `mode`: an int, a function of the path, or None for 0666 less
+    the umask. A journal left by an earlier crash is finished or undone first (JournalError
+    when it is not provably envbuilder's). Raises WriteError naming the path and the cause
+    (a symlinked folder below `root` included: nothing is written through one). Writers of one
+    root take turns (flock)."""
+    if not changes:
+        return
+    rels = {path: _relative_in_scope(root, path, scope) for path in changes}
+    try:
+        created = make_parents(root / JOURNAL)
+    except WriteError as exc:  # name the user's file, not the journal
+        first = min(changes)
+        raise WriteError(
+            first, exc.cause, "write" if changes[first] is not None else "remove"
+        ) from None
+    try:
+        with exclusive(root):
+            _recover(root, scope)
+            _commit(root, changes, rels, mode)
+    except BaseException:
+        with deferred():
+            remove_empty(created)
+        raise
+
+
+def _relative_in_scope(root: Path, path: Path, scope: Scope) -> PurePosixPath:
+    try:
+        rel = plain_relative(path.relative_to(root).as_posix())
+    except ValueError:
+        rel = None
+    if rel is None or not scope.allows_file(rel):
+        raise ValueError(f"{path} is not in the output set below {root}")  # a bug in the caller
+    return rel
+
+
+def _commit(
+    root: Path,
+    changes: Mapping[Path, bytes | None],
+    rels: Mapping[Path, PurePosixPath],
+    mode: int | Callable[[Path], int] | None,
+) -> None:
+    token = secrets.token_hex(6)
+    paths = sorted(changes)
+    entries = tuple(_Entry(rels[p], _digest(changes[p])) for p in paths)
+    for path in paths:
+        _refuse_obstacles(root, path, changes[path] is not None)
+    journal = _Journal("prepared", token, entries, tuple(_missing_folders(root, paths, rels)))
+    prepared, committed = journal.dump("prepared"), journal.dump("committed")
+    with _open_tree(root, paths[0], changes[paths[0]] is not None) as tree:
+        receipt = _Receipt(token)
+        done = False
+        try:
+            receipt.write(root, tree.info, [prepared, committed])
+            _prepare(tree, journal, prepared, changes, paths, mode)
+            with deferred():  # from the commit point to the end: held against interrupts
+                _write_journal(tree, token, committed)
+                done = True
+                _roll_forward(tree, journal, verify=False)
+            receipt.drop()
+        except BaseException:
+            with deferred():
+                if done:
+                    with contextlib.suppress(WriteError):  # the journal stays for recover()
+                        _roll_forward(tree, journal, verify=False)
+                        receipt.drop()
+                else:
+                    _roll_back(tree, journal)
+                    receipt.drop()
+            raise
+
+
+def _digest(data: bytes | None) -> str | None:
+    return None if data is None else sha256_bytes(data)
+
+
+def _prepare(
+    tree: Tree,
+    journal: _Journal,
+    prepared: bytes,
+    changes: Mapping[Path, bytes | None],
+    paths: Sequence[Path],
+    mode: int | Callable[[Path], int] | None,
+) -> None:
+    """Write the prepared journal, make the missing folders and write every temp file."""
+    first = paths[0]
+    try:
+        _write_journal(tree, journal.token, prepared)
+    except OSError as exc:  # name the user's file, not the journal
+        raise write_error(first, exc, "write" if changes[first] is not None else "remove") from None
+    for folder in journal.folders:
+        try:
+            tree.mkdir(folder)
+        except OSError as exc:
+            user = next(p for p in paths if tree.root.joinpath(*folder.parts) in p.parents)
+            raise write_error(user, exc) from None
+    for path, entry in zip(paths, journal.entries, strict=True):
+        data = changes[path]
+        if data is None:
+            continue
+        file_mode = mode(path) if callable(mode) else mode
+        try:
+            tree.write_new(
+                entry.temp(journal.token), data, _default_mode() if file_mode is None else file_mode
+            )
+        except LinkInTheWay as exc:
+            raise WriteError(path, _link_cause(exc)) from None
+        except OSError as exc:
+            raise write_error(path, exc) from None
+
+
+@contextlib.contextmanager
+def _open_tree(root: Path, first: Path, new: bool) -> Iterator[Tree]:
+    try:
+        tree = Tree(root)
+    except LinkInTheWay as exc:
+        raise WriteError(first, _link_cause(exc), "write" if new else "remove") from None
+    except OSError as exc:
+        raise write_error(first, exc, "write" if new else "remove") from None
+    with tree:
+        yield tree
+
+
+def _link_cause(exc: LinkInTheWay) -> str:
+    return (
+        f"{exc.path} {exc.what}; envbuilder writes its outputs only into real folders (it "
+        "follows no link below the project): replace the link by a folder"
+    )
+
+
+def _refuse_obstacles(root: Path, path: Path, new: bool) -> None:
+    """WriteError for a folder where the file goes, or a link on the way to it (checked before
+    anything is written, for a clear message; the dir_fd walk refuses links again)."""
+    verb = "write" if new else "remove"
+    if path.is_dir() and not path.is_symlink():
+        raise WriteError(
+            path, "it is a folder, not a file; move it away or choose another path", verb
+        )
+    for parent in path.parents:
+        if parent == root or root not in parent.parents:
+            break
+        if parent.is_symlink():
+            raise WriteError(path, _link_cause(LinkInTheWay(parent, "is a symbolic link")), verb)
+
+
+def _missing_folders(
+    root: Path, paths: Sequence[Path], rels: Mapping[Path, PurePosixPath]
+) -> list[PurePosixPath]:
+    """Folders (below `root`) the new files need that do not exist yet, outermost first.
+    WriteError when a file is in the way of one."""
+    missing: list[PurePosixPath] = []
+    for path in paths:
+        blocker = file_in_the_way(path)
+        if blocker is not None:
+            raise WriteError(
+                path, f"{blocker} is a file, not a folder; move it away or choose another path"
+            )
+        rel = rels[path]
+        for depth in range(1, len(rel.parts)):
+            folder = PurePosixPath(*rel.parts[:depth])
+            if not root.joinpath(*folder.parts).is_dir() and folder not in missing:
+                missing.append(folder)
+    return missing
+
+
+def _roll_forward(tree: Tree, journal: _Journal, verify: bool) -> None:
+    """Put every temp file in place and do the deletions, then drop the journal. Safe to run
+    again after a crash: a temp file already renamed is simply gone. `verify`: first check
+    that every temp file left holds the bytes the journal records (recovery)."""
+    if verify:
+        _verify_temps(tree, journal)
+    for entry in journal.entries:
+        path = tree.root.joinpath(*entry.rel.parts)
+        try:
+            if entry.new:
+                temp = entry.temp(journal.token)
+                if tree.lstat(temp) is not None:
+                    tree.rename(temp, entry.rel)
+            else:
+                tree.unlink(entry.rel)
+        except LinkInTheWay as exc:
+            raise WriteError(path, _link_cause(exc)) from None
+        except OSError as exc:
+            raise write_error(path, exc, "write" if entry.new else "remove") from None
+    for parts in {tuple(e.rel.parts[:-1]) for e in journal.entries}:
+        with contextlib.suppress(OSError, LinkInTheWay):
+            tree.folder(parts)
+            tree.sync(parts)
+    try:
+        tree.unlink(PurePosixPath(JOURNAL))
+    except OSError as exc:
+        raise write_error(tree.root / JOURNAL, exc, "remove") from None
+
+
+def _verify_temps(tree: Tree, journal: _Journal) -> None:
+    where = tree.root / JOURNAL
+    for entry in journal.entries:
+        if not entry.new:
+            continue
+        try:
+            data = tree.read(entry.temp(journal.token), MAX_FILE_BYTES)
+        except LinkInTheWay as exc:
+            raise _refused(where, f"{exc.path} {exc.what}") from None
+        if data is not None and sha256_bytes(data) != entry.sha256:
+            temp = tree.root.joinpath(*entry.temp(journal.token).parts)
+            raise _refused(where, f"{temp} does not hold the bytes it records (sha256)")
+
+
+def _roll_back(tree: Tree, journal: _Journal) -> None:
+    """Remove every temp file, the folders the commit made (when empty) and the journal."""
+    for entry in journal.entries:
+        if entry.new:
+            with contextlib.suppress(OSError, LinkInTheWay):
+                tree.unlink(entry.temp(journal.token))
+    for folder in reversed(journal.folders):
+        with contextlib.suppress(LinkInTheWay):
+            tree.rmdir_if_empty(folder)
+    with contextlib.suppress(OSError):
+        tree.unlink(PurePosixPath(JOURNAL))
+    with contextlib.suppress(OSError):
+        tree.unlink(_journal_temp(journal.token))
+
+
+# --- recovery -----------------------------------------------------------------------------------
+
+
+def recover(root: Path, scope: Scope) -> str | None:
+    """Finish (journal committed) or undo (journal prepared) a commit into `root` that a crash
+    or a kill left half-done, when a receipt proves this user's envbuilder wrote it. Returns
+    what it did, for the user, or None when there was nothing to do. Raises WriteError when the
+    disk refuses, JournalError when the journal is not provably envbuilder's or names anything
+    outside `scope` (it is then left alone, and so are the files it names)."""
+    if not left_over(root):
+        return None
+    with exclusive(root):
+        return _recover(root, scope)
+
+
+def _recover(root: Path, scope: Scope) -> str | None:
+    if not left_over(root):
+        return None
+    try:
+        tree = Tree(root)
+    except LinkInTheWay as exc:
+        raise _refused(root / JOURNAL, f"{exc.path} {exc.what}") from None
+    with tree:
+        _sweep_journal_temps(tree)
+        journal = _proven(tree, scope)
+        if journal is None:
+            return None
+        receipt = _Receipt(journal.token)
+        with deferred():
+            if journal.state == "committed":
+                _roll_forward(tree, journal, verify=True)
+                receipt.drop()
+                return (
+                    f"finished an interrupted `{scope.finisher}` ({len(journal.entries)} "
+                    f"file(s) in {root}): the new version is now complete"
+                )
+            _roll_back(tree, journal)
+            receipt.drop()
+    return (
+        f"undid an interrupted `{scope.finisher}` in {root}: removed its temp files, "
+        "the old version stays"
+    )
+
+
+def _sweep_journal_temps(tree: Tree) -> None:
+    """Remove the temp files of journals (a kill during a journal's write leaves one) that a
+    receipt proves are this user's, for this root; any other is left alone."""
+    for name in tree.names():
+        match = _JOURNAL_TEMP.match(name)
+        if match and _Receipt(match.group(1)).refusal(tree.info, None) is None:
+            with contextlib.suppress(OSError):
+                tree.unlink(PurePosixPath(name))
+            if tree.lstat(PurePosixPath(JOURNAL)) is None:
+                _Receipt(match.group(1)).drop()
+
+
+def pending(root: Path, scope: Scope) -> str | None:
+    """For commands that only read: what a journal left in `root` is and the command that
+    finishes it, or None when there is none. Changes nothing."""
+    if not left_over(root):
+        return None
+    where = root / JOURNAL
+    try:
+        with Tree(root) as tree:
+            journal = _proven(tree, scope)
+    except (JournalError, LinkInTheWay) as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"{where}: cannot be read ({exc.strerror or exc})"
+    if journal is None:
+        return f"{root}: a temp file of an interrupted write is left; `{scope.finisher}` removes it"
+    state = (
+        "its new files are not all in place yet"
+        if journal.state == "committed"
+        else "the old files are complete; its temp files are left"
+    )
+    return (
+        f"{where}: an interrupted `{scope.finisher}` left this journal ({state}); "
+        f"`{scope.finisher}` finishes or undoes it (this command changes nothing)"
+    )

@@ -1,0 +1,691 @@
+"""A thin layer over the docker SDK: connect, build, run, push, pull. Nothing else talks to Docker.
+
+Every function takes the client explicitly and reports through a `progress(what, done, total)`
+callback; engine and registry failures become `EngineError`/`RegistryError`/`BuildError` with a
+message that says what to do. The engine is whatever `DOCKER_HOST` (and `DOCKER_TLS_VERIFY`,
+`DOCKER_CERT_PATH`, `DOCKER_CONFIG`) point at, exactly as the docker CLI would use it, so a team
+can build on a remote build server without any envbuilder setting.
+
+Works with the legacy builder (Docker Engine 20.10+ API); BuildKit-only Dockerfile syntax is not
+used by envbuilder's templates (the SDK cannot drive BuildKit, docker/docker-py#2230).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import io
+import os
+import re
+import socket
+import subprocess
+import tarfile
+import weakref
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import docker
+import docker.errors
+import docker.types
+import requests.exceptions
+from docker.transport import sshconn
+
+from envbuilder.core.compat import HostKind
+from envbuilder.core.errors import BuildError, EngineError, RegistryError, UsageError
+from envbuilder.core.progress import ProgressFn, no_progress
+from envbuilder.image import runflags
+
+#: HTTP timeout (s) for one read from the engine. Builds stay silent for minutes (pip installing
+#: torch), so the default of 60 s would abort them.
+ENGINE_TIMEOUT_S = 3600
+#: How many output lines of the failing build step a BuildError quotes.
+TAIL_LINES = 40
+
+_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
+#: Per-layer statuses worth a line (the rest, "Preparing", "Waiting", ..., is noise).
+_FINAL_LAYER_STATUS = (
+    "Pushed",
+    "Pull complete",
+    "Already exists",
+    "Layer already exists",
+    "Mounted from",
+)
+#: Terminal colour codes that RUN output carries (apt, pip): dropped from messages.
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _engine_where() -> str:
+    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock (the default)"
+
+
+def connect() -> docker.DockerClient:
+    """A client for the engine the environment names (DOCKER_HOST etc., as the docker CLI).
+
+    Raises EngineError, saying how to start an engine or point at one, when it does not answer.
+    """
+    where = _engine_where()
+    client: docker.DockerClient | None = None
+    try:
+        # ssh:// through the system's ssh client (as the docker CLI does), not paramiko's own
+        # ssh: ~/.ssh/config and agents apply as they do for `docker`.
+        ssh = os.environ.get("DOCKER_HOST", "").startswith("ssh://")
+        client = docker.from_env(timeout=ENGINE_TIMEOUT_S, use_ssh_client=ssh)
+        if ssh:
+            _use_tracked_ssh_adapter(client)
+        client.ping()
+    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+        if client is not None:  # its half-open ssh connection would complain at exit
+            with contextlib.suppress(Exception):
+                client.close()
+        raise EngineError(_unreachable_message(where, exc)) from None
+    _CLIENTS.add(client)
+    return client
+
+
+#: Clients made by `connect()`, closed by `close_all()` (weakly held: no client is kept alive).
+_CLIENTS: weakref.WeakSet[docker.DockerClient] = weakref.WeakSet()
+
+
+def close_all() -> None:
+    """Close every client `connect()` made that is still alive, and with it (over ssh://) every
+    `ssh` process its requests started. Runs at exit for the CLI."""
+    for client in list(_CLIENTS):
+        with contextlib.suppress(OSError):
+            client.close()
+    _CLIENTS.clear()
+
+
+atexit.register(close_all)
+
+
+# --- ssh:// connections --------------------------------------------------------------------------
+# Over ssh:// every connection is an `ssh HOST docker system dial-stdio` process. The docker SDK's
+# shell-out adapter makes a new, untracked connection pool per request, so `client.close()`
+# closed none of them: urllib3's garbage-collection finalizers did, at interpreter exit at the
+# latest, and the SDK's SSHSocket.close() writes to ssh's stdin first. By then the far side may
+# have ended the connection (here one idle for 5 minutes was: reproduced with a process that
+# slept 320 s; a remote host may also go away), ssh has exited, and the write printed a
+# BrokenPipeError traceback at exit. The
+# classes below are the SDK's with two changes: the adapter knows its sockets (close() ends
+# them all), and ending an ssh process never writes to it.
+
+#: How long a terminated `ssh` may take to exit before it is killed.
+_SSH_EXIT_TIMEOUT_S = 5.0
+
+
+def _end_ssh(proc: subprocess.Popen[bytes]) -> None:
+    """End one `ssh ... dial-stdio` process, running or not, and reap it; never raises for a
+    process that already exited. Closing stdin sends EOF to the far side's dial-stdio."""
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            with contextlib.suppress(OSError):  # a failed earlier write may still be buffered
+                pipe.close()
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(timeout=_SSH_EXIT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+class _SshProcessSocket(sshconn.SSHSocket):
+    """The SDK's socket over an ssh process, known to its adapter while open. Its process is
+    ended by close(), or when the socket is garbage-collected or the interpreter exits
+    (weakref.finalize), whichever comes first, and only once."""
+
+    def __init__(self, host: str, registry: weakref.WeakSet[_SshProcessSocket]) -> None:
+        super().__init__(host)
+        self._registry = registry
+        self._end: weakref.finalize[[subprocess.Popen[bytes]], _SshProcessSocket] | None = None
+
+    def connect(self, **kwargs: Any) -> None:  # type: ignore[override]  # as the SDK's
+        super().connect(**kwargs)
+        if self.proc is not None:
+            self._end = weakref.finalize(self, _end_ssh, self.proc)
+            self._registry.add(self)
+
+    def close(self) -> None:
+        self._registry.discard(self)
+        if self._end is not None:
+            self._end()  # runs _end_ssh once; later calls do nothing
+        # The SDK's close() leaves the placeholder socket (never connected) open.
+        socket.socket.close(self)
+
+
+class _SshConnection(sshconn.SSHConnection):
+    def __init__(
+        self, registry: weakref.WeakSet[_SshProcessSocket], timeout: int, host: str
+    ) -> None:
+        super().__init__(None, timeout, host)
+        self._registry = registry
+        self._host = host
+        self._timeout_s = timeout
+
+    def connect(self) -> None:
+        sock = _SshProcessSocket(self._host, self._registry)
+        sock.settimeout(self._timeout_s)
+        sock.connect()
+        self.sock = sock
+
+
+class _SshConnectionPool(sshconn.SSHConnectionPool):
+    def __init__(
+        self, registry: weakref.WeakSet[_SshProcessSocket], timeout: int, maxsize: int, host: str
+    ) -> None:
+        super().__init__(None, timeout, maxsize, host)
+        self._registry = registry
+        self._host = host
+        self._timeout_s = timeout
+
+    # (the SDK's stub types `sock` narrower than urllib3's connection protocol: same class at run
+    # time as the SDK's own pool returns)
+    def _new_conn(self) -> _SshConnection:  # type: ignore[override]
+        return _SshConnection(self._registry, self._timeout_s, self._host)
+
+
+class _SshAdapter(sshconn.SSHHTTPAdapter):
+    """The SDK's shell-out ssh adapter (a fresh pool per request, as there) whose close() ends
+    every ssh process its requests started and that is still open."""
+
+    def __init__(self, ssh_host: str, timeout: int, max_pool_size: int) -> None:
+        super().__init__(f"ssh://{ssh_host}", timeout, max_pool_size=max_pool_size, shell_out=True)
+        self._sockets: weakref.WeakSet[_SshProcessSocket] = weakref.WeakSet()
+
+    def get_connection(self, url: str | bytes, proxies: Any = None) -> _SshConnectionPool:
+        return _SshConnectionPool(self._sockets, self.timeout, self.max_pool_size, self.ssh_host)
+
+    def close(self) -> None:
+        super().close()
+        for sock in list(self._sockets):
+            sock.close()
+
+
+def _use_tracked_ssh_adapter(client: docker.DockerClient) -> None:
+    """Replace the SDK's ssh adapter of `client` (not used yet) by `_SshAdapter`."""
+    api = client.api
+    sdk = api.get_adapter(api.base_url)
+    if not isinstance(sdk, sshconn.SSHHTTPAdapter) or sdk.ssh_client is not None:
+        return  # not the shell-out adapter this replaces
+    adapter = _SshAdapter(sdk.ssh_host, sdk.timeout, sdk.max_pool_size)
+    # Every request URL starts with base_url, so this mount serves them all (the SDK's fallback
+    # to its own adapter is for URLs no mount matches).
+    api.mount(api.base_url, adapter)
+    sdk.close()
+
+
+def _unreachable_message(where: str, exc: BaseException) -> str:
+    text = str(exc)
+    hint = (
+        "Start Docker Engine (Linux: `sudo systemctl start docker`; in this repository's CI: "
+        '`eval "$(.ci/services.sh)"`; Docker Desktop: start the app), or point DOCKER_HOST at a '
+        "running engine (e.g. DOCKER_HOST=ssh://user@buildhost)."
+    )
+    if "Permission denied" in text or "PermissionError" in text:
+        hint = (
+            "Your user may not use the Docker socket: add it to the `docker` group "
+            "(`sudo usermod -aG docker $USER`, then log in again) or use a rootless engine."
+        )
+    return f"cannot reach the Docker engine at {where}: {text}\n{hint}"
+
+
+# ---------------------------------------------------------------------------------------------
+# build
+
+
+@dataclass
+class _BuildState:
+    """What the JSON stream of a legacy build has told us so far."""
+
+    step: int = 0
+    steps: int = 0
+    instruction: str = ""
+    step_output: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
+    image_id: str | None = None
+    partial: str = ""
+
+
+def build_image(
+    client: docker.DockerClient,
+    context_dir: Path,
+    tag: str,
+    labels: Mapping[str, str],
+    buildargs: Mapping[str, str],
+    progress: ProgressFn = no_progress,
+    *,
+    network_mode: str | None = None,
+    nocache: bool = False,
+) -> str:
+    """Build `context_dir`/Dockerfile, tag it `tag`, and return the image id ("sha256:...").
+
+    Progress: one event per Dockerfile step ("step 3/12: RUN ...", 3, 12) and per base-image
+    layer pull ("pull <layer>", bytes, total). A failing step raises BuildError quoting that
+    step's instruction and the tail of its output; intermediate containers are removed.
+    Of the `buildargs`, Docker's predefined proxy args never show in `docker history`; any
+    other arg the Dockerfile declares is visible in the history of the RUN steps after it.
+    """
+    state = _BuildState()
+    with _build_errors(tag):
+        stream = client.api.build(
+            path=str(context_dir),
+            tag=tag,
+            labels=dict(labels),
+            buildargs=dict(buildargs),
+            rm=True,
+            forcerm=True,
+            decode=True,
+            nocache=nocache,
+            network_mode=network_mode,
+            timeout=ENGINE_TIMEOUT_S,
+        )
+        for event in stream:
+            _on_build_event(event, state, progress)
+    image_id = state.image_id or _image_id(client, tag)
+    progress(f"built {tag}", state.steps, state.steps or None)
+    return image_id
+
+
+@contextlib.contextmanager
+def _build_errors(tag: str) -> Iterator[None]:
+    """The engine's refusal of the build of `tag` as a BuildError, no answer as an EngineError."""
+    try:
+        yield
+    except docker.errors.APIError as exc:
+        raise BuildError(f"the Docker engine refused the build of {tag}: {_explain(exc)}") from None
+    except requests.exceptions.ConnectionError as exc:
+        raise EngineError(_unreachable_message(_engine_where(), exc)) from None
+
+
+def _on_build_event(event: Mapping[str, Any], state: _BuildState, progress: ProgressFn) -> None:
+    if "error" in event:
+        raise BuildError(_build_failure(event, state))
+    if "stream" in event:
+        _on_build_text(str(event["stream"]), state, progress)
+    elif "status" in event:
+        _on_pull_status(event, progress)
+    aux = event.get("aux")
+    if isinstance(aux, Mapping) and isinstance(aux.get("ID"), str):
+        state.image_id = aux["ID"]
+
+
+def _on_build_text(text: str, state: _BuildState, progress: ProgressFn) -> None:
+    # The stream splits output at arbitrary points: keep the unfinished last line.
+    lines = _ANSI.sub("", state.partial + text).split("\n")
+    state.partial = lines.pop()
+    for line in lines:
+        match = _STEP.match(line)
+        if match:
+            state.step, state.steps = int(match[1]), int(match[2])
+            state.instruction = match[3]
+            state.step_output.clear()
+            progress(
+                f"step {state.step}/{state.steps}: {_shorten(match[3])}", state.step, state.steps
+            )
+        elif line.strip():
+            state.step_output.append(line.rstrip())
+
+
+def _on_pull_status(event: Mapping[str, Any], progress: ProgressFn) -> None:
+    detail = event.get("progressDetail") or {}
+    layer = event.get("id")
+    if layer and isinstance(detail, Mapping) and detail.get("total"):
+        progress(f"pull {layer}", int(detail.get("current") or 0), int(detail["total"]))
+    elif layer and str(event.get("status", "")).startswith(_FINAL_LAYER_STATUS):
+        progress(f"{event['status']} {layer}", 0, None)
+
+
+def _build_failure(event: Mapping[str, Any], state: _BuildState) -> str:
+    if state.partial.strip():
+        state.step_output.append(state.partial.rstrip())
+    where = (
+        f"step {state.step}/{state.steps} ({_shorten(state.instruction, 200)})"
+        if state.step
+        else "before the first step (reading the Dockerfile or the context)"
+    )
+    message = f"docker build failed at {where}: {str(event['error']).strip()}"
+    if state.step_output:
+        tail = "\n".join(f"    {line}" for line in state.step_output)
+        message += f"\n  last output of that step:\n{tail}"
+    return message
+
+
+def _shorten(text: str, limit: int = 70) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def existing_image(client: docker.DockerClient, ref: str) -> Any | None:
+    """The engine's image `ref`, or None when it has none by that name."""
+    try:
+        return client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def _image_id(client: docker.DockerClient, ref: str) -> str:
+    try:
+        image_id = str(client.images.get(ref).id)
+    except docker.errors.ImageNotFound:
+        raise BuildError(f"the build reported success but no image {ref} exists") from None
+    return image_id
+
+
+def _explain(exc: docker.errors.APIError) -> str:
+    return str(exc.explanation or exc)
+
+
+# ---------------------------------------------------------------------------------------------
+# run
+
+
+def host_group_ids(names: Iterable[str]) -> list[int]:
+    """The numeric gids of the host's groups `names` (skipping groups the host lacks)
+    (envbuilder.image.runflags.host_group_ids)."""
+    return runflags.host_group_ids(names)
+
+
+def device_run_options(host_kind: HostKind, root: Path = Path("/")) -> dict[str, Any]:
+    """`containers.create` keyword arguments exposing the accelerator of a `host_kind` host
+    (`root`: where the host's files are, for the mounts made only when present):
+    envbuilder.image.runflags, the one source `envbuilder run` and `shell` use too."""
+    options = runflags.sdk_options(runflags.host_run_flags(host_kind, root=root))
+    if options.pop("gpu_request", False):
+        options["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    return options
+
+
+def _owner(user: str | None) -> tuple[int, int]:
+    """uid/gid for the files we copy in, when `user` is numeric ("1000" or "1000:1000")."""
+    if user and re.fullmatch(r"\d+(:\d+)?", user):
+        uid, _, gid = user.partition(":")
+        return int(uid), int(gid or uid)
+    return 0, 0
+
+
+def files_tar(files: Mapping[str, bytes], owner: tuple[int, int] = (0, 0)) -> bytes:
+    """A tar of `files` (absolute container path -> content) and their parent folders.
+
+    Folders we create belong to `owner`, so a non-root probe can write its report beside them.
+    """
+    buf = io.BytesIO()
+    dirs: set[PurePosixPath] = set()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for path in sorted(files):
+            pure = PurePosixPath(path)
+            if not pure.is_absolute():
+                raise ValueError(f"container path must be absolute: {path}")
+            for parent in reversed(pure.parents[:-1]):
+                if parent not in dirs and str(parent).startswith("/tmp/"):
+                    dirs.add(parent)
+                    tar.addfile(_tarinfo(parent, owner, tarfile.DIRTYPE, 0o755))
+            info = _tarinfo(pure, owner, tarfile.REGTYPE, 0o644)
+            info.size = len(files[path])
+            tar.addfile(info, io.BytesIO(files[path]))
+    return buf.getvalue()
+
+
+def _tarinfo(
+    path: PurePosixPath, owner: tuple[int, int], kind: bytes, mode: int
+) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(str(path).lstrip("/"))
+    info.type = kind
+    info.mode = mode
+    info.uid, info.gid = owner
+    return info
+
+
+@dataclass(frozen=True)
+class ContainerRun:
+    """How run_in_container runs its command: as `user`, with the accelerator flags the
+    compatibility data gives `host_kind`, on `network_mode`, with `environment` added to those
+    flags' variables, the container labelled `labels`, for at most `timeout_s` (None: no
+    limit)."""
+
+    user: str | None = None
+    host_kind: HostKind = "cpu"
+    network_mode: str | None = None
+    environment: Mapping[str, str] | None = None
+    labels: Mapping[str, str] | None = None
+    timeout_s: float | None = None
+
+
+_PLAIN_RUN = ContainerRun()
+
+
+def run_in_container(
+    client: docker.DockerClient,
+    image: str,
+    command: list[str],
+    how: ContainerRun = _PLAIN_RUN,
+    *,
+    files_in: Mapping[str, bytes] | None = None,
+    files_out: Iterable[str] = (),
+    progress: ProgressFn = no_progress,
+) -> tuple[int, str, dict[str, bytes]]:
+    """Run `command` in a fresh container of `image` (`how`: ContainerRun); return (exit code,
+    output, files).
+
+    `files_in` are copied in before the start (absolute paths; new folders under /tmp belong
+    to `how.user` when it is numeric); `files_out` are copied out after the exit, those missing
+    are left out of the returned dict. Each output line is reported as progress. The container
+    is removed in every case: success, failure, timeout (EngineError) and Ctrl-C.
+    """
+    container = _create_container(client, image, command, how)
+    try:
+        if files_in:
+            container.put_archive("/", files_tar(files_in, _owner(how.user)))
+        try:
+            container.start()
+        except docker.errors.APIError as exc:
+            raise EngineError(f"a container of {image} could not start: {_explain(exc)}") from None
+        _follow(container, progress)
+        code = _wait(container, how.timeout_s)
+        # The followed stream may miss an unterminated last line: read the whole log again.
+        output = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+        return code, output, _copy_out(container, files_out)
+    finally:
+        _remove(container)
+
+
+def _create_container(
+    client: docker.DockerClient, image: str, command: list[str], how: ContainerRun
+) -> Any:
+    options = device_run_options(how.host_kind)
+    env = {**options.pop("environment", {}), **(how.environment or {})}
+    try:
+        return client.containers.create(
+            image,
+            command,
+            user=how.user,
+            environment=env,
+            network_mode=how.network_mode,
+            labels=dict(how.labels or {}),
+            detach=True,
+            **options,
+        )
+    except docker.errors.ImageNotFound:
+        raise EngineError(
+            f"image {image} does not exist on the engine at {_engine_where()}"
+        ) from None
+    except docker.errors.APIError as exc:
+        raise EngineError(
+            f"the engine refused to create a container of {image}: {_explain(exc)}"
+        ) from None
+
+
+def _follow(container: Any, progress: ProgressFn) -> None:
+    """Report each output line as it comes (progress only; the caller reads the full log)."""
+    count = 0
+    partial = ""
+    for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+        parts = (partial + chunk.decode("utf-8", "replace")).split("\n")
+        partial = parts.pop()
+        for line in parts:
+            count += 1
+            progress(line, count, None)
+    if partial:
+        progress(partial, count + 1, None)
+
+
+def _wait(container: Any, timeout_s: float | None) -> int:
+    try:
+        result = container.wait(timeout=timeout_s)
+    except requests.exceptions.ConnectionError:  # read timeout surfaces as ConnectionError
+        raise EngineError(f"the container did not finish within {timeout_s} s") from None
+    return int(result.get("StatusCode", 1))
+
+
+def _copy_out(container: Any, paths: Iterable[str]) -> dict[str, bytes]:
+    found: dict[str, bytes] = {}
+    for path in paths:
+        try:
+            chunks, _stat = container.get_archive(path)
+        except docker.errors.NotFound:
+            continue
+        with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as tar:
+            member = tar.next()
+            handle = tar.extractfile(member) if member is not None else None
+            if handle is not None:
+                found[path] = handle.read()
+    return found
+
+
+def _remove(container: Any) -> None:
+    with contextlib.suppress(docker.errors.NotFound):
+        container.remove(force=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# push / pull
+
+
+#: A repository name in the Docker reference grammar: [HOST[:PORT]/]path/components, the path
+#: in lower case ([a-z0-9] runs joined by ".", "_", "__" or dashes).
+_DOMAIN = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
+_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REPOSITORY = re.compile(rf"(?:{_DOMAIN}(?::[0-9]+)?/)?{_PATH}(?:/{_PATH})*")
+
+
+def registry_repository(registry: str, name: str) -> str:
+    """ "`registry`/`name`", the repository an image is pushed to. UsageError naming --registry
+    when `registry` is not HOST[:PORT]/PATH (a scheme, a digest, spaces, upper case in the path)."""
+    if "://" in registry or "@" in registry:
+        raise UsageError(f"--registry {registry}: give HOST[:PORT]/PATH, without a scheme")
+    repository = f"{registry.rstrip('/')}/{name}"
+    if not _REPOSITORY.fullmatch(repository):
+        raise UsageError(
+            f"--registry {registry!r} is not a valid registry path; give HOST[:PORT]/PATH with "
+            "the path in lower case (letters, digits, '.', '_', '-'), e.g. "
+            "registry.example.com/ml or 127.0.0.1:5000/envbuilder"
+        )
+    return repository
+
+
+def split_reference(ref: str) -> tuple[str, str | None]:
+    """("repo", "tag") of "repo:tag"; the colon of a registry's port is not a tag separator."""
+    name, sep, tag = ref.rpartition(":")
+    if not sep or "/" in tag:
+        return ref, None
+    return name, tag
+
+
+def registry_of(repository: str) -> str:
+    """The registry host of a repository name ("docker.io" when it names none)."""
+    first, sep, _rest = repository.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return "docker.io"
+
+
+def _login_hint(repository: str) -> str:
+    config = os.environ.get("DOCKER_CONFIG") or "~/.docker"
+    return (
+        f"log in first (`docker login {registry_of(repository)}`); envbuilder uses the "
+        f"credentials of the Docker config in {config}/config.json, credential helpers included"
+    )
+
+
+def _stream_registry(
+    events: Iterator[Mapping[str, Any]], action: str, ref: str, progress: ProgressFn
+) -> list[Mapping[str, Any]]:
+    """Consume a push/pull JSON stream, turning errors into RegistryError."""
+    seen: list[Mapping[str, Any]] = []
+    for event in events:
+        if "error" in event:
+            error = str(event["error"]).strip()
+            hint = ""
+            lowered = error.lower()
+            if any(w in lowered for w in ("auth", "denied", "unauthorized", "credentials")):
+                hint = f"\n{_login_hint(split_reference(ref)[0])}"
+            raise RegistryError(f"{action} of {ref} was refused: {error}{hint}")
+        _on_pull_status(event, progress)
+        seen.append(event)
+    return seen
+
+
+def push_image(
+    client: docker.DockerClient,
+    image: str,
+    repository: str,
+    tag: str,
+    progress: ProgressFn = no_progress,
+) -> str:
+    """Tag `image` as repository:tag, push it, and return the repo digest "repository@sha256:...".
+
+    Credentials come from the Docker config (as `docker push`); a refusal raises RegistryError
+    saying how to log in.
+    """
+    ref = f"{repository}:{tag}"
+    try:
+        client.images.get(image).tag(repository, tag)
+    except docker.errors.ImageNotFound:
+        raise EngineError(f"no image {image} on the engine at {_engine_where()}") from None
+    except docker.errors.APIError as exc:
+        raise RegistryError(f"cannot tag {image} as {ref}: {_explain(exc)}") from None
+    try:
+        events = client.api.push(repository, tag=tag, stream=True, decode=True)
+        seen = _stream_registry(events, "push", ref, progress)
+    except docker.errors.APIError as exc:
+        _untag(client, ref)
+        raise RegistryError(f"push of {ref} was refused: {_explain(exc)}") from None
+    except RegistryError:
+        _untag(client, ref)  # leave no tag behind that names an image the registry lacks
+        raise
+    for event in seen:
+        aux = event.get("aux")
+        if isinstance(aux, Mapping) and isinstance(aux.get("Digest"), str):
+            return f"{repository}@{aux['Digest']}"
+    raise RegistryError(f"push of {ref} finished without reporting a digest")
+
+
+def _untag(client: docker.DockerClient, ref: str) -> None:
+    with contextlib.suppress(docker.errors.APIError):
+        client.images.remove(ref, noprune=True)
+
+
+def pull_image(client: docker.DockerClient, ref: str, progress: ProgressFn = no_progress) -> str:
+    """Pull `ref` ("repo@sha256:..." or "repo:tag") and return the local image id."""
+    repository, tag = split_reference(ref) if "@" not in ref else (ref, None)
+    try:
+        events = client.api.pull(repository, tag=tag, stream=True, decode=True)
+        _stream_registry(events, "pull", ref, progress)
+        image_id = str(client.images.get(ref).id)
+    except docker.errors.ImageNotFound:
+        raise RegistryError(f"pull of {ref} finished but the image is not on the engine") from None
+    except docker.errors.APIError as exc:
+        error = _explain(exc)
+        hint = f"\n{_login_hint(repository)}" if "auth" in error.lower() else ""
+        raise RegistryError(f"pull of {ref} was refused: {error}{hint}") from None
+    return image_id
+
+
+def repo_digests(client: docker.DockerClient, image: str) -> list[str]:
+    """The "repository@sha256:..." names the engine knows for `image` (empty if never pushed)."""
+    try:
+        digests: list[str] = client.images.get(image).attrs.get("RepoDigests") or []
+    except docker.errors.ImageNotFound:
+        return []
+    return digests

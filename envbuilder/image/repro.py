@@ -1,0 +1,243 @@
+"""Reproducible images for the image targets (docker, wsl2): the glue between a build, the lock
+and the deterministic writer (envbuilder.image.oci).
+
+    Deterministic(base, source_date_epoch)     what the written image depends on besides the
+                                               build context (both from the lock)
+    write_deterministic(...)                   after the engine's build: write the image, tag it
+    Prediction                                 what the lock records after a build, in
+                                               [artifacts.<target>]: image_id (the config
+                                               digest), layers (diff_ids above the base),
+                                               repro_format (envbuilder.image.oci's format)
+    check_prediction(...)                      `build --verify`: BuildError naming the first
+                                               differing layer and file
+    status_lines(...)                          `pull` / `validate`: is the image at hand the one
+                                               the lock predicts?
+
+The engine's own image (with its layer cache) stays tagged `envbuilder-engine/...`, so the next
+build of a changed lock reuses the unchanged steps; the tag users see names the written image.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envbuilder.core.errors import BuildError
+from envbuilder.core.progress import ProgressFn, no_progress
+from envbuilder.image.oci.diff import describe_difference
+from envbuilder.image.oci.writer import REPRO_FORMAT, REPRO_LABEL, write_image
+
+#: Repository prefix of the images the engine built (kept for its layer cache).
+ENGINE_PREFIX = "envbuilder-engine/"
+#: Keys of [artifacts.<target>] this module writes (image_id is shared with the targets).
+IMAGE_ID, LAYERS, FORMAT = "image_id", "layers", "repro_format"
+
+
+@dataclass(frozen=True)
+class Deterministic:
+    """What the written image depends on besides the build context: the base image the
+    Dockerfile starts FROM (the lock's pin; None: no base) and the lock's SOURCE_DATE_EPOCH."""
+
+    base: str | None
+    source_date_epoch: int
+
+
+def engine_tag(tag: str) -> str:
+    """Where the engine's own image of `tag` stays: `envbuilder/cpu:abc` ->
+    `envbuilder-engine/envbuilder-cpu:abc`."""
+    repository, _, name = tag.rpartition(":")
+    if not repository or "/" in name:
+        repository, name = tag, "latest"
+    flat = re.sub(r"[^a-z0-9._-]+", "-", repository.lower()).strip("-._")
+    return f"{ENGINE_PREFIX}{flat}:{name}"
+
+
+def normalize_context_modes(context: Path) -> None:
+    """Files of the build context 0644, folders 0755 (the wheels, hard links into the cache, are
+    only read by pip): a COPY keeps the mode, which would otherwise follow the umask of
+    whoever assembled the context."""
+    for folder, dirs, files in os.walk(context):
+        here = Path(folder)
+        if here.relative_to(context).as_posix().startswith("envbuilder/wheels"):
+            continue
+        here.chmod(0o755)
+        for name in files:
+            path = here / name
+            if not path.is_symlink():
+                path.chmod(0o644)
+        dirs.sort()
+
+
+def write_deterministic(
+    client: Any,
+    engine_image: str,
+    tag: str,
+    inputs: Deterministic,
+    workdir: Path,
+    progress: ProgressFn = no_progress,
+) -> str:
+    """Write the deterministic image of `engine_image` (see envbuilder.image.oci.writer), tag it
+    `tag`, return its id."""
+    written = write_image(
+        client,
+        engine_image,
+        base=inputs.base,
+        source_date_epoch=inputs.source_date_epoch,
+        workdir=workdir,
+        progress=progress,
+    )
+    repository, _, name = tag.rpartition(":")
+    client.images.get(written.image_id).tag(repository, name)
+    return written.image_id
+
+
+# ----------------------------------------------------------------------------- predictions
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The image a lock predicts: its id (sha256 of its config), the diff_ids of its layers
+    above the base image, and the format of the writer that made it."""
+
+    image_id: str
+    layers: tuple[str, ...]
+    format: str = REPRO_FORMAT
+
+    def artifacts(self) -> dict[str, str]:
+        """The [artifacts.<target>] values that record it."""
+        return {IMAGE_ID: self.image_id, LAYERS: " ".join(self.layers), FORMAT: self.format}
+
+    @classmethod
+    def from_artifacts(cls, values: Mapping[str, str]) -> Prediction | None:
+        """The prediction an [artifacts.<target>] table records; None when it records none
+        (nothing built, or built before images were written deterministically)."""
+        if not values.get(FORMAT) or not values.get(IMAGE_ID):
+            return None
+        return cls(values[IMAGE_ID], tuple(values.get(LAYERS, "").split()), values[FORMAT])
+
+
+def observe(
+    client: Any, image: str, base: str | None, hint: Prediction | None = None
+) -> Prediction:
+    """The Prediction that describes `image` as the engine has it (`base`: the image it was
+    built on, whose layers are not counted; when the engine lacks it, as after a pull, the
+    recorded prediction `hint` says how many layers lie above it)."""
+    attrs = client.images.get(image).attrs
+    layers = list((attrs.get("RootFS") or {}).get("Layers") or [])
+    below = 0
+    base_attrs = _attrs(client, base) if base else None
+    if base_attrs is not None:
+        below = len((base_attrs.get("RootFS") or {}).get("Layers") or [])
+    elif hint is not None and len(hint.layers) <= len(layers):
+        below = len(layers) - len(hint.layers)
+    labels = (attrs.get("Config") or {}).get("Labels") or {}
+    return Prediction(str(attrs["Id"]), tuple(layers[below:]), labels.get(REPRO_LABEL, ""))
+
+
+def _attrs(client: Any, image: str) -> dict[str, Any] | None:
+    try:
+        return dict(client.images.get(image).attrs)
+    except Exception:  # docker.errors.ImageNotFound: not on this engine
+        return None
+
+
+def recorded(lock_artifacts: Mapping[str, Mapping[str, str]], target: str) -> Prediction | None:
+    """The prediction the lock's artifacts record for `target`, if any."""
+    return Prediction.from_artifacts(lock_artifacts.get(target, {}))
+
+
+def require_prediction(
+    lock_artifacts: Mapping[str, Mapping[str, str]], target: str, env: str, lock_file: str
+) -> Prediction:
+    """The recorded prediction, for `build --verify`; BuildError saying how to record one."""
+    found = recorded(lock_artifacts, target)
+    if found is None:
+        raise BuildError(
+            f"{lock_file} records no image digest for {env}/{target} ([artifacts.{target}] "
+            f"{IMAGE_ID}, {LAYERS}, {FORMAT}) to verify against; build once without --verify "
+            f"(`envbuilder build --target {target} --env {env}`) and commit the lock"
+        )
+    if found.format != REPRO_FORMAT:
+        raise BuildError(
+            f"{lock_file} records the image of {env}/{target} in repro format {found.format}, "
+            f"this envbuilder writes format {REPRO_FORMAT}: the digests are not comparable; "
+            "build without --verify to record the new one"
+        )
+    return found
+
+
+def check_prediction(
+    client: Any,
+    expected: Prediction,
+    actual: Prediction,
+    *,
+    env: str,
+    target: str,
+    base: str | None,
+    workdir: Path,
+) -> None:
+    """Nothing when `actual` is the image `expected` predicts; otherwise BuildError naming the
+    first differing layer (its Dockerfile step) and, when the predicted image is on this
+    engine, the first differing file."""
+    if expected.image_id == actual.image_id:
+        return
+    workdir.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="verify-", dir=workdir))
+    try:
+        detail = describe_difference(
+            client,
+            expected.image_id,
+            expected.layers,
+            actual.image_id,
+            actual.layers,
+            base=base,
+            workdir=tmp,
+        )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    raise BuildError(
+        f"{env}/{target}: the rebuilt image is {actual.image_id}, but the lock predicts "
+        f"{expected.image_id}: {detail}. The lock is left as it was; the rebuilt image is "
+        "tagged as the build's image, for inspection"
+    )
+
+
+def prediction_note(previous: Prediction | None, actual: Prediction) -> str:
+    """How a plain build's image relates to what the lock recorded before it."""
+    if previous is None:
+        return "recorded"
+    if previous.image_id == actual.image_id:
+        return "matches the lock"
+    return f"differs from the lock's {previous.image_id}"
+
+
+def status_line(
+    env: str, target: str, what: str, actual: str | None, expected: Prediction | None
+) -> tuple[bool, str]:
+    """(ok, line) saying whether `what` (an image, with id `actual`) is the one the lock
+    predicts."""
+    if expected is None:
+        return True, (
+            f"{env}/{target}: the lock records no image digest (build to record "
+            "one); nothing to compare"
+        )
+    if actual is None:
+        return False, f"{env}/{target}: {what} is not on this engine"
+    if actual == expected.image_id:
+        return True, f"{env}/{target}: {what} {actual} is the image the lock predicts"
+    return False, (
+        f"{env}/{target}: {what} {actual} is NOT the image the lock predicts ({expected.image_id})"
+    )
+
+
+def image_report(target: object, project: object, env: object) -> list[tuple[bool, str]]:
+    """(ok, line) for each image of `env` a target has (its `image_status`), none for targets
+    without images."""
+    status = getattr(target, "image_status", None)
+    return list(status(project, env)) if status is not None else []

@@ -1,0 +1,205 @@
+"""A CycloneDX SBOM per built artifact, from the lock: what the artifact holds, with hashes.
+
+    sbom_bytes(project, env, target, artifact) -> bytes    CycloneDX 1.6 JSON, validated
+    sbom_path(project, env, target) -> Path                reports/<env>.<target>.cdx.json
+    write_sbom(project, env, target, artifact) -> Path     what `envbuilder build` calls
+
+Made with the CycloneDX Python library (cyclonedx-python-lib: the model, its JSON writer and its
+schema validator), never as hand-written JSON. What it lists, all read from the committed lock:
+
+* the artifact itself (metadata.component): the image (its id, the lock's prediction, as a
+  SHA-256 hash), the `.wsl` (its sha256) or the venv;
+* every Python package the target installs from its pylock: the file an installer picks for the
+  target's platform and Python (envbuilder.lock.wheelcache.locked_files, what `build` installs),
+  with its sha256, its URL as a distribution reference, and a `pkg:pypi` purl;
+* the base image (by digest) and every apt package the lock pins on top of it, at its exact
+  version (`pkg:deb/<debian|ubuntu>/NAME@VERSION`). The lock pins apt packages by version, not
+  by file hash, so those components carry no hash (the archive's signed indexes vouch for
+  them); a pinned system file (the wsl2 target's librocdxg .deb) carries its sha256.
+
+Same lock in, same bytes out: the timestamp is the lock's SOURCE_DATE_EPOCH and the serial
+number a UUID derived from the content, so a rebuild of the same lock writes the same file.
+
+Why a file beside the report and not an image label or a file inside the image: either would
+change the image's config, so its id (the digest the lock predicts, docs/reproducibility.md),
+and the SBOM names that id: a label cannot hold a document about the image it is part of. The
+SBOM is a separate file whose sha256 changes with the lock, like the report.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from cyclonedx.model import ExternalReference, ExternalReferenceType, HashAlgorithm, HashType, XsUri
+from cyclonedx.model.bom import Bom, BomMetaData
+from cyclonedx.model.component import Component, ComponentType
+from cyclonedx.output.json import JsonV1Dot6
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
+from packageurl import PackageURL
+
+from envbuilder import __version__
+from envbuilder.core.errors import BuildError
+from envbuilder.core.fsutil import atomic_write_bytes
+from envbuilder.core.project import Project
+from envbuilder.lock.lockfile import EnvLock, TargetLock, load_env_lock
+from envbuilder.lock.wheelcache import LockedFile, locked_files
+from envbuilder.targets.base import Artifact
+
+#: A fixed namespace for the content-derived serial numbers (uuid5 of the BOM's content).
+SERIAL_NAMESPACE = uuid.UUID("9d1c2a0e-5f1b-4c5e-9a43-3c1f7b2e6a10")
+SCHEMA = SchemaVersion.V1_6
+
+
+def sbom_path(project: Project, env: str, target: str) -> Path:
+    """reports/<env>.<target>.cdx.json, beside the validation report."""
+    return project.reports / f"{env}.{target}.cdx.json"
+
+
+def _sha256(hex_digest: str) -> HashType:
+    return HashType(alg=HashAlgorithm.SHA_256, content=hex_digest.removeprefix("sha256:"))
+
+
+def python_component(f: LockedFile) -> Component:
+    """A pylock package as the file the target installs, with its sha256."""
+    return Component(
+        type=ComponentType.LIBRARY,
+        name=f.name,
+        version=f.version,
+        purl=PackageURL(type="pypi", name=f.name, version=f.version),
+        bom_ref=f"pypi:{f.name}@{f.version}",
+        hashes=[_sha256(f.sha256)],
+        external_references=[
+            ExternalReference(
+                type=ExternalReferenceType.DISTRIBUTION,
+                url=XsUri(f.url),
+                hashes=[_sha256(f.sha256)],
+            )
+        ],
+    )
+
+
+def _distro(base_image: str | None) -> str:
+    """The purl namespace of the base image's apt packages (debian, ubuntu)."""
+    name = (base_image or "").split("@")[0].split(":")[0].rsplit("/", 1)[-1]
+    return "ubuntu" if "ubuntu" in name else "debian"
+
+
+def apt_components(target: TargetLock) -> list[Component]:
+    """Every apt package the lock pins for the target (each stage; one component per name and
+    version), by version: the lock records no file hash for them."""
+    pins = sorted({(n, v) for stage in target.apt.values() for n, v in stage.items()})
+    namespace = _distro(target.base_image)
+    return [
+        Component(
+            type=ComponentType.LIBRARY,
+            name=name,
+            version=version,
+            purl=PackageURL(type="deb", namespace=namespace, name=name, version=version),
+            bom_ref=f"deb:{name}@{version}",
+        )
+        for name, version in pins
+    ]
+
+
+def base_components(target: TargetLock) -> list[Component]:
+    """The base image by digest, and a pinned system file with its sha256."""
+    out: list[Component] = []
+    if target.base_image:
+        ref, _, digest = target.base_image.partition("@")
+        out.append(
+            Component(
+                type=ComponentType.CONTAINER,
+                name=ref,
+                version=digest or None,
+                bom_ref=f"base:{target.base_image}",
+                hashes=[_sha256(digest)] if digest else [],
+            )
+        )
+    if target.system_file:
+        url, _, sha = target.system_file.partition("#sha256=")
+        out.append(
+            Component(
+                type=ComponentType.FILE,
+                name=url.rsplit("/", 1)[-1],
+                bom_ref=f"file:{url}",
+                hashes=[_sha256(sha)],
+                external_references=[
+                    ExternalReference(type=ExternalReferenceType.DISTRIBUTION, url=XsUri(url))
+                ],
+            )
+        )
+    return out
+
+
+def artifact_component(env: str, target: str, artifact: Artifact, lock: EnvLock) -> Component:
+    """The artifact the SBOM describes: the image, the `.wsl` or the venv."""
+    kind = ComponentType.CONTAINER if target == "docker" else ComponentType.APPLICATION
+    if target == "wsl2":
+        kind = ComponentType.OPERATING_SYSTEM
+    pylock_sha = lock.targets[target].pylock_sha256
+    return Component(
+        type=kind,
+        name=f"envbuilder/{env}",
+        version=pylock_sha[:12],
+        bom_ref=f"artifact:{env}/{target}",
+        description=f"envbuilder env {env}, target {target}: {artifact.reference}",
+        hashes=[_sha256(artifact.digest)] if artifact.digest else [],
+    )
+
+
+def build_bom(lock: EnvLock, target: str, artifact: Artifact, files: Iterable[LockedFile]) -> Bom:
+    """The BOM of one artifact (no I/O)."""
+    t = lock.targets[target]
+    components = [
+        *base_components(t),
+        *apt_components(t),
+        *(python_component(f) for f in files),
+    ]
+    root = artifact_component(lock.env, target, artifact, lock)
+    bom = Bom(
+        components=components,
+        metadata=BomMetaData(
+            component=root,
+            timestamp=datetime.fromtimestamp(lock.source_date_epoch, tz=UTC),
+            properties=[],
+        ),
+    )
+    bom.metadata.tools.components.add(
+        Component(type=ComponentType.APPLICATION, name="envbuilder", version=__version__)
+    )
+    for component in components:
+        bom.register_dependency(root, [component])
+    return bom
+
+
+def _serialize(bom: Bom) -> str:
+    return str(JsonV1Dot6(bom).output_as_string(indent=2))
+
+
+def sbom_bytes(project: Project, env: str, target: str, artifact: Artifact) -> bytes:
+    """The validated CycloneDX JSON of `artifact` (BuildError when the library's schema
+    validator refuses it: a bug, never written)."""
+    lock = load_env_lock(project, env)
+    if lock is None or target not in lock.targets:
+        raise BuildError(f"env {env!r} target {target!r} is not locked: no SBOM can be made")
+    t = lock.targets[target]
+    files = locked_files(project.lockfiles / t.pylock, t.platform, t.python)
+    bom = build_bom(lock, target, artifact, files)
+    bom.serial_number = uuid.UUID(int=0)  # the library's default is random
+    bom.serial_number = uuid.uuid5(SERIAL_NAMESPACE, _serialize(bom))
+    text = _serialize(bom)
+    problem = JsonStrictValidator(SCHEMA).validate_str(text)
+    if problem is not None:
+        raise BuildError(f"the SBOM of {env}/{target} does not validate: {problem}")
+    return (text + "\n").encode("utf-8")
+
+
+def write_sbom(project: Project, env: str, target: str, artifact: Artifact) -> Path:
+    """Write reports/<env>.<target>.cdx.json (atomically) and return its path."""
+    path = sbom_path(project, env, target)
+    atomic_write_bytes(path, sbom_bytes(project, env, target, artifact))
+    return path

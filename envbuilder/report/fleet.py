@@ -1,0 +1,952 @@
+"""The fleet report: one row per node of a cluster validation, and the collectives across nodes.
+
+    read_job_dir(job_dir, job=None, noise_floor_pct=2.0) -> Fleet
+    read_text_small(path), tail_lines(path)   a job folder's small files and logs, read safely
+    table_rows(fleet), TABLE_HEADER, cross_rows(fleet), CROSS_HEADER   the tables
+    to_json(fleet) / dumps_json(fleet) / to_markdown(fleet) / to_html(fleet)
+    write_reports(fleet, folder) -> {"json": path, "markdown": path, "html": path}
+
+The job folder is what slurm/<env>/validate.sbatch writes (docs/cluster.md): `hosts` ("NODE
+ADDRESS" lines), `phase`, nodes/NODE.json|.exit|.log, collectives/all.json, all.rankN.json and
+NODE.exit|.log.
+
+Outliers use the noise rule of envbuilder.report.comparison, with the node as the "other" report and
+the pooled samples of every other node as the baseline: a node is an outlier for a metric when its
+range over the repeats does not overlap the others' range and its median differs from theirs by
+more than the floor. Judged for every matmul metric and every single-node busbw size, when 3 or
+more nodes have the metric. With 2 nodes the rule can say that they differ, not which one is
+off (a note); with 1 sample per node (--repeat 1) the noise is unknown and no node is flagged.
+
+Rows: failed nodes first (failed checks, or no report: why), then outliers, then the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import stat
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from envbuilder.core.errors import CompareError
+from envbuilder.core.fsutil import default_mode, read_regular_bytes, same_file, write_together
+from envbuilder.core.nofollow import LinkInTheWay, Tree
+from envbuilder.report import comparison as compare
+from envbuilder.report.comparison import Metric, MetricKey, Report
+
+TOOL = "envbuilder-fleet"
+FORMAT_VERSION = 1
+#: The metrics whose spread over the nodes is judged (check, metric name); None: every name.
+JUDGED: tuple[tuple[str, str | None], ...] = (("matmul", None), ("collectives", "busbw"))
+#: The matmul dtype the table shows first (what training runs), when a report has it.
+MATMUL_DTYPES = ("bf16", "fp16", "fp32")
+TAIL_LINES = 4
+#: The small files of a job folder (hosts, phase, NODE.exit) are bytes to kilobytes: `hosts` is
+#: one "NODE ADDRESS" line per node. Only this much is read, so a stray big file costs nothing.
+MAX_SMALL_FILE_BYTES = 1024 * 1024
+#: Of a node's log only the end is read (the last TAIL_LINES lines, each cut to TAIL_LINE_CHARS):
+#: a log can be gigabytes (NCCL_DEBUG=INFO on many ranks), and only its end says why.
+TAIL_BYTES = 64 * 1024
+TAIL_LINE_CHARS = 300
+#: torchrun's world size in a rank report; a larger figure is a damaged report, not a job (one
+#: "no report" row is made per missing rank, so an absurd figure would cost memory and time).
+MAX_WORLD_SIZE = 1 << 16
+_RANK_FILE = re.compile(r"all\.rank(\d+)\.json\Z")
+
+
+#: A node's files are NODE.json, NODE.exit and NODE.log, and a file name has at most 255 bytes:
+#: a longer name (a damaged `hosts`) is a row saying so, not an OSError ("File name too long").
+MAX_NODE_NAME_BYTES = 250
+
+
+def _file_name_ok(node: str) -> bool:
+    """Whether a node name from `hosts` can be a file name under nodes/ and collectives/: not a
+    path ("../x", "/etc/passwd"), so nothing outside the job folder is read for it, short
+    enough for its files' names, and no control characters (it is shown in every report)."""
+    return (
+        node not in ("", ".", "..")
+        and not any(c in node for c in "/\\\0\n\t")
+        and len(node.encode("utf-8", "surrogateescape")) <= MAX_NODE_NAME_BYTES
+        and compare.printable(node) == node
+    )
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """What Slurm said about the job (absent when a folder is read without asking Slurm)."""
+
+    job_id: str
+    state: str = ""
+    reason: str = ""
+    run_time: str = ""
+    nodes: tuple[str, ...] = ()
+    note: str | None = None  # e.g. "cancelled by envbuilder after 30 s"
+
+
+@dataclass(frozen=True)
+class Outlier:
+    """A node's metric outside the others' spread (compare's noise rule)."""
+
+    metric: str  # "matmul: tflops bf16 4096"
+    verdict: str  # "faster" | "slower"
+    value: float
+    others_median: float
+    unit: str
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    node: str
+    status: str  # "pass" | "fail" | "no report"
+    report: Path | None
+    problems: tuple[str, ...] = ()
+    metrics: Mapping[MetricKey, Metric] = field(default_factory=dict)
+    outliers: tuple[Outlier, ...] = ()
+
+    @property
+    def failed(self) -> bool:
+        return self.status != "pass"
+
+
+@dataclass(frozen=True)
+class RankRow:
+    rank: int
+    node: str
+    status: str  # a probe status, or "no report"
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class SizeRow:
+    """busbw at one message size: across all nodes (rank 0) and on one node (median over the
+    nodes' own collectives checks); ratio = all / one."""
+
+    size: str
+    all_nodes: float | None
+    one_node: float | None
+    unit: str
+
+    @property
+    def ratio(self) -> float | None:
+        if self.all_nodes is None or not self.one_node:
+            return None
+        return self.all_nodes / self.one_node
+
+
+@dataclass(frozen=True)
+class CrossNode:
+    status: str  # "pass" | "fail" | "not run"
+    world_size: int | None = None
+    nodes: tuple[str, ...] = ()
+    ranks: tuple[RankRow, ...] = ()
+    sizes: tuple[SizeRow, ...] = ()
+    problems: tuple[str, ...] = ()
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "fail"
+
+
+@dataclass(frozen=True)
+class Fleet:
+    job_dir: Path
+    job: JobInfo
+    env: str | None
+    target: str | None
+    nodes: tuple[NodeRow, ...]
+    cross: CrossNode
+    notes: tuple[str, ...]
+    noise_floor_pct: float
+    noise_rule: str
+    #: the report files that were read (node and rank reports): --out must not replace them
+    inputs: tuple[Path, ...] = ()
+
+    @property
+    def failed_nodes(self) -> tuple[str, ...]:
+        return tuple(n.node for n in self.nodes if n.failed)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.nodes) and not self.failed_nodes and not self.cross.failed
+
+    def failures(self) -> list[str]:
+        """One line per failed node, and one for the collectives across nodes."""
+        lines = [f"{n.node}: {'; '.join(n.problems) or n.status}" for n in self.nodes if n.failed]
+        if self.cross.failed:
+            lines.append(
+                f"collectives across {','.join(self.cross.nodes) or 'the nodes'}: "
+                f"{'; '.join(self.cross.problems) or 'failed'}"
+            )
+        if not self.nodes:
+            lines.append(
+                f"no node ran (job {self.job.job_id} {self.job.state or 'unknown'}"
+                f"{': ' + self.job.reason if self.job.reason else ''})"
+            )
+        return lines
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _read_bytes(path: Path, limit: int, tail: bool = False) -> bytes | None:
+    """fsutil.read_regular_bytes, or None when the file is missing, unreadable, a symlink or
+    not a regular file (a job folder is a shared, writable place: a FIFO there must not
+    block, a link there may point at someone's private file)."""
+    try:
+        return read_regular_bytes(path, limit, tail, nofollow=True)
+    except OSError:
+        return None
+
+
+def read_text_small(path: Path, limit: int = MAX_SMALL_FILE_BYTES) -> str | None:
+    """A small file of a job folder (hosts, phase, NODE.exit) as text, at most `limit` bytes;
+    None when it is missing, unreadable, a symlink or not a regular file (a FIFO would block)."""
+    data = _read_bytes(path, limit)
+    return None if data is None else data.decode("utf-8", errors="replace")
+
+
+def tail_lines(path: Path, lines: int = TAIL_LINES) -> str:
+    """The last non-blank lines of a log, joined by ' | ': only its end is read, each line cut
+    short, control characters shown as '?'; '' when it is missing, a symlink or not a regular
+    file."""
+    return _tail_text(_read_bytes(path, TAIL_BYTES, tail=True) or b"", lines)
+
+
+def _tail_text(data: bytes, lines: int) -> str:
+    text = compare.printable(data.decode("utf-8", errors="replace"))
+    kept = [line.strip() for line in text.splitlines() if line.strip()]
+    return " | ".join(
+        line if len(line) <= TAIL_LINE_CHARS else line[:TAIL_LINE_CHARS] + "..."
+        for line in kept[-lines:]
+    )
+
+
+class JobFolder:
+    """A job folder, read without following a link (envbuilder.core.nofollow): the folder named on
+    the command line (a link to it is the user's own choice), and below it only real folders
+    and regular files. `hosts`, `nodes/` or `collectives/` that is a symlink is refused
+    (CompareError): another user of a shared run folder could point one at a private file,
+    whose lines would become node names in reports written beside it. A node file that is a
+    link, a FIFO or a device is treated as missing."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self.tree = Tree(path, follow_root=True)
+        except (LinkInTheWay, OSError):
+            what = "is not a folder" if path.exists() else "no such job folder"
+            raise CompareError(
+                f"{path}: {what} (validate.sbatch writes RUN_DIR/job-<id>/)"
+            ) from None
+        for name in ("hosts", "nodes", "collectives"):
+            info = self.tree.lstat(PurePosixPath(name))
+            if info is not None and stat.S_ISLNK(info.st_mode):
+                raise CompareError(
+                    f"{path / name} is a symbolic link; a job folder's hosts, nodes/ and "
+                    "collectives/ are what the job wrote there, never links (one could point "
+                    "at anyone's file). Nothing was read: remove it, or run the job again"
+                )
+
+    def close(self) -> None:
+        self.tree.__exit__()
+
+    def has(self, *parts: str) -> bool:
+        try:
+            return self.tree.lstat(PurePosixPath(*parts)) is not None
+        except (LinkInTheWay, OSError):
+            return False
+
+    def read(
+        self, *parts: str, limit: int = MAX_SMALL_FILE_BYTES, tail: bool = False
+    ) -> bytes | None:
+        """A regular file's bytes (None: missing, a link, a FIFO, unreadable)."""
+        try:
+            data = self.tree.read(PurePosixPath(*parts), limit, tail)
+        except (LinkInTheWay, OSError):
+            return None
+        return None if data is None else data[:limit]
+
+    def text(self, *parts: str) -> str | None:
+        data = self.read(*parts)
+        return None if data is None else data.decode("utf-8", errors="replace")
+
+    def tail(self, *parts: str, lines: int = TAIL_LINES) -> str:
+        return _tail_text(self.read(*parts, limit=TAIL_BYTES, tail=True) or b"", lines)
+
+    def names(self, folder: str) -> list[str]:
+        try:
+            return self.tree.names((folder,))
+        except (LinkInTheWay, OSError):
+            return []
+
+    def report(self, *parts: str) -> Report:
+        """The probe report at `parts` (CompareError when it is missing, a link, not a regular
+        file, or not a report)."""
+        path = self.path.joinpath(*parts)
+        try:
+            data = self.tree.read(PurePosixPath(*parts), compare.MAX_REPORT_BYTES)
+        except LinkInTheWay as exc:
+            raise CompareError(
+                f"{path}: {exc.what}; not read (a report is a regular file)"
+            ) from None
+        except OSError as exc:
+            raise CompareError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        if data is None:
+            raise CompareError(f"{path}: no such report")
+        return compare.report_from_bytes(data, path)
+
+
+def _job_nodes(job: JobFolder, info: JobInfo) -> tuple[list[str], str]:
+    """The job's nodes and where the names came from: the script's `hosts` file, else what
+    Slurm said, else the reports."""
+    hosts = job.text("hosts")
+    if hosts:
+        # a node named twice (a hand-edited file) is one row
+        names = [line.split()[0] for line in hosts.splitlines() if line.strip()]
+        return list(dict.fromkeys(names)), str(job.path / "hosts")
+    if info.nodes:
+        return list(info.nodes), "Slurm's node list of the job"
+    stems = [n.removesuffix(".json") for n in job.names("nodes") if n.endswith(".json")]
+    return sorted(stems), str(job.path / "nodes")
+
+
+def _why_no_report(job: JobFolder, folder: str, node: str, info: JobInfo) -> str:
+    code = (job.text(folder, f"{node}.exit") or "").strip()
+    tail = job.tail(folder, f"{node}.log")
+    if not code:
+        state = info.state or "unknown"
+        what = f"did not finish (job {state}{': ' + info.reason if info.reason else ''})"
+    elif code == "3":
+        what = "the image is not usable on this node"
+    else:
+        what = f"exited with {compare.printable(code)[:40]} without a report"
+    return f"no report: {what}" + (f"; output: {tail}" if tail else "")
+
+
+def _node_row(
+    job: JobFolder, node: str, source: str, info: JobInfo
+) -> tuple[NodeRow, Report | None]:
+    if not _file_name_ok(node):
+        # e.g. "../x", "/etc/passwd" or 300 bytes in a damaged hosts file: not read as a path
+        shown = compare.printable(node)[:TAIL_LINE_CHARS]
+        why = (
+            f"{source}: {shown!r} is not a node name (a path, a name over "
+            f"{MAX_NODE_NAME_BYTES} bytes or with control characters; not a host name)"
+        )
+        return NodeRow(shown, "no report", None, (why,)), None
+    path = job.path / "nodes" / f"{node}.json"
+    if not job.has("nodes", f"{node}.json"):
+        why = _why_no_report(job, "nodes", node, info)
+        return NodeRow(node, "no report", None, (why,)), None
+    try:
+        report = job.report("nodes", f"{node}.json")
+    except CompareError as exc:
+        return NodeRow(node, "no report", path, (f"unreadable report: {exc}",)), None
+    problems = tuple(
+        f"{check}: {reason}" if reason else f"{check} failed"
+        for check, reason in report.failed_checks
+    )
+    status = "pass" if report.status == "pass" else "fail"
+    if status == "fail" and not problems:
+        problems = (f"the probe says {report.status}",)
+    return NodeRow(node, status, path, problems, dict(report.metrics)), report
+
+
+def _judged(key: MetricKey) -> bool:
+    return any(key[0] == check and (name is None or key[1] == name) for check, name in JUDGED)
+
+
+def _label(key: MetricKey) -> str:
+    check, name, dtype, size = key
+    return f"{check}: " + " ".join(p for p in (name, dtype, size) if p)
+
+
+def _pooled(others: Sequence[Metric]) -> Metric:
+    """The other nodes as one baseline: every sample of theirs, the median of their values."""
+    samples = tuple(
+        s for m in others for s in (m.samples or ((m.value,) if m.value is not None else ()))
+    )
+    return replace(
+        others[0],
+        value=_median([m.value for m in others]),
+        samples=samples,
+        check_status="pass",
+        problem=None,
+    )
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    """The median of the values that are there; None when none is."""
+    ordered = sorted(v for v in values if v is not None)
+    if not ordered:
+        return None
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else ordered[mid - 1] / 2 + ordered[mid] / 2
+
+
+def _judge(rows: Sequence[NodeRow], floor_pct: float) -> tuple[dict[str, list[Outlier]], list[str]]:
+    """Outliers per node, and notes (two nodes that differ; noise unknown)."""
+    outliers: dict[str, list[Outlier]] = {}
+    notes: list[str] = []
+    unknown: list[str] = []
+    keys = dict.fromkeys(k for r in rows for k in r.metrics if _judged(k))
+    for key in keys:
+        have = {
+            r.node: r.metrics[key]
+            for r in rows
+            if key in r.metrics and r.metrics[key].value is not None
+        }
+        if len(have) < 2:
+            continue
+        cells = _node_cells(have, floor_pct)
+        beyond = {n: c for n, c in cells.items() if c.verdict in ("faster", "slower")}
+        if all(c.verdict == "noise unknown" for c in cells.values()):
+            unknown.append(_label(key))
+        elif len(have) == 2 and beyond:
+            notes.append(_two_nodes_differ(key, have))
+        elif len(have) >= 3:
+            for node, cell in beyond.items():
+                outliers.setdefault(node, []).append(_outlier(key, have, node, cell.verdict))
+    if unknown:
+        notes.append(
+            f"outliers not judged for {len(unknown)} metric(s): noise unknown with one "
+            "sample per node; validate with --repeat 3 to judge them"
+        )
+    return outliers, notes
+
+
+def _others(have: Mapping[str, Metric], node: str) -> Metric:
+    return _pooled([m for n, m in have.items() if n != node])
+
+
+def _node_cells(have: Mapping[str, Metric], floor_pct: float) -> dict[str, compare.Cell]:
+    """Each node's metric judged against the other nodes' pooled samples."""
+    return {
+        node: compare._compare_cell(  # compare's noise rule, node vs the others
+            _others(have, node), metric, node, floor_pct
+        )
+        for node, metric in have.items()
+    }
+
+
+def _two_nodes_differ(key: MetricKey, have: Mapping[str, Metric]) -> str:
+    a, b = sorted(have)
+    return (
+        f"{a} and {b} differ in {_label(key)} ({compare.fmt_num(have[a].value)}"
+        f" vs {compare.fmt_num(have[b].value)} {have[a].unit}), beyond noise; "
+        "with two nodes neither is called the outlier"
+    )
+
+
+def _outlier(key: MetricKey, have: Mapping[str, Metric], node: str, verdict: str) -> Outlier:
+    return Outlier(
+        _label(key),
+        verdict,
+        float(have[node].value or 0.0),
+        float(_others(have, node).value or 0.0),
+        have[node].unit,
+    )
+
+
+def _rank_reports(job: JobFolder) -> dict[int, str]:
+    """The rank reports in collectives/: rank -> file name."""
+    found: dict[int, str] = {}
+    for name in job.names("collectives"):
+        if name == "all.json":
+            found[0] = name
+        elif match := _RANK_FILE.match(name):
+            found[int(match.group(1))] = name
+    return dict(sorted(found.items()))
+
+
+def _collectives_entry(
+    report: Report, job: JobFolder, name: str
+) -> tuple[str, str | None, dict[str, Any]]:
+    """(status, reason, details) of the collectives check in a rank's report."""
+    try:
+        data = json.loads(job.read("collectives", name, limit=compare.MAX_REPORT_BYTES) or b"")
+        entry = next(c for c in data["checks"] if c.get("name") == "collectives")
+        return str(entry["status"]), entry.get("reason"), dict(entry.get("details") or {})
+    except (OSError, ValueError, KeyError, TypeError, StopIteration, AttributeError):
+        return report.status, None, {}
+
+
+def _cross(
+    job: JobFolder, nodes: Sequence[str], rows: Sequence[NodeRow], info: JobInfo
+) -> CrossNode:
+    phase = (job.text("phase") or "").strip()
+    reports = _rank_reports(job)
+    named = [n for n in nodes if _file_name_ok(n)]  # the others are not read as paths
+    shown = tuple(compare.printable(n)[:TAIL_LINE_CHARS] for n in nodes)  # a damaged hosts
+    ran = [
+        n
+        for n in named
+        if job.has("collectives", f"{n}.exit") or job.has("collectives", f"{n}.log")
+    ]
+    if not reports and not ran:
+        return _cross_not_run(phase, shown, info)
+    found = _read_ranks(job, reports)
+    problems = [
+        *_rank_problems(found.rows, reports),
+        *found.problems,
+        *_torchrun_problems(job, named, ran, info),
+    ]
+    status = "fail" if problems else "pass"
+    sizes = _sizes(found.rank0, rows)
+    return CrossNode(status, found.world, shown, tuple(found.rows), sizes, tuple(problems))
+
+
+def _cross_not_run(phase: str, shown: tuple[str, ...], info: JobInfo) -> CrossNode:
+    """No rank wrote a report and no node started torchrun: why, from the job's phase."""
+    if phase in ("probe", "collectives") or not phase:
+        return CrossNode(
+            "fail" if phase == "collectives" else "not run",
+            nodes=shown,
+            problems=(
+                f"the job ended before the collectives across nodes ran "
+                f"(job {info.state or 'unknown'})",
+            ),
+        )
+    return CrossNode("not run", nodes=shown, problems=("not requested",))
+
+
+@dataclass
+class _Ranks:
+    """What the rank reports say: a row per rank, the world size, rank 0's report."""
+
+    rows: list[RankRow] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    world: int | None = None
+    rank0: Report | None = None
+
+
+def _read_ranks(job: JobFolder, reports: Mapping[int, str]) -> _Ranks:
+    """A row per rank report, and one per rank of the world size that wrote none."""
+    found = _Ranks()
+    for rank, name in reports.items():
+        try:
+            report = job.report("collectives", name)
+        except CompareError as exc:
+            found.rows.append(RankRow(rank, "?", "no report", str(exc)))
+            continue
+        status, reason, details = _collectives_entry(report, job, name)
+        if "world_size" in details and found.world is None:
+            path = job.path / "collectives" / name
+            found.world, problems = _world_size(details["world_size"], path)
+            found.problems += problems
+        found.rows.append(RankRow(rank, report.labels.get("node", "?"), status, reason))
+        if rank == 0:
+            found.rank0 = report
+    if found.world is not None:
+        for rank in range(found.world):
+            if rank not in reports:
+                found.rows.append(RankRow(rank, "?", "no report", None))
+        found.rows.sort(key=lambda r: r.rank)
+    return found
+
+
+def _world_size(size: object, path: Path) -> tuple[int | None, list[str]]:
+    """The world size a rank report gives, or the problem with it."""
+    if isinstance(size, int) and not isinstance(size, bool) and 1 <= size <= MAX_WORLD_SIZE:
+        return size, []
+    return None, [
+        f"{path}: details.world_size of the collectives check is {size!r}; "
+        f"expected a rank count from 1 to {MAX_WORLD_SIZE}"
+    ]
+
+
+def _rank_problems(ranks: Sequence[RankRow], reports: Mapping[int, str]) -> list[str]:
+    """The summary problems, shown first: no rank report at all; ranks that did not pass."""
+    problems = [] if reports else ["no rank wrote a report"]
+    bad = [r for r in ranks if r.status != "pass"]
+    if bad:
+        first = next((r for r in bad if r.reason), bad[0])
+        problems.append(
+            f"{len(bad)} of {len(ranks)} rank(s) did not pass; rank {first.rank} "
+            f"on {first.node}: {first.reason or first.status}"
+        )
+    return problems
+
+
+def _torchrun_problems(
+    job: JobFolder, named: Sequence[str], ran: Sequence[str], info: JobInfo
+) -> list[str]:
+    """Nodes whose torchrun failed (its exit code and output) or did not finish."""
+    problems = []
+    for node in named:
+        code = compare.printable((job.text("collectives", f"{node}.exit") or "").strip())[:40]
+        if code not in ("", "0"):
+            output = job.tail("collectives", f"{node}.log")
+            problems.append(f"{node}: torchrun exited with {code}; output: {output}")
+        elif not code and node in ran:
+            problems.append(f"{node}: did not finish (job {info.state or 'unknown'})")
+    return problems
+
+
+def _busbw(metrics: Mapping[MetricKey, Metric]) -> dict[str, Metric]:
+    return {
+        k[3]: m
+        for k, m in metrics.items()
+        if k[0] == "collectives" and k[1] == "busbw" and k[3] and m.value is not None
+    }
+
+
+def _sizes(rank0: Report | None, rows: Sequence[NodeRow]) -> tuple[SizeRow, ...]:
+    across = _busbw(rank0.metrics) if rank0 else {}
+    per_node = [_busbw(r.metrics) for r in rows if r.status == "pass"]
+    out = []
+    for size in sorted(set(across) | {s for m in per_node for s in m}, key=_size_key):
+        one = _median([m[size].value for m in per_node if size in m])
+        unit = (across.get(size) or next(m[size] for m in per_node if size in m)).unit
+        out.append(SizeRow(size, across[size].value if size in across else None, one, unit))
+    return tuple(out)
+
+
+def _size_key(size: str) -> tuple[int, str]:
+    return (int(size), size) if size.isdigit() else (1 << 62, size)
+
+
+def _env_target(reports: Sequence[Report]) -> tuple[str | None, str | None]:
+    for report in reports:
+        if "env" in report.labels:
+            return report.labels.get("env"), report.labels.get("target")
+    return None, None
+
+
+def read_job_dir(
+    job_dir: Path,
+    job: JobInfo | None = None,
+    noise_floor_pct: float = compare.DEFAULT_NOISE_FLOOR_PCT,
+) -> Fleet:
+    """The fleet report of one job folder. A node without a report is a failed row saying why
+    (its exit code and output, or the job's state); reports that are not probe reports too."""
+    compare.check_noise_floor(noise_floor_pct)
+    folder = JobFolder(job_dir)
+    try:
+        return _read_fleet(folder, job, noise_floor_pct)
+    finally:
+        folder.close()
+
+
+def _fingerprint_notes(reports: Sequence[Report], noise_floor_pct: float) -> list[str]:
+    """What differs between the nodes' fingerprints (driver, torch, ...), as notes."""
+    if len(reports) < 2:
+        return []
+    comparison = compare.Comparison(
+        tuple(reports), (), tuple(compare.fingerprint_diffs(reports)), (), noise_floor_pct
+    )
+    return [f"nodes: {line}" for line in compare.fingerprint_lines(comparison)]
+
+
+def _read_fleet(job: JobFolder, given: JobInfo | None, noise_floor_pct: float) -> Fleet:
+    if given is None and not any(job.has(name) for name in ("hosts", "nodes", "collectives")):
+        raise CompareError(
+            f"{job.path}: not a job folder (no hosts file, no nodes/ or collectives/); "
+            "validate.sbatch writes RUN_DIR/job-<id>/ with them"
+        )
+    info = given or JobInfo(job.path.name.removeprefix("job-"))
+    nodes, source = _job_nodes(job, info)
+    read = [_node_row(job, node, source, info) for node in nodes]
+    rows = [row for row, _ in read]
+    reports = [report for _, report in read if report is not None]
+    outliers, notes = _judge([r for r in rows if r.status != "no report"], noise_floor_pct)
+    rows = [replace(r, outliers=tuple(outliers.get(r.node, ()))) for r in rows]
+    rows.sort(key=lambda r: (0 if r.failed else 1 if r.outliers else 2, r.node))
+    notes += _fingerprint_notes(reports, noise_floor_pct)
+    env, target = _env_target(reports)
+    if info.note:
+        notes.insert(0, info.note)
+    inputs = [r.report for r in rows if r.report is not None]
+    ranks = [job.path / "collectives" / name for name in _rank_reports(job).values()]
+    return Fleet(
+        job.path,
+        info,
+        env,
+        target,
+        tuple(rows),
+        _cross(job, nodes, rows, info),
+        tuple(notes),
+        noise_floor_pct,
+        compare.noise_rule_text(noise_floor_pct),
+        (*inputs, *ranks),
+    )
+
+
+# --------------------------------------------------------------------------- output
+
+TABLE_HEADER = ["node", "status", "matmul", "busbw (1 node)", "outlier", "problems"]
+CROSS_HEADER = ["size", "busbw all nodes", "busbw 1 node", "all / 1 node"]
+
+
+def headline_matmul(metrics: Mapping[MetricKey, Metric]) -> Metric | None:
+    """The matmul metric the table shows: the training dtype first, the largest size."""
+    found = [m for k, m in metrics.items() if k[0] == "matmul" and m.value is not None]
+    if not found:
+        return None
+
+    def rank(m: Metric) -> tuple[int, tuple[int, str]]:
+        order = MATMUL_DTYPES.index(m.dtype) if m.dtype in MATMUL_DTYPES else len(MATMUL_DTYPES)
+        return (order, (-_size_key(m.size or "0")[0], m.size or ""))
+
+    return min(found, key=rank)
+
+
+def headline_busbw(metrics: Mapping[MetricKey, Metric]) -> Metric | None:
+    """The single-node busbw at the largest size."""
+    found = _busbw(metrics)
+    return found[max(found, key=_size_key)] if found else None
+
+
+def _metric_text(m: Metric | None) -> str:
+    if m is None or m.value is None:
+        return "-"
+    what = " ".join(p for p in (m.dtype, m.size) if p)
+    return f"{compare.fmt_num(m.value)} {m.unit}" + (f" ({what})" if what else "")
+
+
+def _outlier_text(o: Outlier) -> str:
+    return (
+        f"{o.metric} {o.verdict} ({compare.fmt_num(o.value)} vs "
+        f"{compare.fmt_num(o.others_median)} {o.unit})"
+    )
+
+
+def table_rows(fleet: Fleet) -> list[list[str]]:
+    return [
+        [
+            r.node,
+            r.status,
+            _metric_text(headline_matmul(r.metrics)),
+            _metric_text(headline_busbw(r.metrics)),
+            "; ".join(_outlier_text(o) for o in r.outliers) or "-",
+            "; ".join(r.problems) or "-",
+        ]
+        for r in fleet.nodes
+    ]
+
+
+def cross_rows(fleet: Fleet) -> list[list[str]]:
+    return [
+        [
+            row.size,
+            f"{compare.fmt_num(row.all_nodes)} {row.unit}",
+            f"{compare.fmt_num(row.one_node)} {row.unit}",
+            compare.fmt_num(row.ratio, 3),
+        ]
+        for row in fleet.cross.sizes
+    ]
+
+
+def summary_line(fleet: Fleet) -> str:
+    failed = fleet.failed_nodes
+    text = f"{len(fleet.nodes)} node(s), {len(failed)} failed" + (
+        f" ({', '.join(failed)})" if failed else ""
+    )
+    return text + f"; collectives across nodes: {fleet.cross.status}"
+
+
+def to_json(fleet: Fleet) -> dict[str, Any]:
+    return {
+        "tool": TOOL,
+        "format_version": FORMAT_VERSION,
+        "status": "pass" if fleet.ok else "fail",
+        "env": fleet.env,
+        "target": fleet.target,
+        "job_dir": str(fleet.job_dir),
+        "job": _job_json(fleet.job),
+        "failed_nodes": list(fleet.failed_nodes),
+        "noise_rule": fleet.noise_rule,
+        "noise_floor_pct": fleet.noise_floor_pct,
+        "nodes": [_node_json(r) for r in fleet.nodes],
+        "collectives_across_nodes": _cross_json(fleet.cross),
+        "notes": list(fleet.notes),
+    }
+
+
+def _job_json(job: JobInfo) -> dict[str, Any]:
+    return {
+        "id": job.job_id,
+        "state": job.state,
+        "reason": job.reason,
+        "run_time": job.run_time,
+        "note": job.note,
+    }
+
+
+def _node_json(r: NodeRow) -> dict[str, Any]:
+    return {
+        "node": r.node,
+        "status": r.status,
+        "report": str(r.report) if r.report else None,
+        "problems": list(r.problems),
+        "outliers": [
+            {
+                "metric": o.metric,
+                "verdict": o.verdict,
+                "value": o.value,
+                "others_median": o.others_median,
+                "unit": o.unit,
+            }
+            for o in r.outliers
+        ],
+        "metrics": [_metric_json(m) for k, m in r.metrics.items() if _judged(k)],
+    }
+
+
+def _metric_json(m: Metric) -> dict[str, Any]:
+    return {
+        "check": m.check,
+        "name": m.name,
+        "dtype": m.dtype,
+        "size": m.size,
+        "value": m.value,
+        "unit": m.unit,
+        "samples": list(m.samples),
+    }
+
+
+def _cross_json(cross: CrossNode) -> dict[str, Any]:
+    return {
+        "status": cross.status,
+        "world_size": cross.world_size,
+        "nodes": list(cross.nodes),
+        "problems": list(cross.problems),
+        "ranks": [
+            {"rank": r.rank, "node": r.node, "status": r.status, "reason": r.reason}
+            for r in cross.ranks
+        ],
+        "busbw": [
+            {
+                "size": s.size,
+                "all_nodes": s.all_nodes,
+                "one_node": s.one_node,
+                "ratio": s.ratio,
+                "unit": s.unit,
+            }
+            for s in cross.sizes
+        ],
+    }
+
+
+def dumps_json(fleet: Fleet) -> str:
+    return json.dumps(to_json(fleet), indent=2, allow_nan=False) + "\n"
+
+
+def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    def cell(text: str) -> str:
+        return compare.printable(text).replace("|", "\\|")
+
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
+        "| " + " | ".join(cell(c) for c in row) + " |" for row in rows
+    ]
+
+
+def _title(fleet: Fleet) -> str:
+    what = "/".join(x for x in (fleet.env, fleet.target) if x) or "fleet"
+    return f"envbuilder fleet: {what}, Slurm job {fleet.job.job_id}"
+
+
+def to_markdown(fleet: Fleet) -> str:
+    job = fleet.job
+    lines = [
+        f"# {_title(fleet)}",
+        "",
+        f"Result: **{'pass' if fleet.ok else 'FAIL'}**: {summary_line(fleet)}.",
+        "",
+        f"Job {job.job_id}: {job.state or 'state unknown'}"
+        + (f" ({job.reason})" if job.reason and job.reason != "None" else "")
+        + (f", ran {job.run_time}" if job.run_time else "")
+        + f"; folder `{fleet.job_dir}`.",
+        "",
+        "## Nodes",
+        "",
+        f"Noise rule: {fleet.noise_rule}",
+        "",
+    ]
+    lines += _md_table(TABLE_HEADER, table_rows(fleet))
+    cross = fleet.cross
+    lines += [
+        "",
+        "## Collectives across nodes",
+        "",
+        f"Status: **{cross.status}**"
+        + (f", world size {cross.world_size}" if cross.world_size else "")
+        + (f", nodes {', '.join(cross.nodes)}" if cross.nodes else "")
+        + ".",
+    ]
+    lines += [f"- {p}" for p in cross.problems]
+    if cross.sizes:
+        lines += ["", *_md_table(CROSS_HEADER, cross_rows(fleet))]
+    if fleet.notes:
+        lines += ["", "## Notes", ""] + [f"- {compare.printable(n)}" for n in fleet.notes]
+    return "\n".join(lines) + "\n"
+
+
+def to_html(fleet: Fleet) -> str:
+    """One self-contained page (no scripts, no network)."""
+    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+    env = Environment(
+        loader=PackageLoader("envbuilder", "data/templates/fleet"),
+        autoescape=select_autoescape(["html", "j2"]),
+        undefined=StrictUndefined,
+        keep_trailing_newline=True,
+    )
+    return env.get_template("index.html.j2").render(
+        title=_title(fleet),
+        fleet=fleet,
+        ok=fleet.ok,
+        summary=summary_line(fleet),
+        header=TABLE_HEADER,
+        rows=table_rows(fleet),
+        failed=[r.failed for r in fleet.nodes],
+        cross_header=CROSS_HEADER,
+        cross_rows=cross_rows(fleet),
+    )
+
+
+def write_reports(fleet: Fleet, folder: Path) -> dict[str, Path]:
+    """fleet.json, fleet.md and fleet.html in `folder`, written together (an error writes none),
+    readable by no one the folder keeps out (report_mode).
+    Refuses (CompareError) a folder where one of them would replace a report that was read,
+    e.g. --out JOB/nodes with a node named "fleet"."""
+    paths = {
+        "json": folder / "fleet.json",
+        "markdown": folder / "fleet.md",
+        "html": folder / "fleet.html",
+    }
+    for out in paths.values():
+        for report in fleet.inputs:
+            if same_file(out, report):
+                raise CompareError(
+                    f"{out} is the report {report} that the fleet report is made of; "
+                    "writing it would overwrite that report: name another folder"
+                )
+    write_together(
+        {
+            paths["json"]: dumps_json(fleet).encode("utf-8"),
+            paths["markdown"]: to_markdown(fleet).encode("utf-8"),
+            paths["html"]: to_html(fleet).encode("utf-8"),
+        },
+        report_mode(fleet.job_dir, folder),
+    )
+    return paths
+
+
+def report_mode(*folders: Path) -> int:
+    """The mode of fleet reports: 0666 less the umask, and readable by no class of users (owner,
+    group, others) that one of `folders` (the job folder, the one written into) keeps out: a
+    job folder of mode 0750 gets 0640 reports, one of 0700 gets 0600. What the reports hold
+    came from the job folder; a run folder on a shared file system may be open to few."""
+    readable = 0o666
+    for folder in folders:
+        try:
+            allowed = folder.stat().st_mode & 0o777
+        except OSError:
+            continue
+        for shift in (6, 3, 0):  # a class that cannot both list (r) and enter (x) it: no bits
+            if (allowed >> shift) & 0o5 != 0o5:
+                readable &= ~(0o7 << shift)
+    return default_mode() & readable
