@@ -21,14 +21,17 @@ from envbuilder.targets import registry
 
 PACKAGE = Path(__file__).resolve().parents[1] / "envbuilder"
 
-#: Bottom to top. A module is in the layer of its longest listed prefix (a package covers its
-#: modules). envbuilder.probe is apart: it imports nothing of envbuilder outside itself, and any
-#: layer may import it (it is shipped into artifacts as a zipapp).
+#: Bottom to top, one stage package each (docs/architecture.md draws the same tree). A module is
+#: in the layer of its longest listed prefix (a package covers its modules); the two modules of
+#: the root package, ROOT_MODULES, match only exactly, so a module that no package covers has no
+#: layer and fails. envbuilder.probe is apart: it imports nothing of envbuilder outside itself,
+#: and any layer may import it (it is shipped into artifacts as a zipapp).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "leaf",
         (
             "envbuilder",
+            "envbuilder.core",
             "envbuilder.core.errors",
             "envbuilder.core.progress",
             "envbuilder.core.fsutil",
@@ -39,64 +42,24 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "envbuilder.core.imagedefs",
             "envbuilder.core.project",
             "envbuilder.core.ui",
-            "envbuilder.host.doctor_parsers",
             "envbuilder.core.interrupts",
             "envbuilder.core.foreground",
         ),
     ),
-    (
-        "data",
-        (
-            "envbuilder.core.compat",
-            "envbuilder.core.grammar",
-            "envbuilder.core.activate",
-            "envbuilder.lock.aptsnapshot",
-        ),
-    ),
+    ("data", ("envbuilder.core.compat", "envbuilder.core.grammar", "envbuilder.core.activate")),
     ("model", ("envbuilder.core.model", "envbuilder.core.plan", "envbuilder.core.pipsdk")),
+    ("image", ("envbuilder.image",)),
     ("descriptors", ("envbuilder.targets",)),
-    ("spec", ("envbuilder.spec.load", "envbuilder.spec.rules")),
-    (
-        "pipeline",
-        (
-            "envbuilder.lock.lockfile",
-            "envbuilder.lock.indexes",
-            "envbuilder.lock.uv",
-            "envbuilder.lock.sdk",
-            "envbuilder.lock.resolve",
-            "envbuilder.lock.diff",
-            "envbuilder.lock.basesource",
-            "envbuilder.lock.scratch",
-            "envbuilder.lock.wheelcache",
-            "envbuilder.builders.render",
-            "envbuilder.builders.context",
-            "envbuilder.builders.rendered_image",
-            "envbuilder.image.registry",
-            "envbuilder.image.engine",
-            "envbuilder.image.wsl",
-            "envbuilder.host.wslexe",
-            "envbuilder.host.pyfinder",
-            "envbuilder.report.comparison",
-            "envbuilder.report.html",
-            "envbuilder.report.fleet",
-            "envbuilder.slurm",
-            "envbuilder.host.explain",
-            "envbuilder.host.doctor",
-            "envbuilder.image.tar",
-            "envbuilder.image.oci",
-            "envbuilder.lock.apt",
-            "envbuilder.image.repro",
-            "envbuilder.builders.probeargs",
-            "envbuilder.image.runflags",
-            "envbuilder.spec.starter",
-            "envbuilder.builders.devcontainer",
-            "envbuilder.lock.sbom",
-            "envbuilder.image.registry_api",
-        ),
-    ),
-    ("builders", ("envbuilder.builders", "envbuilder.slurm.run")),
-    ("edge", ("envbuilder.commands", "envbuilder.commands._cli", "envbuilder.__main__")),
+    ("host", ("envbuilder.host",)),
+    ("spec", ("envbuilder.spec",)),
+    ("lock", ("envbuilder.lock",)),
+    ("report", ("envbuilder.report",)),
+    ("builders", ("envbuilder.builders",)),
+    ("slurm", ("envbuilder.slurm",)),
+    ("edge", ("envbuilder.commands", "envbuilder.__main__")),
 )
+#: The root package's own modules: matched exactly, never as a prefix.
+ROOT_MODULES = ("envbuilder", "envbuilder.__main__")
 PROBE = "envbuilder.probe"
 #: (importing module, imported module) -> why the rule does not hold there.
 EXCEPTIONS: dict[tuple[str, str], str] = {}
@@ -117,9 +80,10 @@ def layer_of(module: str) -> int | None:
     best: tuple[int, int] | None = None
     for index, (_name, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:
-            if (module == prefix or module.startswith(prefix + ".")) and (
-                best is None or len(prefix) > best[1]
-            ):
+            covers = module == prefix or (
+                prefix not in ROOT_MODULES and module.startswith(prefix + ".")
+            )
+            if covers and (best is None or len(prefix) > best[1]):
                 best = (index, len(prefix))
     if best is None:
         raise AssertionError(
@@ -170,6 +134,12 @@ def edges() -> Iterator[tuple[str, str, int, str]]:
 def test_every_module_has_a_layer() -> None:
     for module in MODULES:
         layer_of(module)
+
+
+def test_a_module_outside_the_stage_packages_has_no_layer() -> None:
+    """The root package covers only its own two modules: a new top-level module must be placed."""
+    with pytest.raises(AssertionError, match="has no layer"):
+        layer_of("envbuilder.unplaced")
 
 
 def test_no_import_goes_up_a_layer() -> None:
@@ -240,14 +210,14 @@ def test_the_rule_sees_lazy_and_type_checking_imports() -> None:
     source = (
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    from envbuilder.builders.render import environment\n"
-        "def f():\n    from envbuilder.commands._cli import main\n    from . import gzipwriter\n"
+        "def f():\n    from envbuilder.commands.main import main\n    from . import gzipwriter\n"
         "    return main\n"
     )
     found = sorted(name for name, _line, _text in imports_in(source, "envbuilder.image.wsl"))
     assert found == [
-        "envbuilder.commands._cli",
         "envbuilder.builders.render",
+        "envbuilder.commands.main",
         "envbuilder.image.wsl.gzipwriter",
     ]
-    grammar, cli = layer_of("envbuilder.core.grammar"), layer_of("envbuilder.commands._cli")
+    grammar, cli = layer_of("envbuilder.core.grammar"), layer_of("envbuilder.commands.main")
     assert grammar is not None and cli is not None and cli > grammar
