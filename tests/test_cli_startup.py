@@ -51,8 +51,13 @@ def modules_after(cwd: Path, *argv: str) -> set[str]:
     return set(names)
 
 
+#: The command line itself lives in commands/ (its parser and the option helpers the commands
+#: share); a command's module is any other module there.
+COMMAND_LINE = frozenset({"envbuilder.commands.main", "envbuilder.commands._options"})
+
+
 def _commands(modules: set[str]) -> set[str]:
-    return {m for m in modules if m.startswith("envbuilder.commands.")}
+    return {m for m in modules if m.startswith("envbuilder.commands.")} - COMMAND_LINE
 
 
 def _heavy(modules: set[str]) -> set[str]:
