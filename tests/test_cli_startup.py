@@ -53,7 +53,7 @@ def modules_after(cwd: Path, *argv: str) -> set[str]:
 
 #: The command line itself lives in commands/ (its parser and the option helpers the commands
 #: share); a command's module is any other module there.
-COMMAND_LINE = frozenset({"envbuilder.commands.main", "envbuilder.commands._options"})
+COMMAND_LINE = frozenset({"envbuilder.commands._cli", "envbuilder.commands._options"})
 
 
 def _commands(modules: set[str]) -> set[str]:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from rich.progress import Progress
 
+from envbuilder.builders.lookup import builder_for
 from envbuilder.commands import build as build_command
 from envbuilder.commands import pull as pull_command
 from envbuilder.commands import push as push_command
@@ -102,7 +103,7 @@ def test_push_pull_help_names_the_targets_that_have_them(command: str) -> None:
     with_registry = list(registry.with_capability("push" if command == "push" else "pull"))
     assert with_registry == ["docker", "wsl2"]
     for name in registry.names():
-        assert isinstance(registry.get(name).load_builder(), RegistryBuilder) == (
+        assert isinstance(builder_for(registry.get(name)), RegistryBuilder) == (
             name in with_registry
         )
     assert "(docker, wsl2)" in module.HELP

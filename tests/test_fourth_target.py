@@ -7,6 +7,7 @@ of envbuilder. Offline: uv resolves the env's one package from a local mirror fo
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from test_lock_support import FAKE_INDEX_URL, make_wheel, write_spec
 from envbuilder.commands._cli import main
 from envbuilder.core.project import Project
 from envbuilder.lock.lockfile import read_env_lock
+from envbuilder.spec import rules as compat_rules
 from envbuilder.spec.load import load_spec
 from envbuilder.targets import registry
 
@@ -152,7 +154,7 @@ def test_the_fourth_targets_own_rules_run_through_its_descriptor(
     assert f"{spec}: env.gpu.targets: warning: a note cannot use the cuda GPU" in out
     assert f"{spec}: env.gpu.note.message: error: says what env 'cpu' says" in out
     assert f"{spec}: env.cpu.targets: warning" not in out
-    rules = (Path(__file__).parents[1] / "envbuilder" / "compatrules.py").read_text()
+    rules = Path(inspect.getfile(compat_rules)).read_text(encoding="utf-8")
     for target in registry.names():
         assert f'"{target}"' not in rules, target
 

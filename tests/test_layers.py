@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from envbuilder.builders.lookup import builder_for
 from envbuilder.targets import registry
 
 PACKAGE = Path(__file__).resolve().parents[1] / "envbuilder"
@@ -201,7 +202,49 @@ def test_descriptors_name_builders_in_the_builders_layer(descriptor: object) -> 
     assert isinstance(descriptor, TargetDescriptor)
     module = descriptor.builder.partition(":")[0]
     assert layer_of(module) == [n for n, _ in LAYERS].index("builders")
-    descriptor.load_builder()
+    builder_for(descriptor)
+
+
+#: The only modules that import envbuilder modules by name (importlib), and what they import:
+#: the registry its target modules, the builder lookup a descriptor's builder (the test above
+#: asserts that layer), the command line its commands, the probe's child its checks.
+IMPORTS_BY_NAME = {
+    "envbuilder.targets.registry": "envbuilder.targets",
+    "envbuilder.builders.lookup": "envbuilder.builders",
+    "envbuilder.commands._cli": "envbuilder.commands",
+    "envbuilder.probe.child": "envbuilder.probe",
+}
+
+
+def imports_by_name(source: str) -> bool:
+    """Whether `source` calls import_module with a name that is not a constant naming another
+    package (matplotlib, msvcrt, torch's modules are not envbuilder's)."""
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and node.args):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        if name != "import_module":
+            continue
+        arg = node.args[0]
+        if isinstance(arg, ast.JoinedStr) and arg.values:
+            arg = arg.values[0]
+        if not (isinstance(arg, ast.Constant) and isinstance(arg.value, str)):
+            return True  # a name computed at run time: it may be anything
+        if arg.value.startswith("envbuilder"):
+            return True
+    return False
+
+
+def test_imports_by_name_happen_only_where_the_layer_rule_accounts_for_them() -> None:
+    """An importlib import is invisible to the import graph, so envbuilder modules may be
+    imported by name only in the modules above, each loading modules of its own layer: a
+    descriptor's builder string is imported by builders.lookup, never by targets/ (so targets/
+    and builders/ have no circle)."""
+    found = {m for m, path in MODULES.items() if imports_by_name(path.read_text(encoding="utf-8"))}
+    assert found == set(IMPORTS_BY_NAME)
+    for module, package in IMPORTS_BY_NAME.items():
+        assert layer_of(module) == layer_of(package), (module, package)
 
 
 def test_the_rule_sees_lazy_and_type_checking_imports() -> None:
@@ -210,14 +253,14 @@ def test_the_rule_sees_lazy_and_type_checking_imports() -> None:
     source = (
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    from envbuilder.builders.render import environment\n"
-        "def f():\n    from envbuilder.commands.main import main\n    from . import gzipwriter\n"
+        "def f():\n    from envbuilder.commands._cli import main\n    from . import gzipwriter\n"
         "    return main\n"
     )
     found = sorted(name for name, _line, _text in imports_in(source, "envbuilder.image.wsl"))
     assert found == [
         "envbuilder.builders.render",
-        "envbuilder.commands.main",
+        "envbuilder.commands._cli",
         "envbuilder.image.wsl.gzipwriter",
     ]
-    grammar, cli = layer_of("envbuilder.core.grammar"), layer_of("envbuilder.commands.main")
+    grammar, cli = layer_of("envbuilder.core.grammar"), layer_of("envbuilder.commands._cli")
     assert grammar is not None and cli is not None and cli > grammar

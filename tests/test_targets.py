@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from envbuilder.builders.lookup import builder_for
 from envbuilder.commands._cli import main
 from envbuilder.core.errors import EnvbuilderError, UsageError
 from envbuilder.spec.load import load_spec
@@ -41,7 +42,7 @@ def test_capabilities_are_declared(capability: Capability, targets: tuple[str, .
 
 def test_every_builder_keeps_its_descriptors_promises() -> None:
     for descriptor in registry.all():
-        builder = descriptor.load_builder()
+        builder = builder_for(descriptor)
         assert callable(builder.build) and callable(builder.validate)
         assert isinstance(builder, RegistryBuilder) == descriptor.capabilities.push
 

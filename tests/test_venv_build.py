@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import tomlkit
 
+from envbuilder.builders.lookup import builder_for
 from envbuilder.builders.venv import MARKER, NativeVenvBuilder, VenvLayout
 from envbuilder.core.errors import EnvbuilderError, LockError
 from envbuilder.core.fsutil import sha256_file
@@ -44,7 +45,7 @@ SHORT = ValidateOptions(level="quick", only=("device", "conformance"))
 
 
 def _native() -> NativeVenvBuilder:
-    target = registry.get("native").load_builder()
+    target = builder_for(registry.get("native"))
     assert isinstance(target, NativeVenvBuilder)
     return target
 

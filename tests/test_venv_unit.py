@@ -9,6 +9,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import pytest
 
+from envbuilder.builders.lookup import builder_for
 from envbuilder.builders.venv import (
     MARKER,
     VenvLayout,
@@ -142,7 +143,7 @@ def test_windows_target_on_linux_says_it_needs_windows(tmp_path: Path) -> None:
 
     if sys.platform == "win32":
         pytest.skip("this checks the refusal on non-Windows hosts")
-    builder = registry.get("windows").load_builder()
+    builder = builder_for(registry.get("windows"))
     with pytest.raises(BuildError, match="needs Windows"):
         builder.build(
             Project.from_spec(tmp_path / "environments.toml"), _env(), BuildOptions(), no_progress

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from envbuilder.builders import wsl2
+from envbuilder.builders.lookup import builder_for
 from envbuilder.core.fsutil import sha256_file
 from envbuilder.core.model import EnvSpec
 from envbuilder.core.progress import no_progress
@@ -72,7 +73,7 @@ def built(target: wsl2.Wsl2Builder, project: Project, cpu: EnvSpec) -> Artifact:
 
 
 def test_registry_gives_the_wsl2_target() -> None:
-    assert isinstance(registry.get("wsl2").load_builder(), wsl2.Wsl2Builder)
+    assert isinstance(builder_for(registry.get("wsl2")), wsl2.Wsl2Builder)
 
 
 def test_build_writes_the_wsl_and_records_its_sha256(built: Artifact, project: Project) -> None:

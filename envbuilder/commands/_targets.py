@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
+from envbuilder.builders.lookup import builder_for
 from envbuilder.commands._options import add_common_arguments, add_json_argument
 from envbuilder.core.errors import UsageError
 from envbuilder.core.model import EnvSpec
@@ -62,7 +63,7 @@ def registry_builder(target: str, verb: Literal["push", "pull"]) -> RegistryBuil
     descriptor = require(
         target, verb, "target {target} has no registry; " + verb + " applies to {have_and}"
     )
-    builder = descriptor.load_builder()
+    builder = builder_for(descriptor)
     if not isinstance(builder, RegistryBuilder):  # a descriptor promising what it cannot do
         raise TypeError(
             f"target {target} declares {verb} but its builder {descriptor.builder} "

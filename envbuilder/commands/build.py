@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from envbuilder.builders.lookup import builder_for
 from envbuilder.commands._options import path_value
 from envbuilder.commands._targets import (
     PATH_REFUSAL,
@@ -139,7 +140,7 @@ def run(args: argparse.Namespace, ui: UI) -> int:
 
     options = build_options(args)
     project, envs = selected(args)
-    builder = registry.get(args.target).load_builder()
+    builder = builder_for(registry.get(args.target))
     built: list[tuple[Artifact, Path]] = []
     for env in envs:
         artifact, built_in = _build_one(project, env, builder, options, args.repin_base_into, ui)

@@ -6,6 +6,7 @@ import argparse
 import shutil
 import sys
 
+from envbuilder.builders.lookup import builder_for
 from envbuilder.commands._options import add_common_arguments, add_json_argument, path_value
 from envbuilder.commands._targets import progress_for, require
 from envbuilder.core.errors import EngineError, UsageError
@@ -108,7 +109,7 @@ def run_in_env(args: argparse.Namespace, ui: UI, command: tuple[str, ...]) -> in
     )
     if args.path is not None and not descriptor.has("path"):
         raise UsageError(f"--path applies to the venv targets, not {target}")
-    builder = descriptor.load_builder()
+    builder = builder_for(descriptor)
     if not isinstance(builder, RunnableBuilder):
         raise TypeError(f"target {target} declares run but its builder has no command()")
     options = RunOptions(command, is_terminal_session(), args.path, args.workspace)

@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from envbuilder.builders.lookup import builder_for
 from envbuilder.commands import _slurm
 from envbuilder.commands._options import path_value
 from envbuilder.commands._targets import (
@@ -128,7 +129,7 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     if _slurm.requested(args):  # issue 16: on a Slurm cluster (envbuilder.slurm)
         return _slurm.run(args, ui, options)
     project, envs = selected(args)
-    builder = registry.get(args.target).load_builder()
+    builder = builder_for(registry.get(args.target))
     failed = 0
     reports: list[dict[str, str]] = []
     for env in envs:

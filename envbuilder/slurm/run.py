@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from envbuilder.builders.lookup import builder_for
 from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes
 from envbuilder.builders.render import MARKER
 from envbuilder.core.errors import RenderError, UsageError, ValidationError
@@ -177,7 +178,7 @@ def write_script(project: Project, spec: Spec, env: EnvSpec, progress: ProgressF
 
 def _local_image(env: str, target: str, pylock_sha256: str) -> str:
     """The id of the local image built from this lock, as the target's builder finds it."""
-    builder = registry.get(target).load_builder()
+    builder = builder_for(registry.get(target))
     image = (
         builder.local_image(env, pylock_sha256) if isinstance(builder, LocalImageBuilder) else None
     )
@@ -210,7 +211,7 @@ def choose_image(
 
 def _venv(project: Project, env: EnvSpec, target: str, path: Path | None) -> Path:
     """The venv the nodes run: --path, else the target's default folder (its builder says)."""
-    builder = registry.get(target).load_builder()
+    builder = builder_for(registry.get(target))
     if not isinstance(builder, VenvBuilderProtocol):
         raise UsageError(f"target {target} makes no venv for the nodes to run")
     venv = builder.venv_path(project, env, path)

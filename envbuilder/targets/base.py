@@ -10,7 +10,6 @@ is the one list of descriptors; everything that lists targets asks it.
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -429,12 +428,6 @@ class TargetDescriptor:
         if self.output_dir is None:
             raise ValueError(f"target {self.name} has no rendered files")
         return project.root / self.output_dir / env
-
-    def load_builder(self) -> Builder:
-        """A new instance of the target's builder (its module imported on first use)."""
-        module, _, attr = self.builder.partition(":")
-        builder: Builder = getattr(importlib.import_module(module), attr)()
-        return builder
 
     def has(self, capability: Capability) -> bool:
         return bool(getattr(self.capabilities, capability))
