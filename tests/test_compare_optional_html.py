@@ -36,9 +36,9 @@ import sys
 from pathlib import Path
 from envbuilder.report import comparison, html as compare_html
 from envbuilder.core.errors import CompareError
-reports = [compare.load_report(Path(p)) for p in sys.argv[2:4]]
+reports = [comparison.load_report(Path(p)) for p in sys.argv[2:4]]
 try:
-    compare_html.write_html(compare.compare_reports(reports), Path(sys.argv[1]))
+    compare_html.write_html(comparison.compare_reports(reports), Path(sys.argv[1]))
 except CompareError as exc:
     print(exc)
     sys.exit(1)
