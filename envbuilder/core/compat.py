@@ -2,7 +2,7 @@
 
 The facts live in TOML files under `envbuilder/data/` (each entry with its `source`); this module
 only loads them into typed, frozen records and answers look-ups. No fact is hard-coded in Python.
-See shared docs `rocm-2026.md` (which supersedes `rocm-reference.md`) for where facts come from.
+Where each fact comes from is in its row's `source` (public pages and repositories).
 
 CONTRACT (other modules code against these names; keep them stable):
 

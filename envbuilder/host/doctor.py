@@ -34,7 +34,15 @@ HostSeverity = Literal["ok", "warn", "fail"]
 HostOS = Literal["linux", "wsl2", "windows"]
 SEVERITY_ORDER: dict[HostSeverity, int] = {"ok": 0, "warn": 1, "fail": 2}
 GIB = 1024**3
-MIN_RAM_GIB = 16  # the seed guides' "16-32 GB+" (rocm-reference.md, Host preflight)
+#: Where the RAM, disk and Windows-build thresholds come from: the checks hand-written ROCm
+#: setup guides make, which envbuilder replaces; AMD publishes no such minimum.
+PREFLIGHT_SOURCE = "envbuilder's own preflight threshold (as ROCm setup guides check), not AMD's"
+#: WSL's GPU path: /dev/dxg and the driver's libdxcore.so (what AMD's container flags pass on).
+WSL_GPU_SOURCE = (
+    "ROCm/librocdxg README @021a477ae052 ('Container Launch - WSL-Specific Flags': "
+    "--device /dev/dxg, /usr/lib/wsl/lib/libdxcore.so)"
+)
+MIN_RAM_GIB = 16  # what hand-written ROCm setup guides ask for ("16-32 GB+"); AMD states none
 MIN_DISK_GIB = 100  # the guides' 100 GB; a ROCm PyTorch image alone is ~30 GB
 LOW_DISK_GIB = 10
 MIN_WINDOWS_BUILD = 22621  # Windows 11 22H2
@@ -263,7 +271,7 @@ def check_ram(host: Host) -> HostFinding:
         "warn",
         f"{gib:.1f} GiB (less than {MIN_RAM_GIB} GB)",
         fix=fix,
-        source="rocm-reference.md, Host preflight",
+        source=PREFLIGHT_SOURCE,
         details={"bytes": total},
     )
 
@@ -293,7 +301,7 @@ def check_disk(host: Host) -> HostFinding:
         sev,
         summary + f" (less than {MIN_DISK_GIB} GB)",
         fix=fix,
-        source="rocm-reference.md, Host preflight",
+        source=PREFLIGHT_SOURCE,
         details=details,
     )
 
@@ -509,7 +517,7 @@ def check_wsl_devices(host: Host) -> list[HostFinding]:
                 fix="update Windows 11, WSL (wsl --update) and the Adrenalin "
                 "driver; "
                 "check [gpu] enabled is not false in /etc/wsl.conf; wsl --shutdown",
-                source="rocm-reference.md, WSL2",
+                source=WSL_GPU_SOURCE,
             )
         )
     lib = host.path("/usr/lib/wsl/lib/libdxcore.so")
@@ -524,7 +532,7 @@ def check_wsl_devices(host: Host) -> list[HostFinding]:
                 fix="the Windows GPU driver mounts it: update the driver and WSL, "
                 "then "
                 "wsl --shutdown",
-                source="rocm-reference.md, Docker (inside WSL2)",
+                source=WSL_GPU_SOURCE,
             )
         )
     return out
@@ -655,7 +663,7 @@ def check_hsa_override(host: Host) -> HostFinding | None:
             "fail",
             "HSA_OVERRIDE_GFX_VERSION is set but empty",
             fix="unset it: an empty value breaks GPU detection",
-            source="rocm-reference.md, GPUs",
+            source="envbuilder's own check: an empty value is not a gfx version",
         )
     return HostFinding(
         "hsa-override",
@@ -692,7 +700,7 @@ def check_windows_build(host: Host) -> HostFinding:
         "fail",
         f"Windows build {build} is older than {MIN_WINDOWS_BUILD} (Windows 11 22H2)",
         fix="update to Windows 11 22H2 or later (AMD's WSL and HIP SDK 7.x need it)",
-        source="rocm-reference.md, Host preflight",
+        source=PREFLIGHT_SOURCE,
         details={"build": build},
     )
 

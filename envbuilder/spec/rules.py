@@ -550,7 +550,7 @@ def _check_hsa_ignored(env: EnvSpec, path: tuple[str, ...], ctx: FindingSink) ->
             path,
             f"ROCm {release.version} comes as TheRock multi-arch "
             "wheels, which ship the gfx targets natively, and an override is reported "
-            "to break TheRock >= 7.13 runtimes (rocm-2026.md); remove "
+            "to break TheRock >= 7.13 runtimes (a public report, unverified); remove "
             "HSA_OVERRIDE_GFX_VERSION",
             "warning",
         )
