@@ -47,7 +47,7 @@ def test_workers(environ: Mapping[str, str]) -> list[str]:
     """pytest-xdist options: ENVBUILDER_TEST_WORKERS workers (default 3; 0 runs in one process).
 
     Three on CI's two cores, because most of the suite waits on uv, pip, the engine or Slurm
-    rather than computing; tests/conftest.py keeps the engine and Slurm tests each on one worker.
+    rather than computing; tests/conftest.py keeps the engine and Slurm tests on one worker.
     """
     workers = environ.get("ENVBUILDER_TEST_WORKERS", "3").strip()
     if not workers.isdigit():

@@ -72,19 +72,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def xdist_group_of(item: pytest.Item) -> str:
     """The pytest-xdist group of a test (`--dist loadgroup` runs a group on one worker).
 
-    The Slurm tests are one group, those with an image runtime included: the two-node cluster
-    runs one exclusive job at a time, so parallel submissions would only queue (and their time
-    limits would then measure the queue). Every other test that uses the Docker engine or the
-    registries is another: those tests tag, push and list images and repositories of ONE
-    engine, and two image builds side by side only fight for the two cores. Every other test
-    stays with its module, whose module-scoped fixtures (replicas, resolved locks) are then
-    built once.
+    Every test that uses the Docker engine, the registries or the Slurm cluster is in ONE group:
+    they share one engine's images and containers (the cpu image is built, pushed, removed and
+    pulled by some, run on the Slurm nodes by others: a run in parallel removed the containers of
+    another), and the two-node cluster runs one exclusive job at a time, so parallel submissions
+    would queue and the timeouts of the tests would measure the queue. Every other test stays
+    with its module, whose module-scoped fixtures (replicas, resolved locks) are then built once.
     """
-    names = {mark.name for mark in item.iter_markers()}
-    if "slurm" in names:
-        return "slurm"
-    if names & {"docker", "registry"}:
-        return "engine"
+    if {mark.name for mark in item.iter_markers()} & {"docker", "registry", "slurm"}:
+        return "services"
     return item.nodeid.split("::", 1)[0]
 
 
