@@ -34,6 +34,7 @@ from envbuilder.core.errors import (
     RegistryError,
     UsageError,
     ValidationError,
+    output_tail,
 )
 from envbuilder.core.fsutil import atomic_write_bytes
 from envbuilder.core.imagedefs import (
@@ -266,7 +267,7 @@ class DockerBuilder:
             progress=progress,
         )
         if report_in not in files:
-            tail = "\n".join(output.splitlines()[-20:])
+            tail = output_tail(output, 20)
             raise ValidationError(
                 f"the probe in {tag} exited with {code} and wrote no report:\n{tail}"
             )

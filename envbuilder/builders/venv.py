@@ -38,7 +38,7 @@ from packaging.utils import canonicalize_name
 from envbuilder import __version__
 from envbuilder.builders.proberun import probe_options
 from envbuilder.core import activate, interrupts, stale
-from envbuilder.core.errors import BuildError, UsageError, ValidationError
+from envbuilder.core.errors import BuildError, UsageError, ValidationError, output_tail
 from envbuilder.core.fsutil import atomic_write_bytes, sha256_bytes, temp_dir
 from envbuilder.core.model import EnvSpec
 from envbuilder.core.pipsdk import sdk_release
@@ -459,10 +459,6 @@ def sync_changes(before: Mapping[str, str], after: Mapping[str, str]) -> list[st
     return out
 
 
-def _tail(text: str, lines: int = 15) -> str:
-    return "\n".join(text.strip().splitlines()[-lines:])
-
-
 def _run(
     cmd: Sequence[str],
     what: str,
@@ -681,7 +677,7 @@ class VenvBuilder:
             if not report.is_file():
                 raise ValidationError(
                     f"the probe wrote no report (exit {proc.returncode}):\n"
-                    f"{_tail(proc.stdout + proc.stderr)}"
+                    f"{output_tail(proc.stdout + proc.stderr, 15)}"
                 )
             dest = project.report(env.name, self.name)
             atomic_write_bytes(dest, report.read_bytes())
@@ -774,7 +770,7 @@ class VenvBuilder:
         proc = _run([command, "path", "--root"], "asking rocm-sdk for ROCm's root", timeout=120)
         root = proc.stdout.strip()
         if proc.returncode != 0 or not root or "\n" in root:
-            said = _tail(proc.stderr) or f"it printed {proc.stdout.strip()!r}"
+            said = output_tail(proc.stderr, 15) or f"it printed {proc.stdout.strip()!r}"
             raise BuildError(
                 f"`{command} path --root` (the pip SDK's ROCm root, the venv's ROCM_PATH) "
                 f"failed with exit code {proc.returncode}:\n{said}"
@@ -862,7 +858,8 @@ class VenvBuilder:
         )
         proc = _run(cmd, "creating the venv", env=uv_venv_environment(), pass_fds=fds)
         if proc.returncode != 0:
-            raise BuildError(f"creating the venv at {venv} failed:\n{_tail(proc.stderr)}")
+            said = output_tail(proc.stderr, 15)
+            raise BuildError(f"creating the venv at {venv} failed:\n{said}")
         return found.version
 
     def _sync(self, layout: VenvLayout, requirements: Path, fds: Sequence[int]) -> None:
@@ -875,7 +872,8 @@ class VenvBuilder:
         )
         if proc.returncode != 0:
             raise BuildError(
-                f"installing the locked packages into {layout.root} failed:\n{_tail(proc.stderr)}"
+                f"installing the locked packages into {layout.root} failed:\n"
+                f"{output_tail(proc.stderr, 15)}"
             )
 
     def _state(self, layout: VenvLayout) -> dict[str, Any]:
@@ -888,7 +886,8 @@ class VenvBuilder:
         )
         if proc.returncode != 0:
             raise BuildError(
-                f"the venv's Python at {layout.python} does not run:\n{_tail(proc.stderr)}"
+                f"the venv's Python at {layout.python} does not run:\n"
+                f"{output_tail(proc.stderr, 15)}"
             )
         data: dict[str, Any] = json.loads(proc.stdout)
         data["packages"] = {str(canonicalize_name(k)): v for k, v in data["packages"].items()}

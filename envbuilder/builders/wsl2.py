@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
 from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes
-from envbuilder.core.errors import BuildError, EngineError, ValidationError
+from envbuilder.core.errors import BuildError, EngineError, ValidationError, output_tail
 from envbuilder.core.fsutil import atomic_write_bytes, sha256_file
 from envbuilder.core.imagedefs import (
     ENV_LABEL,
@@ -397,7 +397,7 @@ def first_launch_argv(command: str) -> tuple[str, ...]:
 
 
 def first_launch_failure(command: str, code: int, output: str) -> str:
-    tail = "\n".join(output.splitlines()[-30:])
+    tail = output_tail(output, 30)
     return (
         f"the distro's first-launch command {command} failed (exit {code}); WSL would run it "
         f"again at the next launch. Its output ended with:\n{tail}"
@@ -659,7 +659,7 @@ class Wsl2Builder:
         run = make_probe_run(project, env, options, labels)
         code, output, report = engine.run(run, launch.user, progress)
         if report is None:
-            tail = "\n".join(output.splitlines()[-30:])
+            tail = output_tail(output, 30)
             raise ValidationError(
                 f"the probe wrote no report in the {env.name} distro "
                 f"(exit {code}); its output ended with:\n{tail}"

@@ -60,3 +60,9 @@ class CommandNotFoundError(EngineError):
     """`envbuilder run`/`shell`: the program to start is not there (exit 127, as a shell's)."""
 
     exit_code = 127
+
+
+def output_tail(text: str, lines: int, indent: str = "") -> str:
+    """The last `lines` lines of a tool's output (blank lines at either end dropped), each
+    prefixed with `indent`: what an error message quotes of what uv, apt, pip or docker said."""
+    return "\n".join(indent + line for line in text.strip().splitlines()[-lines:])

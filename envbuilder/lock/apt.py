@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from envbuilder.core.errors import BuildError, EnvbuilderError, LockError
+from envbuilder.core.errors import BuildError, EnvbuilderError, LockError, output_tail
 
 #: A Debian package name (Policy 5.6.1), optionally arch-qualified (`libc6:amd64`).
 PACKAGE_RE = re.compile(r"[a-z0-9][a-z0-9+.-]+(:[a-z0-9-]+)?\Z")
@@ -298,7 +298,7 @@ def resolve_apt(
         return {t: {} for t in requests}
     code, output = _run_in_base(client, base, resolve_script(wanted, sources), environ)
     if code != 0:
-        tail = "\n".join(f"    {line}" for line in output.strip().splitlines()[-15:])
+        tail = output_tail(output, 15, indent="    ")
         raise LockError(
             f"resolving the apt packages in {base} failed (exit {code}); apt "
             f"said:\n{tail}\nCheck the package names in the spec (apt = [...]) and "

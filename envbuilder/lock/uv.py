@@ -44,7 +44,7 @@ import tomlkit
 from packaging.utils import canonicalize_name
 
 from envbuilder.core import interrupts, stale
-from envbuilder.core.errors import LockError
+from envbuilder.core.errors import LockError, output_tail
 from envbuilder.core.fsutil import write_error
 from envbuilder.core.model import Index
 from envbuilder.host.pyfinder import uv_bin
@@ -346,7 +346,7 @@ def _set_index(package: Any, url: str) -> None:
 
 
 def _uv_failure(request: ResolveRequest, stderr: str) -> str:
-    tail = "\n".join(stderr.strip().splitlines()[-15:])
+    tail = output_tail(stderr, 15)
     hint = ""
     unmirrored = [s for s in request.indexes if not s.mirrored]
     if unmirrored:
