@@ -56,6 +56,9 @@ def service_missing(reason: str) -> NoReturn:
     pytest.skip(f"{reason} ({START_HINT})")
 
 
+# tryfirst: pytest-xdist reads the xdist_group markers in its own modifyitems hook (it appends
+# the group to each node id there), so they must be on the items before it runs.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark tests by the services they use, so `-m "not docker"` works without bookkeeping;
     under pytest-xdist, also put them in the group that runs them (see `xdist_group_of`)."""

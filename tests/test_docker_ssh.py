@@ -320,7 +320,7 @@ def test_validate_over_ssh_writes_a_passing_report(
 #: exits when told to, leaving its connections to close_all() and the exit.
 _CHILD = """
 import sys
-from envbuilder.image import engine
+from envbuilder.image import engine as docker_engine
 client = docker_engine.connect()
 code, output, _ = docker_engine.run_in_container(
     client, "debian:bookworm-slim", ["echo", "probe"],

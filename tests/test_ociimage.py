@@ -318,7 +318,7 @@ def test_config_keeps_what_runs_fixes_every_time_drops_the_build_container() -> 
         base_history=1,
         layer_diff_ids=["sha256:normalised"],
         created="CREATED",
-        labels={"org.envbuilder.image.repro-format": "1"},
+        labels={"org.envbuilder.repro-format": "1"},
     )
     assert doc["created"] == "CREATED"
     assert doc["rootfs"] == {"type": "layers", "diff_ids": ["sha256:base", "sha256:normalised"]}
@@ -327,7 +327,7 @@ def test_config_keeps_what_runs_fixes_every_time_drops_the_build_container() -> 
         "Env": ["PATH=/opt/venv/bin:/usr/bin"],
         "Cmd": ["bash"],
         "WorkingDir": "/home/envbuilder",
-        "Labels": {"org.envbuilder.env": "cpu", "org.envbuilder.image.repro-format": "1"},
+        "Labels": {"org.envbuilder.env": "cpu", "org.envbuilder.repro-format": "1"},
     }
     assert doc["history"] == [
         {"created": "2025-01-01T00:00:00Z", "created_by": "debootstrap"},  # the base's, as is

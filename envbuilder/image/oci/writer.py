@@ -46,7 +46,7 @@ from envbuilder.image.tar import CHUNK, IterStream
 #: from an older envbuilder is not mistaken for a prediction of this one.
 REPRO_FORMAT = "1"
 #: Label of every written image: the REPRO_FORMAT that wrote it.
-REPRO_LABEL = "org.envbuilder.image.repro-format"
+REPRO_LABEL = "org.envbuilder.repro-format"
 #: Members of a `docker save` stream other than layer tars are small JSON files.
 _SMALL = 64 << 20
 
