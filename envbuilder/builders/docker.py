@@ -306,16 +306,8 @@ class DockerBuilder:
         """(ok, line): whether the engine's image of the env is the one the lock predicts."""
         lock, target = _docker_lock(project, env)
         tag = image_tag(env.name, target.pylock_sha256)
-        image = engine.existing_image(engine.connect(), tag)
-        return [
-            repro.status_line(
-                env.name,
-                TARGET,
-                f"image {tag}",
-                str(image.id) if image is not None else None,
-                repro.recorded(lock.artifacts, TARGET),
-            )
-        ]
+        expected = repro.recorded(lock.artifacts, TARGET)
+        return [repro.image_line(engine.connect(), env.name, TARGET, tag, f"image {tag}", expected)]
 
     # --- push / pull ---------------------------------------------------------------------
 

@@ -729,17 +729,11 @@ class Wsl2Builder:
                 )
             )
         tag = image_tag(env.name, lock.targets[TARGET].pylock_sha256)
-        image = docker_engine.existing_image(self._docker(), tag)
-        if image is not None:
-            lines.append(
-                repro.status_line(
-                    env.name,
-                    TARGET,
-                    f"rootfs image {tag}",
-                    str(image.id),
-                    repro.recorded(lock.artifacts, TARGET),
-                )
-            )
+        client = self._docker()
+        if docker_engine.existing_image(client, tag) is not None:
+            expected = repro.recorded(lock.artifacts, TARGET)
+            what = f"rootfs image {tag}"
+            lines.append(repro.image_line(client, env.name, TARGET, tag, what, expected))
         return lines
 
     def _engine(self, env: EnvSpec, path: Path, sha: str, progress: ProgressFn) -> Engine:

@@ -30,13 +30,30 @@ from typing import Any
 
 from envbuilder.core.errors import BuildError
 from envbuilder.core.progress import ProgressFn, no_progress
+from envbuilder.image.oci.blobs import digest_bytes
 from envbuilder.image.oci.diff import describe_difference
-from envbuilder.image.oci.writer import REPRO_FORMAT, REPRO_LABEL, write_image
+from envbuilder.image.oci.loadarchive import LayerBlob, image_manifest
+from envbuilder.image.oci.saved import read_saved
+from envbuilder.image.oci.writer import (
+    REPRO_FORMAT,
+    REPRO_LABEL,
+    expected_id,
+    image_store,
+    open_save_stream,
+    write_image,
+)
 
 #: Repository prefix of the images the engine built (kept for its layer cache).
 ENGINE_PREFIX = "envbuilder-engine/"
 #: Keys of [artifacts.<target>] this module writes (image_id is shared with the targets).
 IMAGE_ID, LAYERS, FORMAT = "image_id", "layers", "repro_format"
+#: The digest of the manifest envbuilder writes for the image (its id in a containerd store).
+MANIFEST = "manifest_digest"
+
+#: The images this process wrote: engine id -> (config digest, manifest digest). An engine with
+#: the containerd store names an image by its manifest's digest and shows no config digest; a
+#: classic one the other way round: what envbuilder wrote, it knows both of without a save.
+_WRITTEN: dict[str, tuple[str, str]] = {}
 
 
 @dataclass(frozen=True)
@@ -92,9 +109,11 @@ def write_deterministic(
         workdir=workdir,
         progress=progress,
     )
+    engine_id = expected_id(written.image_id, written.manifest_digest, image_store(client))
+    _WRITTEN[engine_id] = (written.image_id, written.manifest_digest)
     repository, _, name = tag.rpartition(":")
-    client.images.get(written.image_id).tag(repository, name)
-    return written.image_id
+    client.images.get(engine_id).tag(repository, name)
+    return engine_id
 
 
 # ----------------------------------------------------------------------------- predictions
@@ -103,15 +122,25 @@ def write_deterministic(
 @dataclass(frozen=True)
 class Prediction:
     """The image a lock predicts: its id (sha256 of its config), the diff_ids of its layers
-    above the base image, and the format of the writer that made it."""
+    above the base image, the format of the writer that made it, and the digest of the manifest
+    envbuilder writes for it ("" when not known: a lock recorded before it was)."""
 
     image_id: str
     layers: tuple[str, ...]
     format: str = REPRO_FORMAT
+    manifest_digest: str = ""
 
     def artifacts(self) -> dict[str, str]:
         """The [artifacts.<target>] values that record it."""
-        return {IMAGE_ID: self.image_id, LAYERS: " ".join(self.layers), FORMAT: self.format}
+        values = {IMAGE_ID: self.image_id, LAYERS: " ".join(self.layers), FORMAT: self.format}
+        if self.manifest_digest:
+            values[MANIFEST] = self.manifest_digest
+        return values
+
+    def engine_id(self, store: str) -> str:
+        """The id an engine with image store `store` gives this image ("" when the lock does
+        not record the digest that store uses)."""
+        return expected_id(self.image_id, self.manifest_digest, store)
 
     @classmethod
     def from_artifacts(cls, values: Mapping[str, str]) -> Prediction | None:
@@ -119,7 +148,8 @@ class Prediction:
         (nothing built, or built before images were written deterministically)."""
         if not values.get(FORMAT) or not values.get(IMAGE_ID):
             return None
-        return cls(values[IMAGE_ID], tuple(values.get(LAYERS, "").split()), values[FORMAT])
+        layers = tuple(values.get(LAYERS, "").split())
+        return cls(values[IMAGE_ID], layers, values[FORMAT], values.get(MANIFEST, ""))
 
 
 def observe(
@@ -137,7 +167,30 @@ def observe(
     elif hint is not None and len(hint.layers) <= len(layers):
         below = len(layers) - len(hint.layers)
     labels = (attrs.get("Config") or {}).get("Labels") or {}
-    return Prediction(str(attrs["Id"]), tuple(layers[below:]), labels.get(REPRO_LABEL, ""))
+    config, manifest = _digests(client, str(attrs["Id"]), hint)
+    return Prediction(config, tuple(layers[below:]), labels.get(REPRO_LABEL, ""), manifest)
+
+
+def _digests(client: Any, engine_id: str, hint: Prediction | None) -> tuple[str, str]:
+    """(config digest, manifest digest) of the engine's image `engine_id`: known when this
+    process wrote it or the lock records it under that id; else read from `docker save`."""
+    if engine_id in _WRITTEN:
+        return _WRITTEN[engine_id]
+    store = image_store(client)
+    if hint is not None and hint.manifest_digest and hint.engine_id(store) == engine_id:
+        return hint.image_id, hint.manifest_digest
+    return saved_digests(client, engine_id)
+
+
+def saved_digests(client: Any, image: str) -> tuple[str, str]:
+    """(config digest, envbuilder's manifest digest) of `image`, from its `docker save` (the
+    whole image is read: the manifest names every layer's uncompressed size)."""
+    with tempfile.TemporaryDirectory(prefix="digests-") as tmp:
+        saved = read_saved(open_save_stream(client, image), lambda _d: False, Path(tmp), image)
+    diff_ids = saved.config.get("rootfs", {}).get("diff_ids") or []
+    blobs = [LayerBlob(d, size, None) for d, size in zip(diff_ids, saved.sizes, strict=True)]
+    manifest = image_manifest(saved.config_bytes, blobs)
+    return digest_bytes(saved.config_bytes), digest_bytes(manifest)
 
 
 def _attrs(client: Any, image: str) -> dict[str, Any] | None:
@@ -186,6 +239,13 @@ def check_prediction(
     first differing layer (its Dockerfile step) and, when the predicted image is on this
     engine, the first differing file."""
     if expected.image_id == actual.image_id:
+        if expected.manifest_digest and expected.manifest_digest != actual.manifest_digest:
+            raise BuildError(
+                f"{env}/{target}: the rebuilt image has the predicted config "
+                f"{actual.image_id}, but its manifest is {actual.manifest_digest}, not the "
+                f"lock's {expected.manifest_digest}: a layer's size differs (the writer's "
+                "format changed?). The lock is left as it was"
+            )
         return
     workdir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="verify-", dir=workdir))
@@ -213,15 +273,23 @@ def prediction_note(previous: Prediction | None, actual: Prediction) -> str:
     if previous is None:
         return "recorded"
     if previous.image_id == actual.image_id:
+        if not previous.manifest_digest:
+            return f"matches the lock (manifest digest {actual.manifest_digest} recorded)"
         return "matches the lock"
     return f"differs from the lock's {previous.image_id}"
 
 
 def status_line(
-    env: str, target: str, what: str, actual: str | None, expected: Prediction | None
+    env: str,
+    target: str,
+    what: str,
+    actual: str | None,
+    expected: Prediction | None,
+    store: str = "classic",
 ) -> tuple[bool, str]:
-    """(ok, line) saying whether `what` (an image, with id `actual`) is the one the lock
-    predicts."""
+    """(ok, line) saying whether `what` (an image with the engine id `actual`, on an engine
+    whose image store is `store`) is the one the lock predicts: a classic store's id is the
+    config digest (the lock's image_id), a containerd store's the manifest digest."""
     if expected is None:
         return True, (
             f"{env}/{target}: the lock records no image digest (build to record "
@@ -229,11 +297,28 @@ def status_line(
         )
     if actual is None:
         return False, f"{env}/{target}: {what} is not on this engine"
-    if actual == expected.image_id:
+    wanted = expected.engine_id(store)
+    kind = "manifest" if store == "containerd" else "config"
+    if not wanted:
+        return False, (
+            f"{env}/{target}: {what} {actual}: the lock records no {kind} digest, which this "
+            f"engine's {store} image store names images by; build once to record it"
+        )
+    if actual == wanted:
         return True, f"{env}/{target}: {what} {actual} is the image the lock predicts"
     return False, (
-        f"{env}/{target}: {what} {actual} is NOT the image the lock predicts ({expected.image_id})"
+        f"{env}/{target}: {what} {actual} is NOT the image the lock predicts ({kind} digest "
+        f"{wanted}, {store} image store)"
     )
+
+
+def image_line(
+    client: Any, env: str, target: str, tag: str, what: str, expected: Prediction | None
+) -> tuple[bool, str]:
+    """status_line for the engine's image `tag` (`what` names it in the line)."""
+    image = _attrs(client, tag)
+    actual = str(image["Id"]) if image is not None else None
+    return status_line(env, target, what, actual, expected, image_store(client))
 
 
 def image_report(target: object, project: object, env: object) -> list[tuple[bool, str]]:

@@ -424,6 +424,7 @@ _DIGEST = r"sha256:[0-9a-f]{64}"
 #: any build, pull), not minutes later, or pasted into a rendered script.
 _ARTIFACT_FORMS: dict[str, tuple[re.Pattern[str], str]] = {
     "image_id": (re.compile(rf"{_DIGEST}\Z"), "'sha256:' and 64 lower-case hex digits"),
+    "manifest_digest": (re.compile(rf"{_DIGEST}\Z"), "'sha256:' and 64 lower-case hex digits"),
     "layers": (  # empty for an image with no layer above its base (artifacts_sha256 covers it)
         re.compile(rf"({_DIGEST}( {_DIGEST})*)?\Z"),
         "layer digests ('sha256:' and 64 lower-case hex digits) separated by spaces",
