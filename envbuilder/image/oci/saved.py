@@ -83,12 +83,13 @@ class _Stream:
     spooled: dict[str, Spooled] = field(default_factory=dict)
     links: dict[str, str] = field(default_factory=dict)
 
-    def layer(self, name: str) -> Spooled | None:
+    def resolve(self, name: str) -> str:
+        """The member a name leads to through links (a link to a link, as moby writes)."""
         seen: set[str] = set()
-        while name in self.links and name not in seen:  # a link to a link, as moby writes
+        while name in self.links and name not in seen:
             seen.add(name)
             name = self.links[name]
-        return self.spooled.get(name)
+        return name
 
 
 def read_saved(
@@ -142,20 +143,27 @@ def _read_file(
     handle = tar.extractfile(member)
     if handle is None:
         return
-    source: IO[bytes] | _BytesReader = handle
-    if member.size < SMALL:
-        data = handle.read()
-        found.small[name] = data
-        if _looks_like_json(data):
-            return
-        source = _BytesReader(data)
-    spooled = _spool(source, workdir / f"saved-{len(found.spooled)}.tar")
-    if spooled.path is not None and (not keep(spooled.diff_id) or spooled.diff_id in first):
+    if member.size < SMALL:  # a JSON document, or a tiny layer spooled when it is named
+        found.small[name] = handle.read()
+        return
+    found.spooled[name] = _keep_or_drop(_spool(handle, _spool_path(found, workdir)), first, keep)
+
+
+def _spool_path(found: _Stream, workdir: Path) -> Path:
+    return workdir / f"saved-{len(found.spooled)}.tar"
+
+
+def _keep_or_drop(
+    spooled: Spooled, first: dict[str, Spooled], keep: Callable[[str], bool]
+) -> Spooled:
+    """`spooled`, or its file dropped: refused by `keep`, or the same layer spooled before."""
+    if spooled.path is None:
+        return spooled
+    if not keep(spooled.diff_id) or spooled.diff_id in first:
         spooled.path.unlink()
-        spooled = first.get(spooled.diff_id, Spooled(spooled.diff_id, spooled.size, None))
-    elif spooled.path is not None:
-        first[spooled.diff_id] = spooled
-    found.spooled[name] = spooled
+        return first.get(spooled.diff_id, Spooled(spooled.diff_id, spooled.size, None))
+    first[spooled.diff_id] = spooled
+    return spooled
 
 
 class _BytesReader:
@@ -170,11 +178,6 @@ class _BytesReader:
         chunk = bytes(self._data[self._at : end])
         self._at = end
         return chunk
-
-
-def _looks_like_json(data: bytes) -> bool:
-    head = data.lstrip()[:1]
-    return head in (b"{", b"[")
 
 
 def _spool(source: IO[bytes] | _BytesReader, path: Path) -> Spooled:
@@ -306,8 +309,9 @@ def _match_layers(
     layer out, as podman and a classic engine may for layers it knows the reader has)."""
     layers: dict[int, Path] = {}
     sizes: list[int] = []
+    first = {s.diff_id: s for s in found.spooled.values() if s.path is not None}
     for index, (name, diff_id) in enumerate(zip(names, diff_ids, strict=True)):
-        spooled = found.layer(name)
+        spooled = _named_layer(found, name, first, keep, workdir)
         if spooled is not None and spooled.diff_id != diff_id:
             raise EngineError(
                 f"`docker save {what}`: the layer {name} is {spooled.diff_id}, but the config "
@@ -324,3 +328,18 @@ def _match_layers(
             shutil.copyfile(spooled.path, path)
         layers[index] = path
     return layers, sizes
+
+
+def _named_layer(
+    found: _Stream,
+    name: str,
+    first: dict[str, Spooled],
+    keep: Callable[[str], bool],
+    workdir: Path,
+) -> Spooled | None:
+    """The layer the manifest names `name`: spooled already, or a small member spooled now."""
+    member = found.resolve(name)
+    if member not in found.spooled and member in found.small:
+        spooled = _spool(_BytesReader(found.small[member]), _spool_path(found, workdir))
+        found.spooled[member] = _keep_or_drop(spooled, first, keep)
+    return found.spooled.get(member)
