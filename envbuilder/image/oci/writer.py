@@ -30,6 +30,7 @@ from typing import IO, Any
 from envbuilder.core.errors import BuildError, EngineError
 from envbuilder.core.progress import ProgressFn, no_progress
 from envbuilder.image.oci.blobs import canonical_json, digest_bytes, rfc3339
+from envbuilder.image.oci.canonical import UNCHANGED, View, add_raw_layer, canonicalise
 from envbuilder.image.oci.config import deterministic_config
 from envbuilder.image.oci.layers import (
     ReadLayer,
@@ -44,8 +45,9 @@ from envbuilder.image.tar import CHUNK, IterStream
 
 #: Version of what this package writes: bump it whenever the same engine image would give other
 #: bytes (a normalisation rule, the tar layout, the config's keys), so that a recorded digest
-#: from an older envbuilder is not mistaken for a prediction of this one.
-REPRO_FORMAT = "1"
+#: from an older envbuilder is not mistaken for a prediction of this one. 2: layers are canonical
+#: diffs (envbuilder.image.oci.canonical), so every engine and store gives the same digest.
+REPRO_FORMAT = "2"
 #: Label of every written image: the REPRO_FORMAT that wrote it.
 REPRO_LABEL = "org.envbuilder.repro-format"
 #: Members of a `docker save` stream other than layer tars are small JSON files.
@@ -63,6 +65,7 @@ class LayerSummary:
     entries: int
     dropped: int  # build-noise members left out
     changed: int  # members whose content or header was rewritten
+    unchanged: int = 0  # members left out as the same as in the layers below
 
 
 @dataclass(frozen=True)
@@ -159,10 +162,8 @@ def write_image(
     workdir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="image-", dir=workdir))
     try:
-        below = set(base_ids)
-        # The containerd store keeps every blob the manifest names: send the base layers too.
-        keep = (lambda d: True) if store == "containerd" else (lambda d: d not in below)
-        saved = save_image(client, engine_image, keep, tmp, progress)
+        # Every layer is kept: the base's are the view the layers above are diffed against.
+        saved = save_image(client, engine_image, lambda _d: True, tmp, progress)
         base_count = len(base_ids)
         written = _normalise(saved, base_count, tmp, source_date_epoch, progress)
         doc = deterministic_config(
@@ -174,7 +175,8 @@ def write_image(
             labels={**(labels or {}), REPRO_LABEL: REPRO_FORMAT},
         )
         config = canonical_json(doc)
-        blobs = _layer_blobs(saved, base_ids, written)
+        # The containerd store keeps every blob the manifest names: send the base layers too.
+        blobs = _layer_blobs(saved, base_ids, written, send_base=store == "containerd")
         manifest = image_manifest(config, blobs)
         _load(client, load_stream(config, manifest, blobs), progress)
         image_id = digest_bytes(config)
@@ -186,12 +188,16 @@ def write_image(
 
 
 def _layer_blobs(
-    saved: SavedImage, base_ids: list[str], written: list[tuple[int, WrittenLayer]]
+    saved: SavedImage,
+    base_ids: list[str],
+    written: list[tuple[int, WrittenLayer]],
+    *,
+    send_base: bool,
 ) -> list[LayerBlob]:
-    """Every layer of the written image: the base's as saved (their files only where kept),
-    then the normalised ones."""
+    """Every layer of the written image: the base's as saved (their files only when
+    `send_base`), then the normalised ones."""
     blobs = [
-        LayerBlob(diff_id, saved.sizes[i], saved.layers.get(i))
+        LayerBlob(diff_id, saved.sizes[i], saved.layers.get(i) if send_base else None)
         for i, diff_id in enumerate(base_ids)
     ]
     blobs += [LayerBlob(w.diff_id, w.size, w.path) for _, w in written]
@@ -211,8 +217,9 @@ def _summaries(
             str(step.get("created_by", "")),
             w.size,
             w.stats.entries,
-            len(w.stats.dropped),
+            sum(1 for why in w.stats.dropped.values() if why != UNCHANGED),
             len(w.stats.changed),
+            sum(1 for why in w.stats.dropped.values() if why == UNCHANGED),
         )
         for (index, w), step in zip(written, _pad(made, len(written)), strict=True)
     )
@@ -227,8 +234,13 @@ def _normalise(
     saved: SavedImage, base_count: int, tmp: Path, source_date_epoch: int, progress: ProgressFn
 ) -> list[tuple[int, WrittenLayer]]:
     """Read every layer above the base, then write each normalised (pyc headers need to know
-    which sources the normalised layers write)."""
+    which sources the normalised layers write) as its canonical diff against the layers below
+    (envbuilder.image.oci.canonical)."""
     above = sorted(i for i in saved.layers if i >= base_count)
+    view: View = {}
+    for index in range(base_count):
+        progress(f"reading base layer {index}", 0, None)
+        add_raw_layer(view, saved.layers[index])
     read: list[tuple[int, ReadLayer, IO[bytes]]] = []
     with contextlib.ExitStack() as stack:
         for index in above:
@@ -241,6 +253,7 @@ def _normalise(
         out = []
         for index, layer, _ in read:
             keep_pyc_heads(layer, sources)
+            canonicalise(layer, view)
             written = write_layer(
                 layer, tmp / f"layer-{index}.tar", source_date_epoch, progress, f"layer {index}"
             )
