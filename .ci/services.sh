@@ -517,10 +517,9 @@ in_ci() {
     return 1
 }
 
-# The mounts under $SID_ROOT, deepest first (for umount); none when nothing is mounted.
+# The mounts at and under $SID_ROOT; none when nothing is mounted there.
 sid_mounts() {
-    awk -v root="$SID_ROOT" '$5 == root || index($5, root "/") == 1 {print $5}' \
-        /proc/self/mountinfo | sort -r
+    awk -v root="$SID_ROOT" '$5 == root || index($5, root "/") == 1 {print $5}' /proc/self/mountinfo
 }
 
 # Where the engines are: inside the root, paths are those of the host without $SID_ROOT.
@@ -546,10 +545,10 @@ stop_engines() {
 # Unmount everything under $SID_ROOT, then remove it; refuses while anything stays mounted
 # there (rm -rf would go into the bind-mounted /dev, /sys or $ENGINES_DIR).
 remove_sid_root() {
-    local mnt
     [ -e "$SID_ROOT" ] || return 0
     stop_engines
-    for mnt in $(sid_mounts); do $SUDO umount -l "$mnt"; done
+    # Lazy and recursive: the engines' own mounts (overlays, netns) go with the root's.
+    $SUDO umount -R -l "$SID_ROOT" 2>/dev/null || true
     [ -z "$(sid_mounts)" ] || die "still mounted under $SID_ROOT: $(sid_mounts | tr '\n' ' ')"
     log "removing the old $SID_ROOT"
     $SUDO rm -rf --one-file-system "$SID_ROOT"
