@@ -16,9 +16,17 @@
 #     configured by $STATE_DIR/slurm/slurm.conf (exported as SLURM_CONF).
 #   - the Dev Containers CLI (@devcontainers/cli from npm, pinned) under $STATE_DIR, for
 #     tests/test_devcontainer.py (exported as ENVBUILDER_DEVCONTAINER_CLI).
+#   - three current engines beside Debian 12's dockerd 20.10, from a Debian sid root that
+#     debootstrap makes in $STATE_DIR/sid-root (about 45 s, 720 MB; made again only when its
+#     package list changes): dockerd 28 with the containerd image store (sid-containerd),
+#     dockerd 28 with the classic overlay2 store (sid-classic) and podman 5's Docker-compatible
+#     API (podman), each with its own socket, data ($STATE_DIR/engines/NAME, with its logs),
+#     containerd, cgroup parent and bridge, the same registry mirror, and debian:bookworm-slim
+#     pulled; exported as ENVBUILDER_TEST_ENGINES='NAME=DOCKER_HOST ...' (tests/conftest.py's
+#     engine_hosts). Under CI=true a root that cannot be made is an error.
 # Idempotent: whatever already runs is left alone. Progress goes to stderr; stdout carries only
-# `export` lines, so `eval "$(.ci/services.sh)"` sets ENVBUILDER_TEST_REGISTRY, SLURM_CONF and
-# friends.
+# `export` lines, so `eval "$(.ci/services.sh)"` sets ENVBUILDER_TEST_REGISTRY, SLURM_CONF,
+# ENVBUILDER_TEST_ENGINES and friends.
 # Usage: .ci/services.sh [--no-install]     (root, or a user with sudo)
 set -euo pipefail
 
@@ -610,15 +618,21 @@ mount_sid_root() {
     mount_once "$SID_ROOT$ENGINES_DIR" --bind "$ENGINES_DIR"
 }
 
+# The host's docker group, by number (the root's own docker group has another gid): its members
+# use the sid engines' sockets as they use the main engine's. Empty when there is none.
+host_docker_gid() { getent group docker | cut -d: -f3; }
+
 # daemon.json of a sid dockerd. Paths are inside the root: data under $ENGINES_DIR/NAME/data
 # (the same path on the host), exec root, pid file and socket on the root's /run tmpfs.
 # No "containerd" key: dockerd starts a containerd of its own (in the exec root).
 sid_daemon_json() {
-    local name=$1 snapshotter=$2 bridge=$3 octet=$4 run
+    local name=$1 snapshotter=$2 bridge=$3 octet=$4 run gid group=""
     run=$(engine_run_dir "$name")
+    gid=$(host_docker_gid)
+    if [ -n "$gid" ]; then group=$'\n  "group": "'$gid'",'; fi
     cat <<EOJ
 {
-  "hosts": ["unix://$run/docker.sock"],
+  "hosts": ["unix://$run/docker.sock"],$group
   "data-root": "$ENGINES_DIR/$name/data",
   "exec-root": "$run/exec",
   "pidfile": "$run/$name.pid",
@@ -798,6 +812,12 @@ start_sid_engines() {
         engines+=("$name")
     done
     start_podman
+    # podman makes its socket root's only (0600); the host's docker group gets it as it gets
+    # the dockerds' sockets.
+    if [ -n "$(host_docker_gid)" ]; then
+        $SUDO chgrp "$(host_docker_gid)" "$(engine_sock podman)"
+        $SUDO chmod 0660 "$(engine_sock podman)"
+    fi
     engines+=(podman)
     for name in "${engines[@]}"; do check_engine "$name"; done
     for name in "${engines[@]}"; do printf '%s=%s ' "$name" "$(engine_host "$name")"; done
