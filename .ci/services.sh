@@ -581,6 +581,10 @@ make_sid_root() {
         return 1
     fi
     secs=$(($(date +%s) - start))
+    if [ ! -x "$SID_ROOT.new/usr/sbin/dockerd" ] || [ ! -x "$SID_ROOT.new/usr/bin/podman" ]; then
+        log "debootstrap sid made no dockerd or podman"
+        return 1
+    fi
     $SUDO mv "$SID_ROOT.new" "$SID_ROOT"
     printf '%s\n' "$stamp" | $SUDO tee "$SID_STAMP" >/dev/null
     log "debootstrap sid took ${secs}s; $SID_ROOT uses $(du -sxh "$SID_ROOT" | cut -f1)"
@@ -795,10 +799,12 @@ check_engine() {
     log "engine $name: server $version, image store $store, runs $SEED_IMAGE"
 }
 
-# The three engines; prints the ENVBUILDER_TEST_ENGINES value (nothing when the root cannot be
-# made outside CI: the engine tests then skip).
+# The three engines; sets TEST_ENGINES, the ENVBUILDER_TEST_ENGINES value (empty when the root
+# cannot be made outside CI: the engine tests then skip). Not run in $(...): set -e would not
+# hold there.
+TEST_ENGINES=""
 start_sid_engines() {
-    local spec name rest engines=()
+    local spec name engines=()
     if ! make_sid_root; then
         if in_ci; then die "debootstrap sid failed (see $ENGINES_DIR/debootstrap-sid.log)"; fi
         log "WARNING: debootstrap sid failed (see $ENGINES_DIR/debootstrap-sid.log): no sid engines"
@@ -820,7 +826,8 @@ start_sid_engines() {
     fi
     engines+=(podman)
     for name in "${engines[@]}"; do check_engine "$name"; done
-    for name in "${engines[@]}"; do printf '%s=%s ' "$name" "$(engine_host "$name")"; done
+    for name in "${engines[@]}"; do TEST_ENGINES+="$name=$(engine_host "$name") "; done
+    TEST_ENGINES=${TEST_ENGINES% }
 }
 
 main() {
@@ -833,7 +840,7 @@ main() {
     check_pull
     start_apt_snapshot
     start_slurm
-    test_engines=$(start_sid_engines)
+    start_sid_engines
     if [ "${1:-}" != "--no-install" ]; then install_devcontainer_cli; fi
     printf 'export ENVBUILDER_TEST_REGISTRY=127.0.0.1:%s\n' "$REGISTRY_PORT"
     printf 'export ENVBUILDER_TEST_AUTH_REGISTRY=127.0.0.1:%s\n' "$AUTH_REGISTRY_PORT"
@@ -845,8 +852,8 @@ main() {
     if [ -x "$DEVCONTAINER_CLI" ]; then
         printf 'export ENVBUILDER_DEVCONTAINER_CLI=%s\n' "$DEVCONTAINER_CLI"
     fi
-    if [ -n "$test_engines" ]; then
-        printf "export ENVBUILDER_TEST_ENGINES='%s'\n" "${test_engines% }"
+    if [ -n "$TEST_ENGINES" ]; then
+        printf "export ENVBUILDER_TEST_ENGINES='%s'\n" "$TEST_ENGINES"
     fi
 }
 
