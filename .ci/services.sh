@@ -16,9 +16,17 @@
 #     configured by $STATE_DIR/slurm/slurm.conf (exported as SLURM_CONF).
 #   - the Dev Containers CLI (@devcontainers/cli from npm, pinned) under $STATE_DIR, for
 #     tests/test_devcontainer.py (exported as ENVBUILDER_DEVCONTAINER_CLI).
+#   - three current engines beside Debian 12's dockerd 20.10, from a Debian sid root that
+#     debootstrap makes in $STATE_DIR/sid-root (about 45 s, 720 MB; made again only when its
+#     package list changes): dockerd 28 with the containerd image store (sid-containerd),
+#     dockerd 28 with the classic overlay2 store (sid-classic) and podman 5's Docker-compatible
+#     API (podman), each with its own socket, data ($STATE_DIR/engines/NAME, with its logs),
+#     containerd, cgroup parent and bridge, the same registry mirror, and debian:bookworm-slim
+#     pulled; exported as ENVBUILDER_TEST_ENGINES='NAME=DOCKER_HOST ...' (tests/conftest.py's
+#     engine_hosts). Under CI=true a root that cannot be made is an error.
 # Idempotent: whatever already runs is left alone. Progress goes to stderr; stdout carries only
-# `export` lines, so `eval "$(.ci/services.sh)"` sets ENVBUILDER_TEST_REGISTRY, SLURM_CONF and
-# friends.
+# `export` lines, so `eval "$(.ci/services.sh)"` sets ENVBUILDER_TEST_REGISTRY, SLURM_CONF,
+# ENVBUILDER_TEST_ENGINES and friends.
 # Usage: .ci/services.sh [--no-install]     (root, or a user with sudo)
 set -euo pipefail
 
@@ -471,6 +479,357 @@ install_devcontainer_cli() {
     "$DEVCONTAINER_CLI" --version >/dev/null || die "the Dev Containers CLI does not run"
 }
 
+# --- current engines from Debian sid, beside the Debian 12 one (issue 29) ---
+#
+# Debian 12's dockerd (20.10, classic store) is older than any engine users run. Three current
+# ones run from a Debian sid root ($SID_ROOT, made by debootstrap from Debian's packages):
+# dockerd with the containerd image store (sid-containerd), dockerd with the classic overlay2
+# store (sid-classic), and podman's Docker-compatible API service (podman). Each has its own
+# data, exec root, socket, managed containerd, cgroup parent and bridge; none touches iptables,
+# docker0 or the host's engine. Clients on the host use DOCKER_HOST=unix://$SID_ROOT/run/...
+# (ENVBUILDER_TEST_ENGINES lists them).
+#
+# Measured on a 2-core CI machine (December 2026): the debootstrap takes about 45 s and the root
+# uses about 720 MB (docker.io 28.5, containerd 2.1, podman 5.8); each engine's images live in
+# $ENGINES_DIR/NAME.
+SID_ROOT="$STATE_DIR/sid-root"
+# The stamp holds the package list the root was made with: a change makes it again.
+SID_STAMP="$STATE_DIR/sid-root.stamp"
+ENGINES_DIR="$STATE_DIR/engines"
+# uidmap: podman's user namespaces (rootless needs it; rootful uses it for --userns);
+# netavark + aardvark-dns: podman's network stack; crun: podman's usual runtime (runc runs its
+# containers here, see podman_containers_conf);
+# fuse-overlayfs: podman's overlay where the kernel's cannot be used (rootless on old kernels);
+# catatonit: podman's init (--init); iproute2: `ip` in the root, for debugging its networks.
+SID_PACKAGES=(docker.io containerd iptables ca-certificates podman uidmap netavark aardvark-dns
+    crun fuse-overlayfs catatonit iproute2)
+# name:containerd-snapshotter:bridge:third octet (a bridge name has at most 15 characters).
+SID_DOCKERDS=(sid-containerd:true:ebci-sidctrd:0 sid-classic:false:ebci-sidclassic:1)
+# The engines' networks are in 198.18.0.0/15, the block RFC 2544 reserves for benchmarking: never
+# routed, so nothing on this machine or beyond targets it, and it cannot collide with docker0's
+# 172.17.0.0/16 or with the private ranges the host's engine, a VPN or a LAN use. dockerd insists
+# on an IPv4 subnet for its default bridge (left without one, it took 172.18.0.0/16 and
+# 172.19.0.0/16 here), so each bridge gets a fixed one (198.18.N.1/24); podman's default network
+# is 198.18.2.0/24 (its pool 198.18.48.0/20). Containers that reach local services use host
+# networking, never these addresses.
+# NO "default-address-pools" in a sid daemon.json: dockerd 28 restarting with them deletes the
+# interface named docker0 (moby's removeDefaultBridgeInterface runs whenever pools are set and a
+# default network was stored, whatever "bridge" names), which broke the host's engine here once.
+# `docker network create` on these engines thus takes dockerd's default pools (172.x): give
+# such networks a --subnet in 198.18.0.0/15.
+PODMAN_DIR="$ENGINES_DIR/podman"
+
+# 0 when CI=true (as tests/conftest.py's in_ci reads it).
+in_ci() {
+    case "$(printf '%s' "${CI:-}" | tr '[:upper:]' '[:lower:]')" in 1 | true | yes) return 0 ;; esac
+    return 1
+}
+
+# The mounts at and under $SID_ROOT; none when nothing is mounted there.
+sid_mounts() {
+    awk -v root="$SID_ROOT" '$5 == root || index($5, root "/") == 1 {print $5}' /proc/self/mountinfo
+}
+
+# Where the engines are: inside the root, paths are those of the host without $SID_ROOT.
+engine_run_dir() { printf '/run/envbuilder/%s' "$1"; }
+engine_sock() {
+    if [ "$1" = podman ]; then printf '%s/run/envbuilder/podman/podman.sock' "$SID_ROOT"
+    else printf '%s/run/envbuilder/%s/docker.sock' "$SID_ROOT" "$1"; fi
+}
+engine_host() { printf 'unix://%s' "$(engine_sock "$1")"; }
+engine_pidfile() { printf '%s%s/%s.pid' "$SID_ROOT" "$(engine_run_dir "$1")" "$1"; }
+# sid_docker NAME ARGS...: the host's docker CLI against engine NAME.
+sid_docker() { DOCKER_HOST="$(engine_host "$1")" docker "${@:2}"; }
+sid_engine_up() { sid_docker "$1" version --format '{{.Server.Version}}' >/dev/null 2>&1; }
+
+stop_engines() {
+    local spec
+    for spec in "${SID_DOCKERDS[@]}"; do
+        stop_pidfile "$(engine_pidfile "${spec%%:*}")" dockerd
+    done
+    stop_pidfile "$(engine_pidfile podman)" podman
+}
+
+# Unmount everything under $SID_ROOT, then remove it; refuses while anything stays mounted
+# there (rm -rf would go into the bind-mounted /dev, /sys or $ENGINES_DIR).
+remove_sid_root() {
+    [ -e "$SID_ROOT" ] || return 0
+    stop_engines
+    # Lazy and recursive: the engines' own mounts (overlays, netns) go with the root's.
+    $SUDO umount -R -l "$SID_ROOT" 2>/dev/null || true
+    [ -z "$(sid_mounts)" ] || die "still mounted under $SID_ROOT: $(sid_mounts | tr '\n' ' ')"
+    log "removing the old $SID_ROOT"
+    $SUDO rm -rf --one-file-system "$SID_ROOT"
+}
+
+# debootstrap the sid root once; again only when SID_PACKAGES changed (the stamp says).
+make_sid_root() {
+    local stamp start secs
+    stamp="sid minbase ${SID_PACKAGES[*]}"
+    if [ -x "$SID_ROOT/usr/sbin/dockerd" ] && [ "$(cat "$SID_STAMP" 2>/dev/null)" = "$stamp" ]; then
+        log "Debian sid root $SID_ROOT already made"
+        return 0
+    fi
+    remove_sid_root
+    $SUDO rm -rf --one-file-system "$SID_ROOT.new"
+    $SUDO mkdir -p "$ENGINES_DIR"
+    log "debootstrap sid into $SID_ROOT (about 45 s; log: $ENGINES_DIR/debootstrap-sid.log)"
+    start=$(date +%s)
+    if ! $SUDO debootstrap --variant=minbase --include="$(IFS=,; echo "${SID_PACKAGES[*]}")" \
+        sid "$SID_ROOT.new" >"$ENGINES_DIR/debootstrap-sid.log" 2>&1; then
+        $SUDO rm -rf --one-file-system "$SID_ROOT.new"
+        return 1
+    fi
+    secs=$(($(date +%s) - start))
+    if [ ! -x "$SID_ROOT.new/usr/sbin/dockerd" ] || [ ! -x "$SID_ROOT.new/usr/bin/podman" ]; then
+        log "debootstrap sid made no dockerd or podman"
+        return 1
+    fi
+    $SUDO mv "$SID_ROOT.new" "$SID_ROOT"
+    printf '%s\n' "$stamp" | $SUDO tee "$SID_STAMP" >/dev/null
+    log "debootstrap sid took ${secs}s; $SID_ROOT uses $(du -sxh "$SID_ROOT" | cut -f1)"
+}
+
+# mount_once TARGET MOUNT-ARGS...: mount unless TARGET already is a mount point (re-runs).
+mount_once() {
+    local target=$1
+    shift
+    mountpoint -q "$target" && return 0
+    $SUDO mkdir -p "$target"
+    $SUDO mount "$@" "$target"
+}
+
+# The root bound onto itself (a mount point of its own, private: nothing mounted in it shows up
+# elsewhere), proc, sys with the cgroup hierarchies under it, dev with devpts and shm, a tmpfs on
+# /run (sockets and pid files: gone at reboot, like the host's), and $ENGINES_DIR at the same
+# path inside, so configs and data have one name on both sides. /sys and /dev are recursive binds
+# made slaves: mounts and unmounts under the root never reach the host's.
+mount_sid_root() {
+    if ! mountpoint -q "$SID_ROOT"; then
+        $SUDO mount --bind "$SID_ROOT" "$SID_ROOT"
+        $SUDO mount --make-private "$SID_ROOT"
+    fi
+    mount_once "$SID_ROOT/proc" -t proc proc
+    if ! mountpoint -q "$SID_ROOT/sys"; then
+        mount_once "$SID_ROOT/sys" --rbind /sys
+        $SUDO mount --make-rslave "$SID_ROOT/sys"
+    fi
+    if ! mountpoint -q "$SID_ROOT/dev"; then
+        mount_once "$SID_ROOT/dev" --rbind /dev
+        $SUDO mount --make-rslave "$SID_ROOT/dev"
+    fi
+    mount_once "$SID_ROOT/run" -t tmpfs -o mode=0755,nosuid,nodev tmpfs
+    mount_once "$SID_ROOT$ENGINES_DIR" --bind "$ENGINES_DIR"
+}
+
+# The host's docker group, by number (the root's own docker group has another gid): its members
+# use the sid engines' sockets as they use the main engine's. Empty when there is none.
+host_docker_gid() { getent group docker | cut -d: -f3; }
+
+# daemon.json of a sid dockerd. Paths are inside the root: data under $ENGINES_DIR/NAME/data
+# (the same path on the host), exec root, pid file and socket on the root's /run tmpfs.
+# No "containerd" key: dockerd starts a containerd of its own (in the exec root).
+sid_daemon_json() {
+    local name=$1 snapshotter=$2 bridge=$3 octet=$4 run gid group=""
+    run=$(engine_run_dir "$name")
+    gid=$(host_docker_gid)
+    if [ -n "$gid" ]; then group=$'\n  "group": "'$gid'",'; fi
+    cat <<EOJ
+{
+  "hosts": ["unix://$run/docker.sock"],$group
+  "data-root": "$ENGINES_DIR/$name/data",
+  "exec-root": "$run/exec",
+  "pidfile": "$run/$name.pid",
+  "features": {"containerd-snapshotter": $snapshotter},
+  "registry-mirrors": ["http://127.0.0.1:$REGISTRY_PORT"],
+  "insecure-registries": ["127.0.0.1:$REGISTRY_PORT", "127.0.0.1:$AUTH_REGISTRY_PORT"],
+  "iptables": false,
+  "ip6tables": false,
+  "cgroup-parent": "envbuilder-$name",
+  "bridge": "$bridge"
+}
+EOJ
+}
+
+# ensure_bridge NAME ADDRESS: a bridge of the engine's own, so that it never touches docker0
+# (never "bridge": "none": such a dockerd deletes docker0), holding ADDRESS and no other IPv4
+# address (dockerd takes its subnet from the bridge: "bridge" and "bip" exclude each other).
+# Called while the engine is stopped.
+ensure_bridge() {
+    if ! ip link show "$1" >/dev/null 2>&1; then
+        log "creating bridge $1"
+        $SUDO ip link add "$1" type bridge
+    fi
+    if [ "$(ip -4 -o addr show dev "$1" | awk '{print $4}')" != "$2" ]; then
+        log "giving bridge $1 the address $2"
+        $SUDO ip -4 addr flush dev "$1"
+        $SUDO ip addr add "$2" dev "$1"
+    fi
+}
+
+# write_if_changed FILE CONTENT: 0 when FILE changed (the engine reading it must restart).
+write_if_changed() {
+    if [ -f "$1" ] && [ "$2" = "$(cat "$1")" ]; then return 1; fi
+    printf '%s\n' "$2" | $SUDO tee "$1.tmp" >/dev/null
+    $SUDO mv "$1.tmp" "$1"
+}
+
+start_sid_dockerd() {
+    local name=$1 snapshotter=$2 bridge=$3 octet=$4 dir="$ENGINES_DIR/$1"
+    $SUDO mkdir -p "$dir" "$SID_ROOT$(engine_run_dir "$name")"
+    if write_if_changed "$dir/daemon.json" \
+        "$(sid_daemon_json "$name" "$snapshotter" "$bridge" "$octet")"; then
+        log "wrote $dir/daemon.json"
+        stop_pidfile "$(engine_pidfile "$name")" dockerd
+        # The default network dockerd stored holds the old bridge subnet, which it would put
+        # back on the bridge: it makes a new one from the bridge's address instead.
+        $SUDO rm -rf "$dir/data/network"
+    fi
+    if sid_engine_up "$name"; then
+        log "engine $name already up"
+        return 0
+    fi
+    ensure_bridge "$bridge" "198.18.$octet.1/24"
+    log "starting engine $name: dockerd in $SID_ROOT (log: $dir/dockerd.log)"
+    $SUDO setsid nohup chroot "$SID_ROOT" dockerd --config-file "$dir/daemon.json" \
+        >>"$dir/dockerd.log" 2>&1 </dev/null &
+    wait_for "engine $name (see $dir/dockerd.log)" 90 sid_engine_up "$name"
+}
+
+# podman, rootful (root runs it; one storage for the host's root). Rootless would differ: a user
+# with /etc/subuid and /etc/subgid ranges (uidmap's newuidmap), storage under the user's home,
+# pasta or slirp4netns for networks, and the socket in $XDG_RUNTIME_DIR/podman/podman.sock.
+podman_storage_conf() {
+    cat <<EOC
+[storage]
+driver = "overlay"
+graphroot = "$PODMAN_DIR/storage"
+runroot = "$PODMAN_DIR/run"
+EOC
+}
+
+# docker.io is rewritten to the local registry (what the dockerds' mirror serves); nothing is
+# fetched from a public registry. Short names ("debian:bookworm-slim") resolve to docker.io.
+podman_registries_conf() {
+    cat <<EOC
+unqualified-search-registries = ["docker.io"]
+short-name-mode = "permissive"
+
+[[registry]]
+prefix = "docker.io"
+location = "127.0.0.1:$REGISTRY_PORT"
+insecure = true
+
+[[registry]]
+location = "127.0.0.1:$REGISTRY_PORT"
+insecure = true
+
+[[registry]]
+location = "127.0.0.1:$AUTH_REGISTRY_PORT"
+insecure = true
+EOC
+}
+
+# No systemd in the root: cgroupfs and a file for events. tmp_dir on the root's /run tmpfs
+# (podman tells a reboot by it). runc, not crun: on a host with cgroup v1 beside a cgroup2
+# hierarchy that holds a controller (hybrid mode, as on this CI machine: hugetlb), crun refuses to
+# start containers ("cgroups in hybrid mode not supported"); runc (docker.io's) runs them.
+# firewall_driver "none": netavark leaves the host's firewall alone (as "iptables": false does for
+# the dockerds); the default network's addresses are in 198.18.0.0/15 (see SID_DOCKERDS).
+podman_containers_conf() {
+    cat <<EOC
+[engine]
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+events_logfile_path = "$PODMAN_DIR/events.log"
+tmp_dir = "/run/envbuilder/podman/tmp"
+runtime = "runc"
+
+[network]
+network_config_dir = "$PODMAN_DIR/networks"
+firewall_driver = "none"
+default_subnet = "198.18.2.0/24"
+default_subnet_pools = [{base = "198.18.48.0/20", size = 24}]
+EOC
+}
+
+start_podman() {
+    local changed=""
+    $SUDO mkdir -p "$PODMAN_DIR" "$SID_ROOT/run/envbuilder/podman"
+    write_if_changed "$PODMAN_DIR/storage.conf" "$(podman_storage_conf)" && changed=1
+    write_if_changed "$PODMAN_DIR/registries.conf" "$(podman_registries_conf)" && changed=1
+    write_if_changed "$PODMAN_DIR/containers.conf" "$(podman_containers_conf)" && changed=1
+    if [ -n "$changed" ]; then
+        log "wrote $PODMAN_DIR/*.conf"
+        stop_pidfile "$(engine_pidfile podman)" podman
+    fi
+    if sid_engine_up podman; then
+        log "engine podman already up"
+        return 0
+    fi
+    log "starting engine podman: podman system service in $SID_ROOT (log: $PODMAN_DIR/podman.log)"
+    $SUDO rm -f "$(engine_sock podman)"
+    # setsid, nohup, chroot and env exec: $! is podman's pid.
+    $SUDO setsid nohup chroot "$SID_ROOT" env CONTAINERS_CONF="$PODMAN_DIR/containers.conf" \
+        CONTAINERS_STORAGE_CONF="$PODMAN_DIR/storage.conf" \
+        CONTAINERS_REGISTRIES_CONF="$PODMAN_DIR/registries.conf" \
+        podman system service --time=0 "unix:///run/envbuilder/podman/podman.sock" \
+        >>"$PODMAN_DIR/podman.log" 2>&1 </dev/null &
+    echo $! | $SUDO tee "$(engine_pidfile podman)" >/dev/null
+    wait_for "engine podman (see $PODMAN_DIR/podman.log)" 60 sid_engine_up podman
+}
+
+# Pull the seed through the mirror (as a user's `docker pull` goes), then check what the tests
+# rely on: the server's version, the image store, and a container on the host's network.
+check_engine() {
+    local name=$1 version store
+    sid_docker "$name" pull -q "$SEED_IMAGE" >/dev/null \
+        || die "docker pull $SEED_IMAGE failed on engine $name"
+    sid_docker "$name" image inspect "$SEED_IMAGE" >/dev/null 2>&1 \
+        || die "no $SEED_IMAGE on engine $name after the pull"
+    version=$(sid_docker "$name" version --format '{{.Server.Version}}')
+    store=$(sid_docker "$name" info --format '{{json .DriverStatus}}')
+    case "$name:$store" in
+        sid-containerd:*io.containerd.snapshotter.v1*) ;;
+        sid-containerd:*) die "engine $name does not use the containerd image store: $store" ;;
+        *:*io.containerd.snapshotter.v1*) die "engine $name uses the containerd image store" ;;
+    esac
+    sid_docker "$name" run --rm --network host "$SEED_IMAGE" true \
+        || die "docker run --network host $SEED_IMAGE failed on engine $name"
+    log "engine $name: server $version, image store $store, runs $SEED_IMAGE"
+}
+
+# The three engines; sets TEST_ENGINES, the ENVBUILDER_TEST_ENGINES value (empty when the root
+# cannot be made outside CI: the engine tests then skip). Not run in $(...): set -e would not
+# hold there.
+TEST_ENGINES=""
+start_sid_engines() {
+    local spec name engines=()
+    if ! make_sid_root; then
+        if in_ci; then die "debootstrap sid failed (see $ENGINES_DIR/debootstrap-sid.log)"; fi
+        log "WARNING: debootstrap sid failed (see $ENGINES_DIR/debootstrap-sid.log): no sid engines"
+        return 0
+    fi
+    mount_sid_root
+    for spec in "${SID_DOCKERDS[@]}"; do
+        name=${spec%%:*}
+        # shellcheck disable=SC2086  # split name:snapshotter:bridge:octet into four arguments
+        start_sid_dockerd ${spec//:/ }
+        engines+=("$name")
+    done
+    start_podman
+    # podman makes its socket root's only (0600); the host's docker group gets it as it gets
+    # the dockerds' sockets.
+    if [ -n "$(host_docker_gid)" ]; then
+        $SUDO chgrp "$(host_docker_gid)" "$(engine_sock podman)"
+        $SUDO chmod 0660 "$(engine_sock podman)"
+    fi
+    engines+=(podman)
+    for name in "${engines[@]}"; do check_engine "$name"; done
+    for name in "${engines[@]}"; do TEST_ENGINES+="$name=$(engine_host "$name") "; done
+    TEST_ENGINES=${TEST_ENGINES% }
+}
+
 main() {
     if [ "${1:-}" != "--no-install" ]; then install_packages; fi
     $SUDO mkdir -p "$STATE_DIR"
@@ -481,6 +840,7 @@ main() {
     check_pull
     start_apt_snapshot
     start_slurm
+    start_sid_engines
     if [ "${1:-}" != "--no-install" ]; then install_devcontainer_cli; fi
     printf 'export ENVBUILDER_TEST_REGISTRY=127.0.0.1:%s\n' "$REGISTRY_PORT"
     printf 'export ENVBUILDER_TEST_AUTH_REGISTRY=127.0.0.1:%s\n' "$AUTH_REGISTRY_PORT"
@@ -491,6 +851,9 @@ main() {
     printf 'export SLURM_CONF=%s\n' "$SLURM_CONF_FILE"
     if [ -x "$DEVCONTAINER_CLI" ]; then
         printf 'export ENVBUILDER_DEVCONTAINER_CLI=%s\n' "$DEVCONTAINER_CLI"
+    fi
+    if [ -n "$TEST_ENGINES" ]; then
+        printf "export ENVBUILDER_TEST_ENGINES='%s'\n" "$TEST_ENGINES"
     fi
 }
 

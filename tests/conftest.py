@@ -1,10 +1,11 @@
-"""Shared fixtures: the real Docker engine, the local registries and the two-node Slurm cluster
-that `.ci/services.sh` starts.
+"""Shared fixtures: the real Docker engine, the local registries, the two-node Slurm cluster and
+the current engines (`engine_hosts`: Debian sid's dockerd 28 and podman 5) that `.ci/services.sh`
+starts.
 
 Rule for every service fixture: locally a missing service skips the test with the reason and
 the command that starts it; under CI (`CI=true`) it FAILS, because CI promises the service.
-Tests that use these fixtures get the `docker` / `registry` / `slurm` marker automatically, so
-`pytest -m "not docker"` deselects them.
+Tests that use these fixtures get the `docker` / `registry` / `slurm` / `engines` marker
+automatically, so `pytest -m "not docker"` deselects them.
 """
 
 from __future__ import annotations
@@ -34,6 +35,17 @@ SLURM_NODES = ("n1", "n2")
 # sinfo's short states of a node that answers and takes jobs (not down, drained, unknown; a
 # trailing `*` would mean "not responding").
 SLURM_UP_STATES = frozenset({"idle", "alloc", "mix", "comp"})
+# The current engines .ci/services.sh runs from its Debian sid root (ENVBUILDER_TEST_ENGINES says
+# where; these are its sockets when the variable is not set).
+_SID_RUN = (
+    Path(os.environ.get("ENVBUILDER_CI_STATE", "/var/lib/envbuilder-ci"))
+    / "sid-root/run/envbuilder"
+)
+DEFAULT_TEST_ENGINES = {
+    "sid-containerd": f"unix://{_SID_RUN}/sid-containerd/docker.sock",
+    "sid-classic": f"unix://{_SID_RUN}/sid-classic/docker.sock",
+    "podman": f"unix://{_SID_RUN}/podman/podman.sock",
+}
 
 _SERVICE_MARKERS = {
     "docker_client": "docker",
@@ -41,6 +53,7 @@ _SERVICE_MARKERS = {
     "auth_registry": "registry",
     "auth_registry_credentials": "registry",
     "slurm_cluster": "slurm",
+    "engine_hosts": "engines",
 }
 
 
@@ -81,9 +94,16 @@ def xdist_group_of(item: pytest.Item) -> str:
     another), and the two-node cluster runs one exclusive job at a time, so parallel submissions
     would queue and the timeouts of the tests would measure the queue. Every other test stays
     with its module, whose module-scoped fixtures (replicas, resolved locks) are then built once.
+
+    The tests of the current engines (`engine_hosts`) are a group of their own, "engines": they
+    share those engines' images and containers, not the main engine's, so they run beside the
+    "services" group; one that also uses the main engine, a registry or Slurm stays in "services".
     """
-    if {mark.name for mark in item.iter_markers()} & {"docker", "registry", "slurm"}:
+    marks = {mark.name for mark in item.iter_markers()}
+    if marks & {"docker", "registry", "slurm"}:
         return "services"
+    if "engines" in marks:
+        return "engines"
     return item.nodeid.split("::", 1)[0]
 
 
@@ -211,3 +231,27 @@ def slurm_cluster() -> SlurmCluster:
         seen_text = ", ".join(f"{node}={state}" for node, state in seen.items())
         service_missing(f"the Slurm cluster of {conf} is not up: sinfo says {seen_text}")
     return cluster
+
+
+def parse_engine_hosts(value: str) -> dict[str, str]:
+    """`NAME=DOCKER_HOST NAME=DOCKER_HOST ...` (ENVBUILDER_TEST_ENGINES) as {name: DOCKER_HOST}."""
+    hosts: dict[str, str] = {}
+    for pair in value.split():
+        name, sep, host = pair.partition("=")
+        if not (name and sep and host):
+            raise ValueError(f"ENVBUILDER_TEST_ENGINES: {pair!r} is not NAME=DOCKER_HOST")
+        hosts[name] = host
+    return hosts
+
+
+@pytest.fixture(scope="session")
+def engine_hosts() -> dict[str, str]:
+    """{name: DOCKER_HOST} of the current engines (ENVBUILDER_TEST_ENGINES; .ci/services.sh's
+    sockets when unset). Whether each answers is the test's to check (`service_missing`)."""
+    value = os.environ.get("ENVBUILDER_TEST_ENGINES")
+    if value is None:
+        return dict(DEFAULT_TEST_ENGINES)
+    hosts = parse_engine_hosts(value)
+    if not hosts:
+        service_missing("ENVBUILDER_TEST_ENGINES is empty: no current engines were started")
+    return hosts
