@@ -689,3 +689,249 @@ def repo_digests(client: docker.DockerClient, image: str) -> list[str]:
     except docker.errors.ImageNotFound:
         return []
     return digests
+
+
+# ---------------------------------------------------------------------------------------------
+# typed values and image operations (issue 29: one typed engine interface)
+
+#: The product names `EngineInfo.product` takes.
+DOCKER = "docker"
+PODMAN = "podman"
+#: `EngineInfo.image_store`: Docker's containerd image store ("containerd"), Docker's own
+#: graph-driver store ("classic"), podman's containers/storage ("podman").
+CONTAINERD_STORE = "containerd"
+CLASSIC_STORE = "classic"
+PODMAN_STORE = "podman"
+#: The DriverStatus row by which Docker (24+) says it uses the containerd image store (moby's
+#: daemon/containerd: `[["driver-type", "io.containerd.snapshotter.v1"]]`).
+_CONTAINERD_DRIVER_TYPE = ("driver-type", "io.containerd.snapshotter.v1")
+#: The lowest API version whose engine can run BuildKit builds (Docker 18.09, API 1.39).
+_BUILDKIT_MIN_API = (1, 39)
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What an engine is: `product` ("docker" or "podman"), `version` (the server's, e.g.
+    "28.5.2"), `api_version` (the Docker API version it speaks, e.g. "1.51"), `image_store`
+    ("containerd", "classic" or "podman"), `storage_driver` ("overlay2", "overlayfs", ...),
+    `builder` (the builder a plain build gets: "buildkit" or "legacy"), `buildkit` (whether the
+    engine can run BuildKit builds at all), `rootless`, and the server's `os`/`arch`."""
+
+    product: str
+    version: str
+    api_version: str
+    image_store: str
+    storage_driver: str
+    builder: str
+    buildkit: bool
+    rootless: bool
+    os: str
+    arch: str
+
+    def as_dict(self) -> dict[str, str | bool]:
+        """The JSON object `doctor --json` and validation reports carry."""
+        return {
+            "product": self.product,
+            "version": self.version,
+            "api_version": self.api_version,
+            "image_store": self.image_store,
+            "storage_driver": self.storage_driver,
+            "builder": self.builder,
+            "buildkit": self.buildkit,
+            "rootless": self.rootless,
+            "os": self.os,
+            "arch": self.arch,
+        }
+
+    def summary(self) -> str:
+        """One line: "docker 28.5.2 (API 1.51), containerd image store (overlayfs), builder
+        buildkit, rootful, linux/amd64"."""
+        builder = self.builder
+        if self.builder != "buildkit" and self.buildkit:
+            builder += " (BuildKit available)"
+        return (
+            f"{self.product} {self.version} (API {self.api_version}), {self.image_store} image "
+            f"store ({self.storage_driver or 'unknown driver'}), builder {builder}, "
+            f"{'rootless' if self.rootless else 'rootful'}, {self.os}/{self.arch}"
+        )
+
+
+def parse_engine_info(
+    version: Mapping[str, Any], info: Mapping[str, Any], ping_headers: Mapping[str, str]
+) -> EngineInfo:
+    """EngineInfo from the engine's answers to GET /version, GET /info and GET /_ping (its
+    headers). Pure: the shapes are those of moby's API (docs.docker.com/reference/api/engine)
+    and podman's Docker-compatible API (docs.podman.io/en/latest/_static/api.html)."""
+    components = [str(c.get("Name", "")) for c in version.get("Components") or []]
+    podman = any(name.startswith("Podman") for name in components)
+    driver_status = [tuple(row) for row in info.get("DriverStatus") or [] if len(row) == 2]
+    if podman:
+        store = PODMAN_STORE
+    elif _CONTAINERD_DRIVER_TYPE in driver_status:
+        store = CONTAINERD_STORE
+    else:
+        store = CLASSIC_STORE
+    api = str(version.get("ApiVersion") or ping_headers.get("Api-Version") or "")
+    headers = {key.lower(): value for key, value in ping_headers.items()}
+    buildkit = not podman and _api_tuple(api) >= _BUILDKIT_MIN_API
+    default_builder = headers.get("builder-version", "1")
+    security = [str(option) for option in info.get("SecurityOptions") or []]
+    return EngineInfo(
+        product=PODMAN if podman else DOCKER,
+        version=str(version.get("Version") or info.get("ServerVersion") or ""),
+        api_version=api,
+        image_store=store,
+        storage_driver=str(info.get("Driver") or ""),
+        builder="buildkit" if buildkit and default_builder == "2" else "legacy",
+        buildkit=buildkit,
+        rootless=any("name=rootless" in option.split(",") for option in security),
+        os=str(version.get("Os") or info.get("OSType") or ""),
+        arch=str(version.get("Arch") or info.get("Architecture") or ""),
+    )
+
+
+def _api_tuple(api: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in api.split("."))
+    except ValueError:
+        return ()
+
+
+def engine_info(client: docker.DockerClient) -> EngineInfo:
+    """Which engine `client` talks to (product, versions, image store, builder, rootless), from
+    its /version, /info and /_ping. EngineError when it does not answer."""
+    with _sdk_errors("cannot ask the engine what it is"):
+        version = client.version()
+        info = client.info()
+        ping = client.api.get(client.api.base_url + "/_ping")
+        ping.raise_for_status()
+    return parse_engine_info(version, info, dict(ping.headers))
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """An image as the engine has it (GET /images/{name}/json). `id`: the engine's image ID
+    (the config digest on Docker's classic store and podman; the manifest digest on Docker's
+    containerd store); `diff_ids`: RootFS.Layers, bottom first; `config`: the engine's Config
+    object (Env, User, Labels, Entrypoint, Cmd, WorkingDir, ...) as given."""
+
+    id: str
+    repo_tags: tuple[str, ...]
+    repo_digests: tuple[str, ...]
+    labels: Mapping[str, str]
+    diff_ids: tuple[str, ...]
+    size: int
+    env: tuple[str, ...]
+    user: str
+    architecture: str
+    os: str
+    created: str
+    config: Mapping[str, Any]
+
+    @classmethod
+    def from_inspect(cls, attrs: Mapping[str, Any]) -> ImageInfo:
+        """ImageInfo from the engine's image inspect object."""
+        config = attrs.get("Config") or {}
+        return cls(
+            id=str(attrs.get("Id", "")),
+            repo_tags=tuple(attrs.get("RepoTags") or ()),
+            repo_digests=tuple(attrs.get("RepoDigests") or ()),
+            labels=dict(config.get("Labels") or {}),
+            diff_ids=tuple((attrs.get("RootFS") or {}).get("Layers") or ()),
+            size=int(attrs.get("Size") or 0),
+            env=tuple(config.get("Env") or ()),
+            user=str(config.get("User") or ""),
+            architecture=str(attrs.get("Architecture") or ""),
+            os=str(attrs.get("Os") or ""),
+            created=str(attrs.get("Created") or ""),
+            config=dict(config),
+        )
+
+
+@contextlib.contextmanager
+def _sdk_errors(
+    what: str, *, refused: type[EngineError] | type[BuildError] = EngineError
+) -> Iterator[None]:
+    """The one place the SDK's exceptions become envbuilder's: an engine that does not answer
+    is an EngineError saying how to reach one; a refusal (docker.errors.APIError, including
+    NotFound) is `refused` ("`what`: the engine's explanation"); any other SDK error is an
+    EngineError."""
+    try:
+        yield
+    except docker.errors.APIError as exc:
+        raise refused(f"{what}: {_explain(exc)}") from None
+    except (requests.exceptions.ConnectionError, ConnectionError) as exc:
+        raise EngineError(_unreachable_message(_engine_where(), exc)) from None
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        raise EngineError(f"{what}: {exc}") from None
+
+
+def image_info(client: docker.DockerClient, ref: str) -> ImageInfo | None:
+    """The engine's image `ref` (name, ID or repo digest), or None when it has none by that
+    name. EngineError when the engine does not answer or refuses."""
+    with _sdk_errors(f"cannot inspect the image {ref}"):
+        try:
+            attrs = client.images.get(ref).attrs
+        except docker.errors.NotFound:  # podman's "image not known" is not an ImageNotFound
+            return None
+    return ImageInfo.from_inspect(attrs)
+
+
+def image_history(client: docker.DockerClient, ref: str) -> list[dict[str, Any]]:
+    """The engine's history of image `ref` (GET /images/{name}/history: Id, Created, CreatedBy,
+    Size, ... per entry, newest first). EngineError when the engine lacks it or refuses."""
+    with _sdk_errors(f"cannot read the history of the image {ref}"):
+        entries = client.api.history(ref)  # type: ignore[no-untyped-call]  # (stubs)
+    return [dict(entry) for entry in entries]
+
+
+def save_image_stream(client: docker.DockerClient, ref: str, chunk_size: int) -> Iterator[bytes]:
+    """The bytes of `docker save ref` (a tar: Docker <25's layout or, from Docker 25, an OCI
+    image layout), in chunks of about `chunk_size` bytes. EngineError when the engine lacks
+    the image, refuses or stops answering, also while the stream is read."""
+    with _sdk_errors(f"cannot save the image {ref} from the engine"):
+        chunks = client.api.get_image(ref, chunk_size=chunk_size)
+    return _guarded_stream(chunks, f"saving the image {ref} from the engine failed")
+
+
+def _guarded_stream(chunks: Iterable[bytes], what: str) -> Iterator[bytes]:
+    with _sdk_errors(what):
+        yield from chunks
+
+
+def load_image_archive(client: docker.DockerClient, chunks: Iterable[bytes]) -> list[str]:
+    """Feed a tar stream (`docker save`'s layout) to `docker load`; return the engine's
+    messages ("Loaded image ID: sha256:...", "Loaded image: name:tag"). BuildError when the
+    engine reports an error loading it, EngineError when it does not answer."""
+    messages: list[str] = []
+    with _sdk_errors("`docker load` failed", refused=BuildError):
+        # A generator: requests sends it with chunked transfer encoding, never all in memory.
+        events = client.api.load_image(  # type: ignore[no-untyped-call]  # (stubs)
+            chunk for chunk in chunks
+        )
+        for event in events or ():
+            if not isinstance(event, Mapping):
+                continue
+            if event.get("error"):
+                raise BuildError(f"`docker load` failed: {str(event['error']).strip()}")
+            text = str(event.get("stream") or event.get("status") or "").strip()
+            if text:
+                messages.append(text)
+    return messages
+
+
+def tag_image(client: docker.DockerClient, ref: str, repository: str, tag: str) -> None:
+    """Tag image `ref` as `repository`:`tag` (`docker tag`). EngineError when the engine lacks
+    `ref`, refuses or does not answer."""
+    with _sdk_errors(f"cannot tag the image {ref} as {repository}:{tag}"):
+        if not client.api.tag(ref, repository, tag=tag):
+            raise EngineError(f"the engine did not tag the image {ref} as {repository}:{tag}")
+
+
+def remove_image(
+    client: docker.DockerClient, ref: str, *, force: bool = False, noprune: bool = False
+) -> None:
+    """Remove image `ref` (`docker rmi`; `noprune`: keep its untagged parents); an image the
+    engine lacks is fine. EngineError when the engine refuses (e.g. a container uses it)."""
+    with _sdk_errors(f"cannot remove the image {ref}"), contextlib.suppress(docker.errors.NotFound):
+        client.api.remove_image(ref, force=force, noprune=noprune)
