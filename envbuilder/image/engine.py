@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypeAlias, cast
 
 import docker
 import docker.errors
@@ -61,8 +61,14 @@ def _engine_where() -> str:
     return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock (the default)"
 
 
-def connect() -> docker.DockerClient:
-    """A client for the engine the environment names (DOCKER_HOST etc., as the docker CLI).
+#: The client of an engine, as every function here takes it. Callers name the type
+#: (`engine.Client`) and pass it on; only this module calls it.
+Client: TypeAlias = docker.DockerClient
+
+
+def connect(timeout_s: int = ENGINE_TIMEOUT_S) -> Client:
+    """A client for the engine the environment names (DOCKER_HOST etc., as the docker CLI),
+    each read from it waiting at most `timeout_s`.
 
     Raises EngineError, saying how to start an engine or point at one, when it does not answer.
     """
@@ -72,7 +78,7 @@ def connect() -> docker.DockerClient:
         # ssh:// through the system's ssh client (as the docker CLI does), not paramiko's own
         # ssh: ~/.ssh/config and agents apply as they do for `docker`.
         ssh = os.environ.get("DOCKER_HOST", "").startswith("ssh://")
-        client = docker.from_env(timeout=ENGINE_TIMEOUT_S, use_ssh_client=ssh)
+        client = docker.from_env(timeout=timeout_s, use_ssh_client=ssh)
         if ssh:
             _use_tracked_ssh_adapter(client)
         client.ping()
@@ -291,12 +297,8 @@ def build_image(
 @contextlib.contextmanager
 def _build_errors(tag: str) -> Iterator[None]:
     """The engine's refusal of the build of `tag` as a BuildError, no answer as an EngineError."""
-    try:
+    with _sdk_errors(f"the Docker engine refused the build of {tag}", refused=BuildError):
         yield
-    except docker.errors.APIError as exc:
-        raise BuildError(f"the Docker engine refused the build of {tag}: {_explain(exc)}") from None
-    except requests.exceptions.ConnectionError as exc:
-        raise EngineError(_unreachable_message(_engine_where(), exc)) from None
 
 
 def _on_build_event(event: Mapping[str, Any], state: _BuildState, progress: ProgressFn) -> None:
@@ -357,20 +359,16 @@ def _shorten(text: str, limit: int = 70) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def existing_image(client: docker.DockerClient, ref: str) -> Any | None:
-    """The engine's image `ref`, or None when it has none by that name."""
-    try:
-        return client.images.get(ref)
-    except docker.errors.ImageNotFound:
-        return None
+def existing_image(client: docker.DockerClient, ref: str) -> ImageInfo | None:
+    """The engine's image `ref`, or None when it has none by that name (`image_info`)."""
+    return image_info(client, ref)
 
 
 def _image_id(client: docker.DockerClient, ref: str) -> str:
-    try:
-        image_id = str(client.images.get(ref).id)
-    except docker.errors.ImageNotFound:
-        raise BuildError(f"the build reported success but no image {ref} exists") from None
-    return image_id
+    found = image_info(client, ref)
+    if found is None:
+        raise BuildError(f"the build reported success but no image {ref} exists")
+    return found.id
 
 
 def _explain(exc: docker.errors.APIError) -> str:
@@ -639,12 +637,10 @@ def push_image(
     saying how to log in.
     """
     ref = f"{repository}:{tag}"
-    try:
-        client.images.get(image).tag(repository, tag)
-    except docker.errors.ImageNotFound:
-        raise EngineError(f"no image {image} on the engine at {_engine_where()}") from None
-    except docker.errors.APIError as exc:
-        raise RegistryError(f"cannot tag {image} as {ref}: {_explain(exc)}") from None
+    if image_info(client, image) is None:
+        raise EngineError(f"no image {image} on the engine at {_engine_where()}")
+    with _sdk_errors(f"cannot tag {image} as {ref}", refused=RegistryError):
+        client.api.tag(image, repository, tag=tag)
     try:
         events = client.api.push(repository, tag=tag, stream=True, decode=True)
         seen = _stream_registry(events, "push", ref, progress)
@@ -662,8 +658,8 @@ def push_image(
 
 
 def _untag(client: docker.DockerClient, ref: str) -> None:
-    with contextlib.suppress(docker.errors.APIError):
-        client.images.remove(ref, noprune=True)
+    with contextlib.suppress(EngineError):
+        remove_image(client, ref, noprune=True)
 
 
 def pull_image(client: docker.DockerClient, ref: str, progress: ProgressFn = no_progress) -> str:
@@ -672,23 +668,22 @@ def pull_image(client: docker.DockerClient, ref: str, progress: ProgressFn = no_
     try:
         events = client.api.pull(repository, tag=tag, stream=True, decode=True)
         _stream_registry(events, "pull", ref, progress)
-        image_id = str(client.images.get(ref).id)
-    except docker.errors.ImageNotFound:
-        raise RegistryError(f"pull of {ref} finished but the image is not on the engine") from None
     except docker.errors.APIError as exc:
         error = _explain(exc)
         hint = f"\n{_login_hint(repository)}" if "auth" in error.lower() else ""
         raise RegistryError(f"pull of {ref} was refused: {error}{hint}") from None
-    return image_id
+    except requests.exceptions.ConnectionError as exc:
+        raise EngineError(_unreachable_message(_engine_where(), exc)) from None
+    pulled = image_info(client, ref)
+    if pulled is None:
+        raise RegistryError(f"pull of {ref} finished but the image is not on the engine")
+    return pulled.id
 
 
 def repo_digests(client: docker.DockerClient, image: str) -> list[str]:
     """The "repository@sha256:..." names the engine knows for `image` (empty if never pushed)."""
-    try:
-        digests: list[str] = client.images.get(image).attrs.get("RepoDigests") or []
-    except docker.errors.ImageNotFound:
-        return []
-    return digests
+    found = image_info(client, image)
+    return list(found.repo_digests) if found is not None else []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -935,3 +930,92 @@ def remove_image(
     engine lacks is fine. EngineError when the engine refuses (e.g. a container uses it)."""
     with _sdk_errors(f"cannot remove the image {ref}"), contextlib.suppress(docker.errors.NotFound):
         client.api.remove_image(ref, force=force, noprune=noprune)
+
+
+def list_images(client: docker.DockerClient, repository: str) -> list[ImageInfo]:
+    """The engine's images tagged in `repository` (`docker images REPOSITORY`)."""
+    with _sdk_errors(f"cannot list the images of {repository}"):
+        images = client.images.list(name=repository)
+    return [ImageInfo.from_inspect(image.attrs) for image in images]
+
+
+def import_image_file(client: docker.DockerClient, path: Path, repository: str, tag: str) -> str:
+    """`docker import` the root filesystem tar at `path` as `repository`:`tag` (streamed from
+    the file); return the new image's ID. EngineError when the engine refuses it."""
+    ref = f"{repository}:{tag}"
+    with _sdk_errors(f"docker import of {path} failed"):
+        client.api.import_image_from_file(str(path), repository=repository, tag=tag)
+    found = image_info(client, ref)
+    if found is None:
+        raise EngineError(f"docker import of {path} finished but no image {ref} exists")
+    return found.id
+
+
+@contextlib.contextmanager
+def exported_filesystem(
+    client: docker.DockerClient, image: str, chunk_size: int
+) -> Iterator[Iterator[bytes]]:
+    """The `docker export` tar of a created (never started) container of `image`, in chunks of
+    about `chunk_size` bytes; the container is removed when the block ends, in every case."""
+    with _sdk_errors(f"cannot create a container of {image}"):
+        container = client.containers.create(image, command=["/bin/sh"])
+    try:
+        with _sdk_errors(f"cannot export a container of {image}"):
+            chunks = cast(Iterator[bytes], container.export(chunk_size=chunk_size))  # (stubs: str)
+        yield _guarded_stream(chunks, f"exporting a container of {image} failed")
+    finally:
+        _remove(container)
+
+
+def run_and_commit(
+    client: docker.DockerClient,
+    image: str,
+    command: list[str],
+    ref: str,
+    how: ContainerRun = _PLAIN_RUN,
+) -> tuple[int, str]:
+    """Run `command` in a fresh container of `image` as `how.user`, on `how.network_mode`, for
+    at most `how.timeout_s` (no accelerator flags), and when it exits 0 commit the container
+    as `ref` ("repository:tag"); return (exit code, output). The container is removed in every
+    case; EngineError when the engine refuses or the command runs out of time."""
+    repository, tag = split_reference(ref)
+    with _sdk_errors(f"cannot create a container of {image}"):
+        container = client.containers.create(
+            image, command, user=how.user, network_mode=how.network_mode, detach=True
+        )
+    try:
+        with _sdk_errors(f"running {command} in a container of {image} failed"):
+            container.start()
+            code = _wait(container, how.timeout_s)
+            output = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+            if code == 0:
+                container.commit(repository=repository, tag=tag)
+    finally:
+        _remove(container)
+    return code, output
+
+
+def registry_config(client: docker.DockerClient) -> dict[str, Any]:
+    """The engine's registry settings (`RegistryConfig` of GET /info: Mirrors,
+    InsecureRegistryCIDRs, IndexConfigs). EngineError when it does not answer."""
+    with _sdk_errors("cannot ask the engine for its registry settings"):
+        config = client.info().get("RegistryConfig") or {}
+    return dict(config)
+
+
+def registry_digest(client: docker.DockerClient, ref: str) -> str:
+    """The digest ("sha256:...") the registry serves for `ref`, asked through the engine (GET
+    /distribution/{name}/json), so the engine's mirrors and credentials apply. RegistryError
+    when the registry refuses or lacks it, EngineError when the engine does not answer."""
+    with _sdk_errors(f"the engine could not ask the registry for {ref}", refused=RegistryError):
+        return str(client.images.get_registry_data(ref).id)
+
+
+def registry_credentials(host: str) -> tuple[str, str] | None:
+    """(user, password) the Docker config (DOCKER_CONFIG, ~/.docker/config.json, credential
+    helpers) holds for registry `host`, as `docker push` would use them; None without any."""
+    import docker.auth
+
+    auth = docker.auth.resolve_authconfig(docker.auth.load_config(), host) or {}
+    user, password = auth.get("username"), auth.get("password")
+    return (str(user), str(password)) if user and password else None
