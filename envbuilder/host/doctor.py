@@ -110,7 +110,7 @@ def docker_engine_info() -> dict[str, Any] | str:
         try:
             found = engine.engine_info(client)
         finally:
-            client.close()
+            engine.disconnect(client)
     except EngineError as exc:
         return str(exc).splitlines()[0][:300]
     return {

@@ -95,6 +95,13 @@ def connect(timeout_s: int = ENGINE_TIMEOUT_S) -> Client:
 _CLIENTS: weakref.WeakSet[docker.DockerClient] = weakref.WeakSet()
 
 
+def disconnect(client: Client) -> None:
+    """Close `client` now (over ssh://: end its ssh processes) rather than at exit."""
+    _CLIENTS.discard(client)
+    with contextlib.suppress(OSError):
+        client.close()
+
+
 def close_all() -> None:
     """Close every client `connect()` made that is still alive, and with it (over ssh://) every
     `ssh` process its requests started. Runs at exit for the CLI."""
