@@ -765,7 +765,10 @@ def parse_engine_info(
     headers). Pure: the shapes are those of moby's API (docs.docker.com/reference/api/engine)
     and podman's Docker-compatible API (docs.podman.io/en/latest/_static/api.html)."""
     components = [str(c.get("Name", "")) for c in version.get("Components") or []]
-    podman = any(name.startswith("Podman") for name in components)
+    headers = {key.lower(): value for key, value in ping_headers.items()}
+    podman = any(name.startswith("Podman") for name in components) or (
+        "libpod-api-version" in headers
+    )
     driver_status = [tuple(row) for row in info.get("DriverStatus") or [] if len(row) == 2]
     if podman:
         store = PODMAN_STORE
@@ -773,8 +776,7 @@ def parse_engine_info(
         store = CONTAINERD_STORE
     else:
         store = CLASSIC_STORE
-    api = str(version.get("ApiVersion") or ping_headers.get("Api-Version") or "")
-    headers = {key.lower(): value for key, value in ping_headers.items()}
+    api = str(version.get("ApiVersion") or headers.get("api-version") or "")
     buildkit = not podman and _api_tuple(api) >= _BUILDKIT_MIN_API
     default_builder = headers.get("builder-version", "1")
     security = [str(option) for option in info.get("SecurityOptions") or []]
@@ -786,7 +788,8 @@ def parse_engine_info(
         storage_driver=str(info.get("Driver") or ""),
         builder="buildkit" if buildkit and default_builder == "2" else "legacy",
         buildkit=buildkit,
-        rootless=any("name=rootless" in option.split(",") for option in security),
+        rootless=info.get("Rootless") is True  # podman's own field
+        or any("name=rootless" in option.split(",") for option in security),
         os=str(version.get("Os") or info.get("OSType") or ""),
         arch=str(version.get("Arch") or info.get("Architecture") or ""),
     )
