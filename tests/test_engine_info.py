@@ -25,13 +25,17 @@ shapes the engines document and send:
 from __future__ import annotations
 
 import io
+import json
 import tarfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
-from envbuilder.core.errors import BuildError, EngineError
+from envbuilder.builders.proberun import with_engine
+from envbuilder.core.errors import BuildError, EngineError, ValidationError
 from envbuilder.image import engine
 from envbuilder.image.engine import EngineInfo, ImageInfo, parse_engine_info
 
@@ -291,6 +295,46 @@ def test_image_info_from_an_inspect() -> None:
     # No Config labels at all (podman's scratch imports), no layers: empty, not None.
     bare = ImageInfo.from_inspect({"Id": "sha256:" + "3" * 64, "Config": {"Labels": None}})
     assert (bare.labels, bare.diff_ids, bare.repo_tags, bare.size) == ({}, (), (), 0)
+
+
+ROOT = Path(__file__).resolve().parent.parent
+REPORT_SCHEMA = json.loads(
+    (ROOT / "envbuilder/data/schemas/probe-report.schema.json").read_text(encoding="utf-8")
+)
+
+
+@pytest.mark.parametrize(
+    "detected",
+    [
+        parse_engine_info(DOCKER_28_VERSION, DOCKER_28_CONTAINERD_INFO, DOCKER_28_PING).as_dict(),
+        parse_engine_info(PODMAN_5_VERSION, PODMAN_5_INFO, PODMAN_5_PING).as_dict(),
+        {"product": "wsl", "version": "2.4.4.0"},
+    ],
+)
+def test_a_report_with_its_engine_validates(detected: dict[str, Any]) -> None:
+    """What validate writes for an image target: the probe's report plus `engine`, valid in
+    probe-report.schema.json v1 (a real report, tests/data/probe/h200-standard.json)."""
+    report = (ROOT / "tests/data/probe/h200-standard.json").read_bytes()
+    jsonschema.validate(json.loads(report), REPORT_SCHEMA)  # valid without it too
+    stamped = json.loads(with_engine(report, detected))
+    jsonschema.validate(stamped, REPORT_SCHEMA)
+    assert stamped["engine"] == detected
+    assert {k: v for k, v in stamped.items() if k != "engine"} == json.loads(report)
+
+
+def test_the_schema_refuses_an_engine_it_does_not_know() -> None:
+    report = json.loads((ROOT / "tests/data/probe/h200-standard.json").read_bytes())
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**report, "engine": {"product": "lxc", "version": "5"}}, REPORT_SCHEMA)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**report, "engine": {"product": "docker"}}, REPORT_SCHEMA)
+
+
+def test_a_report_that_is_not_json_is_a_validation_error() -> None:
+    with pytest.raises(ValidationError, match="not JSON"):
+        with_engine(b"{half", {"product": "docker", "version": "28"})
+    with pytest.raises(ValidationError, match="not a JSON object"):
+        with_engine(b"[]", {"product": "docker", "version": "28"})
 
 
 # --------------------------------------------------------------------------- the real engine

@@ -22,7 +22,7 @@ import shlex
 from pathlib import Path
 
 from envbuilder.builders.context import ca_bundle_path
-from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes
+from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes, with_engine
 from envbuilder.builders.rendered_image import RenderedBuild, build_rendered_image
 from envbuilder.core.compat import HostKind
 from envbuilder.core.errors import (
@@ -268,7 +268,9 @@ class DockerBuilder:
                 f"the probe in {tag} exited with {code} and wrote no report:\n{tail}"
             )
         report = project.report(env.name, TARGET)
-        atomic_write_bytes(report, files[report_in])
+        atomic_write_bytes(
+            report, with_engine(files[report_in], engine.engine_info(client).as_dict())
+        )
         return report
 
     # --- run -----------------------------------------------------------------------------

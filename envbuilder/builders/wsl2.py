@@ -28,16 +28,15 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import shlex
 import tarfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Protocol, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
-from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes
+from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes, with_engine
 from envbuilder.core.errors import BuildError, EngineError, ValidationError, output_tail
 from envbuilder.core.fsutil import atomic_write_bytes, sha256_file
 from envbuilder.core.imagedefs import (
@@ -255,6 +254,10 @@ class Engine(Protocol):
         """(exit code, output, report bytes or None when the probe wrote none)."""
         ...
 
+    def describe(self) -> dict[str, Any]:
+        """Which engine this is, for the validation report's `engine` object."""
+        ...
+
 
 @dataclass
 class DockerEngine:
@@ -283,6 +286,11 @@ class DockerEngine:
             progress=progress,
         )
         return code, output, files.get(run.report)
+
+    def describe(self) -> dict[str, Any]:
+        from envbuilder.image import engine as docker_engine
+
+        return dict(docker_engine.engine_info(self.client).as_dict())
 
 
 @dataclass
@@ -314,6 +322,14 @@ class WslEngine:
         except EngineError:
             report = None
         return result.returncode, output, report
+
+    def describe(self) -> dict[str, Any]:
+        """product "wsl" and the WSL version (empty for the inbox WSL, which reports none)."""
+        try:
+            version = ".".join(map(str, self.exe.version()))
+        except EngineError:
+            version = ""
+        return {"product": "wsl", "version": version}
 
     def command(self, user: str, argv: tuple[str, ...]) -> RunCommand:
         """wsl.exe running `argv` in the distro as `user` (its name: the uid's, after the first
@@ -633,12 +649,8 @@ class Wsl2Builder:
                 f"the probe wrote no report in the {env.name} distro "
                 f"(exit {code}); its output ended with:\n{tail}"
             )
-        try:
-            json.loads(report)
-        except ValueError as exc:
-            raise ValidationError(f"the probe's report is not JSON: {exc}") from None
         dest = project.report(env.name, TARGET)
-        atomic_write_bytes(dest, report)
+        atomic_write_bytes(dest, with_engine(report, engine.describe()))
         return dest
 
     def command(
