@@ -559,7 +559,8 @@ def _copy_out(container: Any, paths: Iterable[str]) -> dict[str, bytes]:
 
 
 def _remove(container: Any) -> None:
-    with contextlib.suppress(docker.errors.NotFound):
+    """Remove `container` (gone already is fine); EngineError when the engine refuses."""
+    with _sdk_errors("cannot remove a container"), contextlib.suppress(docker.errors.NotFound):
         container.remove(force=True)
 
 
