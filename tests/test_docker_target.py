@@ -483,6 +483,10 @@ def test_validate_runs_the_probe_as_uid_1000_and_writes_the_report(
     assert data["fingerprint"]["python"].startswith("3.11.")
     assert data["status"] == "fail"
     assert "No module named 'torch'" in json.dumps(data["checks"])
+    # The report says which engine produced it (issue 29).
+    assert data["engine"]["product"] == "docker"
+    assert data["engine"]["version"] == docker_client.version()["Version"]
+    assert data["engine"]["api_version"] == docker_client.version()["ApiVersion"]
     assert _validate_containers(docker_client) == []
 
 

@@ -144,6 +144,10 @@ def test_imported_wsl_runs_as_default_user(
         assert report is not None
         assert json.loads(report)["uid"] == 1000
         assert json.loads(report)["user"] == "envbuilder"
+        # what validate records as the report's engine
+        described = engine.describe()
+        assert described["product"] == "docker"
+        assert described["version"] == docker_client.version()["Version"]
         # the first launch is kept for this .wsl: a second validation reuses it
         again = wsl2.DockerEngine(docker_client, image)
         again.first_launch(launch.command, lambda *a: None)

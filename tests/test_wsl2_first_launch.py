@@ -102,6 +102,13 @@ def test_wsl_engine_runs_the_first_launch_as_root_then_the_probe_as_the_user() -
     assert probe[:5] == ["wsl.exe", "--distribution", "envbuilder-cpu", "--user", "envbuilder"]
 
 
+def test_wsl_engine_describes_itself_for_the_report() -> None:
+    """The report's `engine` object on Windows: wsl and its version (none from an inbox WSL,
+    whose `wsl --version` fails: RecordingWsl prints nothing)."""
+    engine = wsl2.WslEngine(wslexe.WslExe("wsl.exe", RecordingWsl()), "envbuilder-cpu")
+    assert engine.describe() == {"product": "wsl", "version": ""}
+
+
 def test_wsl_engine_failing_first_launch_is_a_validation_error() -> None:
     engine = wsl2.WslEngine(wslexe.WslExe("wsl.exe", RecordingWsl(oobe_exit=1)), "envbuilder-cpu")
     with pytest.raises(ValidationError, match=r"(?s)failed \(exit 1\).*useradd: failure"):

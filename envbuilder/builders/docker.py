@@ -20,13 +20,9 @@ from __future__ import annotations
 import os
 import shlex
 from pathlib import Path
-from typing import Any
-
-import docker
-import docker.errors
 
 from envbuilder.builders.context import ca_bundle_path
-from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes
+from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes, with_engine
 from envbuilder.builders.rendered_image import RenderedBuild, build_rendered_image
 from envbuilder.core.compat import HostKind
 from envbuilder.core.errors import (
@@ -95,7 +91,7 @@ def _docker_lock(project: Project, env: EnvSpec) -> tuple[lockfile.EnvLock, lock
 
 
 def _ensure_base(
-    client: docker.DockerClient,
+    client: engine.Client,
     env: str,
     target: lockfile.TargetLock,
     repin: str,
@@ -272,7 +268,9 @@ class DockerBuilder:
                 f"the probe in {tag} exited with {code} and wrote no report:\n{tail}"
             )
         report = project.report(env.name, TARGET)
-        atomic_write_bytes(report, files[report_in])
+        atomic_write_bytes(
+            report, with_engine(files[report_in], engine.engine_info(client).as_dict())
+        )
         return report
 
     # --- run -----------------------------------------------------------------------------
@@ -398,7 +396,7 @@ def probe_arguments(env: EnvSpec, options: ValidateOptions) -> list[str]:
     return probe_options(env, options, {"env": env.name, "target": TARGET})
 
 
-def _require_image(client: docker.DockerClient, env: str, tag: str) -> Any:
+def _require_image(client: engine.Client, env: str, tag: str) -> engine.ImageInfo:
     """The engine's image `tag`; ValidationError saying how to get it when there is none."""
     image = engine.existing_image(client, tag)
     if image is None:

@@ -3,9 +3,12 @@ and the probe zipapp to copy in."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from typing import Any
 
 from envbuilder.builders.probeargs import probe_args
+from envbuilder.core.errors import ValidationError
 from envbuilder.core.model import EnvSpec
 from envbuilder.targets.base import ValidateOptions
 
@@ -25,3 +28,17 @@ def probe_zipapp_bytes() -> bytes:
 
     with temp_dir("envbuilder-probe-") as tmp:
         return build_zipapp(tmp / "probe.pyz").read_bytes()
+
+
+def with_engine(report: bytes, engine: Mapping[str, Any]) -> bytes:
+    """The probe's report with an `engine` object added: which engine ran it (for an image
+    target: envbuilder.image.engine.EngineInfo.as_dict(); probe-report.schema.json, optional in
+    schema_version 1). ValidationError when the report is not a JSON object."""
+    try:
+        data = json.loads(report)
+    except ValueError as exc:
+        raise ValidationError(f"the probe's report is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValidationError("the probe's report is not a JSON object")
+    data["engine"] = dict(engine)
+    return (json.dumps(data, indent=2, allow_nan=False) + "\n").encode("utf-8")

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from envbuilder.builders import context as buildcontext
 from envbuilder.core.errors import BuildError
@@ -44,7 +43,7 @@ class RenderedBuild:
 
 
 def build_rendered_image(
-    client: Any, project: Project, build: RenderedBuild, progress: ProgressFn
+    client: engine.Client, project: Project, build: RenderedBuild, progress: ProgressFn
 ) -> tuple[str, bool]:
     """Build `build.rendered` as `build.tag` (or find it up to date: the tag's image carries
     this context's digest). Returns (image id, whether a build ran). The assembled context is
@@ -76,7 +75,7 @@ def build_rendered_image(
         return image_id, True
 
 
-def _up_to_date_image(client: Any, build: RenderedBuild, digest: str) -> str | None:
+def _up_to_date_image(client: engine.Client, build: RenderedBuild, digest: str) -> str | None:
     """The id of the tag's image when it was built from this context (and, for a
     deterministic build, written in the current reproducible format)."""
     current = None if build.nocache else engine.existing_image(client, build.tag)
@@ -90,7 +89,7 @@ def _up_to_date_image(client: Any, build: RenderedBuild, digest: str) -> str | N
 
 
 def _engine_build(
-    client: Any, context: Path, build: RenderedBuild, digest: str, progress: ProgressFn
+    client: engine.Client, context: Path, build: RenderedBuild, digest: str, progress: ProgressFn
 ) -> str:
     build_tag = build.tag if build.deterministic is None else repro.engine_tag(build.tag)
     try:

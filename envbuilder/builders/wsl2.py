@@ -28,16 +28,15 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import shlex
 import tarfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
-from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes
+from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes, with_engine
 from envbuilder.core.errors import BuildError, EngineError, ValidationError, output_tail
 from envbuilder.core.fsutil import atomic_write_bytes, sha256_file
 from envbuilder.core.imagedefs import (
@@ -65,9 +64,8 @@ from envbuilder.targets.base import (
 from envbuilder.targets.wsl2 import DESCRIPTOR, Wsl2Table
 
 if TYPE_CHECKING:
-    import docker
-
     from envbuilder.core.compat import HostKind
+    from envbuilder.image.engine import Client
     from envbuilder.lock.lockfile import EnvLock
 
 TARGET = DESCRIPTOR.name
@@ -129,7 +127,7 @@ def build_args(lock: EnvLock, environ: Mapping[str, str] | None = None) -> dict[
 
 
 def build_rootfs_image(
-    client: docker.DockerClient,
+    client: Client,
     project: Project,
     env: EnvSpec,
     lock: EnvLock,
@@ -158,24 +156,8 @@ def build_rootfs_image(
     return build_rendered_image(client, project, request, progress)
 
 
-@contextlib.contextmanager
-def _created(client: docker.DockerClient, image: str) -> Iterator[Any]:
-    """A created (never started) container of `image`, removed afterwards in every case."""
-    import docker.errors
-
-    try:
-        container = client.containers.create(image, command=["/bin/sh"])
-    except docker.errors.APIError as exc:
-        raise EngineError(f"cannot create a container of {image}: {exc.explanation}") from None
-    try:
-        yield container
-    finally:
-        with contextlib.suppress(docker.errors.APIError):
-            container.remove(force=True)
-
-
 def export_image(
-    client: docker.DockerClient,
+    client: Client,
     image: str,
     dest: Path,
     source_date_epoch: int,
@@ -184,9 +166,11 @@ def export_image(
 ) -> wsl.WslResult:
     """`docker export` a container of `image` straight through the normalizer into `dest`.
     Progress: ("export", bytes read, image size), then ("compress", bytes, total bytes)."""
-    total = int(client.images.get(image).attrs.get("Size") or 0) or None
-    with _created(client, image) as container:
-        chunks = container.export(chunk_size=_CHUNK)
+    from envbuilder.image import engine as docker_engine
+
+    found = docker_engine.image_info(client, image)
+    total = (found.size if found is not None else 0) or None
+    with docker_engine.exported_filesystem(client, image, _CHUNK) as chunks:
         source = io.BufferedReader(
             wsl.IterStream(chunks, progress, "export", total), buffer_size=_CHUNK
         )
@@ -270,12 +254,16 @@ class Engine(Protocol):
         """(exit code, output, report bytes or None when the probe wrote none)."""
         ...
 
+    def describe(self) -> dict[str, Any]:
+        """Which engine this is, for the validation report's `engine` object."""
+        ...
+
 
 @dataclass
 class DockerEngine:
     """Runs the probe in a container of the imported `.wsl` image."""
 
-    client: Any
+    client: Client
     image: str
     host_kind: str = "cpu"
     name: str = "docker"
@@ -298,6 +286,11 @@ class DockerEngine:
             progress=progress,
         )
         return code, output, files.get(run.report)
+
+    def describe(self) -> dict[str, Any]:
+        from envbuilder.image import engine as docker_engine
+
+        return dict(docker_engine.engine_info(self.client).as_dict())
 
 
 @dataclass
@@ -329,6 +322,14 @@ class WslEngine:
         except EngineError:
             report = None
         return result.returncode, output, report
+
+    def describe(self) -> dict[str, Any]:
+        """product "wsl" and the WSL version (empty for the inbox WSL, which reports none)."""
+        try:
+            version = ".".join(map(str, self.exe.version()))
+        except EngineError:
+            version = ""
+        return {"product": "wsl", "version": version}
 
     def command(self, user: str, argv: tuple[str, ...]) -> RunCommand:
         """wsl.exe running `argv` in the distro as `user` (its name: the uid's, after the first
@@ -405,44 +406,28 @@ def first_launch_failure(command: str, code: int, output: str) -> str:
 
 
 def run_first_launch(
-    client: Any, image: str, command: str, progress: ProgressFn = no_progress
+    client: Client, image: str, command: str, progress: ProgressFn = no_progress
 ) -> str:
     """Run `command` as root in a container of `image` (no network, as it must work offline)
     and commit the result as `<image>-oobe`; return that tag (reused when it exists: the tag
     of an imported `.wsl` names its sha256, and the command is inside it)."""
-    import docker.errors
-    import requests.exceptions
+    from envbuilder.image import engine as docker_engine
 
     tag = f"{image}-oobe"
-    with contextlib.suppress(docker.errors.ImageNotFound):
-        client.images.get(tag)
+    if docker_engine.image_info(client, tag) is not None:
         return tag
-    repository, _, name_tag = tag.rpartition(":")
     progress(f"first launch: {command} as root", 0, None)
-    try:
-        container = client.containers.create(
-            image, list(first_launch_argv(command)), user="root", network_mode="none"
-        )
-    except docker.errors.APIError as exc:
-        raise EngineError(f"cannot create a container of {image}: {exc.explanation}") from None
-    try:
-        container.start()
-        try:
-            code = int(container.wait(timeout=FIRST_LAUNCH_TIMEOUT_S).get("StatusCode", 1))
-        except requests.exceptions.ConnectionError:  # a read timeout surfaces as this
-            raise EngineError(
-                f"the first-launch command {command} did not finish within "
-                f"{FIRST_LAUNCH_TIMEOUT_S} s"
-            ) from None
-        if code != 0:
-            output = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
-            raise ValidationError(first_launch_failure(command, code, output))
-        container.commit(repository=repository, tag=name_tag)
-    except docker.errors.APIError as exc:
-        raise EngineError(f"the first launch in {image} failed: {exc.explanation}") from None
-    finally:
-        with contextlib.suppress(docker.errors.APIError):
-            container.remove(force=True)
+    code, output = docker_engine.run_and_commit(
+        client,
+        image,
+        list(first_launch_argv(command)),
+        tag,
+        docker_engine.ContainerRun(
+            user="root", network_mode="none", timeout_s=FIRST_LAUNCH_TIMEOUT_S
+        ),
+    )
+    if code != 0:
+        raise ValidationError(first_launch_failure(command, code, output))
     return tag
 
 
@@ -494,7 +479,7 @@ def _recorded_prediction(lock: EnvLock, env: str) -> repro.Prediction:
 
 
 def _observed_rootfs(
-    client: Any,
+    client: Client,
     project: Project,
     env: str,
     lock: EnvLock,
@@ -513,7 +498,7 @@ def _observed_rootfs(
 
 
 def _pulled_rootfs(
-    client: Any, env: str, lock: EnvLock, ref: str, progress: ProgressFn
+    client: Client, env: str, lock: EnvLock, ref: str, progress: ProgressFn
 ) -> tuple[str, repro.Prediction]:
     """The pushed rootfs image pulled by digest `ref` (refused unless built from the lock):
     the id the pull returned, and the image observed."""
@@ -547,7 +532,7 @@ class _Export:
     """What `_write` exports into dist/<env>.wsl: the rootfs image (observed), the artifact's
     details so far, and the sha256 the `.wsl` must have (None: any)."""
 
-    client: Any
+    client: Client
     image: repro.Prediction
     details: Mapping[str, str]
     expected_sha256: str | None = None
@@ -568,10 +553,10 @@ class Wsl2Builder:
 
     name: ClassVar[str] = TARGET
 
-    def __init__(self, client: Any = None) -> None:
+    def __init__(self, client: Client | None = None) -> None:
         self._client = client
 
-    def _docker(self) -> Any:
+    def _docker(self) -> Client:
         if self._client is None:
             from envbuilder.image import engine as docker_engine
 
@@ -664,12 +649,8 @@ class Wsl2Builder:
                 f"the probe wrote no report in the {env.name} distro "
                 f"(exit {code}); its output ended with:\n{tail}"
             )
-        try:
-            json.loads(report)
-        except ValueError as exc:
-            raise ValidationError(f"the probe's report is not JSON: {exc}") from None
         dest = project.report(env.name, TARGET)
-        atomic_write_bytes(dest, report)
+        atomic_write_bytes(dest, with_engine(report, engine.describe()))
         return dest
 
     def command(
@@ -806,31 +787,26 @@ class Wsl2Builder:
         return f"{artifact.reference} sha256:{artifact.digest}"
 
 
-def import_wsl(client: Any, path: Path, tag: str, progress: ProgressFn = no_progress) -> str:
+def import_wsl(client: Client, path: Path, tag: str, progress: ProgressFn = no_progress) -> str:
     """`docker import` the `.wsl` file at `path` as `tag` (streamed from the file; reused when
     that tag exists, since it is named by the file's sha256). Returns the tag."""
-    import docker.errors
+    from envbuilder.image import engine as docker_engine
 
-    with contextlib.suppress(docker.errors.ImageNotFound):
-        client.images.get(tag)
+    if docker_engine.image_info(client, tag) is not None:
         return tag
     repository, _, name_tag = tag.rpartition(":")
     progress(f"docker import {path.name}", 0, None)
-    try:
-        client.api.import_image_from_file(str(path), repository=repository, tag=name_tag)
-        client.images.get(tag)
-    except docker.errors.APIError as exc:
-        raise EngineError(f"docker import of {path} failed: {exc.explanation}") from None
+    docker_engine.import_image_file(client, path, repository, name_tag)
     _remove_older_imports(client, repository, tag)
     return tag
 
 
-def _remove_older_imports(client: Any, repository: str, keep: str) -> None:
+def _remove_older_imports(client: Client, repository: str, keep: str) -> None:
     """Imports of earlier `.wsl` files of the env (a GB each) go once a newer one is in."""
-    import docker.errors
+    from envbuilder.image import engine as docker_engine
 
-    for image in client.images.list(name=repository):
-        if keep not in image.tags:
-            for old in image.tags:
-                with contextlib.suppress(docker.errors.APIError):
-                    client.images.remove(old)
+    for image in docker_engine.list_images(client, repository):
+        if keep not in image.repo_tags:
+            for old in image.repo_tags:
+                with contextlib.suppress(EngineError):
+                    docker_engine.remove_image(client, old)

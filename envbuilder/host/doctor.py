@@ -98,23 +98,28 @@ def run_command(argv: Sequence[str], timeout: float) -> CommandResult | None:
     return CommandResult(proc.returncode, proc.stdout, proc.stderr)
 
 
-def docker_engine_info() -> dict[str, str] | str:
-    """{'version':..., 'api':..., 'host':...} from the engine, or why it cannot be reached."""
-    try:
-        import docker
+def docker_engine_info() -> dict[str, Any] | str:
+    """{'version', 'api', 'os', 'host', 'product', 'engine'} from the engine ('engine': what
+    envbuilder.image.engine.engine_info detects, with its one-line 'summary'), or why it cannot
+    be reached."""
+    from envbuilder.core.errors import EngineError
+    from envbuilder.image import engine
 
-        client = docker.from_env(timeout=5)
+    try:
+        client = engine.connect(timeout_s=5)
         try:
-            v = client.version()
+            found = engine.engine_info(client)
         finally:
-            client.close()
-    except Exception as exc:  # the SDK raises several unrelated types for "not reachable"
-        return f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+            engine.disconnect(client)
+    except EngineError as exc:
+        return str(exc).splitlines()[0][:300]
     return {
-        "version": str(v.get("Version", "?")),
-        "api": str(v.get("ApiVersion", "?")),
-        "os": f"{v.get('Os', '?')}/{v.get('Arch', '?')}",
+        "product": found.product,
+        "version": found.version,
+        "api": found.api_version,
+        "os": f"{found.os}/{found.arch}",
         "host": os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"),
+        "engine": {**found.as_dict(), "summary": found.summary()},
     }
 
 
@@ -126,7 +131,7 @@ class Host:
     root: Path  # filesystem root for /dev, /proc, /etc, /opt, /usr/lib/wsl
     environ: Mapping[str, str]
     run: Runner
-    docker: Callable[[], dict[str, str] | str]
+    docker: Callable[[], dict[str, Any] | str]
     disk_path: Path  # where outputs and images go (the project folder)
     python: str  # "3.11.2", the interpreter running envbuilder
     user_groups: tuple[str, ...]  # names of the current user's groups
@@ -309,10 +314,12 @@ def check_disk(host: Host) -> HostFinding:
 def check_docker(host: Host, env: EnvSpec | None) -> HostFinding:
     info = host.docker()
     if isinstance(info, dict):
+        product = "podman" if info.get("product") == "podman" else "Docker Engine"
+        api = "Docker API" if product == "podman" else "API"
         return HostFinding(
             "docker",
             "ok",
-            f"Docker Engine {info['version']} (API {info['api']}, {info['os']}) at {info['host']}",
+            f"{product} {info['version']} ({api} {info['api']}, {info['os']}) at {info['host']}",
             details=info,
         )
     docker_targets = registry.with_capability("needs_docker")
@@ -331,6 +338,16 @@ def check_docker(host: Host, env: EnvSpec | None) -> HostFinding:
             "; inside WSL2 use Docker Engine in the distro (Docker Desktop does not pass /dev/dxg)"
         )
     return HostFinding("docker", "warn", f"Docker engine not reachable ({why}): {info}", fix=fix)
+
+
+def check_engine(docker: HostFinding) -> list[HostFinding]:
+    """What the engine of a reachable `docker` finding is (product, version, API version, image
+    store, builder, rootless: envbuilder.image.engine.EngineInfo), as an info line; none when
+    the engine was not reached."""
+    detected = docker.details.get("engine")
+    if not isinstance(detected, Mapping):
+        return []
+    return [HostFinding("engine", "ok", f"engine: {detected['summary']}", details=detected)]
 
 
 def check_amd_devices(host: Host) -> HostFinding:
@@ -947,7 +964,9 @@ def diagnose(host: Host, env: EnvSpec | None = None, compat: Compat | None = Non
         amd = tuple((d["gfx"], d["name"]) for f in hip for d in f.details.get("gpus", []))
         facts = GpuFacts(amd)
     else:
-        findings += [check_os(host), check_ram(host), check_disk(host), check_docker(host, env)]
+        docker = check_docker(host, env)
+        findings += [check_os(host), check_ram(host), check_disk(host), docker]
+        findings += check_engine(docker)
         if host.kind == "wsl2":
             findings += check_wsl_devices(host)
             findings.append(check_wsl_runtime(host, env, compat))

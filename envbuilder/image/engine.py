@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypeAlias, cast
 
 import docker
 import docker.errors
@@ -61,8 +61,14 @@ def _engine_where() -> str:
     return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock (the default)"
 
 
-def connect() -> docker.DockerClient:
-    """A client for the engine the environment names (DOCKER_HOST etc., as the docker CLI).
+#: The client of an engine, as every function here takes it. Callers name the type
+#: (`engine.Client`) and pass it on; only this module calls it.
+Client: TypeAlias = docker.DockerClient
+
+
+def connect(timeout_s: int = ENGINE_TIMEOUT_S) -> Client:
+    """A client for the engine the environment names (DOCKER_HOST etc., as the docker CLI),
+    each read from it waiting at most `timeout_s`.
 
     Raises EngineError, saying how to start an engine or point at one, when it does not answer.
     """
@@ -72,7 +78,7 @@ def connect() -> docker.DockerClient:
         # ssh:// through the system's ssh client (as the docker CLI does), not paramiko's own
         # ssh: ~/.ssh/config and agents apply as they do for `docker`.
         ssh = os.environ.get("DOCKER_HOST", "").startswith("ssh://")
-        client = docker.from_env(timeout=ENGINE_TIMEOUT_S, use_ssh_client=ssh)
+        client = docker.from_env(timeout=timeout_s, use_ssh_client=ssh)
         if ssh:
             _use_tracked_ssh_adapter(client)
         client.ping()
@@ -87,6 +93,13 @@ def connect() -> docker.DockerClient:
 
 #: Clients made by `connect()`, closed by `close_all()` (weakly held: no client is kept alive).
 _CLIENTS: weakref.WeakSet[docker.DockerClient] = weakref.WeakSet()
+
+
+def disconnect(client: Client) -> None:
+    """Close `client` now (over ssh://: end its ssh processes) rather than at exit."""
+    _CLIENTS.discard(client)
+    with contextlib.suppress(OSError):
+        client.close()
 
 
 def close_all() -> None:
@@ -291,12 +304,8 @@ def build_image(
 @contextlib.contextmanager
 def _build_errors(tag: str) -> Iterator[None]:
     """The engine's refusal of the build of `tag` as a BuildError, no answer as an EngineError."""
-    try:
+    with _sdk_errors(f"the Docker engine refused the build of {tag}", refused=BuildError):
         yield
-    except docker.errors.APIError as exc:
-        raise BuildError(f"the Docker engine refused the build of {tag}: {_explain(exc)}") from None
-    except requests.exceptions.ConnectionError as exc:
-        raise EngineError(_unreachable_message(_engine_where(), exc)) from None
 
 
 def _on_build_event(event: Mapping[str, Any], state: _BuildState, progress: ProgressFn) -> None:
@@ -357,20 +366,16 @@ def _shorten(text: str, limit: int = 70) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def existing_image(client: docker.DockerClient, ref: str) -> Any | None:
-    """The engine's image `ref`, or None when it has none by that name."""
-    try:
-        return client.images.get(ref)
-    except docker.errors.ImageNotFound:
-        return None
+def existing_image(client: docker.DockerClient, ref: str) -> ImageInfo | None:
+    """The engine's image `ref`, or None when it has none by that name (`image_info`)."""
+    return image_info(client, ref)
 
 
 def _image_id(client: docker.DockerClient, ref: str) -> str:
-    try:
-        image_id = str(client.images.get(ref).id)
-    except docker.errors.ImageNotFound:
-        raise BuildError(f"the build reported success but no image {ref} exists") from None
-    return image_id
+    found = image_info(client, ref)
+    if found is None:
+        raise BuildError(f"the build reported success but no image {ref} exists")
+    return found.id
 
 
 def _explain(exc: docker.errors.APIError) -> str:
@@ -554,7 +559,8 @@ def _copy_out(container: Any, paths: Iterable[str]) -> dict[str, bytes]:
 
 
 def _remove(container: Any) -> None:
-    with contextlib.suppress(docker.errors.NotFound):
+    """Remove `container` (gone already is fine); EngineError when the engine refuses."""
+    with _sdk_errors("cannot remove a container"), contextlib.suppress(docker.errors.NotFound):
         container.remove(force=True)
 
 
@@ -639,12 +645,10 @@ def push_image(
     saying how to log in.
     """
     ref = f"{repository}:{tag}"
-    try:
-        client.images.get(image).tag(repository, tag)
-    except docker.errors.ImageNotFound:
-        raise EngineError(f"no image {image} on the engine at {_engine_where()}") from None
-    except docker.errors.APIError as exc:
-        raise RegistryError(f"cannot tag {image} as {ref}: {_explain(exc)}") from None
+    if image_info(client, image) is None:
+        raise EngineError(f"no image {image} on the engine at {_engine_where()}")
+    with _sdk_errors(f"cannot tag {image} as {ref}", refused=RegistryError):
+        client.api.tag(image, repository, tag=tag)
     try:
         events = client.api.push(repository, tag=tag, stream=True, decode=True)
         seen = _stream_registry(events, "push", ref, progress)
@@ -662,8 +666,8 @@ def push_image(
 
 
 def _untag(client: docker.DockerClient, ref: str) -> None:
-    with contextlib.suppress(docker.errors.APIError):
-        client.images.remove(ref, noprune=True)
+    with contextlib.suppress(EngineError):
+        remove_image(client, ref, noprune=True)
 
 
 def pull_image(client: docker.DockerClient, ref: str, progress: ProgressFn = no_progress) -> str:
@@ -672,20 +676,357 @@ def pull_image(client: docker.DockerClient, ref: str, progress: ProgressFn = no_
     try:
         events = client.api.pull(repository, tag=tag, stream=True, decode=True)
         _stream_registry(events, "pull", ref, progress)
-        image_id = str(client.images.get(ref).id)
-    except docker.errors.ImageNotFound:
-        raise RegistryError(f"pull of {ref} finished but the image is not on the engine") from None
     except docker.errors.APIError as exc:
         error = _explain(exc)
         hint = f"\n{_login_hint(repository)}" if "auth" in error.lower() else ""
         raise RegistryError(f"pull of {ref} was refused: {error}{hint}") from None
-    return image_id
+    except requests.exceptions.ConnectionError as exc:
+        raise EngineError(_unreachable_message(_engine_where(), exc)) from None
+    pulled = image_info(client, ref)
+    if pulled is None:
+        raise RegistryError(f"pull of {ref} finished but the image is not on the engine")
+    return pulled.id
 
 
 def repo_digests(client: docker.DockerClient, image: str) -> list[str]:
     """The "repository@sha256:..." names the engine knows for `image` (empty if never pushed)."""
+    found = image_info(client, image)
+    return list(found.repo_digests) if found is not None else []
+
+
+# ---------------------------------------------------------------------------------------------
+# typed values and image operations (issue 29: one typed engine interface)
+
+#: The product names `EngineInfo.product` takes.
+DOCKER = "docker"
+PODMAN = "podman"
+#: `EngineInfo.image_store`: Docker's containerd image store ("containerd"), Docker's own
+#: graph-driver store ("classic"), podman's containers/storage ("podman").
+CONTAINERD_STORE = "containerd"
+CLASSIC_STORE = "classic"
+PODMAN_STORE = "podman"
+#: The DriverStatus row by which Docker (24+) says it uses the containerd image store (moby's
+#: daemon/containerd: `[["driver-type", "io.containerd.snapshotter.v1"]]`).
+_CONTAINERD_DRIVER_TYPE = ("driver-type", "io.containerd.snapshotter.v1")
+#: The lowest API version whose engine can run BuildKit builds (Docker 18.09, API 1.39).
+_BUILDKIT_MIN_API = (1, 39)
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What an engine is: `product` ("docker" or "podman"), `version` (the server's, e.g.
+    "28.5.2"), `api_version` (the Docker API version it speaks, e.g. "1.51"), `image_store`
+    ("containerd", "classic" or "podman"), `storage_driver` ("overlay2", "overlayfs", ...),
+    `builder` (the builder a plain build gets: "buildkit" or "legacy"), `buildkit` (whether the
+    engine can run BuildKit builds at all), `rootless`, and the server's `os`/`arch`."""
+
+    product: str
+    version: str
+    api_version: str
+    image_store: str
+    storage_driver: str
+    builder: str
+    buildkit: bool
+    rootless: bool
+    os: str
+    arch: str
+
+    def as_dict(self) -> dict[str, str | bool]:
+        """The JSON object `doctor --json` and validation reports carry."""
+        return {
+            "product": self.product,
+            "version": self.version,
+            "api_version": self.api_version,
+            "image_store": self.image_store,
+            "storage_driver": self.storage_driver,
+            "builder": self.builder,
+            "buildkit": self.buildkit,
+            "rootless": self.rootless,
+            "os": self.os,
+            "arch": self.arch,
+        }
+
+    def summary(self) -> str:
+        """One line: "docker 28.5.2 (API 1.51), containerd image store (overlayfs), builder
+        buildkit, rootful, linux/amd64"."""
+        builder = self.builder
+        if self.builder != "buildkit" and self.buildkit:
+            builder += " (BuildKit available)"
+        return (
+            f"{self.product} {self.version} (API {self.api_version}), {self.image_store} image "
+            f"store ({self.storage_driver or 'unknown driver'}), builder {builder}, "
+            f"{'rootless' if self.rootless else 'rootful'}, {self.os}/{self.arch}"
+        )
+
+
+def parse_engine_info(
+    version: Mapping[str, Any], info: Mapping[str, Any], ping_headers: Mapping[str, str]
+) -> EngineInfo:
+    """EngineInfo from the engine's answers to GET /version, GET /info and GET /_ping (its
+    headers). Pure: the shapes are those of moby's API (docs.docker.com/reference/api/engine)
+    and podman's Docker-compatible API (docs.podman.io/en/latest/_static/api.html)."""
+    components = [str(c.get("Name", "")) for c in version.get("Components") or []]
+    headers = {key.lower(): value for key, value in ping_headers.items()}
+    podman = any(name.startswith("Podman") for name in components) or (
+        "libpod-api-version" in headers
+    )
+    driver_status = [tuple(row) for row in info.get("DriverStatus") or [] if len(row) == 2]
+    if podman:
+        store = PODMAN_STORE
+    elif _CONTAINERD_DRIVER_TYPE in driver_status:
+        store = CONTAINERD_STORE
+    else:
+        store = CLASSIC_STORE
+    api = str(version.get("ApiVersion") or headers.get("api-version") or "")
+    buildkit = not podman and _api_tuple(api) >= _BUILDKIT_MIN_API
+    default_builder = headers.get("builder-version", "1")
+    security = [str(option) for option in info.get("SecurityOptions") or []]
+    return EngineInfo(
+        product=PODMAN if podman else DOCKER,
+        version=str(version.get("Version") or info.get("ServerVersion") or ""),
+        api_version=api,
+        image_store=store,
+        storage_driver=str(info.get("Driver") or ""),
+        builder="buildkit" if buildkit and default_builder == "2" else "legacy",
+        buildkit=buildkit,
+        rootless=info.get("Rootless") is True  # podman's own field
+        or any("name=rootless" in option.split(",") for option in security),
+        os=str(version.get("Os") or info.get("OSType") or ""),
+        arch=str(version.get("Arch") or info.get("Architecture") or ""),
+    )
+
+
+def _api_tuple(api: str) -> tuple[int, ...]:
     try:
-        digests: list[str] = client.images.get(image).attrs.get("RepoDigests") or []
-    except docker.errors.ImageNotFound:
-        return []
-    return digests
+        return tuple(int(part) for part in api.split("."))
+    except ValueError:
+        return ()
+
+
+def engine_info(client: docker.DockerClient) -> EngineInfo:
+    """Which engine `client` talks to (product, versions, image store, builder, rootless), from
+    its /version, /info and /_ping. EngineError when it does not answer."""
+    with _sdk_errors("cannot ask the engine what it is"):
+        version = client.version()
+        info = client.info()
+        ping = client.api.get(client.api.base_url + "/_ping")
+        ping.raise_for_status()
+    return parse_engine_info(version, info, dict(ping.headers))
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """An image as the engine has it (GET /images/{name}/json). `id`: the engine's image ID
+    (the config digest on Docker's classic store and podman; the manifest digest on Docker's
+    containerd store); `diff_ids`: RootFS.Layers, bottom first; `config`: the engine's Config
+    object (Env, User, Labels, Entrypoint, Cmd, WorkingDir, ...) as given."""
+
+    id: str
+    repo_tags: tuple[str, ...]
+    repo_digests: tuple[str, ...]
+    labels: Mapping[str, str]
+    diff_ids: tuple[str, ...]
+    size: int
+    env: tuple[str, ...]
+    user: str
+    architecture: str
+    os: str
+    created: str
+    config: Mapping[str, Any]
+
+    @classmethod
+    def from_inspect(cls, attrs: Mapping[str, Any]) -> ImageInfo:
+        """ImageInfo from the engine's image inspect object."""
+        config = attrs.get("Config") or {}
+        return cls(
+            id=str(attrs.get("Id", "")),
+            repo_tags=tuple(attrs.get("RepoTags") or ()),
+            repo_digests=tuple(attrs.get("RepoDigests") or ()),
+            labels=dict(config.get("Labels") or {}),
+            diff_ids=tuple((attrs.get("RootFS") or {}).get("Layers") or ()),
+            size=int(attrs.get("Size") or 0),
+            env=tuple(config.get("Env") or ()),
+            user=str(config.get("User") or ""),
+            architecture=str(attrs.get("Architecture") or ""),
+            os=str(attrs.get("Os") or ""),
+            created=str(attrs.get("Created") or ""),
+            config=dict(config),
+        )
+
+
+@contextlib.contextmanager
+def _sdk_errors(
+    what: str, *, refused: type[EngineError] | type[BuildError] = EngineError
+) -> Iterator[None]:
+    """The one place the SDK's exceptions become envbuilder's: an engine that does not answer
+    is an EngineError saying how to reach one; a refusal (docker.errors.APIError, including
+    NotFound) is `refused` ("`what`: the engine's explanation"); any other SDK error is an
+    EngineError."""
+    try:
+        yield
+    except docker.errors.APIError as exc:
+        raise refused(f"{what}: {_explain(exc)}") from None
+    except (requests.exceptions.ConnectionError, ConnectionError) as exc:
+        raise EngineError(_unreachable_message(_engine_where(), exc)) from None
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+        raise EngineError(f"{what}: {exc}") from None
+
+
+def image_info(client: docker.DockerClient, ref: str) -> ImageInfo | None:
+    """The engine's image `ref` (name, ID or repo digest), or None when it has none by that
+    name. EngineError when the engine does not answer or refuses."""
+    with _sdk_errors(f"cannot inspect the image {ref}"):
+        try:
+            attrs = client.images.get(ref).attrs
+        except docker.errors.NotFound:  # podman's "image not known" is not an ImageNotFound
+            return None
+    return ImageInfo.from_inspect(attrs)
+
+
+def image_history(client: docker.DockerClient, ref: str) -> list[dict[str, Any]]:
+    """The engine's history of image `ref` (GET /images/{name}/history: Id, Created, CreatedBy,
+    Size, ... per entry, newest first). EngineError when the engine lacks it or refuses."""
+    with _sdk_errors(f"cannot read the history of the image {ref}"):
+        entries = client.api.history(ref)  # type: ignore[no-untyped-call]  # (stubs)
+    return [dict(entry) for entry in entries]
+
+
+def save_image_stream(client: docker.DockerClient, ref: str, chunk_size: int) -> Iterator[bytes]:
+    """The bytes of `docker save ref` (a tar: Docker <25's layout or, from Docker 25, an OCI
+    image layout), in chunks of about `chunk_size` bytes. EngineError when the engine lacks
+    the image, refuses or stops answering, also while the stream is read."""
+    with _sdk_errors(f"cannot save the image {ref} from the engine"):
+        chunks = client.api.get_image(ref, chunk_size=chunk_size)
+    return _guarded_stream(chunks, f"saving the image {ref} from the engine failed")
+
+
+def _guarded_stream(chunks: Iterable[bytes], what: str) -> Iterator[bytes]:
+    with _sdk_errors(what):
+        yield from chunks
+
+
+def load_image_archive(client: docker.DockerClient, chunks: Iterable[bytes]) -> list[str]:
+    """Feed a tar stream (`docker save`'s layout) to `docker load`; return the engine's
+    messages ("Loaded image ID: sha256:...", "Loaded image: name:tag"). BuildError when the
+    engine reports an error loading it, EngineError when it does not answer."""
+    messages: list[str] = []
+    with _sdk_errors("`docker load` failed", refused=BuildError):
+        # A generator: requests sends it with chunked transfer encoding, never all in memory.
+        events = client.api.load_image(  # type: ignore[no-untyped-call]  # (stubs)
+            chunk for chunk in chunks
+        )
+        for event in events or ():
+            if not isinstance(event, Mapping):
+                continue
+            if event.get("error"):
+                raise BuildError(f"`docker load` failed: {str(event['error']).strip()}")
+            text = str(event.get("stream") or event.get("status") or "").strip()
+            if text:
+                messages.append(text)
+    return messages
+
+
+def tag_image(client: docker.DockerClient, ref: str, repository: str, tag: str) -> None:
+    """Tag image `ref` as `repository`:`tag` (`docker tag`). EngineError when the engine lacks
+    `ref`, refuses or does not answer."""
+    with _sdk_errors(f"cannot tag the image {ref} as {repository}:{tag}"):
+        if not client.api.tag(ref, repository, tag=tag):
+            raise EngineError(f"the engine did not tag the image {ref} as {repository}:{tag}")
+
+
+def remove_image(
+    client: docker.DockerClient, ref: str, *, force: bool = False, noprune: bool = False
+) -> None:
+    """Remove image `ref` (`docker rmi`; `noprune`: keep its untagged parents); an image the
+    engine lacks is fine. EngineError when the engine refuses (e.g. a container uses it)."""
+    with _sdk_errors(f"cannot remove the image {ref}"), contextlib.suppress(docker.errors.NotFound):
+        client.api.remove_image(ref, force=force, noprune=noprune)
+
+
+def list_images(client: docker.DockerClient, repository: str) -> list[ImageInfo]:
+    """The engine's images tagged in `repository` (`docker images REPOSITORY`)."""
+    with _sdk_errors(f"cannot list the images of {repository}"):
+        images = client.images.list(name=repository)
+    return [ImageInfo.from_inspect(image.attrs) for image in images]
+
+
+def import_image_file(client: docker.DockerClient, path: Path, repository: str, tag: str) -> str:
+    """`docker import` the root filesystem tar at `path` as `repository`:`tag` (streamed from
+    the file); return the new image's ID. EngineError when the engine refuses it."""
+    ref = f"{repository}:{tag}"
+    with _sdk_errors(f"docker import of {path} failed"):
+        client.api.import_image_from_file(str(path), repository=repository, tag=tag)
+    found = image_info(client, ref)
+    if found is None:
+        raise EngineError(f"docker import of {path} finished but no image {ref} exists")
+    return found.id
+
+
+@contextlib.contextmanager
+def exported_filesystem(
+    client: docker.DockerClient, image: str, chunk_size: int
+) -> Iterator[Iterator[bytes]]:
+    """The `docker export` tar of a created (never started) container of `image`, in chunks of
+    about `chunk_size` bytes; the container is removed when the block ends, in every case."""
+    with _sdk_errors(f"cannot create a container of {image}"):
+        container = client.containers.create(image, command=["/bin/sh"])
+    try:
+        with _sdk_errors(f"cannot export a container of {image}"):
+            chunks = cast(Iterator[bytes], container.export(chunk_size=chunk_size))  # (stubs: str)
+        yield _guarded_stream(chunks, f"exporting a container of {image} failed")
+    finally:
+        _remove(container)
+
+
+def run_and_commit(
+    client: docker.DockerClient,
+    image: str,
+    command: list[str],
+    ref: str,
+    how: ContainerRun = _PLAIN_RUN,
+) -> tuple[int, str]:
+    """Run `command` in a fresh container of `image` as `how.user`, on `how.network_mode`, for
+    at most `how.timeout_s` (no accelerator flags), and when it exits 0 commit the container
+    as `ref` ("repository:tag"); return (exit code, output). The container is removed in every
+    case; EngineError when the engine refuses or the command runs out of time."""
+    repository, tag = split_reference(ref)
+    with _sdk_errors(f"cannot create a container of {image}"):
+        container = client.containers.create(
+            image, command, user=how.user, network_mode=how.network_mode, detach=True
+        )
+    try:
+        with _sdk_errors(f"running {command} in a container of {image} failed"):
+            container.start()
+            code = _wait(container, how.timeout_s)
+            output = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+            if code == 0:
+                container.commit(repository=repository, tag=tag)
+    finally:
+        _remove(container)
+    return code, output
+
+
+def registry_config(client: docker.DockerClient) -> dict[str, Any]:
+    """The engine's registry settings (`RegistryConfig` of GET /info: Mirrors,
+    InsecureRegistryCIDRs, IndexConfigs). EngineError when it does not answer."""
+    with _sdk_errors("cannot ask the engine for its registry settings"):
+        config = client.info().get("RegistryConfig") or {}
+    return dict(config)
+
+
+def registry_digest(client: docker.DockerClient, ref: str) -> str:
+    """The digest ("sha256:...") the registry serves for `ref`, asked through the engine (GET
+    /distribution/{name}/json), so the engine's mirrors and credentials apply. RegistryError
+    when the registry refuses or lacks it, EngineError when the engine does not answer."""
+    with _sdk_errors(f"the engine could not ask the registry for {ref}", refused=RegistryError):
+        return str(client.images.get_registry_data(ref).id)
+
+
+def registry_credentials(host: str) -> tuple[str, str] | None:
+    """(user, password) the Docker config (DOCKER_CONFIG, ~/.docker/config.json, credential
+    helpers) holds for registry `host`, as `docker push` would use them; None without any."""
+    import docker.auth
+
+    auth = docker.auth.resolve_authconfig(docker.auth.load_config(), host) or {}
+    user, password = auth.get("username"), auth.get("password")
+    return (str(user), str(password)) if user and password else None

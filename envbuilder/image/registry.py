@@ -8,17 +8,17 @@ the image the lock recorded, when it recorded one).
 
 from __future__ import annotations
 
-from typing import Any
-
 from envbuilder.core.errors import LockError, RegistryError
 from envbuilder.core.imagedefs import LOCK_LABEL
 from envbuilder.core.progress import ProgressFn
 from envbuilder.image import engine
 
 
-def lock_mismatch(image: Any, pylock_sha256: str, recorded_id: str | None = None) -> str | None:
+def lock_mismatch(
+    image: engine.ImageInfo, pylock_sha256: str, recorded_id: str | None = None
+) -> str | None:
     """Why `image` is not the lock's image (its lock label, then the recorded id), or None."""
-    label = (image.labels or {}).get(LOCK_LABEL)
+    label = image.labels.get(LOCK_LABEL)
     if label != pylock_sha256:
         return (
             f"it was built from lock {label or '(no label)'}, but the pylock's sha256 "
@@ -30,7 +30,7 @@ def lock_mismatch(image: Any, pylock_sha256: str, recorded_id: str | None = None
 
 
 def push_locked(
-    client: Any,
+    client: engine.Client,
     tag: str,
     repository: str,
     pylock_sha256: str,
@@ -46,7 +46,7 @@ def push_locked(
     if problem := lock_mismatch(image, pylock_sha256):
         raise RegistryError(f"refusing to push {tag}: {problem}")
     digest_ref = engine.push_image(client, tag, repository, pylock_sha256[:12], progress)
-    return str(image.id), digest_ref
+    return image.id, digest_ref
 
 
 def pushed_reference(recorded: dict[str, str], lock_path: str, push_hint: str) -> str:
@@ -62,7 +62,7 @@ def pushed_reference(recorded: dict[str, str], lock_path: str, push_hint: str) -
 
 
 def pull_locked(
-    client: Any,
+    client: engine.Client,
     ref: str,
     tag: str,
     pylock_sha256: str,
@@ -73,8 +73,11 @@ def pull_locked(
     recorded image, when one is recorded); returns its id. A mismatch is a RegistryError and
     tags nothing."""
     image_id = engine.pull_image(client, ref, progress)
-    image = client.images.get(image_id)
+    image = engine.image_info(client, image_id)
+    if image is None:
+        raise RegistryError(f"pull of {ref} finished but the image {image_id} is not on the engine")
     if problem := lock_mismatch(image, pylock_sha256, recorded_id):
         raise RegistryError(f"refusing {ref}: {problem}")
-    image.tag(*engine.split_reference(tag))
+    repository, name = engine.split_reference(tag)
+    engine.tag_image(client, image_id, repository, name or "latest")
     return image_id

@@ -27,11 +27,14 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import requests
 
-from envbuilder.core.errors import RegistryError
+from envbuilder.core.errors import EngineError, RegistryError
+
+if TYPE_CHECKING:
+    from envbuilder.image.engine import Client
 
 SBOM_MEDIA_TYPE = "application/vnd.cyclonedx+json"
 EMPTY_MEDIA_TYPE = "application/vnd.oci.empty.v1+json"
@@ -183,23 +186,22 @@ def _ok(response: requests.Response, what: str) -> None:
         raise RegistryError(f"{what} failed: HTTP {response.status_code} {detail}{hint}")
 
 
-def registry_for(client: Any, host: str) -> Registry:
+def registry_for(client: Client, host: str) -> Registry:
     """A Registry for `host` with the engine's idea of its security and the Docker config's
     credentials for it."""
-    import docker.auth
+    from envbuilder.image import engine
 
-    config = docker.auth.load_config()
-    auth = docker.auth.resolve_authconfig(config, host) or {}
-    user, password = auth.get("username"), auth.get("password")
-    credentials = (str(user), str(password)) if user and password else None
+    credentials = engine.registry_credentials(host)
     return Registry(host, "http" if _insecure(client, host) else "https", credentials)
 
 
-def _insecure(client: Any, host: str) -> bool:
+def _insecure(client: Client, host: str) -> bool:
     """Whether the engine talks http to `host` (its insecure registries, as `docker info`)."""
+    from envbuilder.image import engine
+
     try:
-        config = client.info().get("RegistryConfig") or {}
-    except Exception:  # an engine that does not answer: the safe choice
+        config = engine.registry_config(client)
+    except EngineError:  # an engine that does not answer: the safe choice
         return False
     index = (config.get("IndexConfigs") or {}).get(host)
     if isinstance(index, Mapping) and "Secure" in index:
@@ -212,7 +214,7 @@ def _insecure(client: Any, host: str) -> bool:
     return any(address in ipaddress.ip_network(c) for c in config.get("InsecureRegistryCIDRs", []))
 
 
-def attach_sbom(client: Any, image_ref: str, sbom: bytes) -> str:
+def attach_sbom(client: Client, image_ref: str, sbom: bytes) -> str:
     """Push `sbom` as an OCI artifact whose subject is `image_ref` ("HOST/NAME@sha256:...", as
     `push` returns it), tagged `sha256-<hex>.sbom`; return "HOST/NAME@sha256:<artifact>".
     RegistryError when the registry refuses it."""

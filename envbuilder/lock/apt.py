@@ -29,9 +29,12 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envbuilder.core.errors import BuildError, EnvbuilderError, LockError, output_tail
+
+if TYPE_CHECKING:
+    from envbuilder.image.engine import Client
 
 #: A Debian package name (Policy 5.6.1), optionally arch-qualified (`libc6:amd64`).
 PACKAGE_RE = re.compile(r"[a-z0-9][a-z0-9+.-]+(:[a-z0-9-]+)?\Z")
@@ -284,7 +287,7 @@ def _inst_lines(lines: list[str] | None, stage: str) -> dict[str, str]:
 
 
 def resolve_apt(
-    client: Any,
+    client: Client,
     base: str,
     requests: Requests,
     environ: Mapping[str, str],
@@ -309,7 +312,7 @@ def resolve_apt(
 
 
 def _run_in_base(
-    client: Any, base: str, script: str, environ: Mapping[str, str]
+    client: Client, base: str, script: str, environ: Mapping[str, str]
 ) -> tuple[int, str]:
     """(exit code, output) of `script` run as root in a container of `base` (pulled when the
     engine lacks it), with the proxies of `environ`."""

@@ -20,9 +20,12 @@ from __future__ import annotations
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
-from envbuilder.core.errors import BuildError
+from envbuilder.core.errors import BuildError, EngineError
+
+if TYPE_CHECKING:
+    from envbuilder.image.engine import Client
 
 #: The registry of an image reference without a registry part (`debian:bookworm-slim`).
 DOCKER_HUB = "docker.io"
@@ -52,11 +55,13 @@ def split_ref(ref: str) -> tuple[str, str, str]:
     return registry, path, tag or "latest"
 
 
-def engine_mirrors(client: Any) -> list[str]:
+def engine_mirrors(client: Client) -> list[str]:
     """The engine's Docker Hub mirrors as URLs (`http://127.0.0.1:5000`), in its order."""
+    from envbuilder.image import engine
+
     try:
-        mirrors = client.info().get("RegistryConfig", {}).get("Mirrors") or []
-    except Exception:  # an engine that cannot say has none we could name
+        mirrors = engine.registry_config(client).get("Mirrors") or []
+    except EngineError:  # an engine that cannot say has none we could name
         return []
     return [str(m).rstrip("/") for m in mirrors]
 
@@ -65,7 +70,7 @@ def _host(url: str) -> str:
     return url.split("://", 1)[-1].split("/", 1)[0]
 
 
-def sources(client: Any, ref: str) -> list[str]:
+def sources(client: Client, ref: str) -> list[str]:
     """The registries this engine reads `ref` from, in order: for a Docker Hub image its
     mirrors (hosts) then docker.io; otherwise the image's registry."""
     registry, _, _ = split_ref(ref)
@@ -93,7 +98,7 @@ def mirror_digest(mirror_url: str, ref: str, timeout_s: float = 10.0) -> str | N
     return str(digest) if digest else None
 
 
-def source_of(client: Any, ref: str, digest: str) -> str:
+def source_of(client: Client, ref: str, digest: str) -> str:
     """The registry that served `digest` for `ref` to this engine: the first mirror that serves
     that very digest for the tag, else the image's own registry."""
     registry, _, _ = split_ref(ref)
@@ -147,14 +152,16 @@ class PinDiagnosis:
         )
 
 
-def diagnose(client: Any, pinned: str, source: str | None) -> PinDiagnosis:
+def diagnose(client: Client, pinned: str, source: str | None) -> PinDiagnosis:
     """The PinDiagnosis of `pinned` (which this engine could not pull) and the lock's
     `base_source`."""
     here = tuple(sources(client, pinned))
+    from envbuilder.image import engine
+
     served: str | None
     try:
-        served = str(client.images.get_registry_data(pinned.split("@", 1)[0]).id)
-    except Exception:  # the registry does not serve the tag at all, or cannot be reached
+        served = engine.registry_digest(client, pinned.split("@", 1)[0])
+    except EngineError:  # the registry does not serve the tag at all, or cannot be reached
         served = None
     if source is None:
         kind = "unknown"

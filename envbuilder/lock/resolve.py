@@ -96,14 +96,11 @@ AptResolver = Callable[[str, aptlock.Requests, Sequence[str]], dict[str, dict[st
 def registry_digest(ref: str) -> str:
     """`sha256:<hex>` of image `ref` as its registry reports it (through the Docker engine,
     `images.get_registry_data`, so the engine's registry mirrors and credentials apply)."""
-    import docker  # imported late: only pinning a new base image needs it
-    import requests
-
-    from envbuilder.image.engine import connect  # the docker helper's thin layer
+    from envbuilder.image import engine  # imported late: only pinning a new base image needs it
 
     try:
-        return str(connect().images.get_registry_data(ref).id)
-    except (EngineError, docker.errors.DockerException, requests.RequestException, OSError) as exc:
+        return engine.registry_digest(engine.connect(), ref)
+    except EngineError as exc:
         raise LockError(
             f"cannot read the digest of base image {ref} from its registry: {exc}\nThe lock "
             "pins base images by digest, asking the registry through the Docker engine: check "

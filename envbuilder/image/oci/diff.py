@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envbuilder.image import engine
+from envbuilder.image.engine import Client
 from envbuilder.image.oci.writer import save_image
 from envbuilder.image.tar import CHUNK, sort_key
 
@@ -95,12 +97,8 @@ def steps(config: Mapping[str, Any]) -> list[str]:
     ]
 
 
-def _on_engine(client: Any, image: str) -> bool:
-    try:
-        client.images.get(image)
-    except Exception:  # docker.errors.ImageNotFound
-        return False
-    return True
+def _on_engine(client: Client, image: str) -> bool:
+    return engine.image_info(client, image) is not None
 
 
 def _first_layer_difference(expected: Sequence[str], actual: Sequence[str]) -> int | None:
@@ -113,7 +111,7 @@ def _first_layer_difference(expected: Sequence[str], actual: Sequence[str]) -> i
 
 
 def describe_difference(
-    client: Any,
+    client: Client,
     expected_id: str,
     expected_layers: Sequence[str],
     actual_id: str,
@@ -151,10 +149,9 @@ def describe_difference(
     return f"{head}; first differing file: {first_file_difference(old, new)}"
 
 
-def _base_layer_count(client: Any, base: str | None) -> int:
-    if base and _on_engine(client, base):
-        return len((client.images.get(base).attrs.get("RootFS") or {}).get("Layers") or [])
-    return 0
+def _base_layer_count(client: Client, base: str | None) -> int:
+    found = engine.image_info(client, base) if base else None
+    return len(found.diff_ids) if found is not None else 0
 
 
 def _layer_head(
@@ -183,17 +180,25 @@ def _short(text: str, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _config_difference(client: Any, expected_id: str, actual_id: str, have_expected: bool) -> str:
+def _config_difference(
+    client: Client, expected_id: str, actual_id: str, have_expected: bool
+) -> str:
     if not have_expected:
         return (
             "every layer is the predicted one, the image config differs (labels, "
             "environment, entrypoint or history); the predicted image is not on this "
             "engine to compare the configs"
         )
-    old = client.images.get(expected_id).attrs
-    new = client.images.get(actual_id).attrs
-    for key in ("Config", "Architecture", "Os", "Created"):
-        found = _first_key_difference(old.get(key), new.get(key), key)
+    old, new = engine.image_info(client, expected_id), engine.image_info(client, actual_id)
+    if old is None or new is None:
+        return "every layer is the predicted one; one of the two images left the engine"
+    for key, a, b in (
+        ("Config", old.config, new.config),
+        ("Architecture", old.architecture, new.architecture),
+        ("Os", old.os, new.os),
+        ("Created", old.created, new.created),
+    ):
+        found = _first_key_difference(a, b, key)
         if found:
             return f"every layer is the predicted one; the image config differs first at {found}"
     return "every layer is the predicted one; the image configs differ in their history"
