@@ -26,10 +26,11 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from envbuilder.core.errors import BuildError
+from envbuilder.core.errors import BuildError, EngineError
 from envbuilder.core.progress import ProgressFn, no_progress
+from envbuilder.image import engine
 from envbuilder.image.oci.blobs import digest_bytes
 from envbuilder.image.oci.diff import describe_difference
 from envbuilder.image.oci.loadarchive import LayerBlob, image_manifest
@@ -42,6 +43,9 @@ from envbuilder.image.oci.writer import (
     open_save_stream,
     write_image,
 )
+
+if TYPE_CHECKING:
+    from envbuilder.image.engine import Client
 
 #: Repository prefix of the images the engine built (kept for its layer cache).
 ENGINE_PREFIX = "envbuilder-engine/"
@@ -92,7 +96,7 @@ def normalize_context_modes(context: Path) -> None:
 
 
 def write_deterministic(
-    client: Any,
+    client: Client,
     engine_image: str,
     tag: str,
     inputs: Deterministic,
@@ -112,7 +116,7 @@ def write_deterministic(
     engine_id = expected_id(written.image_id, written.manifest_digest, image_store(client))
     _WRITTEN[engine_id] = (written.image_id, written.manifest_digest)
     repository, _, name = tag.rpartition(":")
-    client.images.get(engine_id).tag(repository, name)
+    engine.tag_image(client, engine_id, repository, name)
     return engine_id
 
 
@@ -153,25 +157,26 @@ class Prediction:
 
 
 def observe(
-    client: Any, image: str, base: str | None, hint: Prediction | None = None
+    client: Client, image: str, base: str | None, hint: Prediction | None = None
 ) -> Prediction:
     """The Prediction that describes `image` as the engine has it (`base`: the image it was
     built on, whose layers are not counted; when the engine lacks it, as after a pull, the
     recorded prediction `hint` says how many layers lie above it)."""
-    attrs = client.images.get(image).attrs
-    layers = list((attrs.get("RootFS") or {}).get("Layers") or [])
+    found = engine.image_info(client, image)
+    if found is None:
+        raise EngineError(f"the engine has no image {image}")
+    layers = found.diff_ids
     below = 0
-    base_attrs = _attrs(client, base) if base else None
-    if base_attrs is not None:
-        below = len((base_attrs.get("RootFS") or {}).get("Layers") or [])
+    base_image = engine.image_info(client, base) if base else None
+    if base_image is not None:
+        below = len(base_image.diff_ids)
     elif hint is not None and len(hint.layers) <= len(layers):
         below = len(layers) - len(hint.layers)
-    labels = (attrs.get("Config") or {}).get("Labels") or {}
-    config, manifest = _digests(client, str(attrs["Id"]), hint)
-    return Prediction(config, tuple(layers[below:]), labels.get(REPRO_LABEL, ""), manifest)
+    config, manifest = _digests(client, found.id, hint)
+    return Prediction(config, layers[below:], found.labels.get(REPRO_LABEL, ""), manifest)
 
 
-def _digests(client: Any, engine_id: str, hint: Prediction | None) -> tuple[str, str]:
+def _digests(client: Client, engine_id: str, hint: Prediction | None) -> tuple[str, str]:
     """(config digest, manifest digest) of the engine's image `engine_id`: known when this
     process wrote it or the lock records it under that id; else read from `docker save`."""
     if engine_id in _WRITTEN:
@@ -182,7 +187,7 @@ def _digests(client: Any, engine_id: str, hint: Prediction | None) -> tuple[str,
     return saved_digests(client, engine_id)
 
 
-def saved_digests(client: Any, image: str) -> tuple[str, str]:
+def saved_digests(client: Client, image: str) -> tuple[str, str]:
     """(config digest, envbuilder's manifest digest) of `image`, from its `docker save` (the
     whole image is read: the manifest names every layer's uncompressed size)."""
     with tempfile.TemporaryDirectory(prefix="digests-") as tmp:
@@ -191,13 +196,6 @@ def saved_digests(client: Any, image: str) -> tuple[str, str]:
     blobs = [LayerBlob(d, size, None) for d, size in zip(diff_ids, saved.sizes, strict=True)]
     manifest = image_manifest(saved.config_bytes, blobs)
     return digest_bytes(saved.config_bytes), digest_bytes(manifest)
-
-
-def _attrs(client: Any, image: str) -> dict[str, Any] | None:
-    try:
-        return dict(client.images.get(image).attrs)
-    except Exception:  # docker.errors.ImageNotFound: not on this engine
-        return None
 
 
 def recorded(lock_artifacts: Mapping[str, Mapping[str, str]], target: str) -> Prediction | None:
@@ -226,7 +224,7 @@ def require_prediction(
 
 
 def check_prediction(
-    client: Any,
+    client: Client,
     expected: Prediction,
     actual: Prediction,
     *,
@@ -313,11 +311,11 @@ def status_line(
 
 
 def image_line(
-    client: Any, env: str, target: str, tag: str, what: str, expected: Prediction | None
+    client: Client, env: str, target: str, tag: str, what: str, expected: Prediction | None
 ) -> tuple[bool, str]:
     """status_line for the engine's image `tag` (`what` names it in the line)."""
-    image = _attrs(client, tag)
-    actual = str(image["Id"]) if image is not None else None
+    image = engine.image_info(client, tag)
+    actual = image.id if image is not None else None
     return status_line(env, target, what, actual, expected, image_store(client))
 
 

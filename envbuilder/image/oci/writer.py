@@ -25,10 +25,11 @@ import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from envbuilder.core.errors import BuildError, EngineError
 from envbuilder.core.progress import ProgressFn, no_progress
+from envbuilder.image import engine
 from envbuilder.image.oci.blobs import canonical_json, digest_bytes, rfc3339
 from envbuilder.image.oci.canonical import UNCHANGED, View, add_raw_layer, canonicalise
 from envbuilder.image.oci.config import deterministic_config
@@ -42,6 +43,9 @@ from envbuilder.image.oci.layers import (
 from envbuilder.image.oci.loadarchive import LayerBlob, image_manifest, load_stream
 from envbuilder.image.oci.saved import SavedImage, read_saved
 from envbuilder.image.tar import CHUNK, IterStream
+
+if TYPE_CHECKING:
+    from envbuilder.image.engine import Client
 
 #: Version of what this package writes: bump it whenever the same engine image would give other
 #: bytes (a normalisation rule, the tar layout, the config's keys), so that a recorded digest
@@ -89,7 +93,7 @@ class WrittenImage:
 
 
 def save_image(
-    client: Any,
+    client: Client,
     image: str,
     keep: Callable[[str], bool],
     workdir: Path,
@@ -103,48 +107,38 @@ def save_image(
 
 
 def open_save_stream(
-    client: Any, image: str, progress: ProgressFn = no_progress
+    client: Client, image: str, progress: ProgressFn = no_progress
 ) -> io.BufferedReader:
     """The bytes of `docker save image`, as a buffered stream (progress: bytes read)."""
-    try:
-        chunks = client.images.get(image).save(chunk_size=CHUNK)
-        total = int(client.images.get(image).attrs.get("Size") or 0) or None
-    except Exception as exc:  # docker.errors.* and connection errors alike
-        raise EngineError(f"cannot save the image {image} from the engine: {exc}") from None
-    return io.BufferedReader(IterStream(chunks, progress, "save", total), buffer_size=CHUNK)
+    found = engine.image_info(client, image)
+    if found is None:
+        raise EngineError(f"cannot save the image {image}: the engine has no such image")
+    chunks = engine.save_image_stream(client, image, CHUNK)
+    stream = IterStream(chunks, progress, "save", found.size or None)
+    return io.BufferedReader(stream, buffer_size=CHUNK)
 
 
 # ----------------------------------------------------------------------------- writing
 
 
-def _base_facts(client: Any, base: str) -> tuple[list[str], int]:
+def _base_facts(client: Client, base: str) -> tuple[list[str], int]:
     """The base image's diff_ids and the number of its history entries (which the engine
     copied into the built image's history)."""
-    try:
-        attrs = client.images.get(base).attrs
-        entries = client.api.history(base)
-    except Exception as exc:  # docker.errors.* and connection errors alike
-        raise EngineError(f"cannot read the base image {base} from the engine: {exc}") from None
-    diff_ids = list((attrs.get("RootFS") or {}).get("Layers") or [])
-    return diff_ids, len(entries)
+    found = engine.image_info(client, base)
+    if found is None:
+        raise EngineError(f"cannot read the base image {base}: the engine has no such image")
+    return list(found.diff_ids), len(engine.image_history(client, base))
 
 
-def image_store(client: Any) -> str:
-    """The engine's image store: "containerd" (Docker with the containerd snapshotter: image
-    ids are manifest digests) or "classic" (Docker's graph drivers, podman: image ids are
-    config digests)."""
-    try:
-        status = client.info().get("DriverStatus") or []
-    except Exception as exc:  # docker.errors.* and connection errors alike
-        raise EngineError(f"cannot read the engine's configuration: {exc}") from None
-    for pair in status:
-        if list(pair)[:2] == ["driver-type", "io.containerd.snapshotter.v1"]:
-            return "containerd"
-    return "classic"
+def image_store(client: Client) -> str:
+    """The engine's image store (envbuilder.image.engine.EngineInfo.image_store): "containerd"
+    (Docker with the containerd snapshotter: image ids are manifest digests), "classic" or
+    "podman" (image ids are config digests)."""
+    return engine.engine_info(client).image_store
 
 
 def write_image(
-    client: Any,
+    client: Client,
     engine_image: str,
     *,
     base: str | None,
@@ -263,19 +257,9 @@ def _normalise(
     return out
 
 
-def _load(client: Any, archive: Iterator[bytes], progress: ProgressFn) -> None:
+def _load(client: Client, archive: Iterator[bytes], progress: ProgressFn) -> None:
     progress("docker load", 0, None)
-    try:
-        events = client.api.load_image(archive)
-        for event in events or ():
-            if isinstance(event, Mapping) and event.get("error"):
-                raise BuildError(
-                    f"`docker load` of the written image failed: {str(event['error']).strip()}"
-                )
-    except BuildError:
-        raise
-    except Exception as exc:  # docker.errors.APIError and connection errors alike
-        raise EngineError(f"`docker load` of the written image failed: {exc}") from None
+    engine.load_image_archive(client, archive)
 
 
 def expected_id(config_digest: str, manifest_digest: str, store: str) -> str:
@@ -284,12 +268,10 @@ def expected_id(config_digest: str, manifest_digest: str, store: str) -> str:
     return manifest_digest if store == "containerd" else config_digest
 
 
-def _check_loaded(client: Any, config_digest: str, manifest_digest: str, store: str) -> None:
+def _check_loaded(client: Client, config_digest: str, manifest_digest: str, store: str) -> None:
     wanted = expected_id(config_digest, manifest_digest, store)
-    try:
-        loaded = str(client.images.get(wanted).id)
-    except Exception:  # docker.errors.ImageNotFound
-        loaded = "nothing"
+    found = engine.image_info(client, wanted)
+    loaded = found.id if found is not None else "nothing"
     if loaded != wanted:
         raise BuildError(
             f"the engine ({store} image store) loaded {loaded} for the written image, whose "
