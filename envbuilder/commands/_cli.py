@@ -250,7 +250,8 @@ def _finish_interrupted_writes(args: argparse.Namespace, ui: UI) -> None:
     roots = [root for root in (project.root, project.lockfiles) if journal.left_over(root)]
     read_only = args.command in READ_ONLY or getattr(args, "check", False) is True
     if not read_only:
-        _sweep_stale_work(project)
+        journal.ready_state_dir()  # a state folder that cannot hold receipts: said before work
+        _sweep_stale_work(project, ui)
     for root in roots:
         scope = _journal_scope(project, root)
         if read_only:
@@ -260,15 +261,15 @@ def _finish_interrupted_writes(args: argparse.Namespace, ui: UI) -> None:
             ui.warn(note)
 
 
-def _sweep_stale_work(project: Project) -> None:
+def _sweep_stale_work(project: Project, ui: UI) -> None:
     """Work folders a killed lock or build left (envbuilder.core.stale removes only those it can
     prove are this user's and dead: no process, nor a uv it started, holds them)."""
     import tempfile
 
     from envbuilder.core import stale
 
-    stale.sweep(Path(tempfile.gettempdir()), "envbuilder-lock-")
-    stale.sweep(project.cache, "venv-wheelhouse-")
+    stale.sweep(Path(tempfile.gettempdir()), "envbuilder-lock-", ui.warn)
+    stale.sweep(project.cache, "venv-wheelhouse-", ui.warn)
 
 
 def _journal_scope(project: Project, root: Path) -> Scope:

@@ -48,6 +48,7 @@ import os
 import re
 import secrets
 import stat
+import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -67,6 +68,7 @@ from envbuilder.core.fsutil import (
 from envbuilder.core.fsutil import default_mode as _default_mode
 from envbuilder.core.interrupts import deferred
 from envbuilder.core.nofollow import LinkInTheWay, Tree, plain_relative
+from envbuilder.core.statefile import StateFileError, not_ours, parse_json, read_state
 
 #: The journal of a multi-file commit, in the commit's root folder while the commit runs.
 JOURNAL = ".envbuilder-commit.json"
@@ -79,6 +81,8 @@ _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 MAX_JOURNAL_BYTES = 1 << 20
 #: What a temp file of a commit may hold (a pylock is a few MiB at most).
 MAX_FILE_BYTES = 64 << 20
+#: A receipt is a few hundred bytes.
+_MAX_RECEIPT_BYTES = 65536
 
 
 class JournalError(EnvbuilderError):
@@ -118,9 +122,28 @@ class Scope:
 
 def state_dir() -> Path:
     """envbuilder's per-user state: $XDG_STATE_HOME/envbuilder, default ~/.local/state/envbuilder.
-    Never inside a project, so nothing a checkout carries lands there."""
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "envbuilder"
+    Never inside a project, so nothing a checkout carries lands there. A relative
+    XDG_STATE_HOME is ignored, as the XDG spec says (it would put receipts into whatever
+    folder a command runs in: the project itself)."""
+    base = Path(os.environ.get("XDG_STATE_HOME", ""))
+    if not base.is_absolute():
+        base = Path.home() / ".local" / "state"
+    return base / "envbuilder"
+
+
+def ready_state_dir() -> Path:
+    """The receipts folder, made and proven writable (a file is created there and removed)
+    before a writing command does any work: a state folder that is too long, read-only or not
+    the user's is a WriteError at the start, not after minutes of resolving."""
+    folder = _receipts(create=True)
+    try:
+        fd, name = tempfile.mkstemp(dir=folder, prefix=".probe-000000000000.json.", suffix=".tmp")
+    except OSError as exc:
+        raise _state_error(folder, write_error(folder / "x", exc).cause) from None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        Path(name).unlink()
+    return folder
 
 
 def _receipts(create: bool) -> Path:
@@ -128,7 +151,11 @@ def _receipts(create: bool) -> Path:
     folder = state_dir() / "commits"
     if create:
         try:
-            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            make_parents(folder / "x")
+            if not folder.is_dir():
+                folder.mkdir(mode=0o700)
+        except WriteError as exc:
+            raise _state_error(folder, exc.cause) from None
         except OSError as exc:
             raise _state_error(folder, write_error(folder, exc, "create").cause) from None
     try:
@@ -184,22 +211,39 @@ class _Receipt:
         """None when the receipt proves `journal` (None: any journal of this token) in the
         root whose stat is `info`; else why not."""
         try:
-            folder = _receipts(create=False)
-            data: Any = json.loads((folder / f"{self.token}.json").read_bytes()[:65536])
-        except FileNotFoundError:
+            data = self.read()
+        except (EnvbuilderError, OSError) as exc:
+            return f"its receipt cannot be used: {exc}"
+        if data is None:
             return f"envbuilder has no receipt of writing it ({self.path} does not exist)"
-        except (OSError, ValueError, EnvbuilderError) as exc:
-            return f"its receipt {self.path} cannot be read ({exc})"
-        if not isinstance(data, dict) or data.get("version") != RECEIPT_VERSION:
-            return f"its receipt {self.path} is not one envbuilder wrote"
-        if (data.get("device"), data.get("inode")) != (info.st_dev, info.st_ino):
-            return f"its receipt {self.path} is for another folder ({data.get('root')!r})"
-        digests = data.get("journals")
-        if journal is not None and (
-            not isinstance(digests, list) or sha256_bytes(journal) not in digests
-        ):
+        if (data["device"], data["inode"]) != (info.st_dev, info.st_ino):
+            return f"its receipt {self.path} is for another folder ({data['root']!r})"
+        if journal is not None and sha256_bytes(journal) not in data["journals"]:
             return f"its content is not what envbuilder wrote (see {self.path})"
         return None
+
+    def read(self) -> dict[str, Any] | None:
+        """The receipt, each value checked for type (None: there is none). StateFileError
+        when it is not one envbuilder wrote: a link, a FIFO, too big, too deep, wrong types."""
+        folder = _receipts(create=False)
+        path = folder / f"{self.token}.json"
+        fix = (
+            "remove it (a receipt only lets envbuilder finish one interrupted write; without "
+            "it the journal it names is left for you to check)"
+        )
+        data: Any = read_state(path, _MAX_RECEIPT_BYTES, "json", fix)
+        if data is None:
+            return None
+        if not (
+            isinstance(data, dict)
+            and data.get("version") == RECEIPT_VERSION
+            and isinstance(data.get("root"), str)
+            and all(type(data.get(k)) is int for k in ("device", "inode"))
+            and isinstance(data.get("journals"), list)
+            and all(isinstance(j, str) and _HEX64.match(j) for j in data["journals"])
+        ):
+            raise not_ours(path, "its keys or their types are not a receipt's", fix)
+        return data
 
 
 # --- the journal --------------------------------------------------------------------------------
@@ -258,7 +302,7 @@ def left_over(root: Path) -> bool:
 
 def _parse(data: bytes, where: Path, scope: Scope) -> _Journal:
     """A journal's bytes (already proven by a receipt) -> its entries, each in `scope`."""
-    doc: Any = json.loads(data.decode("utf-8"))
+    doc: Any = parse_json(data, where, "check the files it names, then remove it")
     if (
         not isinstance(doc, dict)
         or doc.get("version") != JOURNAL_VERSION
@@ -296,8 +340,8 @@ def _refused(journal: Path, why: str) -> JournalError:
 
 def _token_of(data: bytes) -> str | None:
     try:
-        doc: Any = json.loads(data.decode("utf-8"))
-    except ValueError:
+        doc: Any = parse_json(data, Path(JOURNAL), "")
+    except StateFileError:
         return None
     token = doc.get("token") if isinstance(doc, dict) else None
     return token if isinstance(token, str) and _TOKEN.match(token) else None
