@@ -251,6 +251,7 @@ def _finish_interrupted_writes(args: argparse.Namespace, ui: UI) -> None:
     read_only = args.command in READ_ONLY or getattr(args, "check", False) is True
     if not read_only:
         journal.ready_state_dir()  # a state folder that cannot hold receipts: said before work
+        journal.drop_orphan_receipts()
         _sweep_stale_work(project, ui)
     for root in roots:
         scope = _journal_scope(project, root)
@@ -280,9 +281,9 @@ def _journal_scope(project: Project, root: Path) -> Scope:
 
         return LOCKFILES_SCOPE
     from envbuilder.builders.render import commit_scope
-    from envbuilder.slurm.script import SCRIPTS
+    from envbuilder.commands.render import EXTRAS
 
-    return commit_scope(project, (SCRIPTS,))
+    return commit_scope(project, EXTRAS)
 
 
 if __name__ == "__main__":  # `python -m envbuilder` is the entry point; main() handles signals too
