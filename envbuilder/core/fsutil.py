@@ -344,7 +344,8 @@ def write_temp(target: Path, tmp: Path, data: bytes, mode: int) -> None:
     """Write `data` into the new file `tmp` (never an existing one), synced, then give it
     `mode`; WriteError naming `target` when the disk refuses."""
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(tmp, flags, 0o600)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
