@@ -95,11 +95,12 @@ def test_sigkill_at_every_step_of_a_commit_is_finished_or_undone(
     tmp_path: Path, state: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A render killed at step 1, 2, ... of its commit (until one runs to its end): `check`
-    and `render --check` change nothing (`render --check` names a journal left and the command
-    that finishes it, and fails while files are part old, part new: it is read-only, and the files are not complete
-    until a writing command finishes them); the next `render` leaves the files one complete generation, equal to an
-    uninterrupted render's, with no temp file, journal or receipt (an orphan receipt, left by
-    a kill after the journal's removal, included)."""
+    and `render --check` change nothing (`render --check` names the journal left and the
+    command that finishes it, and fails while files are part old, part new: it is read-only,
+    and the files are not complete until a writing command finishes them); the next `render`
+    leaves the files one complete generation, equal to an uninterrupted render's, with no temp
+    file, journal or receipt (an orphan receipt, left by a kill after the journal's removal,
+    included)."""
     reference = fresh(tmp_path / "reference")
     assert killed_render(reference, "none") == 0
     expected = files(reference)

@@ -39,6 +39,7 @@ from envbuilder.commands._options import refuse_empty_values
 from envbuilder.core import interrupts
 from envbuilder.core.errors import EnvbuilderError
 from envbuilder.core.project import SPEC_NAME, find_spec
+from envbuilder.core.redact import redact
 from envbuilder.core.ui import UI
 
 if TYPE_CHECKING:
@@ -198,7 +199,7 @@ def _json_error(
         {
             "command": getattr(args, "command", None),
             "ok": False,
-            "error": {"kind": kind, "message": message, "exit_code": code},
+            "error": {"kind": kind, "message": redact(message), "exit_code": code},
         }
     )
 
