@@ -46,6 +46,7 @@ from envbuilder.core.plan import FindPython, LockPins, Plan, PlanInputs, WriteAc
 from envbuilder.core.progress import ProgressFn
 from envbuilder.core.project import Project, pylock_name, venv_folder
 from envbuilder.core.quoting import ps_quote
+from envbuilder.core.statefile import StateFileError, read_state
 from envbuilder.host import pyfinder
 from envbuilder.targets import registry
 from envbuilder.targets.base import (
@@ -58,6 +59,8 @@ from envbuilder.targets.base import (
 
 MARKER = "envbuilder-venv.json"
 MARKER_VERSION = 1
+#: A marker is a few hundred bytes.
+_MAX_MARKER_BYTES = 1 << 20
 #: The marker's `state`: "complete" once a build finished; "incomplete" from the moment a build
 #: starts changing the venv (an interrupted build leaves it so). A marker without `state` was
 #: written by an envbuilder that wrote only complete markers.
@@ -426,9 +429,9 @@ def marker_state(marker: Mapping[str, Any]) -> str:
 
 def read_marker(path: Path) -> dict[str, Any] | None:
     """The marker's content, or None when it is missing or unreadable (then the venv is synced)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    try:  # statefile: a FIFO, a link, a huge or deeply nested marker is no marker
+        data = read_state(path, _MAX_MARKER_BYTES, "json", "")
+    except StateFileError:
         return None
     return data if isinstance(data, dict) and data.get("marker_version") == MARKER_VERSION else None
 

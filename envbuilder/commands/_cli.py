@@ -39,6 +39,7 @@ from envbuilder.commands._options import refuse_empty_values
 from envbuilder.core import interrupts
 from envbuilder.core.errors import EnvbuilderError
 from envbuilder.core.project import SPEC_NAME, find_spec
+from envbuilder.core.redact import redact
 from envbuilder.core.ui import UI
 
 if TYPE_CHECKING:
@@ -198,7 +199,7 @@ def _json_error(
         {
             "command": getattr(args, "command", None),
             "ok": False,
-            "error": {"kind": kind, "message": message, "exit_code": code},
+            "error": {"kind": kind, "message": redact(message), "exit_code": code},
         }
     )
 
@@ -250,7 +251,9 @@ def _finish_interrupted_writes(args: argparse.Namespace, ui: UI) -> None:
     roots = [root for root in (project.root, project.lockfiles) if journal.left_over(root)]
     read_only = args.command in READ_ONLY or getattr(args, "check", False) is True
     if not read_only:
-        _sweep_stale_work(project)
+        journal.ready_state_dir()  # a state folder that cannot hold receipts: said before work
+        journal.drop_orphan_receipts()
+        _sweep_stale_work(project, ui)
     for root in roots:
         scope = _journal_scope(project, root)
         if read_only:
@@ -260,15 +263,15 @@ def _finish_interrupted_writes(args: argparse.Namespace, ui: UI) -> None:
             ui.warn(note)
 
 
-def _sweep_stale_work(project: Project) -> None:
+def _sweep_stale_work(project: Project, ui: UI) -> None:
     """Work folders a killed lock or build left (envbuilder.core.stale removes only those it can
     prove are this user's and dead: no process, nor a uv it started, holds them)."""
     import tempfile
 
     from envbuilder.core import stale
 
-    stale.sweep(Path(tempfile.gettempdir()), "envbuilder-lock-")
-    stale.sweep(project.cache, "venv-wheelhouse-")
+    stale.sweep(Path(tempfile.gettempdir()), "envbuilder-lock-", ui.warn)
+    stale.sweep(project.cache, "venv-wheelhouse-", ui.warn)
 
 
 def _journal_scope(project: Project, root: Path) -> Scope:
@@ -279,9 +282,9 @@ def _journal_scope(project: Project, root: Path) -> Scope:
 
         return LOCKFILES_SCOPE
     from envbuilder.builders.render import commit_scope
-    from envbuilder.slurm.script import SCRIPTS
+    from envbuilder.commands.render import EXTRAS
 
-    return commit_scope(project, (SCRIPTS,))
+    return commit_scope(project, EXTRAS)
 
 
 if __name__ == "__main__":  # `python -m envbuilder` is the entry point; main() handles signals too

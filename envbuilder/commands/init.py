@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envbuilder.commands._options import add_json_argument, path_value
 from envbuilder.core.errors import EnvbuilderError, UsageError
-from envbuilder.core.fsutil import temp_dir
+from envbuilder.core.fsutil import default_mode, temp_dir, write_error
 from envbuilder.core.project import SPEC_NAME
 from envbuilder.core.ui import UI
 from envbuilder.spec.load import check_spec
@@ -129,13 +130,20 @@ def _write_new(dest: Path, data: bytes) -> None:
     folder = dest.absolute().parent
     if not folder.is_dir():
         raise UsageError(f"{folder} is not a folder; create it first")
-    tmp = folder / f".{dest.name}.init-{os.getpid()}"
+    tmp: Path | None = None
     try:
-        tmp.write_bytes(data)
+        # mkstemp: O_CREAT|O_EXCL|O_NOFOLLOW under an unpredictable name, so a link or file
+        # planted beside the spec is never written through nor replaced
+        fd, name = tempfile.mkstemp(dir=folder, prefix=f".{dest.name}.init-", suffix=".tmp")
+        tmp = Path(name)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        tmp.chmod(default_mode())
         os.link(tmp, dest)
     except FileExistsError:
         raise EnvbuilderError(f"{dest} exists; init never overwrites") from None
     except OSError as exc:
-        raise EnvbuilderError(f"cannot write {dest}: {exc.strerror or exc}") from None
+        raise write_error(dest, exc) from None
     finally:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)

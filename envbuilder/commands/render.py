@@ -15,6 +15,10 @@ from envbuilder.core.ui import UI
 from envbuilder.slurm.script import SCRIPTS
 from envbuilder.spec.load import load_spec
 
+#: The files rendered per env beside the targets': what `render` writes, and so what the next
+#: command may finish of an interrupted render (envbuilder.commands._cli._journal_scope).
+EXTRAS = (SCRIPTS, DEVCONTAINERS)
+
 HELP = "render Dockerfiles, WSL rootfs files and Windows scripts; --check verifies them"
 DESCRIPTION = """\
 Render each env's definitions for its targets, beside the spec:
@@ -102,7 +106,7 @@ def run(args: argparse.Namespace, ui: UI) -> int:
         args.env or None,
         args.target or None,
         check=args.check,
-        extras=(SCRIPTS, DEVCONTAINERS),
+        extras=EXTRAS,
     )
     code = _report(project, result, ui)
     if args.json:

@@ -62,7 +62,7 @@ def write_error(path: Path, exc: OSError, verb: str = "write") -> WriteError:
         return WriteError(
             path, f"{blocker} is a file, not a folder; move it away or choose another path", verb
         )
-    if exc.errno == errno.EISDIR or (path.is_dir() and not path.is_symlink()):
+    if exc.errno == errno.EISDIR or (_is_dir(path) and not _is_link(path)):
         return WriteError(
             path, "it is a folder, not a file; move it away or choose another path", verb
         )
@@ -76,17 +76,27 @@ def file_in_the_way(path: Path) -> Path | None:
     """The nearest existing ancestor of `path` when it is not a folder (so nothing can be made
     below it), else None."""
     for parent in path.parents:
-        if parent.exists() or parent.is_symlink():
-            return None if parent.is_dir() else parent
+        try:
+            info = parent.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            if os.path.lexists(parent):  # a dangling link: nothing can be made below it
+                return parent
+            continue
+        except OSError:  # too long, a loop, no permission: the caller's errno says it
+            return None
+        return None if stat.S_ISDIR(info.st_mode) else parent
     return None
 
 
 def make_parents(path: Path) -> list[Path]:
     """Create the missing folders above `path`; return those created, outermost first.
     WriteError (naming `path`) when a file is in the way or the disk refuses."""
+    too_long = path_too_long(path)
+    if too_long is not None:
+        raise WriteError(path, too_long)
     missing = []
     for parent in path.parents:
-        if parent.is_dir():
+        if _is_dir(parent):
             break
         missing.append(parent)
     created: list[Path] = []
@@ -98,6 +108,40 @@ def make_parents(path: Path) -> list[Path]:
         remove_empty(created)
         raise write_error(path, exc) from None
     return created
+
+
+#: Linux's PATH_MAX and NAME_MAX (in bytes); what other systems allow is no more.
+PATH_MAX = 4096
+NAME_MAX = 255
+
+
+def path_too_long(path: Path) -> str | None:
+    """Why `path` is longer than the system allows (checked before anything is made: a
+    folder made part-way below such a path cannot be removed by its name), or None."""
+    raw = os.fsencode(path)
+    if len(raw) >= PATH_MAX:
+        return f"the path is {len(raw)} bytes, over the system's limit of {PATH_MAX - 1}"
+    longest = max(raw.split(b"/"), key=len)
+    if len(longest) > NAME_MAX:
+        name = os.fsdecode(longest[:40])
+        return f"a name in it ({name}...) is {len(longest)} bytes, over the limit of {NAME_MAX}"
+    return None
+
+
+def _is_dir(path: Path) -> bool:
+    """Path.is_dir, False for any error (a name too long raises there): mkdir then says why."""
+    try:
+        return stat.S_ISDIR(path.stat().st_mode)
+    except OSError:
+        return False
+
+
+def _is_link(path: Path) -> bool:
+    """Path.is_symlink, False for any error."""
+    try:
+        return path.is_symlink()
+    except OSError:
+        return False
 
 
 def remove_empty(folders: Sequence[Path]) -> None:
@@ -300,7 +344,8 @@ def write_temp(target: Path, tmp: Path, data: bytes, mode: int) -> None:
     """Write `data` into the new file `tmp` (never an existing one), synced, then give it
     `mode`; WriteError naming `target` when the disk refuses."""
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(tmp, flags, 0o600)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

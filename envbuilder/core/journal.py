@@ -43,11 +43,15 @@ Read-only commands never recover (envbuilder.commands._cli): they report a journ
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
 import secrets
+import signal
 import stat
+import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -59,6 +63,7 @@ from envbuilder.core.fsutil import (
     atomic_write_bytes,
     exclusive,
     file_in_the_way,
+    lock_file,
     make_parents,
     remove_empty,
     sha256_bytes,
@@ -67,6 +72,7 @@ from envbuilder.core.fsutil import (
 from envbuilder.core.fsutil import default_mode as _default_mode
 from envbuilder.core.interrupts import deferred
 from envbuilder.core.nofollow import LinkInTheWay, Tree, plain_relative
+from envbuilder.core.statefile import StateFileError, not_ours, parse_json, read_state
 
 #: The journal of a multi-file commit, in the commit's root folder while the commit runs.
 JOURNAL = ".envbuilder-commit.json"
@@ -79,6 +85,21 @@ _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 MAX_JOURNAL_BYTES = 1 << 20
 #: What a temp file of a commit may hold (a pylock is a few MiB at most).
 MAX_FILE_BYTES = 64 << 20
+#: A receipt is a few hundred bytes.
+_MAX_RECEIPT_BYTES = 65536
+
+
+#: Tests only: SIGKILL this process at the N-th step of a commit (or at the step of that name),
+#: so that a test can stop the commit protocol exactly where it wants, not by timing.
+KILL_AT_STEP = "ENVBUILDER_TEST_KILL_AT_STEP"
+_steps = itertools.count(1)
+
+
+def _step(name: str) -> None:
+    """A point of the commit protocol where a kill leaves a state recovery must handle."""
+    want = os.environ.get(KILL_AT_STEP)
+    if want and want in (name, str(next(_steps))):
+        os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))
 
 
 class JournalError(EnvbuilderError):
@@ -118,9 +139,28 @@ class Scope:
 
 def state_dir() -> Path:
     """envbuilder's per-user state: $XDG_STATE_HOME/envbuilder, default ~/.local/state/envbuilder.
-    Never inside a project, so nothing a checkout carries lands there."""
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "envbuilder"
+    Never inside a project, so nothing a checkout carries lands there. A relative
+    XDG_STATE_HOME is ignored, as the XDG spec says (it would put receipts into whatever
+    folder a command runs in: the project itself)."""
+    base = Path(os.environ.get("XDG_STATE_HOME", ""))
+    if not base.is_absolute():
+        base = Path.home() / ".local" / "state"
+    return base / "envbuilder"
+
+
+def ready_state_dir() -> Path:
+    """The receipts folder, made and proven writable (a file is created there and removed)
+    before a writing command does any work: a state folder that is too long, read-only or not
+    the user's is a WriteError at the start, not after minutes of resolving."""
+    folder = _receipts(create=True)
+    try:
+        fd, name = tempfile.mkstemp(dir=folder, prefix=".probe-000000000000.json.", suffix=".tmp")
+    except OSError as exc:
+        raise _state_error(folder, write_error(folder / "x", exc).cause) from None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        Path(name).unlink()
+    return folder
 
 
 def _receipts(create: bool) -> Path:
@@ -128,7 +168,11 @@ def _receipts(create: bool) -> Path:
     folder = state_dir() / "commits"
     if create:
         try:
-            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            make_parents(folder / "x")
+            if not folder.is_dir():
+                folder.mkdir(mode=0o700)
+        except WriteError as exc:
+            raise _state_error(folder, exc.cause) from None
         except OSError as exc:
             raise _state_error(folder, write_error(folder, exc, "create").cause) from None
     try:
@@ -184,22 +228,86 @@ class _Receipt:
         """None when the receipt proves `journal` (None: any journal of this token) in the
         root whose stat is `info`; else why not."""
         try:
-            folder = _receipts(create=False)
-            data: Any = json.loads((folder / f"{self.token}.json").read_bytes()[:65536])
-        except FileNotFoundError:
+            data = self.read()
+        except (EnvbuilderError, OSError) as exc:
+            return f"its receipt cannot be used: {exc}"
+        if data is None:
             return f"envbuilder has no receipt of writing it ({self.path} does not exist)"
-        except (OSError, ValueError, EnvbuilderError) as exc:
-            return f"its receipt {self.path} cannot be read ({exc})"
-        if not isinstance(data, dict) or data.get("version") != RECEIPT_VERSION:
-            return f"its receipt {self.path} is not one envbuilder wrote"
-        if (data.get("device"), data.get("inode")) != (info.st_dev, info.st_ino):
-            return f"its receipt {self.path} is for another folder ({data.get('root')!r})"
-        digests = data.get("journals")
-        if journal is not None and (
-            not isinstance(digests, list) or sha256_bytes(journal) not in digests
-        ):
+        if (data["device"], data["inode"]) != (info.st_dev, info.st_ino):
+            return f"its receipt {self.path} is for another folder ({data['root']!r})"
+        if journal is not None and sha256_bytes(journal) not in data["journals"]:
             return f"its content is not what envbuilder wrote (see {self.path})"
         return None
+
+    def read(self) -> dict[str, Any] | None:
+        """The receipt, each value checked for type (None: there is none). StateFileError
+        when it is not one envbuilder wrote: a link, a FIFO, too big, too deep, wrong types."""
+        folder = _receipts(create=False)
+        path = folder / f"{self.token}.json"
+        fix = (
+            "remove it (a receipt only lets envbuilder finish one interrupted write; without "
+            "it the journal it names is left for you to check)"
+        )
+        data: Any = read_state(path, _MAX_RECEIPT_BYTES, "json", fix)
+        if data is None:
+            return None
+        if not (
+            isinstance(data, dict)
+            and data.get("version") == RECEIPT_VERSION
+            and isinstance(data.get("root"), str)
+            and all(type(data.get(k)) is int for k in ("device", "inode"))
+            and isinstance(data.get("journals"), list)
+            and all(isinstance(j, str) and _HEX64.match(j) for j in data["journals"])
+        ):
+            raise not_ours(path, "its keys or their types are not a receipt's", fix)
+        return data
+
+
+def drop_orphan_receipts() -> list[Path]:
+    """Remove the receipts whose journal is gone (a kill between the journal's removal and the
+    receipt's leaves one); returns those removed. A receipt is removed only when its root is
+    there (the same device and inode), no one writes into it (its lock is free) and it holds
+    neither the journal nor a journal temp of that token; any other receipt is kept (a root
+    on a drive not mounted now may come back). Never raises for what it finds."""
+    try:
+        names = sorted(p.name for p in _receipts(create=False).iterdir())
+    except (OSError, EnvbuilderError):
+        return []
+    removed = []
+    for name in names:
+        token = name.removesuffix(".json")
+        if not (name.endswith(".json") and _TOKEN.match(token)):
+            continue
+        receipt = _Receipt(token)
+        try:
+            data = receipt.read()
+        except (OSError, EnvbuilderError):
+            continue  # not one envbuilder wrote: its journal's refusal names it
+        if data is not None and _orphan(data, token):
+            receipt.drop()
+            removed.append(receipt.path)
+    return removed
+
+
+def _orphan(receipt: Mapping[str, Any], token: str) -> bool:
+    """Whether the root a receipt names is there, free, and without this token's journal."""
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+    try:
+        fd = os.open(receipt["root"], flags)
+    except OSError:
+        return False  # gone, unmounted, or a folder that cannot be opened (Windows)
+    try:
+        info = os.fstat(fd)
+        if (info.st_dev, info.st_ino) != (receipt["device"], receipt["inode"]):
+            return False
+        if not lock_file(fd, blocking=False):
+            return False  # a commit runs there now: its receipt comes before its journal
+        names = set(os.listdir(fd))  # noqa: PTH208 (a folder's fd: no Path for it)
+        return JOURNAL not in names and _journal_temp(token).name not in names
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 # --- the journal --------------------------------------------------------------------------------
@@ -243,8 +351,10 @@ def _journal_temp(token: str) -> PurePosixPath:
 def _write_journal(tree: Tree, token: str, data: bytes) -> None:
     temp = _journal_temp(token)
     tree.write_new(temp, data, 0o644)
+    _step("journal-temp")
     tree.rename(temp, PurePosixPath(JOURNAL))
     tree.sync()
+    _step("committed" if b'"committed"' in data else "prepared")
 
 
 def left_over(root: Path) -> bool:
@@ -258,7 +368,7 @@ def left_over(root: Path) -> bool:
 
 def _parse(data: bytes, where: Path, scope: Scope) -> _Journal:
     """A journal's bytes (already proven by a receipt) -> its entries, each in `scope`."""
-    doc: Any = json.loads(data.decode("utf-8"))
+    doc: Any = parse_json(data, where, "check the files it names, then remove it")
     if (
         not isinstance(doc, dict)
         or doc.get("version") != JOURNAL_VERSION
@@ -296,8 +406,8 @@ def _refused(journal: Path, why: str) -> JournalError:
 
 def _token_of(data: bytes) -> str | None:
     try:
-        doc: Any = json.loads(data.decode("utf-8"))
-    except ValueError:
+        doc: Any = parse_json(data, Path(JOURNAL), "")
+    except StateFileError:
         return None
     token = doc.get("token") if isinstance(doc, dict) else None
     return token if isinstance(token, str) and _TOKEN.match(token) else None
@@ -354,6 +464,10 @@ def commit_files(
         with exclusive(root):
             _recover(root, scope)
             _commit(root, changes, rels, mode)
+    except _Gone as gone:  # a folder removed while this commit renamed into it
+        with deferred():
+            remove_empty(created)
+        raise WriteError(gone.path, "it was removed while envbuilder wrote into it") from None
     except BaseException:
         with deferred():
             remove_empty(created)
@@ -388,6 +502,7 @@ def _commit(
         done = False
         try:
             receipt.write(root, tree.info, [prepared, committed])
+            _step("receipt")
             _prepare(tree, journal, prepared, changes, paths, mode)
             with deferred():  # from the commit point to the end: held against interrupts
                 _write_journal(tree, token, committed)
@@ -397,7 +512,7 @@ def _commit(
         except BaseException:
             with deferred():
                 if done:
-                    with contextlib.suppress(WriteError):  # the journal stays for recover()
+                    with contextlib.suppress(WriteError, _Gone):  # the journal stays for recover()
                         _roll_forward(tree, journal, verify=False)
                         receipt.drop()
                 else:
@@ -430,6 +545,7 @@ def _prepare(
         except OSError as exc:
             user = next(p for p in paths if tree.root.joinpath(*folder.parts) in p.parents)
             raise write_error(user, exc) from None
+        _step("mkdir")
     for path, entry in zip(paths, journal.entries, strict=True):
         data = changes[path]
         if data is None:
@@ -443,6 +559,7 @@ def _prepare(
             raise WriteError(path, _link_cause(exc)) from None
         except OSError as exc:
             raise write_error(path, exc) from None
+        _step("temp")
 
 
 @contextlib.contextmanager
@@ -516,8 +633,11 @@ def _roll_forward(tree: Tree, journal: _Journal, verify: bool) -> None:
                 tree.unlink(entry.rel)
         except LinkInTheWay as exc:
             raise WriteError(path, _link_cause(exc)) from None
+        except FileNotFoundError:  # its folder was removed since (the file itself: skipped)
+            raise _Gone(path.parent) from None
         except OSError as exc:
             raise write_error(path, exc, "write" if entry.new else "remove") from None
+        _step("rename")
     for parts in {tuple(e.rel.parts[:-1]) for e in journal.entries}:
         with contextlib.suppress(OSError, LinkInTheWay):
             tree.folder(parts)
@@ -526,6 +646,7 @@ def _roll_forward(tree: Tree, journal: _Journal, verify: bool) -> None:
         tree.unlink(PurePosixPath(JOURNAL))
     except OSError as exc:
         raise write_error(tree.root / JOURNAL, exc, "remove") from None
+    _step("journal-removed")
 
 
 def _verify_temps(tree: Tree, journal: _Journal) -> None:
@@ -537,6 +658,8 @@ def _verify_temps(tree: Tree, journal: _Journal) -> None:
             data = tree.read(entry.temp(journal.token), MAX_FILE_BYTES)
         except LinkInTheWay as exc:
             raise _refused(where, f"{exc.path} {exc.what}") from None
+        except FileNotFoundError:  # the folder of the temp file was removed since
+            raise _Gone(tree.root.joinpath(*entry.rel.parts[:-1])) from None
         if data is not None and sha256_bytes(data) != entry.sha256:
             temp = tree.root.joinpath(*entry.temp(journal.token).parts)
             raise _refused(where, f"{temp} does not hold the bytes it records (sha256)")
@@ -586,19 +709,65 @@ def _recover(root: Path, scope: Scope) -> str | None:
             return None
         receipt = _Receipt(journal.token)
         with deferred():
-            if journal.state == "committed":
-                _roll_forward(tree, journal, verify=True)
-                receipt.drop()
-                return (
-                    f"finished an interrupted `{scope.finisher}` ({len(journal.entries)} "
-                    f"file(s) in {root}): the new version is now complete"
-                )
-            _roll_back(tree, journal)
+            try:
+                if journal.state == "committed":
+                    _roll_forward(tree, journal, verify=True)
+                    done = (
+                        f"finished an interrupted `{scope.finisher}` ({len(journal.entries)} "
+                        f"file(s) in {root}): the new version is now complete"
+                    )
+                else:
+                    _roll_back(tree, journal)
+                    done = (
+                        f"undid an interrupted `{scope.finisher}` in {root}: removed its temp "
+                        "files, the old version stays"
+                    )
+            except _Gone as gone:
+                done = _set_aside(tree, journal, scope, gone.path)
             receipt.drop()
-    return (
-        f"undid an interrupted `{scope.finisher}` in {root}: removed its temp files, "
-        "the old version stays"
+    return done
+
+
+class _Gone(Exception):
+    """A folder or file a proven journal needs was removed since (`rm -rf`, `git clean`)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(str(path))
+        self.path = path
+
+
+def _set_aside(tree: Tree, journal: _Journal, scope: Scope, gone: Path) -> str:
+    """A proven journal that cannot be finished any more: renamed to a dated name (so that it
+    blocks no command, and the user can still read it), nothing else changed; what to check."""
+    aside = PurePosixPath(
+        f".envbuilder-commit.set-aside-{time.strftime('%Y%m%dT%H%M%S')}-{journal.token}.json"
     )
+    try:
+        tree.rename(PurePosixPath(JOURNAL), aside)
+    except OSError as exc:
+        raise write_error(tree.root / JOURNAL, exc, "set aside") from None
+    removed = sum(_drop_temp(tree, entry, journal.token) for entry in journal.entries)
+    return (
+        f"{tree.root / JOURNAL}: an interrupted `{scope.finisher}` could not be finished: "
+        f"{gone} was removed since. Its journal was set aside as {tree.root / aside}; "
+        f"{removed} temp file(s) it had written (copies of new versions) were removed, the "
+        f"{len(journal.entries)} file(s) it names were kept as they are, possibly part old, "
+        f"part new: check them or run `{scope.finisher}` to write them anew, then remove the "
+        "set-aside journal"
+    )
+
+
+def _drop_temp(tree: Tree, entry: _Entry, token: str) -> bool:
+    """Remove `entry`'s temp file when it holds the bytes the (proven) journal records."""
+    temp = entry.temp(token)
+    try:
+        data = tree.read(temp, MAX_FILE_BYTES) if entry.new else None
+        if data is None or sha256_bytes(data) != entry.sha256:
+            return False
+        tree.unlink(temp)
+    except (OSError, LinkInTheWay):
+        return False
+    return True
 
 
 def _sweep_journal_temps(tree: Tree) -> None:

@@ -29,14 +29,14 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from envbuilder.core.errors import EnvbuilderError
 from envbuilder.core.fsutil import lock_file, temp_dir, write_error
 from envbuilder.core.interrupts import deferred
+from envbuilder.core.statefile import StateFileError, not_ours, parse_json, pid_field
 
 OWNER = ".envbuilder-owner.json"
 _MAX_OWNER_BYTES = 4096
@@ -58,9 +58,8 @@ def process_start(pid: int) -> str | None:
 
 
 def _alive(pid: int, start: object) -> bool:
-    """Whether the process that wrote an owner file (pid, start time) still runs."""
-    if not isinstance(pid, int) or pid <= 0:
-        return False
+    """Whether the process that wrote an owner file (pid, start time: checked by the caller)
+    still runs."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -110,10 +109,10 @@ def owned_dir(prefix: str, parent: Path | None = None) -> Iterator[OwnedDir]:
                 os.close(fd)
 
 
-def sweep(parent: Path, prefix: str) -> list[Path]:
+def sweep(parent: Path, prefix: str, warn: Callable[[str], None] | None = None) -> list[Path]:
     """Remove the folders `parent/prefix*` that an earlier, dead run of this user left (see the
     module); returns those removed. Never raises for what it finds: what it cannot prove is
-    left alone."""
+    left alone; an owner file that is not one envbuilder wrote is told to `warn`."""
     removed: list[Path] = []
     try:
         entries = [e for e in os.scandir(parent) if e.name.startswith(prefix)]
@@ -121,7 +120,13 @@ def sweep(parent: Path, prefix: str) -> list[Path]:
         return removed
     for entry in entries:
         folder = Path(entry.path)
-        if _provably_dead(folder):
+        try:
+            dead = _provably_dead(folder)
+        except StateFileError as exc:
+            if warn is not None:
+                warn(str(exc))
+            continue
+        if dead:
             with deferred():
                 shutil.rmtree(folder, ignore_errors=True)
             if not folder.exists():
@@ -130,28 +135,41 @@ def sweep(parent: Path, prefix: str) -> list[Path]:
 
 
 def _provably_dead(folder: Path) -> bool:
+    """Whether `folder` is this user's work folder of a run that is gone. StateFileError when
+    its owner file is this user's but not one envbuilder wrote (a pid out of range, deep JSON)."""
     try:
         info = os.lstat(folder)
     except OSError:
         return False
     if not stat.S_ISDIR(info.st_mode) or not _mine(info):
         return False
-    try:
-        fd = os.open(folder / OWNER, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:  # O_NONBLOCK: a FIFO planted as the owner file is opened (and refused), not waited on
+        fd = os.open(folder / OWNER, flags)
     except OSError:
-        return False  # no owner file: not provably ours (one being made, or someone else's)
+        return False  # no owner file (one being made, or someone else's), or a link
     try:
         owner = os.fstat(fd)
         if not stat.S_ISREG(owner.st_mode) or not _mine(owner):
             return False
-        data: Any = json.loads(os.read(fd, _MAX_OWNER_BYTES) or b"null")
-        if not isinstance(data, dict) or not lock_file(fd, blocking=False):
+        data = parse_json(os.read(fd, _MAX_OWNER_BYTES + 1), folder / OWNER, _fix(folder))
+        if not isinstance(data, dict):
+            raise not_ours(folder / OWNER, "it is not a JSON object", _fix(folder))
+        pid = pid_field(data, "pid", folder / OWNER, _fix(folder))
+        if not lock_file(fd, blocking=False):
             return False  # a live process (or a tool it started) holds it
-        return not _alive(data.get("pid"), data.get("start"))  # type: ignore[arg-type]
-    except (OSError, ValueError):
+        return not _alive(pid, data.get("start"))
+    except OSError:
         return False
     finally:
         os.close(fd)
+
+
+def _fix(folder: Path) -> str:
+    return (
+        f"it was kept; remove {folder} yourself once no envbuilder or uv of yours runs "
+        "(it is a work folder of a killed run)"
+    )
 
 
 def _mine(info: os.stat_result) -> bool:

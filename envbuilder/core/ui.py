@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, TextIO
 
 from envbuilder.core.progress import ProgressFn
+from envbuilder.core.redact import redact
 
 if TYPE_CHECKING:  # rich is imported where it draws (it costs ~50 ms at start-up)
     from rich.console import Console
@@ -126,6 +127,7 @@ class UI:
     def _message(self, text: str, style: str | None) -> None:
         """A line on stderr: through rich while a progress display owns the terminal (it prints
         the line above the bars) or to colour it; plain otherwise."""
+        text = redact(text)  # no message prints a password a URL carries
         if self._live or (style is not None and is_terminal(self.stderr)):
             self.err.print(text, markup=False, highlight=False, emoji=False, style=style)
         else:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,10 +33,17 @@ from urllib.parse import quote, unquote, urlsplit
 from envbuilder.core import grammar
 from envbuilder.core.errors import SpecError
 from envbuilder.core.model import Index
+from envbuilder.core.statefile import StateFileError, UserFile, read_state
 
 MIRROR_ENV_PREFIX = "ENVBUILDER_MIRROR_"
 #: Names the user's mirrors file instead of the default place (tests and CI use it).
 MIRRORS_FILE_VAR = "ENVBUILDER_MIRRORS_FILE"
+#: A mirrors file maps a few index URLs; one bigger than this is not one.
+MAX_MIRRORS_BYTES = 1 << 20
+_MIRRORS_FIX = UserFile(
+    "a mirrors file is a small TOML file with one table, [mirrors]; fix or remove it "
+    f"(or point {MIRRORS_FILE_VAR} at another)"
+)
 
 #: What uv leaves as it is when it turns a folder into a file:// URL (the url crate encodes only
 #: controls, space, `"#%<>?\`{}` and non-ASCII in a path); Python's quote() would also encode `+`.
@@ -110,11 +116,13 @@ def machine_mirrors(environ: Mapping[str, str]) -> dict[str, str]:
     what this reads."""
     path = mirrors_file(environ)
     try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        # a link is followed: dotfile managers (stow, home-manager) link config files; a FIFO,
+        # a device, a huge or deeply nested file is refused (statefile)
+        doc = read_state(path, MAX_MIRRORS_BYTES, "toml", _MIRRORS_FIX, follow=True)
+    except StateFileError as exc:
+        raise SpecError(f"cannot read the mirrors file: {exc}") from None
+    if doc is None:
         return {}
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise SpecError(f"{path}: cannot read the mirrors file: {exc}") from None
     table = doc.get("mirrors", {})
     unknown = sorted(set(doc) - {"mirrors"})
     if unknown or not isinstance(table, dict):

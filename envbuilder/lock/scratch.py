@@ -18,6 +18,7 @@ from typing import Any
 from envbuilder.core.errors import BuildError
 from envbuilder.core.fsutil import atomic_write_text
 from envbuilder.core.project import Project
+from envbuilder.core.statefile import StateFileError, read_state
 from envbuilder.targets import registry
 
 MARKER = ".envbuilder-scratch.json"
@@ -35,9 +36,9 @@ def read_marker(dest: Path) -> dict[str, Any] | None:
     path = dest / MARKER
     if path.is_symlink() or not path.is_file():
         return None
-    try:
-        marker = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    try:  # statefile: a FIFO, a huge or deeply nested marker is no marker
+        marker = read_state(path, 1 << 20, "json", "")
+    except StateFileError:
         return None
     if not isinstance(marker, dict) or marker.get("path") != str(dest.resolve()):
         return None

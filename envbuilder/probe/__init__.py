@@ -13,6 +13,7 @@ torch's build, HIP version and visible gfx targets against --expect-rocm/--expec
 from __future__ import annotations
 
 import os
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -45,9 +46,11 @@ def build_zipapp(dest: Path) -> Path:
     """
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    # mkstemp: created exclusively (O_EXCL|O_NOFOLLOW) under an unpredictable name
+    fd, name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
+    tmp = Path(name)
     try:
-        with tmp.open("wb") as raw:
+        with os.fdopen(fd, "wb") as raw:
             raw.write(SHEBANG)
             with zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_STORED) as zf:
                 for name, data in _entries():

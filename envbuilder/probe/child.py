@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -95,6 +96,8 @@ def write_result(out: Path, data: dict[str, Any]) -> None:
     """Write a check's result atomically: the parent takes the file's presence as "done"."""
     sys.stdout.flush()
     sys.stderr.flush()
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(data, allow_nan=True), encoding="utf-8")
-    tmp.replace(out)
+    # mkstemp: created exclusively (O_EXCL|O_NOFOLLOW) under an unpredictable name
+    fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(data, allow_nan=True))
+    Path(name).replace(out)

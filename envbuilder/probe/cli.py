@@ -15,6 +15,7 @@ import os
 import re
 import signal
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
@@ -222,9 +223,18 @@ def report_path(path: str) -> Path:
 def write_json(path: Path, report: dict[str, Any]) -> None:
     """Write atomically (temp file + rename): a reader never sees half a report."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(report, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    text = json.dumps(report, indent=2, allow_nan=False) + "\n"
+    # mkstemp: created exclusively (O_EXCL|O_NOFOLLOW) under an unpredictable name, so a link
+    # planted at a predictable temp name beside the report is never written through
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = Path(name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        tmp.chmod(0o644)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _sigterm(_signum: int, _frame: FrameType | None) -> None:

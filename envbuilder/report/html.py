@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -238,9 +240,12 @@ def write_html(comp: Comparison, out_dir: Path) -> Path:
         name = f"chart-{_slug(check)}.png"
         if any(c["file"] == name for c in charts):  # "a.b" and "a-b" slug alike
             name = f"chart-{_slug(check)}-{len(charts) + 1}.png"
-        tmp = out_dir / f".{name}.tmp"
-        draw_chart(comp, check, rows, tmp)
-        tmp.replace(out_dir / name)
+        # mkstemp: created exclusively (O_EXCL|O_NOFOLLOW) under an unpredictable name; the
+        # ".chart-" prefix and ".png.tmp" suffix let a later run remove one an interrupt left
+        fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{name[:-4]}.", suffix=".png.tmp")
+        os.close(fd)
+        draw_chart(comp, check, rows, Path(tmp))
+        Path(tmp).replace(out_dir / name)
         charts.append({"check": check, "file": name, "shown": len(rows), "total": total})
     env = Environment(
         loader=PackageLoader("envbuilder", "data/templates/compare"),
