@@ -10,6 +10,7 @@ SOURCE_DATE_EPOCH as its time. Its sha256 is the image id.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,6 +39,16 @@ RUNTIME_KEYS = (
 PLATFORM_KEYS = ("variant", "os.version", "os.features", "author")
 #: History keys kept for the steps above the base (their time is replaced).
 HISTORY_KEYS = ("created_by", "author", "comment", "empty_layer")
+#: The legacy builder names a COPY/ADD source by a hash of the files it copied
+#: (`COPY dir:<hex> in /opt/venv`), which it computes from their metadata as the engine's
+#: storage driver reports it: Docker 20.10 and Docker 28's containerd store give the same venv
+#: different hashes. The layer's diff_id already fixes what was copied; the hash is left out.
+_SOURCE_HASH = re.compile(r"(#\(nop\) (?:COPY|ADD) (?:dir|file|multi)):[0-9a-f]{64}")
+
+
+def step_text(created_by: str) -> str:
+    """A history entry's `created_by` without the legacy builder's source hashes."""
+    return _SOURCE_HASH.sub(r"\1", created_by)
 
 
 def runtime_config(engine_config: Mapping[str, Any], labels: Mapping[str, str]) -> dict[str, Any]:
@@ -60,6 +71,8 @@ def history(
     kept = [dict(h) for h in engine_history[:base_history]]
     for entry in engine_history[base_history:]:
         step = {k: entry[k] for k in HISTORY_KEYS if entry.get(k) not in (None, "", False)}
+        if isinstance(step.get("created_by"), str):
+            step["created_by"] = step_text(step["created_by"])
         kept.append({"created": created, **step})
     return kept
 
