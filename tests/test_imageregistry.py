@@ -9,6 +9,7 @@ import contextlib
 import io
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import docker.errors
@@ -19,6 +20,7 @@ from envbuilder.core.imagedefs import LOCK_LABEL
 from envbuilder.core.progress import no_progress
 from envbuilder.image import engine
 from envbuilder.image import registry as imageregistry
+from envbuilder.image.repro import Prediction
 
 SHA = "ab" * 32
 OTHER = "cd" * 32
@@ -37,12 +39,12 @@ def labelled(docker_client: Any) -> Iterator[str]:
 
 
 def test_push_refuses_an_image_built_from_another_lock(
-    docker_client: Any, registry: str, labelled: str
+    docker_client: Any, registry: str, labelled: str, tmp_path: Path
 ) -> None:
     repository = engine.registry_repository(f"{registry}/envbuilder-test", "imgreg")
     with pytest.raises(RegistryError, match=rf"refusing to push {labelled}: .* built from lock"):
         imageregistry.push_locked(
-            docker_client, labelled, repository, OTHER, "build it", no_progress
+            docker_client, labelled, repository, OTHER, "build it", no_progress, tmp_path
         )
     with pytest.raises(RegistryError, match=r"no image .*:missing to push; run `build it`"):
         imageregistry.push_locked(
@@ -52,17 +54,21 @@ def test_push_refuses_an_image_built_from_another_lock(
             SHA,
             "build it",
             no_progress,
+            tmp_path,
         )
 
 
 def test_pull_tags_only_an_image_built_from_the_lock(
-    docker_client: Any, registry: str, labelled: str
+    docker_client: Any, registry: str, labelled: str, tmp_path: Path
 ) -> None:
     repository = engine.registry_repository(f"{registry}/envbuilder-test", "imgreg")
-    image_id, ref = imageregistry.push_locked(
-        docker_client, labelled, repository, SHA, "build it", no_progress
+    config_digest, ref = imageregistry.push_locked(
+        docker_client, labelled, repository, SHA, "build it", no_progress, tmp_path
     )
     assert ref.startswith(f"{repository}@sha256:")
+    image_id = docker_client.images.get(labelled).id  # this engine's store: the config digest
+    assert config_digest == image_id
+    predicted = Prediction(config_digest, (), manifest_digest=ref.partition("@")[2])
     wrong_tag = f"envbuilder-test/imageregistry-pulled:{secrets.token_hex(4)}"
     with pytest.raises(RegistryError, match=rf"refusing {ref}: it was built from lock {SHA}"):
         imageregistry.pull_locked(docker_client, ref, wrong_tag, OTHER, None, no_progress)
@@ -70,11 +76,11 @@ def test_pull_tags_only_an_image_built_from_the_lock(
         docker_client.images.get(wrong_tag)  # nothing was tagged
     with pytest.raises(RegistryError, match=r"is not the recorded sha256:"):
         imageregistry.pull_locked(
-            docker_client, ref, wrong_tag, SHA, "sha256:" + "0" * 64, no_progress
+            docker_client, ref, wrong_tag, SHA, Prediction("sha256:" + "0" * 64, ()), no_progress
         )
     tag = f"envbuilder-test/imageregistry-pulled:{secrets.token_hex(4)}"
     assert (
-        imageregistry.pull_locked(docker_client, ref, tag, SHA, image_id, no_progress) == image_id
+        imageregistry.pull_locked(docker_client, ref, tag, SHA, predicted, no_progress) == image_id
     )
     assert docker_client.images.get(tag).id == image_id
     docker_client.images.remove(tag)

@@ -323,6 +323,7 @@ class DockerBuilder:
             target.pylock_sha256,
             f"envbuilder build --target docker --env {env.name}",
             progress,
+            project.cache,
         )
         lockfile.record_artifact(
             project, env.name, TARGET, image_id=image_id, tag=tag, repo_digest=digest_ref
@@ -373,7 +374,7 @@ class DockerBuilder:
             ref,
             image_tag(env.name, target.pylock_sha256),
             target.pylock_sha256,
-            recorded.get("image_id"),
+            repro.recorded(lock.artifacts, TARGET),
             progress,
         )
 

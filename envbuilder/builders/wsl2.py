@@ -749,6 +749,7 @@ class Wsl2Builder:
             pylock_sha,
             f"envbuilder build --target wsl2 --env {env.name}",
             progress,
+            project.cache,
         )
         record_artifact(project, env.name, TARGET, repo_digest=digest)
         return digest

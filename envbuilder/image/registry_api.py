@@ -27,6 +27,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import requests
@@ -168,6 +169,34 @@ class Registry:
             headers={"Content-Type": "application/octet-stream"},
         )
         _ok(done, f"uploading {digest} to {name}")
+
+    def has_blob(self, name: str, digest: str) -> bool:
+        """Whether the repository `name` has the blob `digest` (HEAD; also authenticates)."""
+        return self.request("HEAD", self.url(f"/v2/{name}/blobs/{digest}")).status_code == 200
+
+    def put_blob_file(self, name: str, digest: str, path: Path) -> bool:
+        """Upload the file at `path`, whose sha256 is `digest`, streamed (monolithic: POST, then
+        PUT with the digest), unless the repository has it; True when it was uploaded."""
+        if self.has_blob(name, digest):
+            return False
+        started = self.request("POST", self.url(f"/v2/{name}/blobs/uploads/"))
+        _ok(started, f"starting an upload to {name}")
+        location = started.headers.get("Location", "")
+        if location.startswith("/"):
+            location = self.url(location)
+        joiner = "&" if "?" in location else "?"
+        with path.open("rb") as body:
+            done = self.request(
+                "PUT",
+                f"{location}{joiner}digest={digest}",
+                data=body,
+                headers={
+                    "Content-Type": "application/octet-stream",
+                    "Content-Length": str(path.stat().st_size),
+                },
+            )
+        _ok(done, f"uploading {digest} to {name}")
+        return True
 
     def put_manifest(self, name: str, reference: str, data: bytes, media_type: str) -> None:
         response = self.request(
