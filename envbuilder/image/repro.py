@@ -303,7 +303,10 @@ def status_line(
             f"engine's {store} image store names images by; build once to record it"
         )
     if actual == wanted:
-        return True, f"{env}/{target}: {what} {actual} is the image the lock predicts"
+        return True, (
+            f"{env}/{target}: {what} {actual} is the image the lock predicts ({kind} digest, "
+            f"{store} image store)"
+        )
     return False, (
         f"{env}/{target}: {what} {actual} is NOT the image the lock predicts ({kind} digest "
         f"{wanted}, {store} image store)"
