@@ -248,11 +248,12 @@ def check_prediction(
     workdir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="verify-", dir=workdir))
     try:
+        store = image_store(client)  # the engine names the images by its store's digest
         detail = describe_difference(
             client,
-            expected.image_id,
+            expected.engine_id(store) or expected.image_id,
             expected.layers,
-            actual.image_id,
+            actual.engine_id(store),
             actual.layers,
             base=base,
             workdir=tmp,
