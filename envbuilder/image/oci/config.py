@@ -46,9 +46,14 @@ HISTORY_KEYS = ("created_by", "author", "comment", "empty_layer")
 _SOURCE_HASH = re.compile(r"(#\(nop\) (?:COPY|ADD) (?:dir|file|multi)):[0-9a-f]{64}")
 
 
+#: Labels a builder adds by itself (podman's buildah: its version), which are not the image's.
+BUILDER_LABELS = ("io.buildah.version",)
+
+
 def step_text(created_by: str) -> str:
-    """A history entry's `created_by` without the legacy builder's source hashes."""
-    return _SOURCE_HASH.sub(r"\1", created_by)
+    """A history entry's `created_by` without the legacy builder's source hashes, its
+    whitespace collapsed (buildah pads a COPY's entry with spaces)."""
+    return " ".join(_SOURCE_HASH.sub(r"\1", created_by).split())
 
 
 def runtime_config(engine_config: Mapping[str, Any], labels: Mapping[str, str]) -> dict[str, Any]:
@@ -58,18 +63,29 @@ def runtime_config(engine_config: Mapping[str, Any], labels: Mapping[str, str]) 
         for key in RUNTIME_KEYS
         if engine_config.get(key) not in (None, "", [], {}, False)
     }
-    if labels:
-        out["Labels"] = {**dict(out.get("Labels") or {}), **labels}
+    if labels or "Labels" in out:
+        kept = {k: v for k, v in dict(out.get("Labels") or {}).items() if k not in BUILDER_LABELS}
+        out["Labels"] = {**kept, **labels}
+        if not out["Labels"]:
+            del out["Labels"]
     return out
 
 
 def history(
     engine_history: Sequence[Mapping[str, Any]], base_history: int, created: str
 ) -> list[dict[str, Any]]:
-    """The base image's `base_history` entries as they are; then each step's entry with only
-    HISTORY_KEYS, timed `created`."""
+    """The base image's `base_history` entries as they are; then, for each step above it that
+    made a layer, its entry with only HISTORY_KEYS, timed `created`.
+
+    The steps that made no layer (ARG, ENV, LABEL, USER, ...) are left out: builders word
+    them differently (podman's buildah lists ARG names without values, the proxy args among
+    them, writes ENV unexpanded and one LABEL step for several labels; Docker one per label),
+    and what they set is in the config itself. The steps that made a layer read the same in
+    both, but for whitespace, which is collapsed."""
     kept = [dict(h) for h in engine_history[:base_history]]
     for entry in engine_history[base_history:]:
+        if entry.get("empty_layer"):
+            continue
         step = {k: entry[k] for k in HISTORY_KEYS if entry.get(k) not in (None, "", False)}
         if isinstance(step.get("created_by"), str):
             step["created_by"] = step_text(step["created_by"])
