@@ -412,13 +412,32 @@ def host_group_ids(names: Iterable[str]) -> list[int]:
     return runflags.host_group_ids(names)
 
 
-def device_run_options(host_kind: HostKind, root: Path = Path("/")) -> dict[str, Any]:
+#: The CDI name of every NVIDIA GPU (what `nvidia-ctk cdi generate` writes; podman's docs:
+#: "podman run --device nvidia.com/gpu=all").
+NVIDIA_CDI_ALL = "nvidia.com/gpu=all"
+
+
+def device_run_options(
+    host_kind: HostKind, root: Path = Path("/"), *, podman: bool = False
+) -> dict[str, Any]:
     """`containers.create` keyword arguments exposing the accelerator of a `host_kind` host
     (`root`: where the host's files are, for the mounts made only when present):
-    envbuilder.image.runflags, the one source `envbuilder run` and `shell` use too."""
+    envbuilder.image.runflags, the one source `envbuilder run` and `shell` use too.
+
+    NVIDIA's "all GPUs" request differs on podman (`podman`): its compat API keeps only the
+    DeviceRequests whose Driver is "cdi" (their DeviceIDs become --device values) and drops
+    Docker's `capabilities=[["gpu"]]` request without a word (containers/podman
+    pkg/api/handlers/compat/containers_create.go, cliOpts), so it gets the CDI device
+    nvidia.com/gpu=all instead (the host needs the CDI spec that `nvidia-ctk cdi generate`
+    writes, as for `podman run --device nvidia.com/gpu=all`)."""
     options = runflags.sdk_options(runflags.host_run_flags(host_kind, root=root))
     if options.pop("gpu_request", False):
-        options["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        request = (
+            docker.types.DeviceRequest(driver="cdi", device_ids=[NVIDIA_CDI_ALL])
+            if podman
+            else docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])
+        )
+        options["device_requests"] = [request]
     return options
 
 
@@ -518,7 +537,11 @@ def run_in_container(
 def _create_container(
     client: docker.DockerClient, image: str, command: list[str], how: ContainerRun
 ) -> Any:
-    options = device_run_options(how.host_kind)
+    # Only a GPU request is spelt otherwise on podman: ask the engine what it is only then.
+    podman = runflags.host_run_flags(how.host_kind).gpu_request and (
+        engine_info(client).product == PODMAN
+    )
+    options = device_run_options(how.host_kind, podman=podman)
     env = {**options.pop("environment", {}), **(how.environment or {})}
     try:
         return client.containers.create(
