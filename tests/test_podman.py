@@ -4,9 +4,11 @@
 A scratch copy of the project (spec, lockfiles/, dockerfiles/cpu) takes the lock's [artifacts];
 each command runs as a user's shell runs it (`python -m envbuilder`, DOCKER_HOST=podman's socket).
 The written image's layers are the committed lock's (the deterministic writer gives every engine
-the same layers); its config is not: buildah's history words the steps otherwise and its build
-adds the label io.buildah.version, so the image id differs from the one Docker's engines give
-(the final report of issue 29 says which entries).
+the same layers); its config is not, so neither is its id: buildah adds the label
+io.buildah.version, words its history otherwise (`#(nop) ARG` with the names of every arg in
+scope, HTTP_PROXY's too, and no values; `ENV PATH=/opt/venv/bin:$PATH` unexpanded; the build's
+labels as one LABEL step, Docker makes one per label) and notes "FROM <base>" as a comment; the
+writer keeps the engine's history words (envbuilder.image.oci.config).
 
 Measured on a 2-core machine shared with other work (load 5): 234 s with podman's cache cold (the
 build about 3.5 minutes of it, validate about 45 s), 43 s when podman has the image already (the
