@@ -749,17 +749,14 @@ EOC
 # containers.conf(5)"). The value: this shell's hard limits, which podman inherits; soft = hard
 # as podman's own default. Docker's containers inherit dockerd's limits, so they never hit this.
 podman_default_ulimits() {
-    local limits=() name flag hard
+    local limits="" name hard
     for name in nofile:n nproc:u; do
-        flag=${name#*:}
-        hard=$(ulimit -H"$flag")
+        hard=$(ulimit -H"${name#*:}")
         if [ "$hard" != unlimited ] && [ "$hard" -lt 1048576 ]; then
-            limits+=("\"${name%%:*}=$hard:$hard\"")
+            limits+="${limits:+, }\"${name%%:*}=$hard:$hard\""
         fi
     done
-    if [ "${#limits[@]}" -gt 0 ]; then
-        printf '[containers]\ndefault_ulimits = [%s]\n\n' "$(IFS=,; echo "${limits[*]}" | sed 's/,/, /g')"
-    fi
+    if [ -n "$limits" ]; then printf '[containers]\ndefault_ulimits = [%s]\n\n' "$limits"; fi
 }
 
 podman_containers_conf() {
