@@ -518,7 +518,8 @@ def _pulled_rootfs(
 
 
 def _is_recorded_wsl(path: Path, recorded: Mapping[str, str], image_id: str) -> bool:
-    """Whether dist/<env>.wsl is the one the lock records as exported from `image_id`."""
+    """Whether dist/<env>.wsl is the one the lock records as exported from the image whose
+    config digest is `image_id`."""
     return (
         path.is_file()
         and recorded.get("image_id") == image_id
@@ -529,11 +530,13 @@ def _is_recorded_wsl(path: Path, recorded: Mapping[str, str], image_id: str) -> 
 
 @dataclass(frozen=True)
 class _Export:
-    """What `_write` exports into dist/<env>.wsl: the rootfs image (observed), the artifact's
-    details so far, and the sha256 the `.wsl` must have (None: any)."""
+    """What `_write` exports into dist/<env>.wsl: the rootfs image (observed; `engine_id`: the
+    engine's id of it, its config digest or, on a containerd store, its manifest digest), the
+    artifact's details so far, and the sha256 the `.wsl` must have (None: any)."""
 
     client: Client
     image: repro.Prediction
+    engine_id: str
     details: Mapping[str, str]
     expected_sha256: str | None = None
 
@@ -582,7 +585,7 @@ class Wsl2Builder:
         image = _observed_rootfs(client, project, env.name, lock, image_id, expected)
         path = wsl_path(project, env.name)
         note = repro.prediction_note(repro.recorded(lock.artifacts, TARGET), image)
-        if not built and _is_recorded_wsl(path, recorded, image_id):
+        if not built and _is_recorded_wsl(path, recorded, image.image_id):
             progress(f"{env.name}/wsl2: {path.name} is up to date", 1, 1)
             return Artifact(
                 TARGET,
@@ -594,6 +597,7 @@ class Wsl2Builder:
         export = _Export(
             client,
             image,
+            image_id,
             {"changed": "yes", "image_id": image_id, "prediction": note},
             expected_sha256=recorded.get("sha256") if options.verify else None,
         )
@@ -604,7 +608,7 @@ class Wsl2Builder:
     ) -> Artifact:
         from envbuilder.lock.lockfile import record_artifact
 
-        image_id = export.image.image_id
+        image_id = export.engine_id
         path = wsl_path(project, env.name)
         progress(f"{env.name}/wsl2: exporting {image_id[:19]} to {path}", 0, None)
         result = export_image(export.client, image_id, path, lock.source_date_epoch, progress)
@@ -781,6 +785,7 @@ class Wsl2Builder:
         export = _Export(
             client,
             image,
+            image_id,
             {"changed": "yes", "image_id": image_id, "pulled": ref},
             expected_sha256=recorded.get("sha256"),
         )

@@ -248,11 +248,12 @@ def check_prediction(
     workdir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="verify-", dir=workdir))
     try:
+        store = image_store(client)  # the engine names the images by its store's digest
         detail = describe_difference(
             client,
-            expected.image_id,
+            expected.engine_id(store) or expected.image_id,
             expected.layers,
-            actual.image_id,
+            actual.engine_id(store),
             actual.layers,
             base=base,
             workdir=tmp,
@@ -303,7 +304,10 @@ def status_line(
             f"engine's {store} image store names images by; build once to record it"
         )
     if actual == wanted:
-        return True, f"{env}/{target}: {what} {actual} is the image the lock predicts"
+        return True, (
+            f"{env}/{target}: {what} {actual} is the image the lock predicts ({kind} digest, "
+            f"{store} image store)"
+        )
     return False, (
         f"{env}/{target}: {what} {actual} is NOT the image the lock predicts ({kind} digest "
         f"{wanted}, {store} image store)"

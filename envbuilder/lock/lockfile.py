@@ -163,7 +163,7 @@ SOURCE_DATE_EPOCH_RANGE = (0, 2**32 - 1)
 #: The newest artifact formats this envbuilder writes (envbuilder.image.oci.writer.REPRO_FORMAT,
 #: envbuilder.image.wsl.FORMAT; a test holds them equal). A recorded number above is from a newer
 #: envbuilder, one below from an older one (that build is simply not current).
-ARTIFACT_FORMATS = {"repro_format": 2, "format": 2}
+ARTIFACT_FORMATS = {"repro_format": 3, "format": 2}
 #: A pinned system file: an https URL and the sha256 its bytes must have.
 SYSTEM_FILE_RE = re.compile(r"https://[^\s#]+#sha256=[0-9a-f]{64}")
 _RELOCK = "run `envbuilder lock` to write it again"

@@ -22,8 +22,9 @@ before and after it only:
   is ever written (it is the same as a whiteout per removed child).
 
 Hard links and their targets are kept as the engine recorded them (a link needs its target in
-the same tar). A directory entry identical to the one below is dropped: the directory keeps its
-lower mtime, nothing else about it changes.
+the same tar). Every folder above a kept entry is written too, as `upper` has it (see
+`_add_parents`: the classic store's applier needs them); any other folder identical to the one
+below is dropped.
 """
 
 from __future__ import annotations
@@ -166,8 +167,29 @@ def canonicalise(layer: ReadLayer, lower: View) -> None:
             layer.stats.dropped[name] = UNCHANGED
     for name in _removed(lower, upper):
         layer.entries[name] = Entry(name, tarfile.REGTYPE, WHITEOUT_MODE, 0, 0)
+    _add_parents(layer, upper)
     lower.clear()
     lower.update(upper)
+
+
+def _add_parents(layer: ReadLayer, upper: View) -> None:
+    """Every folder above an entry of the layer, as `upper` has it. The classic store's
+    overlay2 applier extracts a layer into an empty folder and makes each missing parent 0755
+    root: a parent left out would turn /root (0700) or /run/lock (1777) into 0755 there, while
+    the containerd applier keeps the lower folder's mode. With every parent in the tar, both
+    give the same filesystem (seen: the same cpu lock's `.wsl` differed in exactly those two
+    modes between Docker 20.10 and Docker 28's containerd store)."""
+    for name in list(layer.entries):
+        folder = name.rpartition("/")[0]
+        while folder and folder not in layer.entries:
+            meta = upper.get(folder)
+            if meta is None or meta.type != tarfile.DIRTYPE:
+                meta = Meta(tarfile.DIRTYPE, 0o755, 0, 0, "")
+            layer.entries[folder] = Entry(
+                folder, tarfile.DIRTYPE, meta.mode, meta.uid, meta.gid, xattrs=meta.xattrs
+            )
+            layer.stats.dropped.pop(folder, None)
+            folder = folder.rpartition("/")[0]
 
 
 def _layer_metas(layer: ReadLayer) -> dict[str, Meta]:

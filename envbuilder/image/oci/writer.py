@@ -49,9 +49,9 @@ if TYPE_CHECKING:
 
 #: Version of what this package writes: bump it whenever the same engine image would give other
 #: bytes (a normalisation rule, the tar layout, the config's keys), so that a recorded digest
-#: from an older envbuilder is not mistaken for a prediction of this one. 2: layers are canonical
+#: from an older envbuilder is not mistaken for a prediction of this one. 3: layers are canonical
 #: diffs (envbuilder.image.oci.canonical), so every engine and store gives the same digest.
-REPRO_FORMAT = "2"
+REPRO_FORMAT = "3"
 #: Label of every written image: the REPRO_FORMAT that wrote it.
 REPRO_LABEL = "org.envbuilder.repro-format"
 #: Members of a `docker save` stream other than layer tars are small JSON files.
