@@ -736,7 +736,31 @@ EOC
 # start containers ("cgroups in hybrid mode not supported"); runc (docker.io's) runs them.
 # firewall_driver "none": netavark leaves the host's firewall alone (as "iptables": false does for
 # the dockerds); the default network's addresses are in 198.18.0.0/15 (see SID_DOCKERDS).
+#
+# [containers] default_ulimits: only where this machine's hard limits are below 1048576 (here, a
+# sandbox: `ulimit -Hn` 20000, no CAP_SYS_RESOURCE). Rootful podman builds through buildah, which
+# gives every RUN step RLIMIT_NOFILE and RLIMIT_NPROC of 1048576 (buildah's
+# define.RLimitDefaultValue) and lowers them to the current hard limits only when rootless
+# (containers/buildah run_linux.go), so runc could not raise them: "runc create failed: ...
+# error setting rlimit type 7: operation not permitted" (7: RLIMIT_NOFILE). `podman run` clamps
+# them itself when it lacks CAP_SYS_RESOURCE (libpod's container_internal_common.go), a build
+# does not. containers.conf's default_ulimits go to both (buildah's addRlimits puts them first;
+# podman's docs, options/ulimit.md: the 1048576 default applies "unless overridden in
+# containers.conf(5)"). The value: this shell's hard limits, which podman inherits; soft = hard
+# as podman's own default. Docker's containers inherit dockerd's limits, so they never hit this.
+podman_default_ulimits() {
+    local limits="" name hard
+    for name in nofile:n nproc:u; do
+        hard=$(ulimit -H"${name#*:}")
+        if [ "$hard" != unlimited ] && [ "$hard" -lt 1048576 ]; then
+            limits+="${limits:+, }\"${name%%:*}=$hard:$hard\""
+        fi
+    done
+    if [ -n "$limits" ]; then printf '[containers]\ndefault_ulimits = [%s]\n\n' "$limits"; fi
+}
+
 podman_containers_conf() {
+    podman_default_ulimits
     cat <<EOC
 [engine]
 cgroup_manager = "cgroupfs"

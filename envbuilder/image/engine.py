@@ -45,6 +45,10 @@ ENGINE_TIMEOUT_S = 3600
 TAIL_LINES = 40
 
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
+#: podman's build (buildah) says "STEP 4/6: RUN ..." instead, prefixed by "[1/3] " (the stage of
+#: how many) in a multi-stage build, and counts the steps per stage (buildah's
+#: imagebuildah/stage_executor.go and executor.go; seen from podman 5.8's compat API).
+_PODMAN_STEP = re.compile(r"^(?:\[(\d+)/(\d+)\] )?STEP (\d+)/(\d+): (.*)$")
 #: Per-layer statuses worth a line (the rest, "Preparing", "Waiting", ..., is noise).
 _FINAL_LAYER_STATUS = (
     "Pushed",
@@ -255,6 +259,7 @@ class _BuildState:
 
     step: int = 0
     steps: int = 0
+    stage: str = ""  # podman's multi-stage builds: "stage 1/3, " (steps count per stage)
     instruction: str = ""
     step_output: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
     image_id: str | None = None
@@ -325,16 +330,31 @@ def _on_build_text(text: str, state: _BuildState, progress: ProgressFn) -> None:
     lines = _ANSI.sub("", state.partial + text).split("\n")
     state.partial = lines.pop()
     for line in lines:
-        match = _STEP.match(line)
-        if match:
-            state.step, state.steps = int(match[1]), int(match[2])
-            state.instruction = match[3]
+        step = _step_of(line)
+        if step is not None:
+            state.stage, state.step, state.steps, state.instruction = step
             state.step_output.clear()
             progress(
-                f"step {state.step}/{state.steps}: {_shorten(match[3])}", state.step, state.steps
+                f"{state.stage}step {state.step}/{state.steps}: {_shorten(state.instruction)}",
+                state.step,
+                state.steps,
             )
         elif line.strip():
             state.step_output.append(line.rstrip())
+
+
+def _step_of(line: str) -> tuple[str, int, int, str] | None:
+    """(stage prefix, step, steps, instruction) of a line that starts a Dockerfile step, in
+    Docker's words ("Step 3/12 : RUN ...") or podman's ("[1/3] STEP 3/6: RUN ...": the prefix
+    is then "stage 1/3, "); None for any other line."""
+    match = _STEP.match(line)
+    if match:
+        return "", int(match[1]), int(match[2]), match[3]
+    match = _PODMAN_STEP.match(line)
+    if match:
+        stage = f"stage {match[1]}/{match[2]}, " if match[1] else ""
+        return stage, int(match[3]), int(match[4]), match[5]
+    return None
 
 
 def _on_pull_status(event: Mapping[str, Any], progress: ProgressFn) -> None:
@@ -350,7 +370,7 @@ def _build_failure(event: Mapping[str, Any], state: _BuildState) -> str:
     if state.partial.strip():
         state.step_output.append(state.partial.rstrip())
     where = (
-        f"step {state.step}/{state.steps} ({_shorten(state.instruction, 200)})"
+        f"{state.stage}step {state.step}/{state.steps} ({_shorten(state.instruction, 200)})"
         if state.step
         else "before the first step (reading the Dockerfile or the context)"
     )
@@ -392,13 +412,32 @@ def host_group_ids(names: Iterable[str]) -> list[int]:
     return runflags.host_group_ids(names)
 
 
-def device_run_options(host_kind: HostKind, root: Path = Path("/")) -> dict[str, Any]:
+#: The CDI name of every NVIDIA GPU (what `nvidia-ctk cdi generate` writes; podman's docs:
+#: "podman run --device nvidia.com/gpu=all").
+NVIDIA_CDI_ALL = "nvidia.com/gpu=all"
+
+
+def device_run_options(
+    host_kind: HostKind, root: Path = Path("/"), *, podman: bool = False
+) -> dict[str, Any]:
     """`containers.create` keyword arguments exposing the accelerator of a `host_kind` host
     (`root`: where the host's files are, for the mounts made only when present):
-    envbuilder.image.runflags, the one source `envbuilder run` and `shell` use too."""
+    envbuilder.image.runflags, the one source `envbuilder run` and `shell` use too.
+
+    NVIDIA's "all GPUs" request differs on podman (`podman`): its compat API keeps only the
+    DeviceRequests whose Driver is "cdi" (their DeviceIDs become --device values) and drops
+    Docker's `capabilities=[["gpu"]]` request without a word (containers/podman
+    pkg/api/handlers/compat/containers_create.go, cliOpts), so it gets the CDI device
+    nvidia.com/gpu=all instead (the host needs the CDI spec that `nvidia-ctk cdi generate`
+    writes, as for `podman run --device nvidia.com/gpu=all`)."""
     options = runflags.sdk_options(runflags.host_run_flags(host_kind, root=root))
     if options.pop("gpu_request", False):
-        options["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        request = (
+            docker.types.DeviceRequest(driver="cdi", device_ids=[NVIDIA_CDI_ALL])
+            if podman
+            else docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])
+        )
+        options["device_requests"] = [request]
     return options
 
 
@@ -498,7 +537,11 @@ def run_in_container(
 def _create_container(
     client: docker.DockerClient, image: str, command: list[str], how: ContainerRun
 ) -> Any:
-    options = device_run_options(how.host_kind)
+    # Only a GPU request is spelt otherwise on podman: ask the engine what it is only then.
+    podman = runflags.host_run_flags(how.host_kind).gpu_request and (
+        engine_info(client).product == PODMAN
+    )
+    options = device_run_options(how.host_kind, podman=podman)
     env = {**options.pop("environment", {}), **(how.environment or {})}
     try:
         return client.containers.create(
