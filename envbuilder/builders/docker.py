@@ -201,7 +201,9 @@ class DockerBuilder:
             project, env, lock, target, nocache=options.no_cache or options.verify
         )
         image_id, built = build_rendered_image(client, project, request, progress)
-        actual = repro.observe(client, image_id, target.base_image)
+        # The lock's prediction names both digests of an image it predicts: no `docker save`.
+        recorded = repro.recorded(lock.artifacts, TARGET)
+        actual = repro.observe(client, image_id, target.base_image, recorded)
         if expected is not None:
             repro.check_prediction(
                 client,
@@ -212,7 +214,7 @@ class DockerBuilder:
                 base=target.base_image,
                 workdir=project.cache,
             )
-        note = repro.prediction_note(repro.recorded(lock.artifacts, TARGET), actual)
+        note = repro.prediction_note(recorded, actual)
         return self._record(project, env.name, tag, actual, changed=built, note=note)
 
     @staticmethod

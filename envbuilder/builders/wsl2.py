@@ -489,7 +489,8 @@ def _observed_rootfs(
     """The built rootfs image, checked against `expected` (BuildError naming the first
     difference) when there is one."""
     base = lock.targets[TARGET].base_image
-    image = repro.observe(client, image_id, base)
+    # The lock's prediction names both digests of an image it predicts: no `docker save`.
+    image = repro.observe(client, image_id, base, repro.recorded(lock.artifacts, TARGET))
     if expected is not None:
         repro.check_prediction(
             client, expected, image, env=env, target=TARGET, base=base, workdir=project.cache
