@@ -25,6 +25,7 @@ from envbuilder.builders.context import ca_bundle_path
 from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes, with_engine
 from envbuilder.builders.rendered_image import RenderedBuild, build_rendered_image
 from envbuilder.core.compat import HostKind
+from envbuilder.core.datafolders import real_folders_to
 from envbuilder.core.errors import (
     BuildError,
     RegistryError,
@@ -268,6 +269,7 @@ class DockerBuilder:
                 f"the probe in {tag} exited with {code} and wrote no report:\n{tail}"
             )
         report = project.report(env.name, TARGET)
+        real_folders_to(project.root, report)
         atomic_write_bytes(
             report, with_engine(files[report_in], engine.engine_info(client).as_dict())
         )

@@ -38,6 +38,7 @@ from packaging.utils import canonicalize_name
 from envbuilder import __version__
 from envbuilder.builders.proberun import probe_options
 from envbuilder.core import activate, interrupts, stale
+from envbuilder.core.datafolders import real_folders_to
 from envbuilder.core.errors import BuildError, UsageError, ValidationError, output_tail
 from envbuilder.core.fsutil import atomic_write_bytes, sha256_bytes, temp_dir
 from envbuilder.core.model import EnvSpec
@@ -538,6 +539,7 @@ class VenvBuilder:
         touching the venv when the lock is not trustworthy."""
         self._check_host_and_env(env)
         venv = self.venv_path(project, env, options.path)
+        real_folders_to(project.root, venv / MARKER)  # the default .envbuilder/venvs/<name>
         folder = claim_folder(venv, options.force)
         layout = VenvLayout(venv, self.windows)
         lock_sha = self._verified_lock_sha(project, env)
@@ -683,6 +685,7 @@ class VenvBuilder:
                     f"{output_tail(proc.stdout + proc.stderr, 15)}"
                 )
             dest = project.report(env.name, self.name)
+            real_folders_to(project.root, dest)
             atomic_write_bytes(dest, report.read_bytes())
         progress(f"{env.name}/{self.name}: probe done", 1, 1)
         return dest

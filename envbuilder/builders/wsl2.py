@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
 from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes, with_engine
+from envbuilder.core.datafolders import real_folders_to
 from envbuilder.core.errors import BuildError, EngineError, ValidationError, output_tail
 from envbuilder.core.fsutil import atomic_write_bytes, sha256_file
 from envbuilder.core.imagedefs import (
@@ -606,6 +607,7 @@ class Wsl2Builder:
 
         image_id = export.image.image_id
         path = wsl_path(project, env.name)
+        real_folders_to(project.root, path)
         progress(f"{env.name}/wsl2: exporting {image_id[:19]} to {path}", 0, None)
         result = export_image(export.client, image_id, path, lock.source_date_epoch, progress)
         _check_exported(result, export)
@@ -650,6 +652,7 @@ class Wsl2Builder:
                 f"(exit {code}); its output ended with:\n{tail}"
             )
         dest = project.report(env.name, TARGET)
+        real_folders_to(project.root, dest)
         atomic_write_bytes(dest, with_engine(report, engine.describe()))
         return dest
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from envbuilder.builders.lookup import builder_for
 from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes
 from envbuilder.builders.render import MARKER
+from envbuilder.core.datafolders import real_folders_to
 from envbuilder.core.errors import RenderError, UsageError, ValidationError
 from envbuilder.core.fsutil import atomic_write_bytes
 from envbuilder.core.model import EnvSpec, Spec
@@ -350,6 +351,7 @@ def validate_on_slurm(
         raise UsageError(f"env {env.name!r} has no target {target!r}")
     run_dir = _run_dir(project, env.name, target, request)
     check_run_dir(run_dir, request.run_dir is not None)
+    real_folders_to(project.root, run_dir / "-")  # the default reports/slurm/<env>.<target>/
     slurm_job.require_commands(os.environ)  # before anything is written or submitted
     settings = _probe_settings(runtime, env, options)
     verified = lockfile.load_verified_lock(project, env.name, target, spec.env_hash(env.name))
