@@ -38,6 +38,7 @@ from envbuilder import __version__
 from envbuilder.commands._options import refuse_empty_values
 from envbuilder.core import interrupts
 from envbuilder.core.errors import EnvbuilderError
+from envbuilder.core.fsutil import lock_waits_told_to
 from envbuilder.core.project import SPEC_NAME, find_spec
 from envbuilder.core.redact import redact
 from envbuilder.core.ui import UI
@@ -171,8 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser([command] if command in COMMANDS else []).parse_args(words)
         ui = UI(quiet=args.quiet, json=wants_json(args), verbose=args.verbose)
         _find_spec(args, ui)
-        _finish_interrupted_writes(args, ui)
-        return int(args._module.run(args, ui))
+        with lock_waits_told_to(ui.warn):  # said even with --quiet: a wait is not progress
+            _finish_interrupted_writes(args, ui)
+            return int(args._module.run(args, ui))
     except EnvbuilderError as exc:
         ui = ui or UI()
         ui.error(str(exc))
