@@ -18,7 +18,6 @@ spec's `docker.ca_bundle` or $ENVBUILDER_CA_BUNDLE) goes into the build stage on
 from __future__ import annotations
 
 import os
-import shlex
 from pathlib import Path
 
 from envbuilder.builders.context import ca_bundle_path
@@ -46,6 +45,7 @@ from envbuilder.core.imagedefs import (
 from envbuilder.core.model import EnvSpec
 from envbuilder.core.progress import ProgressFn
 from envbuilder.core.project import Project
+from envbuilder.core.quoting import sh_command
 from envbuilder.image import engine, repro, runflags
 from envbuilder.image import registry as imageregistry
 from envbuilder.lock import basesource, lockfile
@@ -300,7 +300,7 @@ class DockerBuilder:
             workspace=workspace_folder(options.workspace),
             labels=((ENV_LABEL, env.name), (ROLE_LABEL, "run")),
         )
-        return RunCommand(tuple(argv), shlex.join(argv))
+        return RunCommand(tuple(argv), sh_command(argv))
 
     def image_status(self, project: Project, env: EnvSpec) -> list[tuple[bool, str]]:
         """(ok, line): whether the engine's image of the env is the one the lock predicts."""

@@ -46,7 +46,7 @@ from envbuilder.core.pipsdk import sdk_release
 from envbuilder.core.plan import FindPython, LockPins, Plan, PlanInputs, WriteActivation
 from envbuilder.core.progress import ProgressFn
 from envbuilder.core.project import Project, pylock_name, venv_folder
-from envbuilder.core.quoting import ps_quote
+from envbuilder.core.quoting import ps_quote, sh_command, sh_word
 from envbuilder.core.statefile import StateFileError, read_state
 from envbuilder.host import pyfinder
 from envbuilder.targets import registry
@@ -717,13 +717,13 @@ class VenvBuilder:
             )
         progress(f"{env.name}/{self.name}: venv {venv}", 0, None)
         argv = options.command or (_user_shell(self.windows),)
-        line = activation_line(layout.scripts, options.command, self.windows)
-        return RunCommand(
-            tuple(argv),
-            line,
-            "powershell" if self.windows else "sh",
-            self._run_environment(layout, env),
+        environment = self._run_environment(layout, env)
+        line = (
+            activation_line(layout.scripts, options.command, self.windows)
+            if self.windows
+            else posix_run_line(layout, self._venv_variables(layout, env), argv)
         )
+        return RunCommand(tuple(argv), line, "powershell" if self.windows else "sh", environment)
 
     # --- steps -----------------------------------------------------------------------------
 
@@ -955,12 +955,29 @@ def _user_shell(windows: bool) -> str:
 
 def activation_line(scripts: PurePath, command: Sequence[str], windows: bool) -> str:
     """What a user pastes to do what `envbuilder run` does in a venv: source its activate
-    script (which sets the env's variables too), then run `command` (nothing when empty)."""
+    script (which sets the env's variables too), then run `command` (nothing when empty).
+    The native target's `run --print` gives posix_run_line instead (the activate script is
+    bash's and zsh's, not POSIX sh's)."""
     if windows:
         line = f"& {ps_quote(str(scripts / 'Activate.ps1'))}"
         return f"{line}; & {' '.join(ps_quote(a) for a in command)}" if command else line
     line = f". {shlex.quote(str(scripts / 'activate'))}"
     return f"{line} && {shlex.join(command)}" if command else line
+
+
+def posix_run_line(layout: VenvLayout, variables: Mapping[str, str], argv: Sequence[str]) -> str:
+    """`envbuilder run` in a native venv as one POSIX sh line: in a subshell (the pasting
+    shell keeps its own environment), the variables run drops unset, the venv's and the env's
+    exported, then exactly `argv` (quoting.sh_command). No activate script: it is written for
+    bash and zsh (`declare -f`), and it would not drop what run drops."""
+    steps = [f"unset {' '.join(sorted(_DROPPED))}"]
+    if variables:
+        steps.append("export " + " ".join(f"{k}={sh_word(v)}" for k, v in variables.items()))
+    # a second export: "$PATH" is expanded before export runs, so it is the env's PATH if it
+    # sets one, as run's is
+    venv_bin = sh_word(str(layout.scripts) + os.pathsep)
+    steps.append(f'export VIRTUAL_ENV={sh_word(str(layout.root))} PATH={venv_bin}"$PATH"')
+    return f"({'; '.join([*steps, sh_command(argv)])})"
 
 
 def _is_venv_at(state: Mapping[str, Any], venv: Path) -> bool:
@@ -982,10 +999,13 @@ def _write_or_fail(write: Callable[[], object], where: PurePath) -> None:
         raise BuildError(f"cannot write {where}: {exc.strerror or exc}") from None
 
 
+#: What would make the venv's Python see other packages: not passed to what runs in a venv.
+_DROPPED = frozenset({"PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "VIRTUAL_ENV"})
+
+
 def _clean_env() -> dict[str, str]:
-    """The caller's environment without what would make the venv's Python see other packages."""
-    drop = {"PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "VIRTUAL_ENV"}
-    return {k: v for k, v in os.environ.items() if k not in drop}
+    """The caller's environment without _DROPPED."""
+    return {k: v for k, v in os.environ.items() if k not in _DROPPED}
 
 
 class NativeVenvBuilder(VenvBuilder):

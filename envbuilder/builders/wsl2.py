@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import shlex
 import tarfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -51,6 +50,7 @@ from envbuilder.core.imagedefs import (
 from envbuilder.core.model import EnvSpec
 from envbuilder.core.progress import ProgressFn, no_progress
 from envbuilder.core.project import Project
+from envbuilder.core.quoting import sh_command
 from envbuilder.host import wslexe
 from envbuilder.image import repro, wsl
 from envbuilder.targets.base import (
@@ -684,7 +684,7 @@ class Wsl2Builder:
             workspace=_workspace(options.workspace),
             labels=((ENV_LABEL, env.name), ("org.envbuilder.role", "run")),
         )
-        return RunCommand(tuple(argv), shlex.join(argv))
+        return RunCommand(tuple(argv), sh_command(argv))
 
     def image_status(self, project: Project, env: EnvSpec) -> list[tuple[bool, str]]:
         """(ok, line): whether dist/<env>.wsl and the engine's rootfs image are the ones the

@@ -57,9 +57,10 @@ def utf8_text(text: str) -> str:
 
 def refuse_empty_values(parser: argparse.ArgumentParser) -> None:
     """Give `non_empty` to each of the command's options and arguments that takes a value and
-    has no type yet (path options have path_value, numbers int)."""
+    has no type yet (path options have path_value, numbers int). A command's own words (`run
+    -- CMD...`, nargs REMAINDER) are its argv, passed as they are: '' and any bytes included."""
     for action in parser._actions:  # argparse keeps them there; there is no public list
-        if action.nargs == 0 or action.type is not None or not action.dest:
+        if action.nargs in (0, argparse.REMAINDER) or action.type is not None or not action.dest:
             continue
         if isinstance(action, (argparse._StoreAction, argparse._AppendAction)):
             action.type = non_empty
