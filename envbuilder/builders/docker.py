@@ -21,7 +21,14 @@ import os
 from pathlib import Path
 
 from envbuilder.builders.context import ca_bundle_path
-from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes, with_engine
+from envbuilder.builders.proberun import (
+    OtherLock,
+    probe_options,
+    probe_zipapp_bytes,
+    refuse_other_lock,
+    with_engine,
+    with_other_lock,
+)
 from envbuilder.builders.rendered_image import RenderedBuild, build_rendered_image
 from envbuilder.core.compat import HostKind
 from envbuilder.core.datafolders import real_folders_to
@@ -240,7 +247,8 @@ class DockerBuilder:
         _lock, target = _docker_lock(project, env)
         tag = image_tag(env.name, target.pylock_sha256)
         client = engine.connect()
-        _require_image(client, env.name, tag)
+        image = _require_image(client, env.name, tag)
+        other = refuse_other_lock(_other_lock(image, tag, target.pylock_sha256), options)
         host_kind = detect_host_kind()
         pylock = (project.lockfiles / target.pylock).read_bytes()
         files_in = {
@@ -270,8 +278,9 @@ class DockerBuilder:
             )
         report = project.report(env.name, TARGET)
         real_folders_to(project.root, report)
+        engine_info = engine.engine_info(client).as_dict()
         atomic_write_bytes(
-            report, with_engine(files[report_in], engine.engine_info(client).as_dict())
+            report, with_other_lock(with_engine(files[report_in], engine_info), other)
         )
         return report
 
@@ -287,8 +296,8 @@ class DockerBuilder:
         _lock, target = _docker_lock(project, env)
         tag = image_tag(env.name, target.pylock_sha256)
         image = _require_image(engine.connect(), env.name, tag)
-        if problem := imageregistry.lock_mismatch(image, target.pylock_sha256):
-            raise ValidationError(f"refusing the image {tag}: {problem}")
+        if other := _other_lock(image, tag, target.pylock_sha256):
+            raise ValidationError(f"refusing {other.artifact}: {other.reason}")
         host_kind = detect_host_kind()
         progress(f"{env.name}/docker: {tag} ({host_kind} host)", 0, None)
         argv = runflags.docker_run_argv(
@@ -424,3 +433,12 @@ def workspace_folder(path: Path | None) -> Path | None:
             "`docker run --volume`; use a folder without them"
         )
     return folder
+
+
+def _other_lock(image: engine.ImageInfo, tag: str, pylock_sha256: str) -> OtherLock | None:
+    """None when the image's lock label is the pylock's sha256 (registry.lock_mismatch); else
+    what it names. `run` refuses such an image, `validate` unless told otherwise."""
+    problem = imageregistry.lock_mismatch(image, pylock_sha256)
+    if problem is None:
+        return None
+    return OtherLock(f"the image {tag}", image.labels.get(LOCK_LABEL), pylock_sha256, problem)

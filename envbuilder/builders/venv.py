@@ -36,7 +36,12 @@ from typing import Any, ClassVar, Literal
 from packaging.utils import canonicalize_name
 
 from envbuilder import __version__
-from envbuilder.builders.proberun import probe_options
+from envbuilder.builders.proberun import (
+    OtherLock,
+    probe_options,
+    refuse_other_lock,
+    with_other_lock,
+)
 from envbuilder.core import activate, interrupts, stale
 from envbuilder.core.datafolders import real_folders_to
 from envbuilder.core.errors import BuildError, UsageError, ValidationError, output_tail
@@ -671,6 +676,7 @@ class VenvBuilder:
         pylock = project.pylock(env.name, self.name)
         if not pylock.is_file():
             raise ValidationError(f"{pylock} is missing; run: envbuilder lock --env {env.name}")
+        other = refuse_other_lock(self._other_lock(project, env, layout), options)
         from envbuilder.probe import build_zipapp  # the probe helper's module
 
         with temp_dir("envbuilder-probe-") as tmp:
@@ -686,7 +692,7 @@ class VenvBuilder:
                 )
             dest = project.report(env.name, self.name)
             real_folders_to(project.root, dest)
-            atomic_write_bytes(dest, report.read_bytes())
+            atomic_write_bytes(dest, with_other_lock(report.read_bytes(), other))
         progress(f"{env.name}/{self.name}: probe done", 1, 1)
         return dest
 
@@ -708,13 +714,8 @@ class VenvBuilder:
                 f"--target {self.name} --env {env.name}"
                 + (f" --path {venv}" if options.path is not None else "")
             )
-        lock_sha = self._verified_lock_sha(project, env)
-        if marker.get("lock_sha256") != lock_sha:
-            raise ValidationError(
-                f"the venv at {venv} holds lock {marker.get('lock_sha256')}, not the current "
-                f"{pylock_name(env.name, self.name)} ({lock_sha}); sync it: envbuilder build "
-                f"--target {self.name} --env {env.name}"
-            )
+        if other := self._other_lock(project, env, layout):
+            raise ValidationError(other.reason)
         progress(f"{env.name}/{self.name}: venv {venv}", 0, None)
         argv = options.command or (_user_shell(self.windows),)
         environment = self._run_environment(layout, env)
@@ -737,6 +738,32 @@ class VenvBuilder:
                 f"env {env.name!r} has no target {self.name!r} (environments.toml, "
                 f"env.{env.name}.targets lists: {', '.join(env.targets)})"
             )
+
+    def _other_lock(self, project: Project, env: EnvSpec, layout: VenvLayout) -> OtherLock | None:
+        """None when the venv's marker names the current lock; else what it names and why that
+        is not the lock's venv. `run` refuses such a venv, `validate` unless told otherwise."""
+        venv = layout.root
+        lock_sha = self._verified_lock_sha(project, env)
+        marker = read_marker(Path(layout.marker))
+        if marker is None:
+            return OtherLock(
+                f"the venv at {venv}",
+                None,
+                lock_sha,
+                f"the venv at {venv} has no marker of envbuilder's ({MARKER}): it was not built "
+                f"from the lock; build it: envbuilder build --target {self.name} --env {env.name}",
+            )
+        named = marker.get("lock_sha256")
+        if named == lock_sha:
+            return None
+        return OtherLock(
+            f"the venv at {venv}",
+            named if isinstance(named, str) else None,
+            lock_sha,
+            f"the venv at {venv} holds lock {named}, not the current "
+            f"{pylock_name(env.name, self.name)} ({lock_sha}); sync it: envbuilder build "
+            f"--target {self.name} --env {env.name}",
+        )
 
     def _verified_lock_sha(self, project: Project, env: EnvSpec) -> str:
         """The pylock's sha256, after lockfile.load_verified_lock checked the env lock (current

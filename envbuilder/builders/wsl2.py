@@ -35,7 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
-from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes, with_engine
+from envbuilder.builders.proberun import (
+    OtherLock,
+    probe_options,
+    probe_zipapp_bytes,
+    refuse_other_lock,
+    with_engine,
+    with_other_lock,
+)
 from envbuilder.core.datafolders import real_folders_to
 from envbuilder.core.errors import BuildError, EngineError, ValidationError, output_tail
 from envbuilder.core.fsutil import atomic_write_bytes, sha256_file
@@ -438,6 +445,15 @@ def run_first_launch(
 def _checked_wsl(project: Project, env: EnvSpec) -> tuple[Path, str]:
     """dist/<env>.wsl and its sha256, when it is the one the lock recorded for the last build;
     ValidationError when it is missing or another."""
+    path, sha, other = _wsl_and_lock(project, env)
+    if other is not None:
+        raise ValidationError(other.reason)
+    return path, sha
+
+
+def _wsl_and_lock(project: Project, env: EnvSpec) -> tuple[Path, str, OtherLock | None]:
+    """dist/<env>.wsl, its sha256, and (when it is not the one the lock recorded for the last
+    build) what it is instead; ValidationError when it is missing."""
     _require_wsl2(env)
     path = wsl_path(project, env.name)
     if not path.is_file():
@@ -449,11 +465,9 @@ def _checked_wsl(project: Project, env: EnvSpec) -> tuple[Path, str]:
     lock = _require_lock(project, env)
     recorded = lock.artifacts.get(TARGET, {}).get("sha256")
     if recorded and recorded != sha:
-        raise ValidationError(
-            f"{path} has sha256 {sha}, but the lock recorded {recorded} "
-            "for the last build; build it again"
-        )
-    return path, sha
+        why = f"{path} has sha256 {sha}, but the lock recorded {recorded} for the last build; "
+        return path, sha, OtherLock(str(path), sha, recorded, why + "build it again")
+    return path, sha, None
 
 
 def login_argv(command: tuple[str, ...]) -> tuple[str, ...]:
@@ -637,7 +651,8 @@ class Wsl2Builder:
         """Run the probe inside the built `.wsl` (see the module docstring); write and return
         reports/<env>.wsl2.json. ValidationError when there is no `.wsl`, it is not the one the
         lock recorded, or the probe wrote no report."""
-        path, sha = _checked_wsl(project, env)
+        path, sha, other = _wsl_and_lock(project, env)
+        refuse_other_lock(other, options)
         launch = first_launch(path)
         engine = self._engine(env, path, sha, progress)
         if launch.command:
@@ -653,7 +668,7 @@ class Wsl2Builder:
             )
         dest = project.report(env.name, TARGET)
         real_folders_to(project.root, dest)
-        atomic_write_bytes(dest, with_engine(report, engine.describe()))
+        atomic_write_bytes(dest, with_other_lock(with_engine(report, engine.describe()), other))
         return dest
 
     def command(
