@@ -27,6 +27,7 @@ from shipped import copy_shipped
 from envbuilder.core.compat import HOST_KINDS, HostKind
 from envbuilder.core.foreground import exit_status, run_foreground
 from envbuilder.core.project import Project
+from envbuilder.core.quoting import sh_word
 from envbuilder.image import engine as docker_engine
 from envbuilder.image import runflags
 
@@ -303,10 +304,11 @@ def test_run_native_prints_torchs_version_and_its_line_does_too(cpu_venv: Path) 
         "python", "-c", PRINT_TORCH,
     )  # fmt: skip
     line = printed.stdout.strip()
-    assert line.startswith(". ") and "/bin/activate && python -c " in line
+    # POSIX sh (no activate script, which is bash's): a subshell exporting what run sets
+    assert line.startswith("(unset ") and line.endswith("; python -c " + sh_word(PRINT_TORCH) + ")")
     clean = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     pasted = subprocess.run(
-        ["bash", "-c", line], capture_output=True, text=True, timeout=600, env=clean
+        ["/bin/sh", "-c", line], capture_output=True, text=True, timeout=600, env=clean
     )
     assert pasted.returncode == 0, pasted.stderr
     assert pasted.stdout.strip() == TORCH

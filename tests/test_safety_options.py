@@ -24,13 +24,16 @@ ENVBUILDER = Path(sys.executable).with_name("envbuilder")
 
 def value_options(name: str) -> list[list[str]]:
     """Every way to give command `name` an empty value: `--opt ""` for each option that takes
-    one, `""` for its first positional argument."""
+    one, `""` for its first positional argument (not a command's own argv, where '' is an
+    argument like any other: test_safety_run_print)."""
     parser = build_parser([name])
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     command = sub.choices[name]
     found: list[list[str]] = []
     for action in command._actions:
         if action.nargs == 0 or isinstance(action, argparse._HelpAction):
+            continue
+        if action.nargs == argparse.REMAINDER:  # `run -- CMD...`: an argv, where '' is valid
             continue
         if action.option_strings:
             found.append([action.option_strings[0], ""])

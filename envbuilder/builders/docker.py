@@ -18,13 +18,20 @@ spec's `docker.ca_bundle` or $ENVBUILDER_CA_BUNDLE) goes into the build stage on
 from __future__ import annotations
 
 import os
-import shlex
 from pathlib import Path
 
 from envbuilder.builders.context import ca_bundle_path
-from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes, with_engine
+from envbuilder.builders.proberun import (
+    OtherLock,
+    probe_options,
+    probe_zipapp_bytes,
+    refuse_other_lock,
+    with_engine,
+    with_other_lock,
+)
 from envbuilder.builders.rendered_image import RenderedBuild, build_rendered_image
 from envbuilder.core.compat import HostKind
+from envbuilder.core.datafolders import real_folders_to
 from envbuilder.core.errors import (
     BuildError,
     RegistryError,
@@ -45,6 +52,7 @@ from envbuilder.core.imagedefs import (
 from envbuilder.core.model import EnvSpec
 from envbuilder.core.progress import ProgressFn
 from envbuilder.core.project import Project
+from envbuilder.core.quoting import sh_command
 from envbuilder.image import engine, repro, runflags
 from envbuilder.image import registry as imageregistry
 from envbuilder.lock import basesource, lockfile
@@ -241,7 +249,8 @@ class DockerBuilder:
         _lock, target = _docker_lock(project, env)
         tag = image_tag(env.name, target.pylock_sha256)
         client = engine.connect()
-        _require_image(client, env.name, tag)
+        image = _require_image(client, env.name, tag)
+        other = refuse_other_lock(_other_lock(image, tag, target.pylock_sha256), options)
         host_kind = detect_host_kind()
         pylock = (project.lockfiles / target.pylock).read_bytes()
         files_in = {
@@ -270,8 +279,10 @@ class DockerBuilder:
                 f"the probe in {tag} exited with {code} and wrote no report:\n{tail}"
             )
         report = project.report(env.name, TARGET)
+        real_folders_to(project.root, report)
+        engine_info = engine.engine_info(client).as_dict()
         atomic_write_bytes(
-            report, with_engine(files[report_in], engine.engine_info(client).as_dict())
+            report, with_other_lock(with_engine(files[report_in], engine_info), other)
         )
         return report
 
@@ -287,8 +298,8 @@ class DockerBuilder:
         _lock, target = _docker_lock(project, env)
         tag = image_tag(env.name, target.pylock_sha256)
         image = _require_image(engine.connect(), env.name, tag)
-        if problem := imageregistry.lock_mismatch(image, target.pylock_sha256):
-            raise ValidationError(f"refusing the image {tag}: {problem}")
+        if other := _other_lock(image, tag, target.pylock_sha256):
+            raise ValidationError(f"refusing {other.artifact}: {other.reason}")
         host_kind = detect_host_kind()
         progress(f"{env.name}/docker: {tag} ({host_kind} host)", 0, None)
         argv = runflags.docker_run_argv(
@@ -300,7 +311,7 @@ class DockerBuilder:
             workspace=workspace_folder(options.workspace),
             labels=((ENV_LABEL, env.name), (ROLE_LABEL, "run")),
         )
-        return RunCommand(tuple(argv), shlex.join(argv))
+        return RunCommand(tuple(argv), sh_command(argv))
 
     def image_status(self, project: Project, env: EnvSpec) -> list[tuple[bool, str]]:
         """(ok, line): whether the engine's image of the env is the one the lock predicts."""
@@ -424,3 +435,12 @@ def workspace_folder(path: Path | None) -> Path | None:
             "`docker run --volume`; use a folder without them"
         )
     return folder
+
+
+def _other_lock(image: engine.ImageInfo, tag: str, pylock_sha256: str) -> OtherLock | None:
+    """None when the image's lock label is the pylock's sha256 (registry.lock_mismatch); else
+    what it names. `run` refuses such an image, `validate` unless told otherwise."""
+    problem = imageregistry.lock_mismatch(image, pylock_sha256)
+    if problem is None:
+        return None
+    return OtherLock(f"the image {tag}", image.labels.get(LOCK_LABEL), pylock_sha256, problem)

@@ -30,6 +30,7 @@ import jinja2
 from envbuilder.core import grammar, plan, quoting
 from envbuilder.core.compat import RocmRelease
 from envbuilder.core.errors import RenderError
+from envbuilder.core.fsutil import read_regular_bytes
 from envbuilder.core.imagedefs import LOCK_SHA_ARG
 from envbuilder.core.interrupts import deferred
 from envbuilder.core.journal import Scope, commit_files
@@ -269,9 +270,11 @@ class RenderResult:
     unchanged: list[Path] = field(default_factory=list)
     stale: list[Path] = field(default_factory=list)  # check: content differs
     missing: list[Path] = field(default_factory=list)  # check: not there
-    leftover: list[Path] = field(default_factory=list)  # check: there but not rendered
+    leftover: list[Path] = field(default_factory=list)  # check: generated, no longer rendered
     removed: list[Path] = field(default_factory=list)  # write: generated leftovers deleted
-    kept: list[Path] = field(default_factory=list)  # write: leftovers without our marker
+    # leftovers without our marker, which render leaves alone: --check does not fail on them
+    # (it would ask for a render that cannot change them, again and again)
+    kept: list[Path] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -388,14 +391,14 @@ def _sort_wanted(result: RenderResult, wanted: Mapping[Path, bytes]) -> None:
 
 
 def _sort_leftovers(result: RenderResult, leftovers: Sequence[Path]) -> None:
-    """Each leftover into leftover (check), removed (ours) or kept (not ours)."""
+    """Each leftover into kept (not ours), or leftover (check) or removed (ours)."""
     for path in leftovers:
-        if result.check:
-            result.leftover.append(path)
-        elif _is_generated(path):
-            result.removed.append(path)
-        else:
+        if not _is_generated(path):
             result.kept.append(path)
+        elif result.check:
+            result.leftover.append(path)
+        else:
+            result.removed.append(path)
 
 
 def _write_out(
@@ -424,8 +427,8 @@ def _scope(project: Project, roots: Sequence[Path]) -> Scope:
 
 
 def _is_generated(path: Path) -> bool:
-    try:
-        head = path.read_bytes()[:2048]
+    try:  # a link or a FIFO is not ours, and is not followed or waited on
+        head = read_regular_bytes(path, 2048, nofollow=True)
     except OSError:
         return False
     return MARKER.encode() in head

@@ -36,8 +36,14 @@ from typing import Any, ClassVar, Literal
 from packaging.utils import canonicalize_name
 
 from envbuilder import __version__
-from envbuilder.builders.proberun import probe_options
+from envbuilder.builders.proberun import (
+    OtherLock,
+    probe_options,
+    refuse_other_lock,
+    with_other_lock,
+)
 from envbuilder.core import activate, interrupts, stale
+from envbuilder.core.datafolders import real_folders_to
 from envbuilder.core.errors import BuildError, UsageError, ValidationError, output_tail
 from envbuilder.core.fsutil import atomic_write_bytes, sha256_bytes, temp_dir
 from envbuilder.core.model import EnvSpec
@@ -45,7 +51,7 @@ from envbuilder.core.pipsdk import sdk_release
 from envbuilder.core.plan import FindPython, LockPins, Plan, PlanInputs, WriteActivation
 from envbuilder.core.progress import ProgressFn
 from envbuilder.core.project import Project, pylock_name, venv_folder
-from envbuilder.core.quoting import ps_quote
+from envbuilder.core.quoting import ps_quote, sh_command, sh_word
 from envbuilder.core.statefile import StateFileError, read_state
 from envbuilder.host import pyfinder
 from envbuilder.targets import registry
@@ -538,6 +544,7 @@ class VenvBuilder:
         touching the venv when the lock is not trustworthy."""
         self._check_host_and_env(env)
         venv = self.venv_path(project, env, options.path)
+        real_folders_to(project.root, venv / MARKER)  # the default .envbuilder/venvs/<name>
         folder = claim_folder(venv, options.force)
         layout = VenvLayout(venv, self.windows)
         lock_sha = self._verified_lock_sha(project, env)
@@ -669,6 +676,7 @@ class VenvBuilder:
         pylock = project.pylock(env.name, self.name)
         if not pylock.is_file():
             raise ValidationError(f"{pylock} is missing; run: envbuilder lock --env {env.name}")
+        other = refuse_other_lock(self._other_lock(project, env, layout), options)
         from envbuilder.probe import build_zipapp  # the probe helper's module
 
         with temp_dir("envbuilder-probe-") as tmp:
@@ -683,7 +691,8 @@ class VenvBuilder:
                     f"{output_tail(proc.stdout + proc.stderr, 15)}"
                 )
             dest = project.report(env.name, self.name)
-            atomic_write_bytes(dest, report.read_bytes())
+            real_folders_to(project.root, dest)
+            atomic_write_bytes(dest, with_other_lock(report.read_bytes(), other))
         progress(f"{env.name}/{self.name}: probe done", 1, 1)
         return dest
 
@@ -705,22 +714,17 @@ class VenvBuilder:
                 f"--target {self.name} --env {env.name}"
                 + (f" --path {venv}" if options.path is not None else "")
             )
-        lock_sha = self._verified_lock_sha(project, env)
-        if marker.get("lock_sha256") != lock_sha:
-            raise ValidationError(
-                f"the venv at {venv} holds lock {marker.get('lock_sha256')}, not the current "
-                f"{pylock_name(env.name, self.name)} ({lock_sha}); sync it: envbuilder build "
-                f"--target {self.name} --env {env.name}"
-            )
+        if other := self._other_lock(project, env, layout):
+            raise ValidationError(other.reason)
         progress(f"{env.name}/{self.name}: venv {venv}", 0, None)
         argv = options.command or (_user_shell(self.windows),)
-        line = activation_line(layout.scripts, options.command, self.windows)
-        return RunCommand(
-            tuple(argv),
-            line,
-            "powershell" if self.windows else "sh",
-            self._run_environment(layout, env),
+        environment = self._run_environment(layout, env)
+        line = (
+            activation_line(layout.scripts, options.command, self.windows)
+            if self.windows
+            else posix_run_line(layout, self._venv_variables(layout, env), argv)
         )
+        return RunCommand(tuple(argv), line, "powershell" if self.windows else "sh", environment)
 
     # --- steps -----------------------------------------------------------------------------
 
@@ -734,6 +738,32 @@ class VenvBuilder:
                 f"env {env.name!r} has no target {self.name!r} (environments.toml, "
                 f"env.{env.name}.targets lists: {', '.join(env.targets)})"
             )
+
+    def _other_lock(self, project: Project, env: EnvSpec, layout: VenvLayout) -> OtherLock | None:
+        """None when the venv's marker names the current lock; else what it names and why that
+        is not the lock's venv. `run` refuses such a venv, `validate` unless told otherwise."""
+        venv = layout.root
+        lock_sha = self._verified_lock_sha(project, env)
+        marker = read_marker(Path(layout.marker))
+        if marker is None:
+            return OtherLock(
+                f"the venv at {venv}",
+                None,
+                lock_sha,
+                f"the venv at {venv} has no marker of envbuilder's ({MARKER}): it was not built "
+                f"from the lock; build it: envbuilder build --target {self.name} --env {env.name}",
+            )
+        named = marker.get("lock_sha256")
+        if named == lock_sha:
+            return None
+        return OtherLock(
+            f"the venv at {venv}",
+            named if isinstance(named, str) else None,
+            lock_sha,
+            f"the venv at {venv} holds lock {named}, not the current "
+            f"{pylock_name(env.name, self.name)} ({lock_sha}); sync it: envbuilder build "
+            f"--target {self.name} --env {env.name}",
+        )
 
     def _verified_lock_sha(self, project: Project, env: EnvSpec) -> str:
         """The pylock's sha256, after lockfile.load_verified_lock checked the env lock (current
@@ -952,12 +982,29 @@ def _user_shell(windows: bool) -> str:
 
 def activation_line(scripts: PurePath, command: Sequence[str], windows: bool) -> str:
     """What a user pastes to do what `envbuilder run` does in a venv: source its activate
-    script (which sets the env's variables too), then run `command` (nothing when empty)."""
+    script (which sets the env's variables too), then run `command` (nothing when empty).
+    The native target's `run --print` gives posix_run_line instead (the activate script is
+    bash's and zsh's, not POSIX sh's)."""
     if windows:
         line = f"& {ps_quote(str(scripts / 'Activate.ps1'))}"
         return f"{line}; & {' '.join(ps_quote(a) for a in command)}" if command else line
     line = f". {shlex.quote(str(scripts / 'activate'))}"
     return f"{line} && {shlex.join(command)}" if command else line
+
+
+def posix_run_line(layout: VenvLayout, variables: Mapping[str, str], argv: Sequence[str]) -> str:
+    """`envbuilder run` in a native venv as one POSIX sh line: in a subshell (the pasting
+    shell keeps its own environment), the variables run drops unset, the venv's and the env's
+    exported, then exactly `argv` (quoting.sh_command). No activate script: it is written for
+    bash and zsh (`declare -f`), and it would not drop what run drops."""
+    steps = [f"unset {' '.join(sorted(_DROPPED))}"]
+    if variables:
+        steps.append("export " + " ".join(f"{k}={sh_word(v)}" for k, v in variables.items()))
+    # a second export: "$PATH" is expanded before export runs, so it is the env's PATH if it
+    # sets one, as run's is
+    venv_bin = sh_word(str(layout.scripts) + os.pathsep)
+    steps.append(f'export VIRTUAL_ENV={sh_word(str(layout.root))} PATH={venv_bin}"$PATH"')
+    return f"({'; '.join([*steps, sh_command(argv)])})"
 
 
 def _is_venv_at(state: Mapping[str, Any], venv: Path) -> bool:
@@ -979,10 +1026,13 @@ def _write_or_fail(write: Callable[[], object], where: PurePath) -> None:
         raise BuildError(f"cannot write {where}: {exc.strerror or exc}") from None
 
 
+#: What would make the venv's Python see other packages: not passed to what runs in a venv.
+_DROPPED = frozenset({"PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "VIRTUAL_ENV"})
+
+
 def _clean_env() -> dict[str, str]:
-    """The caller's environment without what would make the venv's Python see other packages."""
-    drop = {"PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "VIRTUAL_ENV"}
-    return {k: v for k, v in os.environ.items() if k not in drop}
+    """The caller's environment without _DROPPED."""
+    return {k: v for k, v in os.environ.items() if k not in _DROPPED}
 
 
 class NativeVenvBuilder(VenvBuilder):

@@ -29,14 +29,21 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import shlex
 import tarfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
-from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes, with_engine
+from envbuilder.builders.proberun import (
+    OtherLock,
+    probe_options,
+    probe_zipapp_bytes,
+    refuse_other_lock,
+    with_engine,
+    with_other_lock,
+)
+from envbuilder.core.datafolders import real_folders_to
 from envbuilder.core.errors import BuildError, EngineError, ValidationError, output_tail
 from envbuilder.core.fsutil import atomic_write_bytes, sha256_file
 from envbuilder.core.imagedefs import (
@@ -50,6 +57,7 @@ from envbuilder.core.imagedefs import (
 from envbuilder.core.model import EnvSpec
 from envbuilder.core.progress import ProgressFn, no_progress
 from envbuilder.core.project import Project
+from envbuilder.core.quoting import sh_command
 from envbuilder.host import wslexe
 from envbuilder.image import repro, wsl
 from envbuilder.targets.base import (
@@ -437,6 +445,15 @@ def run_first_launch(
 def _checked_wsl(project: Project, env: EnvSpec) -> tuple[Path, str]:
     """dist/<env>.wsl and its sha256, when it is the one the lock recorded for the last build;
     ValidationError when it is missing or another."""
+    path, sha, other = _wsl_and_lock(project, env)
+    if other is not None:
+        raise ValidationError(other.reason)
+    return path, sha
+
+
+def _wsl_and_lock(project: Project, env: EnvSpec) -> tuple[Path, str, OtherLock | None]:
+    """dist/<env>.wsl, its sha256, and (when it is not the one the lock recorded for the last
+    build) what it is instead; ValidationError when it is missing."""
     _require_wsl2(env)
     path = wsl_path(project, env.name)
     if not path.is_file():
@@ -448,11 +465,9 @@ def _checked_wsl(project: Project, env: EnvSpec) -> tuple[Path, str]:
     lock = _require_lock(project, env)
     recorded = lock.artifacts.get(TARGET, {}).get("sha256")
     if recorded and recorded != sha:
-        raise ValidationError(
-            f"{path} has sha256 {sha}, but the lock recorded {recorded} "
-            "for the last build; build it again"
-        )
-    return path, sha
+        why = f"{path} has sha256 {sha}, but the lock recorded {recorded} for the last build; "
+        return path, sha, OtherLock(str(path), sha, recorded, why + "build it again")
+    return path, sha, None
 
 
 def login_argv(command: tuple[str, ...]) -> tuple[str, ...]:
@@ -611,6 +626,7 @@ class Wsl2Builder:
 
         image_id = export.engine_id
         path = wsl_path(project, env.name)
+        real_folders_to(project.root, path)
         progress(f"{env.name}/wsl2: exporting {image_id[:19]} to {path}", 0, None)
         result = export_image(export.client, image_id, path, lock.source_date_epoch, progress)
         _check_exported(result, export)
@@ -640,7 +656,8 @@ class Wsl2Builder:
         """Run the probe inside the built `.wsl` (see the module docstring); write and return
         reports/<env>.wsl2.json. ValidationError when there is no `.wsl`, it is not the one the
         lock recorded, or the probe wrote no report."""
-        path, sha = _checked_wsl(project, env)
+        path, sha, other = _wsl_and_lock(project, env)
+        refuse_other_lock(other, options)
         launch = first_launch(path)
         engine = self._engine(env, path, sha, progress)
         if launch.command:
@@ -655,7 +672,8 @@ class Wsl2Builder:
                 f"(exit {code}); its output ended with:\n{tail}"
             )
         dest = project.report(env.name, TARGET)
-        atomic_write_bytes(dest, with_engine(report, engine.describe()))
+        real_folders_to(project.root, dest)
+        atomic_write_bytes(dest, with_other_lock(with_engine(report, engine.describe()), other))
         return dest
 
     def command(
@@ -686,7 +704,7 @@ class Wsl2Builder:
             workspace=_workspace(options.workspace),
             labels=((ENV_LABEL, env.name), ("org.envbuilder.role", "run")),
         )
-        return RunCommand(tuple(argv), shlex.join(argv))
+        return RunCommand(tuple(argv), sh_command(argv))
 
     def image_status(self, project: Project, env: EnvSpec) -> list[tuple[bool, str]]:
         """(ok, line): whether dist/<env>.wsl and the engine's rootfs image are the ones the

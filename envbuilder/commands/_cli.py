@@ -38,6 +38,7 @@ from envbuilder import __version__
 from envbuilder.commands._options import refuse_empty_values
 from envbuilder.core import interrupts
 from envbuilder.core.errors import EnvbuilderError
+from envbuilder.core.fsutil import lock_waits_told_to
 from envbuilder.core.project import SPEC_NAME, find_spec
 from envbuilder.core.redact import redact
 from envbuilder.core.ui import UI
@@ -171,8 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser([command] if command in COMMANDS else []).parse_args(words)
         ui = UI(quiet=args.quiet, json=wants_json(args), verbose=args.verbose)
         _find_spec(args, ui)
-        _finish_interrupted_writes(args, ui)
-        return int(args._module.run(args, ui))
+        with lock_waits_told_to(ui.warn):  # said even with --quiet: a wait is not progress
+            _finish_interrupted_writes(args, ui)
+            return int(args._module.run(args, ui))
     except EnvbuilderError as exc:
         ui = ui or UI()
         ui.error(str(exc))
@@ -222,6 +224,11 @@ READ_ONLY = frozenset(
 )
 
 
+#: Commands that write into the project's data folders (reports/, .envbuilder/, dist/): each must
+#: be a real folder or absent (envbuilder.core.datafolders).
+DATA_WRITERS = frozenset({"build", "validate", "push", "pull"})
+
+
 def _find_spec(args: argparse.Namespace, ui: UI) -> None:
     """--spec not given: the spec found by walking up from the current folder (project.find_spec;
     ./environments.toml when no folder has one, so the command says it is missing)."""
@@ -245,6 +252,7 @@ def _finish_interrupted_writes(args: argparse.Namespace, ui: UI) -> None:
     if not isinstance(spec, (str, Path)):  # --spec is a Path (path_value), or absent
         return
     from envbuilder.core import journal
+    from envbuilder.core.datafolders import check_data_folders
     from envbuilder.core.project import Project
 
     project = Project.from_spec(spec)
@@ -252,6 +260,8 @@ def _finish_interrupted_writes(args: argparse.Namespace, ui: UI) -> None:
     read_only = args.command in READ_ONLY or getattr(args, "check", False) is True
     if not read_only:
         journal.ready_state_dir()  # a state folder that cannot hold receipts: said before work
+        if args.command in DATA_WRITERS:
+            check_data_folders(project.root)  # a link there refused before anything is written
         journal.drop_orphan_receipts()
         _sweep_stale_work(project, ui)
     for root in roots:

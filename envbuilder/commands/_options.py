@@ -5,8 +5,10 @@ that the commands need not import the command line that imports them."""
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
+from envbuilder.core.fsutil import path_too_long
 from envbuilder.core.project import SPEC_NAME
 
 
@@ -19,6 +21,11 @@ def path_value(text: str) -> Path:
             "an empty path (an unset shell variable?); name a file or folder, "
             "e.g. . for the current one"
         )
+    # Said here, before any work: past the OS's limits every stat() fails with "File name too
+    # long", and a command would get part-way (a probe, a render) before the write does.
+    too_long = path_too_long(Path(os.path.abspath(text)))  # noqa: PTH100
+    if too_long is not None:
+        raise argparse.ArgumentTypeError(f"{too_long}; choose a shorter path")
     return Path(text)
 
 
@@ -30,14 +37,30 @@ def non_empty(text: str) -> str:
         raise argparse.ArgumentTypeError(
             "an empty value (an unset shell variable?); give one, or leave the option out"
         )
+    return utf8_text(text)
+
+
+def utf8_text(text: str) -> str:
+    """`text` when it is UTF-8; ArgumentTypeError naming the first byte that is not (Python
+    gives such argv bytes as lone surrogates, which no name, message or file can hold)."""
+    raw = text.encode("utf-8", "surrogateescape")
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise argparse.ArgumentTypeError(
+            f"'{raw.decode('utf-8', 'backslashreplace')}' is not UTF-8 text (byte "
+            f"0x{raw[exc.start]:02x} at {exc.start}); give it in UTF-8 (check the terminal's "
+            "or the script's encoding)"
+        ) from None
     return text
 
 
 def refuse_empty_values(parser: argparse.ArgumentParser) -> None:
     """Give `non_empty` to each of the command's options and arguments that takes a value and
-    has no type yet (path options have path_value, numbers int)."""
+    has no type yet (path options have path_value, numbers int). A command's own words (`run
+    -- CMD...`, nargs REMAINDER) are its argv, passed as they are: '' and any bytes included."""
     for action in parser._actions:  # argparse keeps them there; there is no public list
-        if action.nargs == 0 or action.type is not None or not action.dest:
+        if action.nargs in (0, argparse.REMAINDER) or action.type is not None or not action.dest:
             continue
         if isinstance(action, (argparse._StoreAction, argparse._AppendAction)):
             action.type = non_empty

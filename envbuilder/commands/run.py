@@ -40,8 +40,11 @@ whose lock label differs, a .wsl whose sha256 is not the recorded one, a venv wh
 names another lock, an incomplete venv), as `validate` refuses it.
 
 --print prints the same command as one line for a shell instead (POSIX sh; PowerShell for
-wsl2 and windows on Windows) and runs nothing: `docker run ...`, `wsl.exe ...`, or the venv's
-activation followed by CMD. Pasted into a shell it does what `envbuilder run` does.
+wsl2 and windows on Windows) and runs nothing: `docker run ...`, `wsl.exe ...`, or for a native
+venv `(unset PYTHONPATH ...; export VARS; export VIRTUAL_ENV=... PATH=VENV/bin:"$PATH"; CMD)`.
+Pasted into that shell it runs exactly the argv `envbuilder run` starts: every word quoted
+where needed, control characters as printf escapes, a first word like `X=1` quoted so that it
+stays the command. An empty string in CMD is an argument like any other.
 
 Put `--` before CMD when CMD has options of its own that envbuilder also knows (-q, --env).
 """

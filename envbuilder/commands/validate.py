@@ -97,6 +97,13 @@ def _add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--timeout", type=float, metavar="SECONDS", help="give up on a probe after this long"
     )
+    parser.add_argument(
+        "--allow-other-lock",
+        action="store_true",
+        help="validate an artifact that is not the current lock's (a venv whose marker, an "
+        "image whose label or a .wsl whose sha256 names another), which is refused otherwise; "
+        "the report records it (other_lock)",
+    )
 
 
 def validate_options(args: argparse.Namespace) -> ValidateOptions:
@@ -112,6 +119,7 @@ def validate_options(args: argparse.Namespace) -> ValidateOptions:
         skip=tuple(args.skip),
         timeout_s=args.timeout,
         path=path_option(args, one_env=False),
+        allow_other_lock=args.allow_other_lock,
     )
 
 

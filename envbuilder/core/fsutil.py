@@ -28,7 +28,8 @@ import secrets
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -412,19 +413,139 @@ def _folder_lock_path(folder: Path) -> Path:
 
 @contextlib.contextmanager
 def exclusive(folder: Path) -> Iterator[None]:
-    """Writers into one folder take turns: a blocking lock_file on the folder (POSIX), or on a
-    file standing for it (Windows: _folder_lock_path)."""
+    """Writers into one folder take turns: lock_file on the folder (POSIX), or on a file
+    standing for it (Windows: _folder_lock_path). A lock another process holds is waited for,
+    said once (lock_waits_told_to), for at most lock_timeout() seconds (LockBusyError)."""
     if _ON_WINDOWS:
         path = _folder_lock_path(folder)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     else:
+        path = folder
         fd = os.open(folder, os.O_RDONLY)  # a directory handle, held for flock
     try:
-        lock_file(fd, blocking=True)
+        _wait_for_lock(fd, path)
         yield
     finally:
         os.close(fd)
+
+
+#: Seconds a writer waits for another process's lock before it gives up; the variable
+#: ENVBUILDER_LOCK_TIMEOUT changes it. Any lock envbuilder takes is held for one command's
+#: write (seconds), so a wait this long means a stuck or foreign holder (a read-only handle
+#: suffices for flock, so another user can hold it), and silence forever helps no one.
+LOCK_TIMEOUT_S = 120.0
+LOCK_TIMEOUT_VARIABLE = "ENVBUILDER_LOCK_TIMEOUT"
+_LOCK_POLL_S = 0.1
+#: Where a wait is said: the CLI points it at its UI's warnings (printing stays at the edge).
+_lock_wait_notice: list[Callable[[str], None]] = []
+
+
+class LockBusyError(EnvbuilderError):
+    """Another process held a lock longer than lock_timeout(); nothing was written."""
+
+
+@contextlib.contextmanager
+def lock_waits_told_to(notice: Callable[[str], None]) -> Iterator[None]:
+    """While the block runs, a wait for another process's lock is said to `notice`, once."""
+    _lock_wait_notice.append(notice)
+    try:
+        yield
+    finally:
+        _lock_wait_notice.remove(notice)
+
+
+def lock_timeout() -> float:
+    """LOCK_TIMEOUT_S, or ENVBUILDER_LOCK_TIMEOUT's seconds (EnvbuilderError when it is not a
+    positive number)."""
+    text = os.environ.get(LOCK_TIMEOUT_VARIABLE, "").strip()
+    if not text:
+        return LOCK_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise EnvbuilderError(
+            f"{LOCK_TIMEOUT_VARIABLE}={text!r}: give the seconds to wait for another process's "
+            f"lock, a positive number (default {LOCK_TIMEOUT_S:g})"
+        )
+    return value
+
+
+def _wait_for_lock(fd: int, path: Path) -> None:
+    if lock_file(fd, blocking=False):
+        return
+    limit = lock_timeout()
+    holder = lock_holder(fd)
+    for notice in _lock_wait_notice[-1:]:
+        notice(
+            f"waiting for the lock on {path}, held by {holder or 'another process'} (writers "
+            f"of one folder take turns); giving up after {limit:g} s ({LOCK_TIMEOUT_VARIABLE})"
+        )
+    deadline = time.monotonic() + limit
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(_LOCK_POLL_S, left))
+        if lock_file(fd, blocking=False):
+            return
+    holder = lock_holder(fd) or holder
+    raise LockBusyError(
+        f"gave up after {limit:g} s waiting for the lock on {path}: "
+        f"{holder or 'another process'} holds it (a read-only handle is enough for a lock). "
+        "Nothing was written; let it finish or end it, then run the command again "
+        f"(`fuser -v {path}` lists the processes; {LOCK_TIMEOUT_VARIABLE} sets the wait)"
+    )
+
+
+def lock_holder(fd: int) -> str | None:
+    """Who holds a flock on the file open as `fd`, from /proc/locks (Linux): "pid N (command,
+    user U)"; None where it cannot be told."""
+    try:
+        info = os.fstat(fd)
+        with Path("/proc/locks").open(encoding="ascii", errors="replace") as fh:
+            lines = fh.read(1 << 20).splitlines()
+    except OSError:
+        return None
+    want = (os.major(info.st_dev), os.minor(info.st_dev), info.st_ino)
+    for line in lines:
+        # "1: FLOCK  ADVISORY  WRITE PID MAJ:MIN:INODE 0 EOF"; a waiter's line has "->" there
+        words = line.split()
+        flock = len(words) >= 6 and words[1] == "FLOCK" and words[4].isdigit()
+        if flock and _lock_key(words[5]) == want:
+            return _describe_process(int(words[4]))
+    return None
+
+
+def _lock_key(text: str) -> tuple[int, int, int] | None:
+    """/proc/locks' MAJOR:MINOR:INODE (device numbers in hex)."""
+    parts = text.split(":")
+    try:
+        return (int(parts[0], 16), int(parts[1], 16), int(parts[2]))
+    except (IndexError, ValueError):
+        return None
+
+
+def _describe_process(pid: int) -> str:
+    """pid N (its command line, its user), as far as /proc tells."""
+    proc = Path(f"/proc/{pid}")
+    try:
+        words = proc.joinpath("cmdline").read_bytes()[:200].split(b"\0")
+        uid = proc.stat().st_uid
+    except OSError:
+        return f"pid {pid} (gone: a process it started may hold the lock)"
+    command = " ".join(w.decode("utf-8", "replace") for w in words if w)
+    try:
+        import pwd
+
+        user = pwd.getpwuid(uid).pw_name
+    except (ImportError, KeyError):
+        user = str(uid)
+    return f"pid {pid} ({printable(command) or '?'}, user {user})"
+
+
+def printable(text: str) -> str:
+    """`text` with control characters as '?' (a process's command line may hold any)."""
+    return "".join(c if c.isprintable() else "?" for c in text)
 
 
 def sha256_file(path: Path) -> str:

@@ -18,9 +18,16 @@ import contextlib
 import errno
 import os
 import stat
+from collections import OrderedDict
 from pathlib import Path, PurePosixPath
 
 _MAX_DEPTH = 16
+#: Folder handles a Tree keeps open at most (the root's included): a commit of 1,000 envs'
+#: rendered files touches 2,000 folders, and `ulimit -n` is often 1024. The least recently used
+#: handle is closed; a folder needed again is opened again from its parent, without following a
+#: link, so that a swapped folder is still refused. Above _MAX_DEPTH, so a folder and every
+#: parent on its way stay open while it is in use.
+_MAX_OPEN = 64
 _MAX_NAME_BYTES = 255
 _DIRFD = os.open in os.supports_dir_fd and os.rename in os.supports_dir_fd
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
@@ -61,7 +68,7 @@ class Tree:
 
     def __init__(self, root: Path, follow_root: bool = False) -> None:
         self.root = root
-        self._fds: dict[tuple[str, ...], int | None] = {}
+        self._fds: OrderedDict[tuple[str, ...], int | None] = OrderedDict()
         if _DIRFD:
             fd = self._open(None, str(root), root, follow_root)
             self._fds[()] = fd
@@ -80,7 +87,7 @@ class Tree:
             if fd is not None:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        self._fds = {}
+        self._fds = OrderedDict()
 
     def _open(self, parent: int | None, name: str, path: Path, follow: bool = False) -> int:
         flags = os.O_RDONLY | _DIRECTORY | (0 if follow else _NOFOLLOW)
@@ -94,17 +101,30 @@ class Tree:
     def folder(self, parts: tuple[str, ...]) -> int | None:
         """The handle of the folder `parts` below the root (None without dir_fd)."""
         if parts in self._fds:
+            self._fds.move_to_end(parts)
             return self._fds[parts]
         parent = self.folder(parts[:-1])
         path = self.root.joinpath(*parts)
         if _DIRFD:
             self._fds[parts] = self._open(parent, parts[-1], path)
+            self._close_least_used()
         else:
             info = os.lstat(path)
             if not stat.S_ISDIR(info.st_mode) or _is_reparse(info):
                 raise LinkInTheWay(path, _what_is(path))
             self._fds[parts] = None
         return self._fds[parts]
+
+    def _close_least_used(self) -> None:
+        """Keep at most _MAX_OPEN handles: close the least recently used ones (never the
+        root's, the first entry, whose device and inode `info` describes)."""
+        while len(self._fds) > _MAX_OPEN:
+            oldest = next(parts for parts in self._fds if parts)
+            self._close(oldest)
+
+    def open_handles(self) -> int:
+        """How many folder handles the tree holds now."""
+        return sum(fd is not None for fd in self._fds.values())
 
     def at(self, rel: PurePosixPath) -> tuple[int | None, str]:
         """(handle of `rel`'s folder, the name to use with it)."""
@@ -190,9 +210,9 @@ class Tree:
 
     def sync(self, parts: tuple[str, ...] = ()) -> None:
         """Make renames in folder `parts` durable (where folders can be opened)."""
-        fd = self._fds.get(parts)
-        if fd is not None:
-            with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, LinkInTheWay):
+            fd = self.folder(parts)  # opened again when its handle was closed since
+            if fd is not None:
                 os.fsync(fd)
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Sequence
 
 from envbuilder.core.errors import RenderError
@@ -117,6 +118,71 @@ def sh_quote(value: str) -> str:
     if _SH_SAFE.match(value):
         return value
     return "'" + value.replace("'", "'\"'\"'") + "'"
+
+
+#: Words a shell reads as syntax in a command's place (POSIX reserved words, and bash's and zsh's
+#: own): a command of that name is quoted, as is one holding "=" (an assignment otherwise).
+_SH_RESERVED = frozenset(
+    {"!", "{", "}", "case", "do", "done", "elif", "else", "esac", "fi", "for", "if", "in"}
+    | {"then", "until", "while", "[[", "]]", "function", "select", "time", "coproc"}
+)
+#: Unicode categories written as bytes through printf: control, format (bidi overrides that make
+#: a line read differently than it runs), surrogate (a byte that is not UTF-8), private use,
+#: and line and paragraph separators.
+_SH_AS_BYTES = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
+
+
+def _as_printf(text: str) -> str:
+    """`text` as a word of its exact bytes: "$(printf '\\ooo...')" (octal escapes are POSIX)."""
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no OS argv holds; written as Python would store it
+        raw = text.encode("utf-8", "surrogatepass")
+    return "\"$(printf '" + "".join(f"\\{b:03o}" for b in raw) + "')\""
+
+
+def sh_word(value: str) -> str:
+    """One POSIX sh word meaning exactly `value`, on a line a terminal shows as it is: safe words
+    bare, the rest single-quoted (where the shell expands nothing), and each run of control or
+    format characters (or of bytes that are not UTF-8) written as printf octal escapes. A
+    newline stays literal inside the quotes: a command substitution would drop it."""
+    _refuse(value, sh_refusal(value))
+    if _SH_SAFE.match(value):
+        return value
+    parts: list[str] = []
+    run = ""
+    for ch in value:
+        if (ch != "\n" and unicodedata.category(ch) in _SH_AS_BYTES) != _is_printf_run(run):
+            parts.append(_sh_run(run))
+            run = ""
+        run += ch
+    parts.append(_sh_run(run))
+    return "".join(p for p in parts if p) or "''"
+
+
+def _is_printf_run(run: str) -> bool:
+    return bool(run) and run[0] != "\n" and unicodedata.category(run[0]) in _SH_AS_BYTES
+
+
+def _sh_run(run: str) -> str:
+    if not run:
+        return ""
+    if _is_printf_run(run):
+        return _as_printf(run)
+    return "'" + run.replace("'", "'\"'\"'") + "'"
+
+
+def sh_command(argv: Sequence[str]) -> str:
+    """`argv` as one POSIX sh command (sh_word per word) that runs exactly it: a first word the
+    shell would read as an assignment (`X=1`), a reserved word (`if`, `!`) or an option is
+    quoted."""
+    if not argv:
+        raise ValueError("sh_command needs a command")
+    first = sh_word(argv[0])
+    # a leading "-" too: `sh -c LINE` would read the line as its own option
+    if first == argv[0] and ("=" in first or first in _SH_RESERVED or first.startswith("-")):
+        first = f"'{first}'"
+    return " ".join([first, *(sh_word(word) for word in argv[1:])])
 
 
 def dockerfile_sh_quote(value: str) -> str:

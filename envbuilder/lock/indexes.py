@@ -33,6 +33,7 @@ from urllib.parse import quote, unquote, urlsplit
 from envbuilder.core import grammar
 from envbuilder.core.errors import SpecError
 from envbuilder.core.model import Index
+from envbuilder.core.redact import redact
 from envbuilder.core.statefile import StateFileError, UserFile, read_state
 
 MIRROR_ENV_PREFIX = "ENVBUILDER_MIRROR_"
@@ -138,7 +139,7 @@ def machine_mirrors(environ: Mapping[str, str]) -> dict[str, str]:
             else 'is not a string; write e.g. "/srv/wheels" or "https://mirror.example/simple"'
         )
         if problem:
-            raise SpecError(f"{path}: mirrors.{key!r} = {value!r} {problem}")
+            raise SpecError(redact(f"{path}: mirrors.{key!r} = {value!r} {problem}"))
     return dict(table)
 
 
@@ -175,7 +176,7 @@ def index_source(
     if not folder.is_absolute():
         folder = root / folder
     if not folder.is_dir():
-        return canonical, (
+        return canonical, redact(
             f"mirror folder {folder} of index {index.name!r} (from {origin}) does not exist; "
             f"resolving from {index.url} instead"
         )

@@ -42,6 +42,7 @@ from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
 
 from envbuilder import __version__
+from envbuilder.core.datafolders import real_folders_to
 from envbuilder.core.errors import BuildError
 from envbuilder.core.fsutil import atomic_write_bytes
 from envbuilder.core.project import Project
@@ -201,5 +202,6 @@ def sbom_bytes(project: Project, env: str, target: str, artifact: Artifact) -> b
 def write_sbom(project: Project, env: str, target: str, artifact: Artifact) -> Path:
     """Write reports/<env>.<target>.cdx.json (atomically) and return its path."""
     path = sbom_path(project, env, target)
+    real_folders_to(project.root, path)
     atomic_write_bytes(path, sbom_bytes(project, env, target, artifact))
     return path

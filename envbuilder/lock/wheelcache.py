@@ -29,6 +29,7 @@ CONTRACT:
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import html.parser
 import os
@@ -44,7 +45,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import quote, unquote, urljoin
+from urllib.parse import quote, unquote, urljoin, urlsplit, urlunsplit
 
 from packaging.pylock import (
     Package,
@@ -64,6 +65,7 @@ from envbuilder.core.fsutil import atomic_write_text
 from envbuilder.core.model import EnvSpec, Index
 from envbuilder.core.progress import ProgressFn, no_progress
 from envbuilder.core.project import Project
+from envbuilder.core.redact import redact
 from envbuilder.lock.indexes import IndexSource, mirrored_sources
 from envbuilder.lock.lockfile import load_verified_lock, parse_pylock, url_filename
 
@@ -366,7 +368,7 @@ def _simple_page_links(index_url: str, f: LockedFile) -> Iterable[str]:
     cannot be read."""
     page = urljoin(index_url.rstrip("/") + "/", f"{f.name}/")
     try:
-        with urllib.request.urlopen(page, timeout=60, context=_ssl_context()) as resp:
+        with open_url(page, timeout=60) as resp:
             parser = _Links()
             parser.feed(resp.read().decode("utf-8", "replace"))
     except (urllib.error.URLError, OSError, ValueError):
@@ -454,12 +456,28 @@ def _try_fetch(
                 return None
             with path.open("rb") as fh:
                 return _copy_verified(fh, dest, f, path.stat().st_size, progress)
-        with urllib.request.urlopen(where, timeout=120, context=_ssl_context()) as resp:
+        with open_url(where, timeout=120) as resp:
             length = resp.headers.get("Content-Length")
             return _copy_verified(resp, dest, f, int(length) if length else f.size, progress)
     except (LockError, urllib.error.URLError, OSError, ValueError) as exc:
-        refused.append(f"{where}: {exc}")
+        refused.append(redact(f"{where}: {exc}"))  # a mirror URL may carry a token
     return None
+
+
+def open_url(url: str, timeout: float) -> Any:
+    """urlopen of `url`. Credentials in it (`https://user:TOKEN@host/...`, as uv takes a mirror's)
+    are sent as HTTP Basic auth, not to a redirect's target, and never as part of the host."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        request = urllib.request.Request(url)
+    else:
+        request = urllib.request.Request(
+            urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+        )
+        pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+        basic = base64.b64encode(pair.encode("utf-8")).decode("ascii")
+        request.add_unredirected_header("Authorization", f"Basic {basic}")
+    return urllib.request.urlopen(request, timeout=timeout, context=_ssl_context())
 
 
 def fetch_locked(

@@ -33,11 +33,24 @@ def _label(text: str) -> tuple[str, str]:
     return key, value
 
 
+#: Linux's PATH_MAX and NAME_MAX in bytes (the probe runs without envbuilder.core, which has
+#: the same check for the other commands' paths).
+_PATH_MAX = 4096
+_NAME_MAX = 255
+
+
 def _non_empty(text: str) -> str:
-    """A path option's value: an empty one (an unset shell variable) is a usage error (exit 2),
-    not "no report" after minutes of checks."""
+    """A path option's value: an empty one (an unset shell variable) or one longer than the OS
+    allows is a usage error (exit 2), not "no report" (or a traceback) after minutes of checks."""
     if not text:
         raise argparse.ArgumentTypeError("an empty path (an unset shell variable?); name a file")
+    raw = os.fsencode(os.path.abspath(text))  # noqa: PTH100
+    longest = max(raw.split(b"/"), key=len)
+    if len(raw) >= _PATH_MAX or len(longest) > _NAME_MAX:
+        raise argparse.ArgumentTypeError(
+            f"the path is too long ({len(raw)} bytes, a name of {len(longest)}; the system "
+            f"allows {_PATH_MAX - 1} and {_NAME_MAX}); choose a shorter one"
+        )
     return text
 
 

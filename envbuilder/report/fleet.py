@@ -23,6 +23,7 @@ Rows: failed nodes first (failed checks, or no report: why), then outliers, then
 from __future__ import annotations
 
 import json
+import os
 import re
 import stat
 from collections.abc import Mapping, Sequence
@@ -200,6 +201,32 @@ def _read_bytes(path: Path, limit: int, tail: bool = False) -> bytes | None:
         return None
 
 
+def shared_folder_refusal(info: os.stat_result) -> str | None:
+    """Why a folder (as lstat/fstat describes it) is not this user's own to read results from:
+    owned by another user, or writable by group or others (unless sticky: then others cannot
+    replace what this user wrote, though they can add files, so it is refused as well when it
+    is another user's). None where ownership means nothing (Windows)."""
+    if not hasattr(os, "geteuid"):
+        return None
+    if info.st_uid != os.geteuid():
+        return f"belongs to {_user_name(info.st_uid)}, not to you ({_user_name(os.geteuid())})"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX:
+        return (
+            f"can be written by other users (mode {stat.filemode(info.st_mode)}; "
+            "chmod go-w, or make it sticky)"
+        )
+    return None
+
+
+def _user_name(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
 def read_text_small(path: Path, limit: int = MAX_SMALL_FILE_BYTES) -> str | None:
     """A small file of a job folder (hosts, phase, NODE.exit) as text, at most `limit` bytes;
     None when it is missing, unreadable, a symlink or not a regular file (a FIFO would block)."""
@@ -243,10 +270,27 @@ class JobFolder:
         for name in ("hosts", "nodes", "collectives"):
             info = self.tree.lstat(PurePosixPath(name))
             if info is not None and stat.S_ISLNK(info.st_mode):
+                self.close()
                 raise CompareError(
                     f"{path / name} is a symbolic link; a job folder's hosts, nodes/ and "
                     "collectives/ are what the job wrote there, never links (one could point "
                     "at anyone's file). Nothing was read: remove it, or run the job again"
+                )
+        self._refuse_foreign()
+
+    def _refuse_foreign(self) -> None:
+        """CompareError when the job folder, nodes/ or collectives/ is not this user's own, or
+        another user could write into it (shared_folder_refusal)."""
+        for name in ("", "nodes", "collectives"):
+            info = self.tree.info if not name else self.tree.lstat(PurePosixPath(name))
+            why = None if info is None else shared_folder_refusal(info)
+            if why is not None:
+                self.close()
+                raise CompareError(
+                    f"{self.path / name if name else self.path} {why}: another user could have "
+                    "written the node results it holds, and a fleet report would show them as "
+                    "this job's. Nothing was read: run the job again into a folder of your own "
+                    "(validate --slurm --run-dir DIR)"
                 )
 
     def close(self) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from envbuilder.builders.lookup import builder_for
 from envbuilder.builders.proberun import probe_options, probe_zipapp_bytes
 from envbuilder.builders.render import MARKER
+from envbuilder.core.datafolders import real_folders_to
 from envbuilder.core.errors import RenderError, UsageError, ValidationError
 from envbuilder.core.fsutil import atomic_write_bytes
 from envbuilder.core.model import EnvSpec, Spec
@@ -129,6 +130,25 @@ def check_run_dir(run_dir: Path, given: bool) -> None:
         "breaks the batch script; choose a folder without them"
         + ("" if given else " with --run-dir")
     )
+
+
+def check_run_dir_owner(run_dir: Path) -> None:
+    """UsageError, before anything is written or submitted, when the run folder exists and is
+    not this user's own or others can write into it: they could make or replace the job's
+    folder and forge its node results (fleet.shared_folder_refusal)."""
+    try:
+        info = run_dir.stat()
+    except FileNotFoundError:
+        return  # new: made by this user
+    except OSError as exc:
+        raise UsageError(f"the run folder {run_dir}: {exc.strerror or exc}") from None
+    why = fleet.shared_folder_refusal(info)
+    if why is not None:
+        raise UsageError(
+            f"the run folder {run_dir} {why}: another user could make or replace the job's "
+            "folder there and forge its node results; choose a folder of your own "
+            "(--run-dir DIR)"
+        )
 
 
 def probe_words(env: EnvSpec, options: ValidateOptions) -> tuple[list[str], list[str], bool]:
@@ -350,6 +370,8 @@ def validate_on_slurm(
         raise UsageError(f"env {env.name!r} has no target {target!r}")
     run_dir = _run_dir(project, env.name, target, request)
     check_run_dir(run_dir, request.run_dir is not None)
+    real_folders_to(project.root, run_dir / "-")  # the default reports/slurm/<env>.<target>/
+    check_run_dir_owner(run_dir)
     slurm_job.require_commands(os.environ)  # before anything is written or submitted
     settings = _probe_settings(runtime, env, options)
     verified = lockfile.load_verified_lock(project, env.name, target, spec.env_hash(env.name))
@@ -429,7 +451,8 @@ def _outcome(
         tuple(slurm_job.expand_nodes(state.node_list, environ)),
         _job_note(state, cancelled, run_dir),
     )
-    job_dir.mkdir(parents=True, exist_ok=True)  # absent when the job ended before its script ran
+    # absent when the job ended before its script ran; 0755 at most (the umask may take more)
+    job_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
     result = fleet.read_job_dir(job_dir, info)
     return SlurmOutcome(
         state, job_dir, script, result, fleet.write_reports(result, job_dir), cancelled

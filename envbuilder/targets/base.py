@@ -207,6 +207,9 @@ class ValidateOptions:
     skip: tuple[str, ...] = ()
     timeout_s: float | None = None
     path: Path | None = None  # capability `path`: the venv to validate
+    # validate an artifact that is not the lock's (its marker, label or sha256 names another),
+    # which is refused otherwise (as `run` refuses it); the report says so (`other_lock`)
+    allow_other_lock: bool = False
 
 
 @dataclass(frozen=True)
