@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 import requests
 
 from envbuilder.core.errors import EngineError, RegistryError
+from envbuilder.core.fsutil import printable
+from envbuilder.core.redact import redact
 
 if TYPE_CHECKING:
     from envbuilder.image.engine import Client
@@ -132,8 +134,18 @@ class Registry:
             raise RegistryError(f"cannot get a token from {realm}: {exc}") from None
         if got.status_code != 200:
             return False
-        body = got.json()
+        try:
+            body = got.json()
+        except ValueError:  # a malformed answer is the registry's fault, said as such
+            raise RegistryError(
+                f"the token service {server_text(realm)} answered with something that is not "
+                f"JSON: {server_text(got.text, 120)!r}"
+            ) from None
+        if not isinstance(body, dict):
+            raise RegistryError(f"the token service {server_text(realm)} sent no token object")
         token = body.get("token") or body.get("access_token")
+        if token is not None and not isinstance(token, str):
+            raise RegistryError(f"the token service {server_text(realm)} sent a token of no text")
         self._auth = f"Bearer {token}" if token else None
         return bool(token)
 
@@ -208,9 +220,15 @@ class Registry:
         _ok(response, f"writing the manifest {name}:{reference}")
 
 
+def server_text(text: str, limit: int = 300) -> str:
+    """Text a registry sent, fit to print: at most `limit` characters, control characters
+    (terminal escapes included) as '?', credentials in URLs redacted."""
+    return redact(printable(text.strip()[:limit]))
+
+
 def _ok(response: requests.Response, what: str) -> None:
     if response.status_code >= 300:
-        detail = response.text.strip()[:300]
+        detail = server_text(response.text)
         hint = "; log in first (`docker login`)" if response.status_code in (401, 403) else ""
         raise RegistryError(f"{what} failed: HTTP {response.status_code} {detail}{hint}")
 
