@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import docker.errors
 import pytest
 
 from envbuilder.builders.context import assemble_context, context_digest
@@ -594,8 +595,11 @@ def test_push_records_the_digest_and_pull_restores_the_tag(
     # Untag (the image itself stays while the testinfra container uses it; the CPU test pulls
     # into an engine without the image).
     docker_client.images.remove(artifact.reference, force=True)
+    # (push uploads with the registry API: it leaves no local REGISTRY/...:tag behind, as
+    # `docker push` did)
     repo_tag = f"{registry}/envbuilder-test/demo:{_pylock_sha(project)[:12]}"
-    docker_client.images.remove(repo_tag, force=True)
+    with pytest.raises(docker.errors.ImageNotFound):
+        docker_client.images.get(repo_tag)
     image_id = target.pull(project, demo_env(), PullOptions(), _no_progress)
     assert image_id == artifact.digest
     assert docker_client.images.get(artifact.reference).id == artifact.digest

@@ -25,6 +25,7 @@ import hashlib
 import ipaddress
 import json
 import re
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -229,7 +230,10 @@ def server_text(text: str, limit: int = 300) -> str:
 def _ok(response: requests.Response, what: str) -> None:
     if response.status_code >= 300:
         detail = server_text(response.text)
-        hint = "; log in first (`docker login`)" if response.status_code in (401, 403) else ""
+        host = urllib.parse.urlsplit(response.url).netloc
+        hint = (
+            f"; log in first (`docker login {host}`)" if response.status_code in (401, 403) else ""
+        )
         raise RegistryError(f"{what} failed: HTTP {response.status_code} {detail}{hint}")
 
 
