@@ -106,9 +106,13 @@ class Registry:
         if self._auth:
             headers["Authorization"] = self._auth
         try:
-            return self.session.request(method, url, headers=headers, timeout=TIMEOUT_S, **kwargs)
+            response = self.session.request(
+                method, url, headers=headers, timeout=TIMEOUT_S, stream=True, **kwargs
+            )
+            _bounded(response)
         except requests.RequestException as exc:
             raise RegistryError(f"cannot reach the registry {self.host}: {exc}") from None
+        return response
 
     def _authenticate(self, response: requests.Response) -> bool:
         challenge = response.headers.get("WWW-Authenticate", "")
@@ -219,6 +223,24 @@ class Registry:
             headers={"Content-Type": media_type},
         )
         _ok(response, f"writing the manifest {name}:{reference}")
+
+
+#: The most bytes envbuilder reads of any registry answer: manifests, indexes, tokens and error
+#: texts are kilobytes; a registry that sends more is refused, not read into memory whole.
+BODY_LIMIT = 4 << 20
+
+
+def _bounded(response: requests.Response) -> None:
+    """Read `response`'s body (streamed) into it, refusing one over BODY_LIMIT bytes."""
+    data = response.raw.read(BODY_LIMIT + 1, decode_content=True)
+    response.close()
+    if len(data) > BODY_LIMIT:
+        raise RegistryError(
+            f"{urllib.parse.urlsplit(response.url).netloc} sent more than {BODY_LIMIT} bytes "
+            f"for {urllib.parse.urlsplit(response.url).path}; a registry answer is never that "
+            "large: refused"
+        )
+    response._content = data
 
 
 def server_text(text: str, limit: int = 300) -> str:

@@ -392,7 +392,9 @@ def _of_index(src: IndexSource, f: LockedFile) -> bool:
 def _copy_verified(
     reader: Any, dest: Path, f: LockedFile, total: int | None, progress: ProgressFn
 ) -> int:
-    """Stream `reader` into `dest` (atomically) if its sha256 matches the lock. Returns bytes."""
+    """Stream `reader` into `dest` (atomically) if its sha256 matches the lock. Returns bytes.
+    A source that sends more than the size the pylock records is cut off there (a mirror
+    streaming an endless body would otherwise fill the disk before the hash could refuse it)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
     done = 0
@@ -400,9 +402,14 @@ def _copy_verified(
     try:
         with os.fdopen(fd, "wb") as out:
             while chunk := reader.read(_CHUNK):
+                done += len(chunk)
+                if f.size is not None and done > f.size:
+                    raise LockError(
+                        f"{f.filename}: the source sent more than the {f.size} bytes the lock "
+                        "records; the file was refused"
+                    )
                 out.write(chunk)
                 digest.update(chunk)
-                done += len(chunk)
                 progress(f.filename, done, total)
         if digest.hexdigest() != f.sha256:
             raise LockError(
