@@ -112,6 +112,21 @@ def test_a_linked_node_file_is_not_read(tmp_path: Path, name: str) -> None:
     assert "n1" in written(job)
 
 
+@pytest.mark.parametrize("name", ["n1.log", "n1.exit", "n1.json"])
+def test_a_hard_linked_node_file_is_not_read(tmp_path: Path, name: str) -> None:
+    """Issue 30, item 8: where the system lets another user hard-link a private file into a
+    job folder, fleet copied its text into the reports. A file with other names is now as a
+    missing one."""
+    job = job_folder(tmp_path, {"n1": None, "n2": report("n2")}, four_ranks())
+    secret = secret_file(tmp_path)
+    os.link(secret, job / "nodes" / name)
+    assert (job / "nodes" / name).stat().st_nlink == 2
+    proc = fleet_cli(str(job), "--out", str(job), cwd=tmp_path)
+    assert "Traceback" not in proc.stderr
+    assert proc.returncode == 1  # n1 has no report
+    assert SECRET not in proc.stdout + proc.stderr + written(job)
+
+
 def test_a_linked_rank_report_is_not_read(tmp_path: Path) -> None:
     job = two_nodes(tmp_path)
     secret = secret_file(tmp_path)

@@ -138,10 +138,14 @@ class Tree:
         except FileNotFoundError:
             return None
 
-    def read(self, rel: PurePosixPath, limit: int, tail: bool = False) -> bytes | None:
+    def read(
+        self, rel: PurePosixPath, limit: int, tail: bool = False, *, one_name: bool = False
+    ) -> bytes | None:
         """A regular file's bytes (at most `limit` + 1; with `tail` its last `limit`), None
         when there is none; a link (LinkInTheWay) or a FIFO is not opened (O_NOFOLLOW,
-        O_NONBLOCK): LinkInTheWay for both."""
+        O_NONBLOCK): LinkInTheWay for both. `one_name`: a file with other names (hard links)
+        is refused too: in a folder another user can write to, a hard link may name a file of
+        someone else's that the link's maker could not read."""
         fd, name = self.at(rel)
         flags = os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0)
         try:
@@ -156,6 +160,10 @@ class Tree:
             info = os.fstat(fh.fileno())
             if not stat.S_ISREG(info.st_mode):
                 raise LinkInTheWay(self.root.joinpath(*rel.parts), "is not a regular file")
+            if one_name and info.st_nlink > 1:
+                raise LinkInTheWay(
+                    self.root.joinpath(*rel.parts), f"has {info.st_nlink} names (hard links)"
+                )
             if tail and info.st_size > limit:
                 fh.seek(info.st_size - limit)
                 return fh.read(limit)

@@ -307,7 +307,7 @@ class JobFolder:
     ) -> bytes | None:
         """A regular file's bytes (None: missing, a link, a FIFO, unreadable)."""
         try:
-            data = self.tree.read(PurePosixPath(*parts), limit, tail)
+            data = self.tree.read(PurePosixPath(*parts), limit, tail, one_name=True)
         except (LinkInTheWay, OSError):
             return None
         return None if data is None else data[:limit]
@@ -330,7 +330,7 @@ class JobFolder:
         file, or not a report)."""
         path = self.path.joinpath(*parts)
         try:
-            data = self.tree.read(PurePosixPath(*parts), compare.MAX_REPORT_BYTES)
+            data = self.tree.read(PurePosixPath(*parts), compare.MAX_REPORT_BYTES, one_name=True)
         except LinkInTheWay as exc:
             raise CompareError(
                 f"{path}: {exc.what}; not read (a report is a regular file)"
