@@ -123,7 +123,9 @@ def pull_locked(
     podman, its manifest digest on a containerd store); returns its id. A mismatch is a
     RegistryError and tags nothing."""
     image_id = engine.pull_image(client, ref, progress)
-    image = engine.image_info(client, image_id)
+    # By the reference pulled, not the bare id: a containerd store may still hold another
+    # record under that id (the removed local image's), whose config it no longer shows.
+    image = engine.image_info(client, ref)
     if image is None:
         raise RegistryError(f"pull of {ref} finished but the image {image_id} is not on the engine")
     wanted = expected.engine_id(engine.engine_info(client).image_store) if expected else None
