@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import urllib.error
 import urllib.request
@@ -55,6 +56,19 @@ _SERVICE_MARKERS = {
     "slurm_cluster": "slurm",
     "engine_hosts": "engines",
 }
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C reaches the processes the tests start, however pytest itself was started.
+
+    A shell without job control starts a background command (`bash .ci/run &`, `nohup`) with
+    SIGINT ignored, and an ignored signal stays ignored across exec: every envbuilder child
+    then shrugged off the SIGINT of the interrupt tests, which failed with exit code 0 (seen:
+    four tests of a clean-clone run started that way). Python installs its handler only when
+    SIGINT is not ignored, so the default is put back here, before any child starts."""
+    del config
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def in_ci() -> bool:
