@@ -109,17 +109,15 @@ def xdist_group_of(item: pytest.Item) -> str:
     would queue and the timeouts of the tests would measure the queue. Every other test stays
     with its module, whose module-scoped fixtures (replicas, resolved locks) are then built once.
 
-    The tests of the current engines (`engine_hosts`) are a group of their own, "engines": they
-    share those engines' images and containers, not the main engine's, so they run beside the
-    "services" group; one that also uses the main engine, a registry or Slurm stays in
-    "services". Measured on clean clones (docs/benchmarks.md): 27.6 min of tests this way,
-    33.8 min with the engine tests inside "services".
+    The tests of the current engines (`engine_hosts`) are in that group too. They share no
+    image with the main engine, but their cpu image builds, run beside the main engine's on
+    CI's two cores, made both take half again as long and starved the timing tests of the other
+    workers (a Ctrl-C test's child that did not start within 30 s; measured on a clean clone:
+    27.5 min of tests and four such failures with a group of their own).
     """
     marks = {mark.name for mark in item.iter_markers()}
-    if marks & {"docker", "registry", "slurm"}:
+    if marks & {"docker", "registry", "slurm", "engines"}:
         return "services"
-    if "engines" in marks:
-        return "engines"
     return item.nodeid.split("::", 1)[0]
 
 
