@@ -109,11 +109,12 @@ def xdist_group_of(item: pytest.Item) -> str:
     would queue and the timeouts of the tests would measure the queue. Every other test stays
     with its module, whose module-scoped fixtures (replicas, resolved locks) are then built once.
 
-    The tests of the current engines (`engine_hosts`) are in that group too. They share no
-    image with the main engine, but their cpu image builds, run beside the main engine's on
-    CI's two cores, made both take half again as long and starved the timing tests of the other
-    workers (a Ctrl-C test's child that did not start within 30 s; measured on a clean clone:
-    27.5 min of tests and four such failures with a group of their own).
+    The tests of the current engines (`engine_hosts`) are in that group too. Beside it, in a
+    group of their own, the small image's push/pull test (in "services": it needs a registry)
+    and the cpu builds of test_engines_cpu ran on the same containerd engine at once, and once
+    the pulled image read back without its labels; in one group the engine tests never overlap.
+    It costs time: 33.8 min of tests on a clean clone, against 27.6 min with a group of their
+    own (docs/benchmarks.md).
     """
     marks = {mark.name for mark in item.iter_markers()}
     if marks & {"docker", "registry", "slurm", "engines"}:
