@@ -20,7 +20,7 @@ from envbuilder.core.imagedefs import LOCK_LABEL
 from envbuilder.core.progress import ProgressFn
 from envbuilder.image import engine, registry_api
 from envbuilder.image.oci.blobs import digest_bytes
-from envbuilder.image.oci.loadarchive import LayerBlob, image_manifest
+from envbuilder.image.oci.loadarchive import LayerBlob, image_manifest, saved_layers
 from envbuilder.image.oci.saved import read_saved
 from envbuilder.image.oci.writer import open_save_stream
 from envbuilder.image.registry_api import OCI_MANIFEST
@@ -66,8 +66,7 @@ def push_locked(
     workdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="push-", dir=workdir) as tmp:
         saved = read_saved(open_save_stream(client, tag, progress), lambda _d: True, Path(tmp), tag)
-        diff_ids = list(saved.config.get("rootfs", {}).get("diff_ids") or [])
-        blobs = [LayerBlob(d, saved.sizes[i], saved.layers.get(i)) for i, d in enumerate(diff_ids)]
+        blobs = saved_layers(saved)
         manifest = image_manifest(saved.config_bytes, blobs)
         _upload(
             client, repository, pylock_sha256[:12], saved.config_bytes, blobs, manifest, progress

@@ -29,7 +29,7 @@ import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import requests
 
@@ -168,11 +168,26 @@ class Registry:
         return media_type, response.content
 
     def put_blob(self, name: str, data: bytes) -> None:
-        """Upload `data` (monolithic: POST, then PUT with its digest), unless it is there."""
+        """Upload `data` unless the repository has it (`_upload`)."""
         digest = sha256_digest(data)
-        head = self.request("HEAD", self.url(f"/v2/{name}/blobs/{digest}"))
-        if head.status_code == 200:
-            return
+        if not self.has_blob(name, digest):
+            self._upload(name, digest, data, len(data))
+
+    def has_blob(self, name: str, digest: str) -> bool:
+        """Whether the repository `name` has the blob `digest` (HEAD; also authenticates)."""
+        return self.request("HEAD", self.url(f"/v2/{name}/blobs/{digest}")).status_code == 200
+
+    def put_blob_file(self, name: str, digest: str, path: Path) -> bool:
+        """Upload the file at `path`, whose sha256 is `digest`, streamed, unless the repository
+        has it; True when it was uploaded."""
+        if self.has_blob(name, digest):
+            return False
+        with path.open("rb") as body:
+            self._upload(name, digest, body, path.stat().st_size)
+        return True
+
+    def _upload(self, name: str, digest: str, body: bytes | IO[bytes], size: int) -> None:
+        """One monolithic upload: POST, then PUT of `body` with its digest."""
         started = self.request("POST", self.url(f"/v2/{name}/blobs/uploads/"))
         _ok(started, f"starting an upload to {name}")
         location = started.headers.get("Location", "")
@@ -182,38 +197,10 @@ class Registry:
         done = self.request(
             "PUT",
             f"{location}{joiner}digest={digest}",
-            data=data,
-            headers={"Content-Type": "application/octet-stream"},
+            data=body,
+            headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)},
         )
         _ok(done, f"uploading {digest} to {name}")
-
-    def has_blob(self, name: str, digest: str) -> bool:
-        """Whether the repository `name` has the blob `digest` (HEAD; also authenticates)."""
-        return self.request("HEAD", self.url(f"/v2/{name}/blobs/{digest}")).status_code == 200
-
-    def put_blob_file(self, name: str, digest: str, path: Path) -> bool:
-        """Upload the file at `path`, whose sha256 is `digest`, streamed (monolithic: POST, then
-        PUT with the digest), unless the repository has it; True when it was uploaded."""
-        if self.has_blob(name, digest):
-            return False
-        started = self.request("POST", self.url(f"/v2/{name}/blobs/uploads/"))
-        _ok(started, f"starting an upload to {name}")
-        location = started.headers.get("Location", "")
-        if location.startswith("/"):
-            location = self.url(location)
-        joiner = "&" if "?" in location else "?"
-        with path.open("rb") as body:
-            done = self.request(
-                "PUT",
-                f"{location}{joiner}digest={digest}",
-                data=body,
-                headers={
-                    "Content-Type": "application/octet-stream",
-                    "Content-Length": str(path.stat().st_size),
-                },
-            )
-        _ok(done, f"uploading {digest} to {name}")
-        return True
 
     def put_manifest(self, name: str, reference: str, data: bytes, media_type: str) -> None:
         response = self.request(

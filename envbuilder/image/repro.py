@@ -33,7 +33,7 @@ from envbuilder.core.progress import ProgressFn, no_progress
 from envbuilder.image import engine
 from envbuilder.image.oci.blobs import digest_bytes
 from envbuilder.image.oci.diff import describe_difference
-from envbuilder.image.oci.loadarchive import LayerBlob, image_manifest
+from envbuilder.image.oci.loadarchive import image_manifest, saved_layers
 from envbuilder.image.oci.saved import read_saved
 from envbuilder.image.oci.writer import (
     REPRO_FORMAT,
@@ -192,9 +192,7 @@ def saved_digests(client: Client, image: str) -> tuple[str, str]:
     whole image is read: the manifest names every layer's uncompressed size)."""
     with tempfile.TemporaryDirectory(prefix="digests-") as tmp:
         saved = read_saved(open_save_stream(client, image), lambda _d: False, Path(tmp), image)
-    diff_ids = saved.config.get("rootfs", {}).get("diff_ids") or []
-    blobs = [LayerBlob(d, size, None) for d, size in zip(diff_ids, saved.sizes, strict=True)]
-    manifest = image_manifest(saved.config_bytes, blobs)
+    manifest = image_manifest(saved.config_bytes, saved_layers(saved))
     return digest_bytes(saved.config_bytes), digest_bytes(manifest)
 
 

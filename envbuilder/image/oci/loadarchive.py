@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envbuilder.image.oci.blobs import canonical_json, digest_bytes
+from envbuilder.image.oci.saved import SavedImage
 from envbuilder.image.tar import CHUNK
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -44,6 +45,12 @@ class LayerBlob:
     diff_id: str
     size: int
     path: Path | None
+
+
+def saved_layers(saved: SavedImage) -> list[LayerBlob]:
+    """Every layer of an image read by `read_saved`, with its file where it was kept."""
+    diff_ids = list((saved.config.get("rootfs") or {}).get("diff_ids") or [])
+    return [LayerBlob(d, saved.sizes[i], saved.layers.get(i)) for i, d in enumerate(diff_ids)]
 
 
 def image_manifest(config: bytes, layers: Sequence[LayerBlob]) -> bytes:
