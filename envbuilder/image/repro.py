@@ -113,7 +113,7 @@ def write_deterministic(
         workdir=workdir,
         progress=progress,
     )
-    engine_id = expected_id(written.image_id, written.manifest_digest, image_store(client))
+    engine_id = written.engine_id  # the writer asked the engine for its image store already
     _WRITTEN[engine_id] = (written.image_id, written.manifest_digest)
     repository, _, name = tag.rpartition(":")
     engine.tag_image(client, engine_id, repository, name)

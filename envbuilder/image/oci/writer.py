@@ -83,6 +83,7 @@ class WrittenImage:
     base_layers: int
     layers: tuple[LayerSummary, ...]
     manifest_digest: str = ""
+    engine_id: str = ""  # the engine's id of it: one of the two digests, by its image store
 
     @property
     def diff_ids(self) -> tuple[str, ...]:
@@ -174,10 +175,11 @@ def write_image(
         blobs = _layer_blobs(saved, base_ids, written, send_base=store == "containerd")
         manifest = image_manifest(config, blobs)
         _load(client, load_stream(config, manifest, blobs), progress)
-        image_id = digest_bytes(config)
-        _check_loaded(client, image_id, digest_bytes(manifest), store)
+        image_id, manifest_digest = digest_bytes(config), digest_bytes(manifest)
+        _check_loaded(client, image_id, manifest_digest, store)
         summaries = _summaries(doc["history"][base_history:], written)
-        return WrittenImage(image_id, config, base_count, summaries, digest_bytes(manifest))
+        engine_id = expected_id(image_id, manifest_digest, store)
+        return WrittenImage(image_id, config, base_count, summaries, manifest_digest, engine_id)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
