@@ -248,6 +248,20 @@ def slurm_cluster() -> SlurmCluster:
     return cluster
 
 
+def drop_tags(host: str, repository: str) -> None:
+    """Remove every tag of `repository` on the engine at `host` (DOCKER_HOST), so the next
+    build writes its image again (the engine's layer cache stays)."""
+    import docker
+
+    client = docker.DockerClient(base_url=host, timeout=600)
+    try:
+        for image in client.images.list(name=repository):
+            for name in image.tags:
+                client.images.remove(name, force=True)
+    finally:
+        client.close()
+
+
 def parse_engine_hosts(value: str) -> dict[str, str]:
     """`NAME=DOCKER_HOST NAME=DOCKER_HOST ...` (ENVBUILDER_TEST_ENGINES) as {name: DOCKER_HOST}."""
     hosts: dict[str, str] = {}

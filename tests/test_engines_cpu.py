@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 from clirun import as_process
+from conftest import drop_tags
 
 pytestmark = [pytest.mark.slow]
 
@@ -69,25 +70,11 @@ def scratch(
     return Scratch(root, env, name)
 
 
-def _drop_written_image(scratch: Scratch) -> None:
-    """Remove the env's tag on the scratch's engine, so the next build writes the image again
-    (its steps still come from the engine's layer cache: CI's time)."""
-    import docker
-
-    client = docker.DockerClient(base_url=scratch.env["DOCKER_HOST"], timeout=600)
-    try:
-        for image in client.images.list(name=f"envbuilder/{ENV}"):
-            for name in image.tags:
-                client.images.remove(name, force=True)
-    finally:
-        client.close()
-
-
 @pytest.fixture(scope="module")
 def verified(scratch: Scratch) -> Scratch:
     """A build from the committed lock on the scratch's engine: the image written again (from
     the engine's cached steps) must be the one the lock predicts, so the lock is unchanged."""
-    _drop_written_image(scratch)
+    drop_tags(scratch.env["DOCKER_HOST"], f"envbuilder/{ENV}")
     before = scratch.lock_bytes()
     done = scratch.run("build", "--target", "docker", "--env", ENV)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -28,7 +28,7 @@ import docker.errors
 import pytest
 import requests.exceptions
 from clirun import as_process
-from conftest import service_missing
+from conftest import drop_tags, service_missing
 
 from envbuilder.core.errors import BuildError
 from envbuilder.core.progress import no_progress
@@ -66,16 +66,6 @@ def _scratch_project(root: Path) -> Path:
     return root
 
 
-def _drop_written_image(host: str) -> None:
-    client = docker.DockerClient(base_url=host, timeout=600)
-    try:
-        for image in client.images.list(name=f"envbuilder/{ENV}"):
-            for name in image.tags:
-                client.images.remove(name, force=True)
-    finally:
-        client.close()
-
-
 def _artifacts(project: Path) -> dict[str, Any]:
     lock = tomllib.loads((project / "lockfiles" / f"{ENV}.lock.toml").read_text())
     return dict(lock["artifacts"]["docker"])
@@ -91,7 +81,8 @@ def test_build_run_validate_on_podman(podman_host: str, tmp_path: Path) -> None:
     env = {**os.environ, "DOCKER_HOST": podman_host}
     committed = _artifacts(project)
 
-    _drop_written_image(podman_host)  # written again, from podman's cached steps (CI's time)
+    # written again, from podman's cached steps (CI's time)
+    drop_tags(podman_host, f"envbuilder/{ENV}")
     build = as_process("build", "--env", ENV, "--target", "docker", cwd=project, env=env)
     assert build.returncode == 0, build.stdout + build.stderr
     recorded = _artifacts(project)
