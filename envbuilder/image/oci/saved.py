@@ -24,6 +24,7 @@ says is an EngineError, not a wrong image.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import platform
 import shutil
@@ -166,21 +167,7 @@ def _keep_or_drop(
     return spooled
 
 
-class _BytesReader:
-    """A member already read into memory, read again like a file."""
-
-    def __init__(self, data: bytes) -> None:
-        self._data = memoryview(data)
-        self._at = 0
-
-    def read(self, n: int = -1) -> bytes:
-        end = len(self._data) if n < 0 else min(len(self._data), self._at + n)
-        chunk = bytes(self._data[self._at : end])
-        self._at = end
-        return chunk
-
-
-def _spool(source: IO[bytes] | _BytesReader, path: Path) -> Spooled:
+def _spool(source: IO[bytes], path: Path) -> Spooled:
     """Copy one layer into `path`, decompressed when it is gzip; its diff_id and size."""
     head = source.read(CHUNK)
     if head.startswith(_ZSTD_MAGIC):
@@ -340,6 +327,6 @@ def _named_layer(
     """The layer the manifest names `name`: spooled already, or a small member spooled now."""
     member = found.resolve(name)
     if member not in found.spooled and member in found.small:
-        spooled = _spool(_BytesReader(found.small[member]), _spool_path(found, workdir))
+        spooled = _spool(io.BytesIO(found.small[member]), _spool_path(found, workdir))
         found.spooled[member] = _keep_or_drop(spooled, first, keep)
     return found.spooled.get(member)
