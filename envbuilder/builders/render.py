@@ -128,7 +128,7 @@ def _lock_inputs(project: Project, env: str, target: str, spec_hash: str | None)
             t.pylock_sha256,
             t.system_file,
             t.apt or None,
-            lock.source_date_epoch,
+            lock.apt_snapshot_epoch,
         ),
         lock.source_date_epoch,
     )
@@ -159,7 +159,7 @@ def snapshot_step(lock: plan.LockPins) -> plan.AptSnapshotSources | None:
     """The apt-sources step of a locked target (None: unlocked, no apt pins, no snapshot)."""
     if not lock.apt:
         return None
-    sources = aptsnapshot.sources_for(lock.base_image, lock.source_date_epoch)
+    sources = aptsnapshot.sources_for(lock.base_image, lock.apt_epoch)
     if sources is None:
         return None
     return plan.AptSnapshotSources(sources.lines, sources.remove, sources.timestamp)

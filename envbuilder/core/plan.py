@@ -420,7 +420,7 @@ class LockPins:
     pylock_sha256: str | None = None
     system_file: str | None = None  # "<url>#sha256=<hex>" (lockfile.TargetLock.system_file)
     apt: Mapping[str, Mapping[str, str]] | None = None  # stage -> package -> version (aptlock)
-    source_date_epoch: int | None = None  # the lock's: which snapshot apt reads (aptsnapshot)
+    apt_epoch: int | None = None  # the lock's apt_snapshot_epoch: which snapshot apt reads
 
     @property
     def locked(self) -> bool:

@@ -22,7 +22,7 @@ import subprocess
 import tarfile
 import weakref
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, TypeAlias, cast
@@ -713,12 +713,53 @@ def _untag(client: docker.DockerClient, ref: str) -> None:
         remove_image(client, ref, noprune=True)
 
 
+@dataclass(frozen=True)
+class PullSummary:
+    """What a pull fetched, as the engine's progress stream tells it: layers it downloaded and
+    their bytes (as sent: compressed when the registry's blob is), layers it had already.
+    `bytes_known` is False when some fetched layer's size was not in the stream."""
+
+    fetched: int
+    fetched_bytes: int
+    present: int
+    bytes_known: bool = True
+
+
+def pull_summary(events: Sequence[Mapping[str, Any]]) -> PullSummary:
+    """The PullSummary of a pull's JSON stream: a layer said "Already exists" was present,
+    one that was downloading or downloaded was fetched (its size: the largest progress total
+    the stream gave for it)."""
+    present: set[str] = set()
+    fetched: dict[str, int] = {}
+    for event in events:
+        layer, status = str(event.get("id") or ""), str(event.get("status") or "")
+        detail = event.get("progressDetail") or {}
+        if not layer or layer == "latest" or ":" in layer:
+            continue
+        if status.startswith("Already exists"):
+            present.add(layer)
+        elif status.startswith(("Downloading", "Download complete", "Pull complete")):
+            total = int(detail.get("total") or 0) if isinstance(detail, Mapping) else 0
+            fetched[layer] = max(fetched.get(layer, 0), total)
+    fetched = {k: v for k, v in fetched.items() if k not in present}
+    known = all(fetched.values())
+    return PullSummary(len(fetched), sum(fetched.values()), len(present), known)
+
+
 def pull_image(client: docker.DockerClient, ref: str, progress: ProgressFn = no_progress) -> str:
     """Pull `ref` ("repo@sha256:..." or "repo:tag") and return the local image id."""
+    return pull_image_counted(client, ref, progress)[0]
+
+
+def pull_image_counted(
+    client: docker.DockerClient, ref: str, progress: ProgressFn = no_progress
+) -> tuple[str, PullSummary]:
+    """Pull `ref` ("repo@sha256:..." or "repo:tag"); return the local image id and what the
+    pull fetched (PullSummary)."""
     repository, tag = split_reference(ref) if "@" not in ref else (ref, None)
     try:
         events = client.api.pull(repository, tag=tag, stream=True, decode=True)
-        _stream_registry(events, "pull", ref, progress)
+        seen = _stream_registry(events, "pull", ref, progress)
     except docker.errors.APIError as exc:
         error = _explain(exc)
         hint = f"\n{_login_hint(repository)}" if "auth" in error.lower() else ""
@@ -728,7 +769,7 @@ def pull_image(client: docker.DockerClient, ref: str, progress: ProgressFn = no_
     pulled = image_info(client, ref)
     if pulled is None:
         raise RegistryError(f"pull of {ref} finished but the image is not on the engine")
-    return pulled.id
+    return pulled.id, pull_summary(seen)
 
 
 def repo_digests(client: docker.DockerClient, image: str) -> list[str]:

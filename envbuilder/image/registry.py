@@ -17,7 +17,7 @@ from pathlib import Path
 
 from envbuilder.core.errors import LockError, RegistryError
 from envbuilder.core.imagedefs import LOCK_LABEL
-from envbuilder.core.progress import ProgressFn
+from envbuilder.core.progress import ProgressFn, byte_size
 from envbuilder.image import engine, registry_api
 from envbuilder.image.oci.blobs import digest_bytes
 from envbuilder.image.oci.loadarchive import LayerBlob, image_manifest, saved_layers
@@ -86,15 +86,24 @@ def _upload(
     host, _, name = repository.partition("/")
     registry = registry_api.registry_for(client, registry_api.DOCKER_HUB_API.get(host, host))
     registry.put_blob(name, config)
+    sent_bytes = sent_layers = 0
     for n, blob in enumerate(blobs, 1):
         if blob.path is None:
             raise RegistryError(f"`docker save` of the image lacks its layer {blob.diff_id}")
         sent = registry.put_blob_file(name, blob.diff_id, blob.path)
+        sent_layers, sent_bytes = sent_layers + sent, sent_bytes + (blob.size if sent else 0)
         status = "pushed" if sent else "already there"
         progress(
             f"layer {n}/{len(blobs)} {blob.diff_id[:19]} ({blob.size} B) {status}", n, len(blobs)
         )
     registry.put_manifest(name, tag, manifest, OCI_MANIFEST)
+    total = sum(b.size for b in blobs)
+    progress(
+        f"pushed {sent_layers} of {len(blobs)} layers, {byte_size(sent_bytes)} new; the "
+        f"registry had the other {byte_size(total - sent_bytes)}",
+        0,
+        None,
+    )
 
 
 def pushed_reference(recorded: dict[str, str], lock_path: str, push_hint: str) -> str:
@@ -109,6 +118,12 @@ def pushed_reference(recorded: dict[str, str], lock_path: str, push_hint: str) -
     return ref
 
 
+def pulled_line(fetched: engine.PullSummary) -> str:
+    """What a pull fetched, for its progress: layers and bytes downloaded, layers at hand."""
+    size = byte_size(fetched.fetched_bytes) if fetched.bytes_known else "size not reported"
+    return f"fetched {fetched.fetched} layers ({size}); {fetched.present} layers were here already"
+
+
 def pull_locked(
     client: engine.Client,
     ref: str,
@@ -121,7 +136,8 @@ def pull_locked(
     image the lock predicts, when it predicts one: its config digest on a classic store or
     podman, its manifest digest on a containerd store); returns its id. A mismatch is a
     RegistryError and tags nothing."""
-    image_id = engine.pull_image(client, ref, progress)
+    image_id, fetched = engine.pull_image_counted(client, ref, progress)
+    progress(pulled_line(fetched), 0, None)
     # By the reference pulled, not the bare id: a containerd store may still hold another
     # record under that id (the removed local image's), whose config it no longer shows.
     image = engine.image_info(client, ref)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envbuilder.core.errors import BuildError, EngineError
-from envbuilder.core.progress import ProgressFn, no_progress
+from envbuilder.core.progress import ProgressFn, byte_size, no_progress
 from envbuilder.image import engine
 from envbuilder.image.oci.blobs import digest_bytes
 from envbuilder.image.oci.diff import describe_difference
@@ -38,6 +38,7 @@ from envbuilder.image.oci.saved import read_saved
 from envbuilder.image.oci.writer import (
     REPRO_FORMAT,
     REPRO_LABEL,
+    WrittenImage,
     expected_id,
     image_store,
     open_save_stream,
@@ -95,6 +96,29 @@ def normalize_context_modes(context: Path) -> None:
         dirs.sort()
 
 
+def new_layers_line(client: Client, repository: str, engine_id: str, written: WrittenImage) -> str:
+    """How many of the written image's layers above its base are new against the engine's
+    other images of `repository` (the env's earlier builds): what a push of it would send."""
+    known = {
+        d
+        for image in engine.list_images(client, repository)
+        if image.id != engine_id
+        for d in image.diff_ids
+    }
+    new = [layer for layer in written.layers if layer.diff_id not in known]
+    size = sum(layer.size for layer in new)
+    total = sum(layer.size for layer in written.layers)
+    if not known:
+        return (
+            f"{len(written.layers)} layers above the base ({byte_size(total)}); no earlier "
+            f"image of {repository} here"
+        )
+    return (
+        f"{len(new)} of {len(written.layers)} layers above the base are new against the "
+        f"earlier images of {repository} here: {byte_size(size)} of {byte_size(total)}"
+    )
+
+
 def write_deterministic(
     client: Client,
     engine_image: str,
@@ -116,6 +140,7 @@ def write_deterministic(
     engine_id = written.engine_id  # the writer asked the engine for its image store already
     _WRITTEN[engine_id] = (written.image_id, written.manifest_digest)
     repository, _, name = tag.rpartition(":")
+    progress(new_layers_line(client, repository, engine_id, written), 0, None)
     engine.tag_image(client, engine_id, repository, name)
     return engine_id
 

@@ -4,9 +4,12 @@
 A locked image's apt installs the exact versions the lock pins (envbuilder.lock.apt). The
 distribution's archive keeps only the newest version of each package, so a pin expires with the
 next upload; a snapshot archive keeps every state. So envbuilder writes the snapshot's sources for
-the lock's `source_date_epoch` into the image before apt runs (the rendered `apt-sources` step),
-and the container that resolves the apt versions at lock time reads the same snapshot: every
-version the lock pins is one that snapshot serves.
+the moment the lock resolved its apt versions (`apt_epoch`, or `source_date_epoch` when the
+lock records none: envbuilder.lock.lockfile.EnvLock.apt_snapshot_epoch) into the image before
+apt runs (the rendered `apt-sources` step), and the container that resolves the apt versions at
+lock time reads the same snapshot: every version the lock pins is one that snapshot serves. A
+lock that keeps its apt pins keeps that moment, so a Python package's bump leaves the apt steps
+of the image as they were (issue 31).
 
 No snapshot (the base's own sources stay) when the base image has no entry, when its entry is
 `verified = false`, or when the lock has no real timestamp (`source_date_epoch` is the zip epoch

@@ -113,6 +113,15 @@ class EnvLock:
     source_date_epoch: int
     targets: Mapping[str, TargetLock]
     artifacts: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: When the apt pins were resolved, if not at source_date_epoch: apt reads the snapshot
+    #: archive of that moment. Kept while the pins are, so bumping a Python package leaves
+    #: the image's apt layers (and their snapshot sources) as they were (issue 31).
+    apt_epoch: int | None = None
+
+    @property
+    def apt_snapshot_epoch(self) -> int:
+        """The moment whose snapshot archive the images' apt reads."""
+        return self.apt_epoch if self.apt_epoch is not None else self.source_date_epoch
 
 
 _TOP_KEYS = {
@@ -121,6 +130,7 @@ _TOP_KEYS = {
     "spec_hash": str,
     "envbuilder_version": str,
     "source_date_epoch": int,
+    "apt_epoch": int,
     "targets": dict,
     "artifacts": dict,
 }
@@ -139,6 +149,7 @@ _TARGET_KEYS = {
 }
 _OPTIONAL = {
     "artifacts",
+    "apt_epoch",
     "base_image",
     "base_digest_missing",
     "system_file",
@@ -163,7 +174,7 @@ SOURCE_DATE_EPOCH_RANGE = (0, 2**32 - 1)
 #: The newest artifact formats this envbuilder writes (envbuilder.image.oci.writer.REPRO_FORMAT,
 #: envbuilder.image.wsl.FORMAT; a test holds them equal). A recorded number above is from a newer
 #: envbuilder, one below from an older one (that build is simply not current).
-ARTIFACT_FORMATS = {"repro_format": 4, "format": 2}
+ARTIFACT_FORMATS = {"repro_format": 5, "format": 2}
 #: A pinned system file: an https URL and the sha256 its bytes must have.
 SYSTEM_FILE_RE = re.compile(r"https://[^\s#]+#sha256=[0-9a-f]{64}")
 _RELOCK = "run `envbuilder lock` to write it again"
@@ -245,6 +256,7 @@ def parse_env_lock(data: Mapping[str, Any], where: str, upgrade: bool = False) -
         source_date_epoch=data["source_date_epoch"],
         targets=targets,
         artifacts=artifacts,
+        apt_epoch=data.get("apt_epoch"),
     )
 
 
@@ -316,12 +328,12 @@ def _check_top_values(data: Mapping[str, Any], where: str) -> None:
             f"version; {_RELOCK}"
         )
     low, high = SOURCE_DATE_EPOCH_RANGE
-    if not low <= data["source_date_epoch"] <= high:
-        raise LockError(
-            f"{where}: source_date_epoch = {_shown(data['source_date_epoch'])} is not a time "
-            f"from {low} to {high} (seconds since 1970; a .wsl's gzip header holds 32 bits); "
-            f"{_RELOCK}"
-        )
+    for key in ("source_date_epoch", "apt_epoch"):
+        if key in data and not low <= data[key] <= high:
+            raise LockError(
+                f"{where}: {key} = {_shown(data[key])} is not a time from {low} to {high} "
+                f"(seconds since 1970; a .wsl's gzip header holds 32 bits); {_RELOCK}"
+            )
 
 
 def _check_target_values(name: str, table: Mapping[str, Any], where: str) -> None:
@@ -565,6 +577,7 @@ def _top_schema(targets: Sequence[str]) -> dict[str, Any]:
     top["spec_hash"]["pattern"] = "^[0-9a-f]{64}$"
     low, high = SOURCE_DATE_EPOCH_RANGE
     top["source_date_epoch"].update(minimum=low, maximum=high)
+    top["apt_epoch"].update(minimum=low, maximum=high)
     top["targets"] = {
         "type": "object",
         "additionalProperties": False,
@@ -649,6 +662,8 @@ def dump_env_lock(lock: EnvLock) -> bytes:
         f"envbuilder_version = {_s(lock.envbuilder_version)}",
         f"source_date_epoch = {lock.source_date_epoch}",
     ]
+    if lock.apt_epoch is not None and lock.apt_epoch != lock.source_date_epoch:
+        lines.append(f"apt_epoch = {lock.apt_epoch}")
     for name in sorted(lock.targets, key=_target_order):
         lines += _target_lines(name, lock.targets[name], lock.artifacts.get(name))
     # apt pins (long lists) after every target's short table, before the artifacts.

@@ -285,6 +285,7 @@ class _Found:
     pins: Mapping[str, str | None]
     base_sources: Mapping[str, str | None]
     apt: Mapping[str, Mapping[str, Mapping[str, str]]]
+    apt_epoch: int | None  # when the apt pins were resolved (None: at source_date_epoch)
 
 
 def lock_env(
@@ -317,12 +318,18 @@ def lock_env(
             project, env, indexes, to_resolve, run.old, options, progress
         )
         final, base_sources = job.result()
-    # The apt versions are resolved in the snapshot archive of the new lock's timestamp (the
-    # one its images read: envbuilder.lock.aptsnapshot); a new timestamp resolves them all again.
+    # Pins that still fit keep the snapshot they were resolved in (its moment is the lock's
+    # apt_epoch): a Python package's bump leaves the image's apt layers as they were. When
+    # any target's pins must be resolved again, all are, in the snapshot of the new timestamp.
     epoch = source_date_epoch(_all_pylocks(project, env, new_pylocks, run.old))
-    if previous is None or previous.source_date_epoch != epoch:
+    apt_epoch = previous.apt_snapshot_epoch if previous is not None else epoch
+    if previous is None or apt.stale(final) or not any(apt.stages.values()):
         apt.refresh |= set(env.targets)
-    found = _Found(new_pylocks, final, base_sources, apt.lock(final, epoch))
+        apt_epoch = epoch
+    pins = apt.lock(final, apt_epoch)
+    found = _Found(
+        new_pylocks, final, base_sources, pins, None if apt_epoch == epoch else apt_epoch
+    )
     return _write_env(run, found, tuple(to_resolve), (*warn0, *warnings, *apt.warnings))
 
 
@@ -573,6 +580,7 @@ def _write_env(
         source_date_epoch(list(contents.values())),
         targets,
         artifacts,
+        found.apt_epoch,
     )
     # One generation: the pylocks, the env lock and the removal of pylocks of dropped targets
     # are committed together, so an interrupt or a full disk leaves the old set or the new one.

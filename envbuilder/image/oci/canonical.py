@@ -13,7 +13,7 @@ So a layer above the base is rewritten as the one diff that is a function of the
 before and after it only:
 
 * `lower` is the view of every layer below (path -> metadata and content digest; mtimes are
-  left out: the normaliser sets them all to SOURCE_DATE_EPOCH above the base);
+  left out: the writer sets them all to one time above the base, LAYER_EPOCH);
 * applying the engine's layer to `lower` (whiteouts and opaque markers as the OCI image spec
   defines them) gives `upper`;
 * the canonical layer holds each entry of `upper` that `lower` lacks or holds otherwise (type,

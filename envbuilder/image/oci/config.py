@@ -46,6 +46,9 @@ HISTORY_KEYS = ("created_by", "author", "comment", "empty_layer")
 _SOURCE_HASH = re.compile(r"(#\(nop\) (?:COPY|ADD) (?:dir|file|multi)):[0-9a-f]{64}")
 
 
+#: The comment of a history entry for one layer of a step envbuilder split by package.
+SPLIT_COMMENT = "envbuilder layer: "
+
 #: Labels a builder adds by itself (podman's buildah: its version), which are not the image's.
 BUILDER_LABELS = ("io.buildah.version",)
 
@@ -72,7 +75,10 @@ def runtime_config(engine_config: Mapping[str, Any], labels: Mapping[str, str]) 
 
 
 def history(
-    engine_history: Sequence[Mapping[str, Any]], base_history: int, created: str
+    engine_history: Sequence[Mapping[str, Any]],
+    base_history: int,
+    created: str,
+    parts: Sequence[Sequence[str]] = (),
 ) -> list[dict[str, Any]]:
     """The base image's `base_history` entries as they are; then, for each step above it that
     made a layer, its entry with only HISTORY_KEYS, timed `created`.
@@ -81,15 +87,21 @@ def history(
     them differently (podman's buildah lists ARG names without values, the proxy args among
     them, writes ENV unexpanded and one LABEL step for several labels; Docker one per label),
     and what they set is in the config itself. The steps that made a layer read the same in
-    both, but for whitespace, which is collapsed."""
+    both, but for whitespace, which is collapsed.
+
+    `parts`: for the n-th step that made a layer, the labels of the layers envbuilder split it
+    into (envbuilder.image.oci.packages), each an entry of its own with the label as its
+    comment; a step without parts (or one part labelled "") keeps one entry."""
     kept = [dict(h) for h in engine_history[:base_history]]
-    for entry in engine_history[base_history:]:
-        if entry.get("empty_layer"):
-            continue
+    made = [e for e in engine_history[base_history:] if not e.get("empty_layer")]
+    for n, entry in enumerate(made):
         step = {k: entry[k] for k in HISTORY_KEYS if entry.get(k) not in (None, "", False)}
         if isinstance(step.get("created_by"), str):
             step["created_by"] = step_text(step["created_by"])
-        kept.append({"created": created, **step})
+        labels = parts[n] if n < len(parts) else [""]
+        for label in labels:
+            comment = {"comment": f"{SPLIT_COMMENT}{label}"} if label else {}
+            kept.append({"created": created, **step, **comment})
     return kept
 
 
@@ -101,10 +113,12 @@ def deterministic_config(
     layer_diff_ids: Sequence[str],
     created: str,
     labels: Mapping[str, str],
+    parts: Sequence[Sequence[str]] = (),
 ) -> dict[str, Any]:
     """The config of the written image: the engine's `engine` config with the base's layers
     (`base_diff_ids`, its first `base_history` history entries), the normalised layers above
-    them (`layer_diff_ids`, in order), every time `created`, and `labels` added. Raises
+    them (`layer_diff_ids`, in order; `parts`: the labels of the layers each engine layer
+    became, when split, see `history`), every time `created`, and `labels` added. Raises
     BuildError when the engine's image is not built on that base."""
     rootfs = engine.get("rootfs") or {}
     engine_ids = list(rootfs.get("diff_ids") or [])
@@ -115,11 +129,12 @@ def deterministic_config(
             "env again (`envbuilder render`)"
         )
     above = len(engine_ids) - len(base_diff_ids)
-    if above != len(layer_diff_ids):
+    parts = list(parts) or [[""]] * above
+    if above != len(parts) or sum(map(len, parts)) != len(layer_diff_ids):
         raise BuildError(
             f"internal: {above} layers above the base, {len(layer_diff_ids)} normalised"
         )
-    steps = history(list(engine.get("history") or []), base_history, created)
+    steps = history(list(engine.get("history") or []), base_history, created, parts)
     extra = {k: engine[k] for k in PLATFORM_KEYS if engine.get(k)}
     return image_config(
         created=created,

@@ -188,6 +188,7 @@ class WrittenLayer:
     diff_id: str
     size: int
     stats: LayerStats
+    label: str = ""  # what it holds, when one engine layer became several (packages)
 
 
 class _Hashing:

@@ -23,7 +23,7 @@ import io
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -32,7 +32,7 @@ from envbuilder.core.progress import ProgressFn, no_progress
 from envbuilder.image import engine
 from envbuilder.image.oci.blobs import canonical_json, digest_bytes, rfc3339
 from envbuilder.image.oci.canonical import UNCHANGED, View, add_raw_layer, canonicalise
-from envbuilder.image.oci.config import deterministic_config
+from envbuilder.image.oci.config import SPLIT_COMMENT, deterministic_config
 from envbuilder.image.oci.layers import (
     ReadLayer,
     WrittenLayer,
@@ -41,6 +41,7 @@ from envbuilder.image.oci.layers import (
     write_layer,
 )
 from envbuilder.image.oci.loadarchive import LayerBlob, image_manifest, load_stream
+from envbuilder.image.oci.packages import LAYER_LIMIT, split_by_package
 from envbuilder.image.oci.saved import SavedImage, read_saved
 from envbuilder.image.tar import CHUNK, IterStream
 
@@ -52,9 +53,16 @@ if TYPE_CHECKING:
 #: from an older envbuilder is not mistaken for a prediction of this one. 4: layers are canonical
 #: diffs (envbuilder.image.oci.canonical), the history keeps the steps that made a layer only,
 #: builder labels are dropped: every engine and store (and podman) gives the same digest.
-REPRO_FORMAT = "4"
+#: 5: layers by package (envbuilder.image.oci.packages), every file time LAYER_EPOCH.
+REPRO_FORMAT = "5"
 #: Label of every written image: the REPRO_FORMAT that wrote it.
 REPRO_LABEL = "org.envbuilder.repro-format"
+#: The time of every file in the layers envbuilder writes (1980-01-01T00:00:00Z, the earliest a
+#: zip file can record: Python's zipfile refuses older files). One fixed time, not the lock's
+#: SOURCE_DATE_EPOCH (the newest upload among its packages): with that, bumping any package
+#: changed the bytes of every layer, and a team pulled the whole image again (issue 31). The
+#: image's `created` is still the lock's time.
+LAYER_EPOCH = 315532800
 #: Members of a `docker save` stream other than layer tars are small JSON files.
 _SMALL = 64 << 20
 
@@ -65,7 +73,7 @@ class LayerSummary:
 
     index: int  # position in the image's layers (0 = the base's first)
     diff_id: str
-    created_by: str  # the Dockerfile step, from the history
+    created_by: str  # the Dockerfile step, from the history (and the package, when split)
     size: int  # bytes of the normalised tar
     entries: int
     dropped: int  # build-noise members left out
@@ -161,7 +169,7 @@ def write_image(
         # Every layer is kept: the base's are the view the layers above are diffed against.
         saved = save_image(client, engine_image, lambda _d: True, tmp, progress)
         base_count = len(base_ids)
-        written = _normalise(saved, base_count, tmp, source_date_epoch, progress)
+        written = _normalise(saved, base_count, tmp, progress)
         doc = deterministic_config(
             saved.config,
             base_diff_ids=base_ids,
@@ -169,6 +177,7 @@ def write_image(
             layer_diff_ids=[w.diff_id for _, w in written],
             created=rfc3339(source_date_epoch),
             labels={**(labels or {}), REPRO_LABEL: REPRO_FORMAT},
+            parts=_labels(written),
         )
         config = canonical_json(doc)
         # The containerd store keeps every blob the manifest names: send the base layers too.
@@ -211,7 +220,7 @@ def _summaries(
         LayerSummary(
             index,
             w.diff_id,
-            str(step.get("created_by", "")),
+            _step(step),
             w.size,
             w.stats.entries,
             sum(1 for why in w.stats.dropped.values() if why != UNCHANGED),
@@ -222,17 +231,33 @@ def _summaries(
     )
 
 
+def _labels(written: list[tuple[int, WrittenLayer]]) -> list[list[str]]:
+    """Per engine layer (in order), the labels of the layers it became."""
+    out: dict[int, list[str]] = {}
+    for index, layer in written:
+        out.setdefault(index, []).append(layer.label)
+    return [out[i] for i in sorted(out)]
+
+
 def _pad(history: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
     """`n` history entries for `n` layers (an image without history gets empty ones)."""
     return (history + [{}] * n)[:n]
 
 
+def _step(entry: dict[str, Any]) -> str:
+    step = str(entry.get("created_by", ""))
+    comment = str(entry.get("comment", ""))
+    return f"{step} ({comment})" if comment.startswith(SPLIT_COMMENT) else step
+
+
 def _normalise(
-    saved: SavedImage, base_count: int, tmp: Path, source_date_epoch: int, progress: ProgressFn
+    saved: SavedImage, base_count: int, tmp: Path, progress: ProgressFn
 ) -> list[tuple[int, WrittenLayer]]:
     """Read every layer above the base, then write each normalised (pyc headers need to know
     which sources the normalised layers write) as its canonical diff against the layers below
-    (envbuilder.image.oci.canonical)."""
+    (envbuilder.image.oci.canonical), a layer that installs Python distributions as one layer
+    per distribution (envbuilder.image.oci.packages). Every file time is LAYER_EPOCH. Returns
+    (engine layer index, written layer) in the image's order."""
     above = sorted(i for i in saved.layers if i >= base_count)
     view: View = {}
     for index in range(base_count):
@@ -243,18 +268,19 @@ def _normalise(
         for index in above:
             fh = stack.enter_context(saved.layers[index].open("r+b"))
             progress(f"normalising layer {index}", 0, None)
-            read.append((index, read_layer(fh, source_date_epoch), fh))
+            read.append((index, read_layer(fh, LAYER_EPOCH), fh))
         sources: set[str] = set()
         for _, layer, _ in read:
             sources |= layer.python_sources()
-        out = []
-        for index, layer, _ in read:
+        out: list[tuple[int, WrittenLayer]] = []
+        for n, (index, layer, _) in enumerate(read):
             keep_pyc_heads(layer, sources)
             canonicalise(layer, view)
-            written = write_layer(
-                layer, tmp / f"layer-{index}.tar", source_date_epoch, progress, f"layer {index}"
-            )
-            out.append((index, written))
+            budget = LAYER_LIMIT - base_count - len(out) - (len(read) - n - 1)
+            for k, part in enumerate(split_by_package(layer, budget)):
+                dest = tmp / f"layer-{index}-{k}.tar"
+                written = write_layer(part.layer, dest, LAYER_EPOCH, progress, f"layer {index}")
+                out.append((index, replace(written, label=part.label)))
     for path in {saved.layers[i] for i in above} - {saved.layers.get(i) for i in range(base_count)}:
         path.unlink(missing_ok=True)
     return out
