@@ -5,6 +5,7 @@ build whose locked version the archive no longer serves."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import shutil
 import tomllib
 from pathlib import Path
@@ -17,7 +18,7 @@ from envbuilder.commands._cli import main
 from envbuilder.core.errors import BuildError, LockError
 from envbuilder.core.project import Project
 from envbuilder.lock import apt as aptlock
-from envbuilder.lock import lockfile
+from envbuilder.lock import aptsnapshot, lockfile, resolve
 from envbuilder.spec.load import load_spec
 from envbuilder.targets import registry
 
@@ -247,3 +248,51 @@ def test_build_fails_naming_a_version_the_archive_no_longer_serves(
     assert "the snapshot archive apt reads (http://snapshot.debian.org/archive/debian/" in err
     assert f"does not serve python3 {gone}, which lockfiles/cpu.lock.toml pins" in err
     assert "envbuilder lock --env cpu --refresh-apt" in err
+
+
+_PIN_LINE = re.compile(r"^\s+'?[a-z0-9][a-z0-9.+-]*=[^ ]+'? \\$")
+
+
+def _apt_lines(project: Project, spec: str) -> tuple[list[str], list[str]]:
+    """The rendered Dockerfile's apt pin lines and snapshot source lines."""
+    assert main(["-q", "render", "--spec", spec]) == 0
+    text = (registry.get("docker").rendered_folder(project, "small") / "Dockerfile").read_text()
+    lines = text.splitlines()
+    return [x for x in lines if _PIN_LINE.match(x)], [x for x in lines if "snapshot." in x]
+
+
+@pytest.mark.network
+def test_a_relock_that_keeps_the_apt_pins_keeps_their_snapshot(
+    docker_client: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 31: a bump moves source_date_epoch (a newer wheel locked); the apt pins still fit,
+    so they are not resolved again and the lock keeps the moment they were resolved in
+    (apt_epoch): the image's apt steps, snapshot sources included, render as before."""
+    project = _apt_project(tmp_path)
+    spec = str(project.spec_path)
+    first = 1795456873  # the shipped cpu lock's time: the snapshot replica serves it
+    monkeypatch.setattr(resolve, "source_date_epoch", lambda _pylocks: first)
+    assert main(["-q", "lock", "--spec", spec]) == 0
+    pins, sources = _apt_lines(project, spec)
+    assert pins and sources and all(aptsnapshot.timestamp(first) in x for x in sources)
+
+    resolved: list[str] = []
+    real = aptlock.resolve_apt
+
+    def counted(client: Any, base: str, *rest: Any) -> dict[str, dict[str, dict[str, str]]]:
+        resolved.append(base)
+        return real(client, base, *rest)
+
+    monkeypatch.setattr(aptlock, "resolve_apt", counted)
+    monkeypatch.setattr(resolve, "source_date_epoch", lambda _pylocks: first + 86400)
+    assert main(["-q", "lock", "--spec", spec, "--upgrade-package", "tinytorch"]) == 0
+    lock = lockfile.read_env_lock(project.env_lock("small"))
+    assert (lock.source_date_epoch, lock.apt_epoch, resolved) == (first + 86400, first, [])
+    assert "apt_epoch = 1795456873" in project.env_lock("small").read_text()
+    assert _apt_lines(project, spec) == (pins, sources)
+
+    # Resolving the pins again (here --refresh-apt) moves them to the new time.
+    assert main(["-q", "lock", "--spec", spec, "--refresh-apt"]) == 0
+    lock = lockfile.read_env_lock(project.env_lock("small"))
+    assert resolved and lock.apt_epoch is None and lock.apt_snapshot_epoch == first + 86400
+    assert all(aptsnapshot.timestamp(first + 86400) in x for x in _apt_lines(project, spec)[1])

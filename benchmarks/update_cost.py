@@ -1,0 +1,194 @@
+"""What a one-package bump costs a team (issue 31): the bytes a push uploads and a pull downloads
+after `lock --upgrade-package`, envbuilder at a baseline revision against this checkout, in one
+run on one engine and registry.
+
+    python benchmarks/update_cost.py [--baseline REV] [--package filelock]
+                                     [--registry 127.0.0.1:5000] [--json PATH]
+
+For each layout (`baseline`: envbuilder as of REV, by default the commit before layers by
+package; `current`: this checkout), on a fresh copy of that revision's spec, lockfiles/ and
+dockerfiles/cpu, its own CLI in a child process (DOCKER_HOST as set: CI's Debian 12 engine, a
+classic image store):
+
+  1. `build --target docker --env cpu`, `push` to REGISTRY/update-cost-<pid>-<layout>;
+  2. `lock --env cpu --upgrade-package PACKAGE`, `render`, `build`, `push` again: the bytes this
+     push uploaded (the per-layer "pushed" / "already there" lines both revisions print);
+  3. the bumped image removed from the engine (the first stays, as on a team member's machine
+     that pulled it), then pulled by the digest the push recorded: the bytes the engine fetched
+     (its pull stream: envbuilder.image.engine.pull_summary; "Already exists" layers cost 0).
+
+Layers travel uncompressed in both revisions (envbuilder pushes its own manifest; issue 29), so
+the bytes are the layers' tar sizes. Needs the CI services (`.ci/services.sh`: registry, apt
+snapshot replica, torch mirror as ENVBUILDER_MIRROR_PYTORCH_CPU) and the default PyPI index for
+the bumped package. Prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import docker  # noqa: E402
+
+from envbuilder.image import engine  # noqa: E402
+from envbuilder.lock import lockfile  # noqa: E402
+
+ENV = "cpu"
+#: The last commit before layers by package (stop 36's main).
+BASELINE = "fde184f"
+_PUSHED = re.compile(r"^layer \d+/\d+ (sha256:[0-9a-f]+) \((\d+) B\) (pushed|already there)$")
+
+
+@dataclass
+class Cost:
+    layout: str
+    layers: int
+    pushed_layers: int
+    pushed_bytes: int
+    image_bytes: int
+    fetched_layers: int
+    fetched_bytes: int
+    present_layers: int
+    bump: str
+    seconds: float
+
+
+def _tree(rev: str | None, dest: Path) -> Path:
+    """The revision's code and project files in `dest` (None: this checkout's files)."""
+    dest.mkdir(parents=True)
+    if rev is None:
+        return ROOT
+    data = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        tar.extractall(dest, filter="data")
+    return dest
+
+
+def _project(code: Path, dest: Path) -> Path:
+    dest.mkdir(parents=True)
+    (dest / "environments.toml").write_bytes((code / "environments.toml").read_bytes())
+    subprocess.run(["cp", "-r", str(code / "lockfiles"), str(dest)], check=True)
+    (dest / "dockerfiles").mkdir()
+    subprocess.run(
+        ["cp", "-r", str(code / "dockerfiles" / ENV), str(dest / "dockerfiles")], check=True
+    )
+    return dest
+
+
+def _cli(code: Path, project: Path, *argv: str) -> str:
+    """Run `envbuilder argv` of the tree `code` in `project`; its stderr and stdout."""
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    done = subprocess.run(
+        [sys.executable, "-m", "envbuilder", *argv],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"envbuilder {' '.join(argv)} failed:\n{done.stderr[-3000:]}")
+    return done.stderr + done.stdout
+
+
+def _pushed(output: str) -> tuple[int, int, int, int]:
+    """(layers, layers uploaded, bytes uploaded, image bytes) from a push's lines."""
+    rows = [m.groups() for line in output.splitlines() if (m := _PUSHED.match(line.strip()))]
+    sent = [int(size) for _, size, status in rows if status == "pushed"]
+    return len(rows), len(sent), sum(sent), sum(int(size) for _, size, _ in rows)
+
+
+def _measure(layout: str, rev: str | None, work: Path, registry: str, package: str) -> Cost:
+    start = time.monotonic()
+    code = _tree(rev, work / "code")
+    project = _project(code, work / "project")
+    repo = f"{registry}/update-cost-{os.getpid()}-{layout}"
+    _cli(code, project, "build", "--target", "docker", "--env", ENV)
+    _cli(code, project, "push", "--target", "docker", "--env", ENV, "--registry", repo)
+    bump = _cli(code, project, "lock", "--env", ENV, "--upgrade-package", package)
+    _cli(code, project, "render", "--env", ENV, "--target", "docker")
+    _cli(code, project, "build", "--target", "docker", "--env", ENV)
+    layers, pushed_layers, pushed_bytes, image_bytes = _pushed(
+        _cli(code, project, "push", "--target", "docker", "--env", ENV, "--registry", repo)
+    )
+    lock = lockfile.read_env_lock(project / "lockfiles" / f"{ENV}.lock.toml")
+    ref = lock.artifacts["docker"]["repo_digest"]
+    client = docker.from_env()
+    client.images.remove(str(lock.artifacts["docker"]["tag"]), force=True)
+    _remove_references(client, ref)
+    events = list(client.api.pull(ref, stream=True, decode=True))  # by digest: no tag
+    fetched = engine.pull_summary(events)
+    changed = next((line for line in bump.splitlines() if f"{package} " in line), "")
+    return Cost(
+        layout,
+        layers,
+        pushed_layers,
+        pushed_bytes,
+        image_bytes,
+        fetched.fetched,
+        fetched.fetched_bytes,
+        fetched.present,
+        changed.strip(),
+        round(time.monotonic() - start, 1),
+    )
+
+
+def _remove_references(client: docker.DockerClient, ref: str) -> None:
+    """Drop every tag and digest reference of the pushed image, so the pull fetches it."""
+    for image in client.images.list():
+        if any(d == ref for d in image.attrs.get("RepoDigests") or []):
+            client.images.remove(str(image.id), force=True)
+
+
+def _table(costs: list[Cost]) -> str:
+    mb = 1e6
+    lines = [
+        "| layout | layers | push: layers sent | push: MB sent | image MB "
+        "| pull: layers fetched | pull: MB fetched |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for c in costs:
+        lines.append(
+            f"| {c.layout} | {c.layers} | {c.pushed_layers} | {c.pushed_bytes / mb:.1f} | "
+            f"{c.image_bytes / mb:.1f} | {c.fetched_layers} | {c.fetched_bytes / mb:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--baseline", default=BASELINE)
+    parser.add_argument("--package", default="filelock")
+    parser.add_argument(
+        "--registry", default=os.environ.get("ENVBUILDER_TEST_REGISTRY", "127.0.0.1:5000")
+    )
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    costs = []
+    with tempfile.TemporaryDirectory(prefix="update-cost-") as tmp:
+        for layout, rev in (("baseline", args.baseline), ("current", None)):
+            costs.append(_measure(layout, rev, Path(tmp) / layout, args.registry, args.package))
+            print(f"{layout}: {asdict(costs[-1])}", file=sys.stderr)
+    print(_table(costs))
+    if args.json:
+        args.json.write_text(json.dumps([asdict(c) for c in costs], indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
