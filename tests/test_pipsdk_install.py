@@ -34,6 +34,7 @@ from envbuilder.builders.venv import uv_sync_command
 from envbuilder.commands._cli import main
 from envbuilder.core.project import Project
 from envbuilder.host import pyfinder
+from envbuilder.image.oci.config import SPLIT_COMMENT
 from envbuilder.lock import wheelcache
 from envbuilder.spec.load import load_spec
 
@@ -305,7 +306,10 @@ def test_native_venv_activation_sets_rocm_path_from_rocm_sdk(
 
 
 def test_flagship_image_builds_from_the_replica_lock(
-    project: Path, docker_client: Any, capsys: pytest.CaptureFixture[str]
+    project: Path,
+    replica: ReplicaServer,
+    docker_client: Any,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The whole docker path of a pip-SDK env, with the real engine: lock against the replica,
     render, build (the locked `rocm` sdist built offline inside the image, then ROCM_PATH linked
@@ -339,5 +343,50 @@ def test_flagship_image_builds_from_the_replica_lock(
         assert main([*build, "--verify"]) == 0, capsys.readouterr().err
         again = json.loads(capsys.readouterr().out)["artifacts"][0]
         assert again["digest"] == built["artifacts"][0]["digest"]
+        _a_bump_changes_one_layer(project, replica, docker_client, capsys, image)
     finally:
         docker_client.images.remove(image, force=True)
+
+
+def _a_bump_changes_one_layer(
+    project: Path,
+    replica: ReplicaServer,
+    docker_client: Any,
+    capsys: pytest.CaptureFixture[str],
+    image: str,
+) -> None:
+    """Issue 31: bumping a small package (the replica's round 4 publishes filelock 3.22.0)
+    changes that package's layer only; torch's and the ROCm SDK's stay byte-identical."""
+    before = package_layers(docker_client, image)
+    assert {"torch", "rocm-sdk-core", "filelock"} <= set(before), before
+    replica.publish(4)
+    lock = ["lock", "--spec", str(project), "--env", "rocm714", "--upgrade-package", "filelock"]
+    assert main(lock) == 0, capsys.readouterr()
+    assert main(["render", "--spec", str(project), "--env", "rocm714"]) == 0
+    capsys.readouterr()
+    build = ["build", "--spec", str(project), "--env", "rocm714", "--target", "docker", "--json"]
+    assert main(build) == 0, capsys.readouterr().err
+    out, err = capsys.readouterr()
+    bumped = json.loads(out)["artifacts"][0]["reference"]
+    try:
+        after = package_layers(docker_client, bumped)
+        changed = {name for name in after if after[name] != before.get(name)}
+        assert changed == {"filelock"}, (before, after)
+        assert after["filelock"][0] == "3.22.0"
+        assert re.search(r"\b1 of \d+ layers above the base are new against", err), err
+    finally:
+        docker_client.images.remove(bumped, force=True)
+
+
+def package_layers(docker_client: Any, image: str) -> dict[str, tuple[str, str]]:
+    """Distribution name -> (version, diff_id) of an image's layers by package (the history
+    comments envbuilder writes; those layers are the image's top ones, in history order)."""
+    history = docker_client.api.history(image)[::-1]  # the API lists the newest first
+    comments = [h.get("Comment", "") for h in history]
+    labels = [c.removeprefix(SPLIT_COMMENT) for c in comments if c.startswith(SPLIT_COMMENT)]
+    diff_ids = docker_client.images.get(image).attrs["RootFS"]["Layers"][-len(labels) :]
+    out = {}
+    for label, diff_id in zip(labels, diff_ids, strict=True):
+        name, _, version = label.partition(" ")
+        out[name.replace("_", "-").lower()] = (version, diff_id)
+    return out
