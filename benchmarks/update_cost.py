@@ -4,6 +4,7 @@ run on one engine and registry.
 
     python benchmarks/update_cost.py [--baseline REV] [--package filelock]
                                      [--registry 127.0.0.1:5000] [--json PATH]
+    python benchmarks/update_cost.py --cold N [--baseline REV]
 
 For each layout (`baseline`: envbuilder as of REV, by default the commit before layers by
 package; `current`: this checkout), on a fresh copy of that revision's spec, lockfiles/ and
@@ -13,9 +14,15 @@ classic image store):
   1. `build --target docker --env cpu`, `push` to REGISTRY/update-cost-<pid>-<layout>;
   2. `lock --env cpu --upgrade-package PACKAGE`, `render`, `build`, `push` again: the bytes this
      push uploaded (the per-layer "pushed" / "already there" lines both revisions print);
-  3. the bumped image removed from the engine (the first stays, as on a team member's machine
-     that pulled it), then pulled by the digest the push recorded: the bytes the engine fetched
-     (its pull stream: envbuilder.image.engine.pull_summary; "Already exists" layers cost 0).
+  3. the bumped image removed from the engine, then pulled by the digest the push recorded, with
+     the first image on the engine as a team member has it (removed after step 1's push and
+     pulled from the registry: an engine matches a registry's blobs only to layers it pulled or
+     pushed itself): the bytes the engine fetched (its pull stream:
+     envbuilder.image.engine.pull_summary; "Already exists" layers cost 0).
+
+`--cold N` instead times N cold builds of each (`build --no-cache`, every step again and the image
+written), alternating baseline and current so both see the same load, and prints each pair and
+the median of current/baseline.
 
 Layers travel uncompressed in both revisions (envbuilder pushes its own manifest; issue 29), so
 the bytes are the layers' tar sizes. Needs the CI services (`.ci/services.sh`: registry, apt
@@ -120,6 +127,7 @@ def _measure(layout: str, rev: str | None, work: Path, registry: str, package: s
     repo = f"{registry}/update-cost-{os.getpid()}-{layout}"
     _cli(code, project, "build", "--target", "docker", "--env", ENV)
     _cli(code, project, "push", "--target", "docker", "--env", ENV, "--registry", repo)
+    _as_pulled(project)
     bump = _cli(code, project, "lock", "--env", ENV, "--upgrade-package", package)
     _cli(code, project, "render", "--env", ENV, "--target", "docker")
     _cli(code, project, "build", "--target", "docker", "--env", ENV)
@@ -146,6 +154,46 @@ def _measure(layout: str, rev: str | None, work: Path, registry: str, package: s
         changed.strip(),
         round(time.monotonic() - start, 1),
     )
+
+
+def _cold(rev: str, work: Path, runs: int) -> list[tuple[float, float]]:
+    """`runs` pairs of cold-build seconds (baseline, current), alternating."""
+    trees = {"baseline": _tree(rev, work / "baseline"), "current": _tree(None, work / "current")}
+    projects = {k: _project(code, work / f"{k}-project") for k, code in trees.items()}
+    pairs = []
+    for n in range(runs):
+        times = {}
+        for layout in ("baseline", "current") if n % 2 == 0 else ("current", "baseline"):
+            start = time.monotonic()
+            _cli(
+                trees[layout],
+                projects[layout],
+                "build",
+                "--target",
+                "docker",
+                "--env",
+                ENV,
+                "--no-cache",
+            )
+            times[layout] = time.monotonic() - start
+        pairs.append((times["baseline"], times["current"]))
+        print(
+            f"cold build {n + 1}: baseline {pairs[-1][0]:.1f} s, current {pairs[-1][1]:.1f} s",
+            file=sys.stderr,
+        )
+    return pairs
+
+
+def _as_pulled(project: Path) -> None:
+    """Make the engine hold the first image as a team member's does: pulled from the registry
+    (the engine then knows which blob is which layer; an image it built or loaded it does not
+    match to a registry's blobs, and would fetch every layer again)."""
+    lock = lockfile.read_env_lock(project / "lockfiles" / f"{ENV}.lock.toml")
+    ref = lock.artifacts["docker"]["repo_digest"]
+    client = docker.from_env()
+    client.images.remove(str(lock.artifacts["docker"]["tag"]), force=True)
+    _remove_references(client, ref)
+    list(client.api.pull(ref, stream=True, decode=True))
 
 
 def _remove_references(client: docker.DockerClient, ref: str) -> None:
@@ -178,7 +226,17 @@ def main() -> int:
         "--registry", default=os.environ.get("ENVBUILDER_TEST_REGISTRY", "127.0.0.1:5000")
     )
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--cold", type=int, default=0, help="time N cold builds of each instead")
     args = parser.parse_args()
+    if args.cold:
+        with tempfile.TemporaryDirectory(prefix="update-cost-") as tmp:
+            pairs = _cold(args.baseline, Path(tmp), args.cold)
+        ratios = sorted(c / b for b, c in pairs)
+        print("| run | baseline s | current s | current/baseline |\n| --- | --- | --- | --- |")
+        for n, (b, c) in enumerate(pairs, 1):
+            print(f"| {n} | {b:.1f} | {c:.1f} | {c / b:.2f} |")
+        print(f"\nmedian current/baseline: {ratios[len(ratios) // 2]:.2f}")
+        return 0
     costs = []
     with tempfile.TemporaryDirectory(prefix="update-cost-") as tmp:
         for layout, rev in (("baseline", args.baseline), ("current", None)):

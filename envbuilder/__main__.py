@@ -24,7 +24,11 @@ def entry() -> NoReturn:
         try:
             from envbuilder.commands._cli import main
 
+            if (lost := interrupts.swallowed()) is not None:
+                raise lost  # raised during the imports where Python dropped it
             code = main()
+            if (lost := interrupts.swallowed()) is not None:
+                raise lost  # dropped during the command, which then ran to its end
         finally:
             interrupts.ignore_further()  # the work is done; exiting is not interrupted
     except KeyboardInterrupt as exc:  # before main() took over: while importing it

@@ -161,7 +161,10 @@ import fcntl, os, sys, time
 fd = os.open(sys.argv[1], os.O_RDONLY)   # a read-only handle is enough for flock
 fcntl.flock(fd, fcntl.LOCK_SH)
 print("held", flush=True)
-time.sleep(float(sys.argv[2]))
+if sys.argv[2] == "-":
+    sys.stdin.readline()  # held until the test says so
+else:
+    time.sleep(float(sys.argv[2]))
 """
 
 
@@ -173,9 +176,11 @@ def small_project(tmp_path: Path) -> Path:
     return root
 
 
-def _hold(folder: Path, seconds: float) -> subprocess.Popen[str]:
+def _hold(folder: Path, seconds: float | None) -> subprocess.Popen[str]:
+    """A process holding the folder's lock for `seconds` (None: until a line on its stdin)."""
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(folder), str(seconds)],
+        [sys.executable, "-c", HOLDER, str(folder), "-" if seconds is None else str(seconds)],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -211,14 +216,32 @@ def test_a_lock_held_too_long_is_waited_for_with_a_message_then_given_up(
 
 
 def test_a_lock_released_during_the_wait_lets_the_command_go_on(small_project: Path) -> None:
-    holder = _hold(small_project, 1.0)
+    """The holder lets go once the render says it waits (not after a fixed time: under load a
+    render started later than a 1 s hold lasted, and never waited)."""
+    holder = _hold(small_project, None)
+    env = {**os.environ, "ENVBUILDER_LOCK_TIMEOUT": "60"}
+    render = subprocess.Popen(
+        [sys.executable, "-m", "envbuilder", "render"],
+        cwd=small_project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        proc, _took = _render_waiting(small_project, "30")
+        assert render.stderr is not None and holder.stdin is not None
+        first = render.stderr.readline()
+        assert "waiting for the lock on" in first, first
+        holder.stdin.write("go\n")
+        holder.stdin.flush()
+        _out, rest = render.communicate(timeout=60)
     finally:
         holder.kill()
         holder.wait()
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.count("waiting for the lock on") == 1
+        render.kill()
+        render.wait()
+    assert render.returncode == 0, first + rest
+    assert (first + rest).count("waiting for the lock on") == 1
     assert (small_project / "dockerfiles" / "e0" / "Dockerfile").is_file()
 
 

@@ -50,7 +50,9 @@ class Interrupted(KeyboardInterrupt):
 
 
 def exit_code(exc: KeyboardInterrupt) -> int:
-    """The exit code for an interrupt: 128 + signal (a plain KeyboardInterrupt counts as SIGINT)."""
+    """The exit code for an interrupt: 128 + signal (a plain KeyboardInterrupt counts as SIGINT).
+    Asking for it is what handling an interrupt means here (see `swallowed`)."""
+    _state.delivered = True
     return exc.exit_code if isinstance(exc, Interrupted) else 128 + signal.SIGINT
 
 
@@ -66,6 +68,8 @@ class _State:
         self.depth = 0  # nesting of deferred() sections in the main thread
         self.pending: int | None = None  # a signal received inside a deferred section
         self.fired = False  # an Interrupted was raised; later signals are ignored
+        self.signum: int | None = None  # the signal that raised it
+        self.delivered = False  # its exit code was asked for: someone handled it
 
 
 _state = _State()
@@ -84,7 +88,7 @@ def _handler(signum: int, frame: FrameType | None) -> None:
         if _state.pending is None:
             _state.pending = signum
         return
-    _state.fired = True
+    _state.fired, _state.signum = True, signum
     raise Interrupted(signum)
 
 
@@ -102,13 +106,25 @@ def install() -> Callable[[], None]:
             return lambda: None
         if old is not None:  # None: a handler not installed from Python, nothing to restore
             previous[signum] = old
-    _state.fired, _state.pending = False, None
+    _state.fired, _state.pending, _state.signum, _state.delivered = False, None, None, False
 
     def restore() -> None:
         for signum, old in previous.items():
             signal.signal(signum, old)
 
     return restore
+
+
+def swallowed() -> Interrupted | None:
+    """The interrupt the handler raised where Python drops exceptions, or None. Python runs a
+    signal handler between any two bytecodes, also in a weakref callback or a `__del__`, where
+    an exception is printed as "Exception ignored" and lost (seen: a SIGINT inside importlib's
+    module-lock callback; the render then ran to its end and exited 0). The entry point asks
+    after the imports and after the command: a raised interrupt nobody handled is raised (or
+    reported) again there."""
+    if _state.fired and not _state.delivered and _state.signum is not None:
+        return Interrupted(_state.signum)
+    return None
 
 
 def ignore_further() -> None:
