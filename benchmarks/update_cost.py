@@ -27,7 +27,9 @@ the median of current/baseline.
 Layers travel uncompressed in both revisions (envbuilder pushes its own manifest; issue 29), so
 the bytes are the layers' tar sizes. Needs the CI services (`.ci/services.sh`: registry, apt
 snapshot replica, torch mirror as ENVBUILDER_MIRROR_PYTORCH_CPU) and the default PyPI index for
-the bumped package. Prints a Markdown table.
+the bumped package. It removes the images it pulls from the engine afterwards, by id with every
+name (a reproducible image is the same id as your own build of that lock). Prints a Markdown
+table.
 """
 
 from __future__ import annotations
@@ -71,6 +73,9 @@ class Cost:
     present_layers: int
     bump: str
     seconds: float
+    second_engine: str = ""
+    second_fetched_layers: int = 0
+    second_fetched_bytes: int = 0
 
 
 def _tree(rev: str | None, dest: Path) -> Path:
@@ -120,14 +125,16 @@ def _pushed(output: str) -> tuple[int, int, int, int]:
     return len(rows), len(sent), sum(sent), sum(int(size) for _, size, _ in rows)
 
 
-def _measure(layout: str, rev: str | None, work: Path, registry: str, package: str) -> Cost:
+def _measure(
+    layout: str, rev: str | None, work: Path, registry: str, package: str, second: str
+) -> Cost:
     start = time.monotonic()
     code = _tree(rev, work / "code")
     project = _project(code, work / "project")
     repo = f"{registry}/update-cost-{os.getpid()}-{layout}"
     _cli(code, project, "build", "--target", "docker", "--env", ENV)
     _cli(code, project, "push", "--target", "docker", "--env", ENV, "--registry", repo)
-    _as_pulled(project)
+    first = _as_pulled(project)
     bump = _cli(code, project, "lock", "--env", ENV, "--upgrade-package", package)
     _cli(code, project, "render", "--env", ENV, "--target", "docker")
     _cli(code, project, "build", "--target", "docker", "--env", ENV)
@@ -137,11 +144,13 @@ def _measure(layout: str, rev: str | None, work: Path, registry: str, package: s
     lock = lockfile.read_env_lock(project / "lockfiles" / f"{ENV}.lock.toml")
     ref = lock.artifacts["docker"]["repo_digest"]
     client = docker.from_env()
-    client.images.remove(str(lock.artifacts["docker"]["tag"]), force=True)
-    _remove_references(client, ref)
+    _drop(client, str(lock.artifacts["docker"]["tag"]))
     events = list(client.api.pull(ref, stream=True, decode=True))  # by digest: no tag
     fetched = engine.pull_summary(events)
+    _drop(client, ref)
+    _drop(client, first)
     changed = next((line for line in bump.splitlines() if f"{package} " in line), "")
+    other = _second_pull(second, first, ref)
     return Cost(
         layout,
         layers,
@@ -153,7 +162,33 @@ def _measure(layout: str, rev: str | None, work: Path, registry: str, package: s
         fetched.present,
         changed.strip(),
         round(time.monotonic() - start, 1),
+        second,
+        other.fetched,
+        other.fetched_bytes,
     )
+
+
+def _second_pull(name: str, first: str, bumped: str) -> engine.PullSummary:
+    """On the engine `name` of ENVBUILDER_TEST_ENGINES: pull the first image, then what the
+    bumped one fetches; both removed after."""
+    hosts = dict(
+        p.partition("=")[::2] for p in os.environ.get("ENVBUILDER_TEST_ENGINES", "").split()
+    )
+    if not name:
+        return engine.PullSummary(0, 0, 0)
+    if name not in hosts:
+        raise SystemExit(
+            f"--second-engine {name}: not in ENVBUILDER_TEST_ENGINES ({sorted(hosts)})"
+        )
+    client = docker.DockerClient(base_url=hosts[name])
+    try:
+        list(client.api.pull(first, stream=True, decode=True))
+        fetched = engine.pull_summary(list(client.api.pull(bumped, stream=True, decode=True)))
+        _drop(client, bumped)
+        _drop(client, first)
+        return fetched
+    finally:
+        client.close()
 
 
 def _cold(rev: str, work: Path, runs: int) -> list[tuple[float, float]]:
@@ -184,36 +219,43 @@ def _cold(rev: str, work: Path, runs: int) -> list[tuple[float, float]]:
     return pairs
 
 
-def _as_pulled(project: Path) -> None:
+def _as_pulled(project: Path) -> str:
     """Make the engine hold the first image as a team member's does: pulled from the registry
     (the engine then knows which blob is which layer; an image it built or loaded it does not
     match to a registry's blobs, and would fetch every layer again)."""
     lock = lockfile.read_env_lock(project / "lockfiles" / f"{ENV}.lock.toml")
     ref = lock.artifacts["docker"]["repo_digest"]
     client = docker.from_env()
-    client.images.remove(str(lock.artifacts["docker"]["tag"]), force=True)
-    _remove_references(client, ref)
+    _drop(client, str(lock.artifacts["docker"]["tag"]))
     list(client.api.pull(ref, stream=True, decode=True))
+    return ref
 
 
-def _remove_references(client: docker.DockerClient, ref: str) -> None:
-    """Drop every tag and digest reference of the pushed image, so the pull fetches it."""
-    for image in client.images.list():
-        if any(d == ref for d in image.attrs.get("RepoDigests") or []):
-            client.images.remove(str(image.id), force=True)
+def _drop(client: docker.DockerClient, ref: str) -> None:
+    """Remove the image `ref` names with every name it has (an earlier run's pull of the same,
+    reproducible, image included), so that the next pull has to fetch it."""
+    found = engine.image_info(client, ref)
+    if found is not None:
+        client.images.remove(found.id, force=True)
 
 
 def _table(costs: list[Cost]) -> str:
     mb = 1e6
     lines = [
         "| layout | layers | push: layers sent | push: MB sent | image MB "
-        "| pull: layers fetched | pull: MB fetched |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| pull: layers fetched | pull: MB fetched | second engine: layers, MB fetched |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for c in costs:
+        second = (
+            f"{c.second_engine}: {c.second_fetched_layers}, {c.second_fetched_bytes / mb:.1f}"
+            if c.second_engine
+            else "-"
+        )
         lines.append(
             f"| {c.layout} | {c.layers} | {c.pushed_layers} | {c.pushed_bytes / mb:.1f} | "
-            f"{c.image_bytes / mb:.1f} | {c.fetched_layers} | {c.fetched_bytes / mb:.1f} |"
+            f"{c.image_bytes / mb:.1f} | {c.fetched_layers} | {c.fetched_bytes / mb:.1f} | "
+            f"{second} |"
         )
     return "\n".join(lines)
 
@@ -226,6 +268,11 @@ def main() -> int:
         "--registry", default=os.environ.get("ENVBUILDER_TEST_REGISTRY", "127.0.0.1:5000")
     )
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--second-engine",
+        default="",
+        help="also pull on this engine of ENVBUILDER_TEST_ENGINES (e.g. sid-containerd)",
+    )
     parser.add_argument("--cold", type=int, default=0, help="time N cold builds of each instead")
     args = parser.parse_args()
     if args.cold:
@@ -240,7 +287,10 @@ def main() -> int:
     costs = []
     with tempfile.TemporaryDirectory(prefix="update-cost-") as tmp:
         for layout, rev in (("baseline", args.baseline), ("current", None)):
-            costs.append(_measure(layout, rev, Path(tmp) / layout, args.registry, args.package))
+            work = Path(tmp) / layout
+            costs.append(
+                _measure(layout, rev, work, args.registry, args.package, args.second_engine)
+            )
             print(f"{layout}: {asdict(costs[-1])}", file=sys.stderr)
     print(_table(costs))
     if args.json:
