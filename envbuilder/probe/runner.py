@@ -31,10 +31,10 @@ from typing import Any
 from envbuilder.probe.common import CHECK_NAMES, Context, in_wsl
 from envbuilder.probe.cpus import cgroup_cpu_quota, cpu_warnings, cpus_allowed, load_average
 
-PROBE_VERSION = "1.2.0"
+PROBE_VERSION = "1.3.0"
 SCHEMA_VERSION = 1
 #: Default per-check timeout by level (seconds); --timeout overrides.
-DEFAULT_TIMEOUT_S = {"quick": 120.0, "standard": 300.0, "long": 1800.0}
+DEFAULT_TIMEOUT_S = {"quick": 120.0, "standard": 300.0, "long": 1800.0, "workload": 1800.0}
 TAIL_CHARS = 3000
 
 ProgressFn = Callable[[str], None]
@@ -55,6 +55,7 @@ class ProbeOptions:
     expect_rocm: str | None = None
     expect_hip: str | None = None
     expect_gfx: tuple[str, ...] = ()
+    find_batch: bool = False
 
     @property
     def check_timeout_s(self) -> float:
@@ -382,6 +383,7 @@ def options_json(opts: ProbeOptions) -> dict[str, Any]:
         "skip": list(opts.skip),
         "lock": opts.lock,
         "timeout_s": opts.check_timeout_s,
+        "find_batch": opts.find_batch,
     }
 
 
@@ -434,6 +436,7 @@ def _context(opts: ProbeOptions) -> Context:
         expect_rocm=opts.expect_rocm,
         expect_hip=opts.expect_hip,
         expect_gfx=opts.expect_gfx,
+        find_batch=opts.find_batch,
     )
 
 
