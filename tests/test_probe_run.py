@@ -297,6 +297,33 @@ def test_expect_gpu_without_gpu_fails(workdir: Path) -> None:
     assert "sees no GPU" in checks["matmul"]["reason"]
 
 
+def test_conformance_runs_beside_the_gpu_checks(workdir: Path, self_lock: Path) -> None:
+    """Under a GPU expectation conformance runs in a worker of its own, beside the others,
+    with torch's facts from the device check (here: a CPU build where CUDA was promised, so
+    the release check fails, on the facts the device check found)."""
+    code, report, output = probe(
+        "--expect",
+        "cuda",
+        "--only",
+        "device",
+        "--only",
+        "conformance",
+        "--lock",
+        str(self_lock),
+        tmp=workdir,
+    )
+    assert code == 1, output
+    validate(report)
+    checks = by_name(report)
+    device, conformance = checks["device"], checks["conformance"]
+    assert device["status"] == "fail" and "not a CUDA build" in device["reason"]
+    assert conformance["status"] == "fail"
+    assert conformance["reason"].startswith("release: torch 2.13.0+cpu is not a CUDA build")
+    assert conformance["details"]["release"]["found"]["torch"] == device["details"]["torch"]
+    assert conformance["details"]["missing"] == conformance["details"]["extra"] == []
+    assert conformance["details"]["worker_pid"] != device["details"]["worker_pid"]
+
+
 def test_usage_errors(workdir: Path) -> None:
     code, _, output = probe("--expect", "cpu", "--lock", str(workdir / "nope.toml"), tmp=workdir)
     assert code == 2 and "no such file" in output

@@ -66,6 +66,9 @@ class Context:
     expect_gfx: tuple[str, ...] = ()
     #: --find-batch: the train check also searches the largest power-of-two batch that fits
     find_batch: bool = False
+    #: torch's facts as the device check found them (torch, hip, cuda, devices), for a check
+    #: that runs in a process without torch (conformance beside the GPU checks); None: ask torch
+    device_facts: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -78,6 +81,7 @@ class Context:
             "expect_hip": self.expect_hip,
             "expect_gfx": list(self.expect_gfx),
             "find_batch": self.find_batch,
+            "device_facts": self.device_facts,
         }
 
     @staticmethod
@@ -92,6 +96,7 @@ class Context:
             expect_hip=data.get("expect_hip"),
             expect_gfx=tuple(data.get("expect_gfx") or ()),
             find_batch=bool(data.get("find_batch", False)),
+            device_facts=data.get("device_facts"),
         )
 
     def pick(self, quick: Any, standard: Any, long: Any, workload: Any = None) -> Any:
