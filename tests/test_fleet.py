@@ -65,6 +65,7 @@ def report(
     failed: tuple[str, str] | None = None,
     driver: str | None = None,
     labels: dict[str, str] | None = None,
+    extra: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     checks = [
         check("device"),
@@ -77,6 +78,7 @@ def report(
             ],
         ),
     ]
+    checks += extra
     if failed:
         checks.append(check(failed[0], "fail", failed[1]))
     data = {
@@ -220,7 +222,40 @@ def test_an_outlier_among_three_nodes_is_flagged_and_listed_before_the_others(
     assert result.nodes[1].outliers == () and result.nodes[2].outliers == ()
     # an outlier is a finding, not a failure
     assert result.failed_nodes == ()
-    assert "slower" in fleet.table_rows(result)[0][4]
+    assert "slower" in fleet.table_rows(result)[0][fleet.TABLE_HEADER.index("outlier")]
+
+
+def train_and_latency(images: Sequence[float], launch_us: Sequence[float]) -> list[dict[str, Any]]:
+    """The train and latency checks of probe 1.3 with these samples."""
+    launch = {**metric("launch_latency", launch_us, "us", None, None), "higher_is_better": False}
+    return [
+        check("train", metrics=[metric("images_per_s", images, "img/s", "fp16", "224x224")]),
+        check("latency", metrics=[launch]),
+    ]
+
+
+def test_resnet_images_and_launch_latency_per_node(tmp_path: Path) -> None:
+    """Each node's ResNet-50 images/s and launch latency in the table; a node that trains
+    slower than the others' spread, or launches slower, is an outlier."""
+    nodes = {
+        "n1": report("n1", extra=train_and_latency((3000, 3010, 2990), (4.8, 4.9, 5.0))),
+        "n2": report("n2", extra=train_and_latency((2400, 2410, 2390), (9.8, 9.9, 10.1))),
+        "n3": report("n3", extra=train_and_latency((3005, 2995, 3012), (4.9, 5.0, 4.8))),
+    }
+    result = fleet.read_job_dir(job_folder(tmp_path, nodes, phase="probe"))
+    assert [r.node for r in result.nodes] == ["n2", "n1", "n3"]
+    assert sorted((o.metric, o.verdict) for o in result.nodes[0].outliers) == [
+        ("latency: launch_latency", "slower"),
+        ("train: images_per_s fp16 224x224", "slower"),
+    ]
+    rows = {
+        row[0]: dict(zip(fleet.TABLE_HEADER, row, strict=True)) for row in fleet.table_rows(result)
+    }
+    assert rows["n1"]["ResNet-50"] == "3000 img/s (fp16 224x224)"
+    assert rows["n2"]["launch latency"] == "9.9 us"
+    assert "| ResNet-50 | launch latency |" in fleet.to_markdown(result)
+    judged = {m["name"] for m in fleet.to_json(result)["nodes"][0]["metrics"]}
+    assert {"images_per_s", "launch_latency"} <= judged
 
 
 def test_overlapping_ranges_are_within_noise(tmp_path: Path) -> None:

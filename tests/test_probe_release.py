@@ -240,6 +240,15 @@ def test_builders_and_the_batch_script_take_the_same_options(
     assert f"DEFAULT_PROBE_ARGS='{' '.join(default_probe_args(env))}'" in sbatch
 
 
+def test_validate_passes_the_workload_level_and_find_batch(shipped: dict[str, EnvSpec]) -> None:
+    """`validate --level workload --find-batch` reaches the probe (issue 32); without the
+    option no --find-batch is passed (the batch script's default stays as it was)."""
+    env = shipped["rocm714"]
+    words = probe_args(env, ValidateOptions(level="workload", find_batch=True), {})
+    assert words[:2] == ["--level", "workload"] and words[-1] == "--find-batch"
+    assert "--find-batch" not in probe_args(env, ValidateOptions(), {})
+
+
 def test_a_release_without_hip_data_passes_no_hip(shipped: dict[str, EnvSpec]) -> None:
     unknown = dataclasses.replace(shipped["rocm714"], rocm="7.99.0")
     assert expectation_args(unknown, "rocm") == [

@@ -92,12 +92,16 @@ def test_quick_cpu_run_passes_every_check(quick: tuple[int, dict[str, Any], str]
     checks = by_name(report)
     assert {n: c["status"] for n, c in checks.items()} == {
         "device": "pass",
+        "topology": "skip",
+        "latency": "pass",
         "matmul": "pass",
         "amp": "pass",
+        "train": "pass",
         "collectives": "pass",
         "membw": "pass",
         "conformance": "pass",
     }
+    assert checks["topology"]["reason"] == "--expect cpu: no GPU is used, nothing is linked"
     coll = checks["collectives"]["details"]
     assert (coll["backend"], coll["world_size"], coll["mode"]) == ("gloo", 2, "spawned")
     assert coll["ranks"] == ["pass", "pass"]
@@ -136,10 +140,36 @@ def test_quick_cpu_metrics(quick: tuple[int, dict[str, Any], str]) -> None:
         ("amp", "amp_speedup", "bf16"),
         ("collectives", "busbw", "fp32"),
         ("membw", "copy_bandwidth", None),
+        ("latency", "launch_latency", None),
+        ("train", "images_per_s", "fp32"),
+        ("train", "step_time", "fp32"),
     } <= keys
     for check in checks.values():
         for m in check["metrics"]:
             assert m["value"] > 0 and len(m["samples"]) == 1
+
+
+def test_quick_cpu_train_and_latency(quick: tuple[int, dict[str, Any], str]) -> None:
+    """ResNet-50 at the CPU's quick shape: images/s is the batch over the timed steps' median
+    time only if every step took the median; it lies within the steps' range; the loss fell.
+    The launch latency's median lies within its spread; no sync latency on the CPU."""
+    checks = by_name(quick[1])
+    train = checks["train"]
+    details = train["details"]
+    assert (details["input"], details["batch"], details["amp_dtype"]) == ("32x32", 2, None)
+    assert details["model"] == "ResNet-50 (envbuilder.probe.resnet)"
+    metrics = {m["name"]: m for m in train["metrics"]}
+    step = details["step_ms"]
+    assert step["min"] <= metrics["step_time"]["value"] <= step["max"]
+    images = metrics["images_per_s"]["value"]
+    assert 1000 * 2 / step["max"] <= images <= 1000 * 2 / step["min"]
+    assert min(details["losses_last"][-2:]) < 0.9 * details["losses_first"][0]
+    latency = checks["latency"]
+    (launch,) = latency["metrics"]
+    spread = latency["details"]["launch_us"]
+    assert spread["min"] <= launch["value"] <= spread["max"]
+    assert spread["n"] == latency["details"]["batches"]
+    assert "not measured" in latency["details"]["sync_us"]
 
 
 def test_repeat_gives_one_sample_per_repeat_and_median(workdir: Path) -> None:
@@ -152,7 +182,8 @@ def test_repeat_gives_one_sample_per_repeat_and_median(workdir: Path) -> None:
 
 
 def test_wrong_results_fail(workdir: Path) -> None:
-    """matmul-wrong, amp-nan and allreduce-wrong: each check fails, the run completes."""
+    """matmul-wrong, amp-nan, train-nan and allreduce-wrong: each check fails, the run
+    completes."""
     code, report, output = probe(
         "--expect",
         "cpu",
@@ -161,9 +192,11 @@ def test_wrong_results_fail(workdir: Path) -> None:
         "--only",
         "amp",
         "--only",
+        "train",
+        "--only",
         "collectives",
         tmp=workdir,
-        fault="matmul-wrong,amp-nan,allreduce-wrong",
+        fault="matmul-wrong,amp-nan,train-nan,allreduce-wrong",
     )
     assert code == 1, output
     validate(report)
@@ -172,6 +205,8 @@ def test_wrong_results_fail(workdir: Path) -> None:
     assert "relative error" in checks["matmul"]["reason"]
     assert checks["amp"]["status"] == "fail"
     assert "loss is nan" in checks["amp"]["reason"]
+    assert checks["train"]["status"] == "fail"
+    assert "loss is nan at step 1" in checks["train"]["reason"]
     assert checks["collectives"]["status"] == "fail"
     assert "wrong sums on 2 of 2 rank(s)" in checks["collectives"]["reason"]
     assert report["status"] == "fail"
@@ -262,6 +297,33 @@ def test_expect_gpu_without_gpu_fails(workdir: Path) -> None:
     assert "sees no GPU" in checks["matmul"]["reason"]
 
 
+def test_conformance_runs_beside_the_gpu_checks(workdir: Path, self_lock: Path) -> None:
+    """Under a GPU expectation conformance runs in a worker of its own, beside the others,
+    with torch's facts from the device check (here: a CPU build where CUDA was promised, so
+    the release check fails, on the facts the device check found)."""
+    code, report, output = probe(
+        "--expect",
+        "cuda",
+        "--only",
+        "device",
+        "--only",
+        "conformance",
+        "--lock",
+        str(self_lock),
+        tmp=workdir,
+    )
+    assert code == 1, output
+    validate(report)
+    checks = by_name(report)
+    device, conformance = checks["device"], checks["conformance"]
+    assert device["status"] == "fail" and "not a CUDA build" in device["reason"]
+    assert conformance["status"] == "fail"
+    assert conformance["reason"].startswith("release: torch 2.13.0+cpu is not a CUDA build")
+    assert conformance["details"]["release"]["found"]["torch"] == device["details"]["torch"]
+    assert conformance["details"]["missing"] == conformance["details"]["extra"] == []
+    assert conformance["details"]["worker_pid"] != device["details"]["worker_pid"]
+
+
 def test_usage_errors(workdir: Path) -> None:
     code, _, output = probe("--expect", "cpu", "--lock", str(workdir / "nope.toml"), tmp=workdir)
     assert code == 2 and "no such file" in output
@@ -341,6 +403,6 @@ def test_collectives_under_torchrun(workdir: Path) -> None:
         details = by_name(report)["collectives"]["details"]
         assert (details["mode"], details["world_size"]) == ("torchrun", 2)
     assert {
-        json.loads(p.read_text())["checks"][3]["details"]["rank"]
+        by_name(json.loads(p.read_text()))["collectives"]["details"]["rank"]
         for p in (out, out.with_name("r.rank1.json"))
     } == {0, 1}

@@ -2,8 +2,8 @@
 Slurm batch script pass to the probe (`builders.proberun.probe_options` is the builders' door to
 `probe_args`; `slurm.script` renders its default from it too).
 
-Besides --level/--expect/--label/--repeat/--only/--skip, a ROCm env's run carries the release
-check's expectation (docs/probe.md, "Release check"):
+Besides --level/--expect/--label/--repeat/--only/--skip/--find-batch, a ROCm env's run carries
+the release check's expectation (docs/probe.md, "Release check"):
 
   --expect-rocm <env.rocm>      the release the env locks
   --expect-hip <major.minor>    the HIP version that release ships (rocm.toml [[hip]]); left out
@@ -79,4 +79,6 @@ def probe_args(env: EnvSpec, options: ValidateOptions, labels: Mapping[str, str]
         args += ["--only", check]
     for check in options.skip:
         args += ["--skip", check]
+    if options.find_batch:
+        args.append("--find-batch")
     return args

@@ -12,7 +12,7 @@ from envbuilder.commands._options import path_value
 from envbuilder.core.errors import UsageError
 from envbuilder.core.fsutil import same_file, temp_dir, write_together
 from envbuilder.core.ui import UI
-from envbuilder.report import comparison
+from envbuilder.report import comparison, guide
 from envbuilder.report import html as compare_html
 
 HELP = "compare validation reports: ratios, loss %, spread over repeats, noise verdicts"
@@ -168,6 +168,7 @@ def _print(comp: comparison.Comparison, ui: UI) -> None:
     ui.print(f"baseline: {comp.baseline.label} ({comp.baseline.path})")
     for line in comparison.fingerprint_lines(comp):
         ui.warn(line) if line.startswith("UNFAIR") else ui.info(line)
+    _print_guide(comp, ui)
     rows = comparison.table_rows(comp)
     with_notes = any(r[-1] for r in rows)  # the note column only when some row has one
     header = comparison.TABLE_HEADER if with_notes else comparison.TABLE_HEADER[:-1]
@@ -179,6 +180,23 @@ def _print(comp: comparison.Comparison, ui: UI) -> None:
     ui.print(f"noise rule: {comp.noise_rule}")
     for note in comp.notes:
         ui.print(f"note: {note}")
+
+
+def _print_guide(comp: comparison.Comparison, ui: UI) -> None:
+    """The guide's table (memory bandwidth, images/s, latency), one column per report."""
+    lines = guide.guide_table(comp)
+    if not lines:
+        return
+    table = Table(title=Text(f"the guide's table, compared with {comp.baseline.label}"))
+    for h in guide.guide_header(comp):
+        table.add_column(Text(h), overflow="fold")
+    styles = {"faster": "green", "slower": "red"}
+    for line in lines:
+        # a line's colour: its worst verdict (any slower is red, else any faster green)
+        verdicts = line[5::3]
+        style = "red" if "slower" in verdicts else styles.get(next(iter(verdicts), ""))
+        table.add_row(*(Text(cell) for cell in line), style=style)
+    ui.table(table)
 
 
 def _rich_table(comp: comparison.Comparison, header: list[str], rows: list[list[str]]) -> Table:

@@ -67,9 +67,15 @@ def _add_probe_arguments(parser: argparse.ArgumentParser) -> None:
     """What the probe runs, and how long it may take."""
     parser.add_argument(
         "--level",
-        choices=("quick", "standard", "long"),
+        choices=("quick", "standard", "long", "workload"),
         default="quick",
-        help="how much the probe runs (default: quick)",
+        help="how much the probe runs (default: quick; workload: standard, and ResNet-50 "
+        "trained at 224x224 for a stable images/s)",
+    )
+    parser.add_argument(
+        "--find-batch",
+        action="store_true",
+        help="the probe also finds the largest power-of-two ResNet-50 batch that trains on the GPU",
     )
     parser.add_argument(
         "--expect",
@@ -120,6 +126,7 @@ def validate_options(args: argparse.Namespace) -> ValidateOptions:
         timeout_s=args.timeout,
         path=path_option(args, one_env=False),
         allow_other_lock=args.allow_other_lock,
+        find_batch=args.find_batch,
     )
 
 

@@ -5,9 +5,11 @@ and no other envbuilder module, so it runs from a single zipapp file where envbu
 installed. `build_zipapp(dest)` writes that file, byte-for-byte reproducible.
 
 Checks (in turn, in one worker process that a watchdog replaces after a timeout or a crash):
-device, matmul, amp, collectives, membw, conformance (the lock's packages, and the release check:
-torch's build, HIP version and visible gfx targets against --expect-rocm/--expect-hip/
---expect-gfx). See docs/probe.md for the command line, the report and the fault-injection hook.
+device, topology (peer access, link kinds), latency (kernel launch and synchronisation), matmul,
+amp, train (ResNet-50 images/s), collectives, membw (device copy; host link each way and both
+ways at once), conformance (the lock's packages, and the release check: torch's build, HIP
+version and visible gfx targets against --expect-rocm/--expect-hip/--expect-gfx).
+See docs/probe.md for the command line, the report and the fault-injection hook.
 """
 
 from __future__ import annotations

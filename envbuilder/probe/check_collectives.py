@@ -7,9 +7,11 @@ otherwise this process starts the ranks itself, on 127.0.0.1, and watches them: 
 crashes ends the check with its output's tail instead of leaving the others hanging.
 
 Bandwidth as rccl-tests/nccl-tests define it: algbw = bytes / time, busbw = algbw * 2(n-1)/n
-for all_reduce (time per operation, averaged over ranks). With one GPU, a single-rank `nccl`
-all_reduce still proves the library loads and runs; no bandwidth is reported for one rank
-(NCCL moves no data then, and busbw's factor is zero).
+for all_reduce (time per operation, averaged over ranks; rccl-tests src/all_reduce.cu,
+AllReduceGetBw). On GPUs above the quick level the sizes are rccl-tests' sweep
+`all_reduce_perf -b 8 -e 1G -f 2`, in place (rccl-tests prints out-of-place and in-place).
+With one GPU, a single-rank `nccl` all_reduce still proves the library loads and runs; no
+bandwidth is reported for one rank (NCCL moves no data then, and busbw's factor is zero).
 """
 
 from __future__ import annotations
@@ -48,23 +50,30 @@ def bus_factor(world: int) -> float:
     return 2.0 * (world - 1) / world
 
 
+#: rccl-tests' `all_reduce_perf -b 8 -e 1G -f 2`: 8 bytes to 1 GiB, each size twice the last.
+SWEEP = (8, 1 << 30, 2)
+
+
 def _sweep_sizes(ctx: Context, gpu: bool) -> list[int]:
-    """Message sizes in bytes at this level (powers of 4)."""
+    """Message sizes in bytes at this level: on GPUs the quick level's few sizes (powers of 4,
+    1M-64M), above it rccl-tests' sweep (SWEEP); on CPUs powers of 4."""
     if gpu:
-        lo, hi = ctx.pick((1 << 20, 64 << 20), (4 << 10, 256 << 20), (4 << 10, 1 << 30))
+        lo, hi, factor = ctx.pick((1 << 20, 64 << 20, 4), SWEEP, SWEEP)
     else:
         lo, hi = ctx.pick((64 << 10, 4 << 20), (4 << 10, 16 << 20), (4 << 10, 64 << 20))
+        factor = 4
     sizes, size = [], lo
     while size <= hi:
         sizes.append(size)
-        size *= 4
+        size *= factor
     return sizes
 
 
 def _iters(ctx: Context, gpu: bool, nbytes: int) -> int:
-    """Operations per timed sample: the same on every rank (derived from the size only)."""
+    """Operations per timed sample: the same on every rank (derived from the size only). On
+    GPUs above the quick level at least rccl-tests' default of 20 (`-n 20`)."""
     budget, low, high = (
-        ctx.pick((1 << 30, 5, 100), (4 << 30, 5, 200), (16 << 30, 10, 500))
+        ctx.pick((1 << 30, 5, 100), (4 << 30, 20, 200), (16 << 30, 20, 500))
         if gpu
         else ctx.pick((32 << 20, 3, 30), (128 << 20, 3, 50), (512 << 20, 5, 100))
     )
@@ -97,7 +106,7 @@ def _time_all_reduce(ctx: Context, device: Any, nbytes: int, iters: int) -> floa
     import torch.distributed as dist
 
     t = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
-    for _ in range(2 if device.type == "cpu" else 5):
+    for _ in range(2 if device.type == "cpu" else 5):  # rccl-tests' default warm-up: -w 5
         dist.all_reduce(t)
     if device.type == "cuda":
         torch.cuda.synchronize(device)

@@ -149,7 +149,10 @@ def expectation(ctx: Context) -> Expectation:
 
 
 def release_findings(ctx: Context) -> dict[str, Any]:
-    """details.release: torch's build and the visible GPUs against the expectation."""
+    """details.release: torch's build and the visible GPUs against the expectation (torch's
+    facts as the device check found them when the runner passed them, else asked here)."""
+    if ctx.device_facts is not None:
+        return compare_release(expectation(ctx), ctx.device_facts)
     try:
         from envbuilder.probe.check_device import torch_facts
 

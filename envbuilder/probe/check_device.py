@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +162,10 @@ def _run_kernels(facts: dict[str, Any]) -> None:
 
 def run(ctx: Context) -> CheckResult:
     """Collect the build/device facts; fail where they contradict --expect."""
+    t0 = time.perf_counter()
+    import torch  # noqa: F401  (the worker's first import of torch: timed, details.startup_s)
+
+    imported = time.perf_counter() - t0
     facts = torch_facts()
     nodes = {node: Path(node).exists() for node in DEVICE_NODES}
     wsl = in_wsl()
@@ -179,10 +184,18 @@ def run(ctx: Context) -> CheckResult:
             f"{len(facts['devices'])} GPU(s) visible, but --expect cpu: the checks run on the CPU"
         )
     details["notes"] = notes
+    # Where the check's time goes (it carries the worker's start): importing torch, asking it
+    # for the facts (initialises the runtime), the first kernels (creates the GPU context).
+    details["startup_s"] = {
+        "import_torch": round(imported, 3),
+        "facts": round(time.perf_counter() - t0 - imported, 3),
+    }
     result = CheckResult(details=details, reason="; ".join(notes) or None)
     problems = _expectation_problems(ctx, facts)
     if problems:
         # The details still go back: the fingerprint needs them even when the check fails.
         raise CheckFailed("; ".join(problems), result)
+    t1 = time.perf_counter()
     _run_kernels(facts)
+    details["startup_s"]["first_kernels"] = round(time.perf_counter() - t1, 3)
     return result

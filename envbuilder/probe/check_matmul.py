@@ -114,8 +114,9 @@ def time_matmul(dtype: str, size: int, ctx: Context, device: Any) -> tuple[list[
         iters = calibrate(
             product,
             device,
-            ctx.pick(0.05, 0.15, 0.5) if gpu else 0.05,
-            warmup_s=ctx.pick(0.02, 0.05, 0.2) if gpu else 0.0,
+            # quick: short windows (the level's budget; a 4096^3 product is ~0.2 ms on an H200)
+            ctx.pick(0.03, 0.15, 0.5) if gpu else 0.05,
+            warmup_s=ctx.pick(0.01, 0.05, 0.2) if gpu else 0.0,
         )
         for _ in range(ctx.repeat):
             seconds = time_loop(product, device, iters)

@@ -1,8 +1,10 @@
 """Command line of the probe (the same for `python -m envbuilder.probe` and the zipapp).
 
-    python probe.pyz --level quick|standard|long --expect rocm|cuda|cpu [--only C] [--skip C]
-        [--expect-rocm RELEASE] [--expect-hip MAJOR.MINOR] [--expect-gfx GFX ...]
+    python probe.pyz --level quick|standard|long|workload --expect rocm|cuda|cpu
+        [--only C] [--skip C] [--expect-rocm RELEASE] [--expect-hip MAJOR.MINOR]
+        [--expect-gfx GFX ...]
         [--lock PYLOCK] [--label key=value ...] [--json PATH] [--repeat N] [--timeout S]
+        [--find-batch]
 
 Exit codes: 0 nothing failed, 1 a check failed or erred, 2 usage, 130 interrupted.
 """
@@ -93,7 +95,8 @@ def _add_level_and_expect(parser: argparse.ArgumentParser) -> None:
         "--level",
         choices=LEVELS,
         default="quick",
-        help="quick (seconds), standard (about a minute on a GPU), long",
+        help="quick (seconds), standard, long, workload (standard, and ResNet-50 trained at "
+        "224x224 for a stable images/s)",
     )
     parser.add_argument(
         "--expect",
@@ -157,7 +160,13 @@ def _add_sampling(parser: argparse.ArgumentParser) -> None:
         "--timeout",
         type=_seconds,
         metavar="SECONDS",
-        help="per-check timeout (default: 120 quick, 300 standard, 1800 long)",
+        help="per-check timeout (default: 120 quick, 300 standard, 1800 long and workload)",
+    )
+    parser.add_argument(
+        "--find-batch",
+        action="store_true",
+        help="the train check also finds the largest power-of-two ResNet-50 batch that "
+        "trains without running out of GPU memory",
     )
 
 
@@ -221,6 +230,7 @@ def options_from_args(args: argparse.Namespace) -> ProbeOptions:
         expect_rocm=args.expect_rocm,
         expect_hip=args.expect_hip,
         expect_gfx=tuple(dict.fromkeys(args.expect_gfx)),
+        find_batch=args.find_batch,
     )
 
 

@@ -16,8 +16,20 @@ from pathlib import Path
 from typing import Any
 
 #: Checks in the order they run. Each is the module `envbuilder.probe.check_<name>`.
-CHECK_NAMES: tuple[str, ...] = ("device", "matmul", "amp", "collectives", "membw", "conformance")
-LEVELS: tuple[str, ...] = ("quick", "standard", "long")
+CHECK_NAMES: tuple[str, ...] = (
+    "device",
+    "topology",
+    "latency",
+    "matmul",
+    "amp",
+    "train",
+    "collectives",
+    "membw",
+    "conformance",
+)
+#: `workload` runs every check as `standard` does, and the train check at the guide's shape
+#: (224x224, a batch that fits) for long enough to give a stable figure.
+LEVELS: tuple[str, ...] = ("quick", "standard", "long", "workload")
 EXPECTS: tuple[str, ...] = ("rocm", "cuda", "cpu")
 
 #: Test-only fault injection: a comma-separated list in this variable (see docs/probe.md).
@@ -52,6 +64,11 @@ class Context:
     expect_rocm: str | None = None
     expect_hip: str | None = None
     expect_gfx: tuple[str, ...] = ()
+    #: --find-batch: the train check also searches the largest power-of-two batch that fits
+    find_batch: bool = False
+    #: torch's facts as the device check found them (torch, hip, cuda, devices), for a check
+    #: that runs in a process without torch (conformance beside the GPU checks); None: ask torch
+    device_facts: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -63,6 +80,8 @@ class Context:
             "expect_rocm": self.expect_rocm,
             "expect_hip": self.expect_hip,
             "expect_gfx": list(self.expect_gfx),
+            "find_batch": self.find_batch,
+            "device_facts": self.device_facts,
         }
 
     @staticmethod
@@ -76,10 +95,14 @@ class Context:
             expect_rocm=data.get("expect_rocm"),
             expect_hip=data.get("expect_hip"),
             expect_gfx=tuple(data.get("expect_gfx") or ()),
+            find_batch=bool(data.get("find_batch", False)),
+            device_facts=data.get("device_facts"),
         )
 
-    def pick(self, quick: Any, standard: Any, long: Any) -> Any:
-        """The value for this run's level."""
+    def pick(self, quick: Any, standard: Any, long: Any, workload: Any = None) -> Any:
+        """The value for this run's level; `workload` falls back to the standard level's."""
+        if self.level == "workload":
+            return standard if workload is None else workload
         return {"quick": quick, "standard": standard, "long": long}[self.level]
 
 
@@ -129,6 +152,29 @@ def metric(
         "size": size,
         "samples": clean,
         "higher_is_better": higher_is_better,
+    }
+
+
+def spread(values: Sequence[float]) -> dict[str, float | int]:
+    """Median, 10th and 90th percentile (nearest rank), min, max and count of `values`.
+
+    For figures measured many times within one sample (a launch, a training step), whose
+    tail says more than the median alone.
+    """
+    ordered = sorted(float(v) for v in values)
+    if not ordered:
+        raise ValueError("spread of no values")
+
+    def rank(q: float) -> float:
+        return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+    return {
+        "median": statistics.median(ordered),
+        "p10": rank(0.1),
+        "p90": rank(0.9),
+        "min": ordered[0],
+        "max": ordered[-1],
+        "n": len(ordered),
     }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -31,10 +32,10 @@ from typing import Any
 from envbuilder.probe.common import CHECK_NAMES, Context, in_wsl
 from envbuilder.probe.cpus import cgroup_cpu_quota, cpu_warnings, cpus_allowed, load_average
 
-PROBE_VERSION = "1.2.0"
+PROBE_VERSION = "1.3.0"
 SCHEMA_VERSION = 1
 #: Default per-check timeout by level (seconds); --timeout overrides.
-DEFAULT_TIMEOUT_S = {"quick": 120.0, "standard": 300.0, "long": 1800.0}
+DEFAULT_TIMEOUT_S = {"quick": 120.0, "standard": 300.0, "long": 1800.0, "workload": 1800.0}
 TAIL_CHARS = 3000
 
 ProgressFn = Callable[[str], None]
@@ -55,6 +56,7 @@ class ProbeOptions:
     expect_rocm: str | None = None
     expect_hip: str | None = None
     expect_gfx: tuple[str, ...] = ()
+    find_batch: bool = False
 
     @property
     def check_timeout_s(self) -> float:
@@ -280,6 +282,51 @@ class CheckWorker:
         return entry
 
 
+#: The device check's facts that conformance's release check reads (expectation._found).
+_FACT_KEYS = ("torch", "hip", "cuda", "devices")
+
+
+class BesideRun:
+    """The conformance check in a worker of its own, beside the GPU checks.
+
+    Conformance reads package metadata and compares versions: CPU work, ~0.3-0.4 s on the GPU
+    machine (197 distributions), which the GPU checks need not wait for. Given torch's facts
+    as the device check found them, its worker never imports torch nor touches the GPU, so it
+    runs while the main worker measures. Only under a GPU expectation: on a CPU run it would
+    compete for the cores the CPU figures are measured on. It has its own watchdog (a
+    CheckWorker of its own, in its own folder); `close()` ends it, Ctrl-C included.
+    """
+
+    def __init__(self, workdir: Path, ctx: Context, facts: dict[str, Any], timeout_s: float):
+        folder = workdir / "beside"
+        folder.mkdir()
+        ctx_file = folder / "ctx.json"
+        beside_ctx = dataclasses.replace(ctx, device_facts={k: facts.get(k) for k in _FACT_KEYS})
+        ctx_file.write_text(json.dumps(beside_ctx.to_json()), encoding="utf-8")
+        self.worker = CheckWorker(ctx_file, folder)
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+        self.future = self.pool.submit(self.worker.run, "conformance", timeout_s)
+
+    def result(self) -> dict[str, Any]:
+        """The check's report entry (waits for it; the watchdog bounds the wait)."""
+        return self.future.result()
+
+    def close(self) -> None:
+        self.worker.close()  # a check still running ends now: its run() sees the worker die
+        self.pool.shutdown(wait=True)
+
+
+def beside_run(
+    opts: ProbeOptions, ctx: Context, workdir: Path, device_entry: dict[str, Any] | None
+) -> BesideRun | None:
+    """Conformance beside the GPU checks, when that applies (see BesideRun): a GPU expectation,
+    conformance selected, and torch's facts from the device check (it errs without them)."""
+    details = (device_entry or {}).get("details") or {}
+    if opts.expect == "cpu" or "conformance" not in opts.selected() or "torch" not in details:
+        return None
+    return BesideRun(workdir, ctx, details, opts.check_timeout_s)
+
+
 def _host_os() -> str:
     if sys.platform.startswith("linux"):
         try:
@@ -382,6 +429,7 @@ def options_json(opts: ProbeOptions) -> dict[str, Any]:
         "skip": list(opts.skip),
         "lock": opts.lock,
         "timeout_s": opts.check_timeout_s,
+        "find_batch": opts.find_batch,
     }
 
 
@@ -406,7 +454,7 @@ def run_probe(opts: ProbeOptions, progress: ProgressFn | None = None) -> dict[st
         ctx_file = workdir / "ctx.json"
         ctx_file.write_text(json.dumps(ctx.to_json()), encoding="utf-8")
         with CheckWorker(ctx_file, workdir) as worker:
-            checks, device_entry = _run_checks(worker, opts, say)
+            checks, device_entry = _run_checks(Workers(worker, opts, ctx, workdir), say)
         digest = packages.result()
     failed = any(c["status"] in ("fail", "error") for c in checks)
     return {
@@ -434,33 +482,63 @@ def _context(opts: ProbeOptions) -> Context:
         expect_rocm=opts.expect_rocm,
         expect_hip=opts.expect_hip,
         expect_gfx=opts.expect_gfx,
+        find_batch=opts.find_batch,
     )
 
 
+@dataclass
+class Workers:
+    """The main worker, what the run was asked, and conformance's worker beside it once the
+    device check has given torch's facts (BesideRun; None until then, or when it does not
+    apply)."""
+
+    main: CheckWorker
+    opts: ProbeOptions
+    ctx: Context
+    workdir: Path
+    beside: BesideRun | None = None
+
+    def run(self, name: str) -> dict[str, Any]:
+        """One check's entry: conformance from the worker beside when there is one."""
+        if name == "conformance" and self.beside is not None:
+            return self.beside.result()
+        return self.main.run(name, self.opts.check_timeout_s)
+
+    def device_done(self, entry: dict[str, Any]) -> None:
+        self.beside = beside_run(self.opts, self.ctx, self.workdir, entry)
+
+
 def _run_checks(
-    worker: CheckWorker, opts: ProbeOptions, say: ProgressFn
+    workers: Workers, say: ProgressFn
 ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """Every check's entry in their fixed order (unselected ones skipped), and the device
     check's entry for the fingerprint (run for it when not selected)."""
+    opts = workers.opts
     selected = opts.selected()
     checks: list[dict[str, Any]] = []
     device_entry: dict[str, Any] | None = None
-    if "device" not in selected:  # the fingerprint still needs torch's facts
-        device_entry = worker.run("device", opts.check_timeout_s)
-    for i, name in enumerate(CHECK_NAMES):
-        if name not in selected:
-            checks.append(_skipped(name, opts))
-            continue
-        step = f"[{i + 1}/{len(CHECK_NAMES)}] {name}"
-        say(f"{step} ...")
-        entry = worker.run(name, opts.check_timeout_s)
-        say(
-            f"{step}: {entry['status']} ({entry['duration_s']:.1f} s)"
-            f"{': ' + entry['reason'] if entry['reason'] else ''}"
-        )
-        checks.append(entry)
-        if name == "device":
-            device_entry = entry
+    try:
+        if "device" not in selected:  # the fingerprint still needs torch's facts
+            device_entry = workers.run("device")
+            workers.device_done(device_entry)
+        for i, name in enumerate(CHECK_NAMES):
+            if name not in selected:
+                checks.append(_skipped(name, opts))
+                continue
+            step = f"[{i + 1}/{len(CHECK_NAMES)}] {name}"
+            say(f"{step} ...")
+            entry = workers.run(name)
+            say(
+                f"{step}: {entry['status']} ({entry['duration_s']:.1f} s)"
+                f"{': ' + entry['reason'] if entry['reason'] else ''}"
+            )
+            checks.append(entry)
+            if name == "device":
+                device_entry = entry
+                workers.device_done(entry)
+    finally:
+        if workers.beside is not None:
+            workers.beside.close()
     return checks, device_entry
 
 

@@ -949,6 +949,9 @@ def to_markdown(comp: Comparison) -> str:
     lines += ["", "## Fingerprint", ""]
     fp = fingerprint_lines(comp)
     lines += [f"- {line}" for line in fp] if fp else ["- all compared fields match"]
+    from envbuilder.report.guide import guide_markdown  # it imports this module
+
+    lines += ["", "## The guide's table", "", *guide_markdown(comp)]
     lines += ["", "## Metrics", "", f"Noise rule: {comp.noise_rule}", ""]
     lines.append("| " + " | ".join(TABLE_HEADER) + " |")
     lines.append("|" + "---|" * len(TABLE_HEADER))
@@ -981,6 +984,8 @@ def _cell_json(c: Cell) -> dict[str, Any]:
 
 def to_json(comp: Comparison) -> dict[str, Any]:
     """The comparison as a JSON-ready dict (no NaN: missing numbers are null)."""
+    from envbuilder.report.guide import guide_json  # it imports this module
+
     return {
         "schema_version": 1,
         "tool": "envbuilder-compare",
@@ -995,6 +1000,7 @@ def to_json(comp: Comparison) -> dict[str, Any]:
             {"field": d.field, "values": list(d.values), "unfair": d.unfair, "why": d.why}
             for d in comp.fingerprint_diffs
         ],
+        "guide": guide_json(comp),
         "metrics": [
             {
                 "check": row.check,

@@ -13,9 +13,10 @@ NODE.exit|.log.
 Outliers use the noise rule of envbuilder.report.comparison, with the node as the "other" report and
 the pooled samples of every other node as the baseline: a node is an outlier for a metric when its
 range over the repeats does not overlap the others' range and its median differs from theirs by
-more than the floor. Judged for every matmul metric and every single-node busbw size, when 3 or
-more nodes have the metric. With 2 nodes the rule can say that they differ, not which one is
-off (a note); with 1 sample per node (--repeat 1) the noise is unknown and no node is flagged.
+more than the floor. Judged for every matmul metric, every single-node busbw size, ResNet-50
+images/s and the kernel launch latency, when 3 or more nodes have the metric. With 2 nodes the
+rule can say that they differ, not which one is off (a note); with 1 sample per node
+(--repeat 1) the noise is unknown and no node is flagged.
 
 Rows: failed nodes first (failed checks, or no report: why), then outliers, then the rest.
 """
@@ -40,7 +41,12 @@ from envbuilder.report.comparison import Metric, MetricKey, Report
 TOOL = "envbuilder-fleet"
 FORMAT_VERSION = 1
 #: The metrics whose spread over the nodes is judged (check, metric name); None: every name.
-JUDGED: tuple[tuple[str, str | None], ...] = (("matmul", None), ("collectives", "busbw"))
+JUDGED: tuple[tuple[str, str | None], ...] = (
+    ("matmul", None),
+    ("collectives", "busbw"),
+    ("train", "images_per_s"),
+    ("latency", "launch_latency"),
+)
 #: The matmul dtype the table shows first (what training runs), when a report has it.
 MATMUL_DTYPES = ("bf16", "fp16", "fp32")
 TAIL_LINES = 4
@@ -720,7 +726,16 @@ def _read_fleet(job: JobFolder, given: JobInfo | None, noise_floor_pct: float) -
 
 # --------------------------------------------------------------------------- output
 
-TABLE_HEADER = ["node", "status", "matmul", "busbw (1 node)", "outlier", "problems"]
+TABLE_HEADER = [
+    "node",
+    "status",
+    "matmul",
+    "busbw (1 node)",
+    "ResNet-50",
+    "launch latency",
+    "outlier",
+    "problems",
+]
 CROSS_HEADER = ["size", "busbw all nodes", "busbw 1 node", "all / 1 node"]
 
 
@@ -741,6 +756,13 @@ def headline_busbw(metrics: Mapping[MetricKey, Metric]) -> Metric | None:
     """The single-node busbw at the largest size."""
     found = _busbw(metrics)
     return found[max(found, key=_size_key)] if found else None
+
+
+def headline(metrics: Mapping[MetricKey, Metric], check: str, name: str) -> Metric | None:
+    """The node's `check`/`name` metric (ResNet-50 images/s, the launch latency): the one at
+    the largest size where the level measured several."""
+    found = [m for k, m in metrics.items() if k[:2] == (check, name) and m.value is not None]
+    return max(found, key=lambda m: _size_key(m.size or "0")) if found else None
 
 
 def _metric_text(m: Metric | None) -> str:
@@ -764,6 +786,8 @@ def table_rows(fleet: Fleet) -> list[list[str]]:
             r.status,
             _metric_text(headline_matmul(r.metrics)),
             _metric_text(headline_busbw(r.metrics)),
+            _metric_text(headline(r.metrics, "train", "images_per_s")),
+            _metric_text(headline(r.metrics, "latency", "launch_latency")),
             "; ".join(_outlier_text(o) for o in r.outliers) or "-",
             "; ".join(r.problems) or "-",
         ]

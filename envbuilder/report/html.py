@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder.core.errors import CompareError
+from envbuilder.report import guide
 from envbuilder.report.comparison import (
     TABLE_HEADER,
     VERDICT_COLUMN,
@@ -260,6 +261,8 @@ def write_html(comp: Comparison, out_dir: Path) -> Path:
         rows=table_rows(comp),
         fingerprint=fingerprint_lines(comp),
         verdict_column=VERDICT_COLUMN,
+        guide_header=guide.guide_header(comp),
+        guide_rows=guide.guide_table(comp),
     )
     path = out_dir / "index.html"
     atomic_write_text(path, page)

@@ -210,6 +210,7 @@ class ValidateOptions:
     # validate an artifact that is not the lock's (its marker, label or sha256 names another),
     # which is refused otherwise (as `run` refuses it); the report says so (`other_lock`)
     allow_other_lock: bool = False
+    find_batch: bool = False  # the probe's --find-batch (its train check)
 
 
 @dataclass(frozen=True)
