@@ -303,16 +303,26 @@ def test_mi300x_locks_through_a_folder_mirror_of_whl_next(
 
 
 def test_a_family_name_from_the_default_index_is_still_refused(
-    project: Path, replica: ReplicaServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    project: Path,
+    replica: ReplicaServer,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """A folder mirror of whl-next that lacks gfx942's torch device wheel: the only one uv can
-    find is the default index's (a placeholder put there under AMD's name), so the lock is
-    refused, naming it, and nothing is written."""
+    """A folder mirror of whl-next that lacks rocm-bootstrap (a ROCm-family name AMD's torch
+    requires unversioned and envbuilder does not list): uv finds only the default index's
+    (the replica's hostile 99.0.0), so the lock is refused, naming it and where it came from,
+    and nothing is written. The copies of PyPI's files beside it change nothing here."""
     folder = tmp_path / "partial"
     folder.mkdir()
     for f in (replica.root / "amd-next" / "files").iterdir():
-        if not f.name.startswith("amd_torch_device_gfx942-"):
+        if not f.name.startswith("rocm_bootstrap-"):
             (folder / f.name).write_bytes(f.read_bytes())
     monkeypatch.setenv("ENVBUILDER_MIRROR_AMD_ROCM_NEXT", str(folder))
+    capsys.readouterr()
     assert main(["lock", "--spec", str(project), "--env", "mi300x", "--no-base-digest"]) == 1
-    assert not (project.parent / "lockfiles" / "pylock.mi300x-docker.toml").exists()
+    err = capsys.readouterr().err
+    assert "the lock is refused" in err, err
+    hostile = replica.file_url("pypi", "rocm_bootstrap-99.0.0-py3-none-any.whl")
+    assert f"rocm-bootstrap 99.0.0 ({hostile})" in err, err
+    assert not (project.parent / "lockfiles").exists()
