@@ -10,6 +10,10 @@ not need every name of AMD's metadata listed, and that cannot hold a placeholder
     not pin (a family wheel, a device wheel added after this release of envbuilder) is pinned to
     the same index and the env resolved again, so the lock records it by the index's canonical
     URL and a relock keeps it (uvrun.preferences_for_uv);
+  * a name outside the family that uv took from that index (AMD's byte-identical copies of
+    PyPI's files: filelock, sympy, ... TheRock's update_dependencies.py) is pinned to it the same
+    way, so the lock records it with the index and its canonical URL, also through a folder
+    mirror (`served_by_first_index`; docs/lock.md says why AMD's copy is allowed);
   * the provenance check (envbuilder.core.pipsdk.provenance_problems) then refuses the lock when any
     entry of the family comes from elsewhere or has a placeholder version, naming the package
     and where it came from.
