@@ -669,3 +669,22 @@ def test_malformed_wsl_data_is_reported(
     monkeypatch: pytest.MonkeyPatch, change: Any, message: str
 ) -> None:
     _broken(monkeypatch, "wsl.toml", change, message)
+
+
+def test_the_wsl_runtime_error_names_every_release_rocm_toml_gives_a_wsl_runtime() -> None:
+    """errors.toml's no-wsl-runtime-package names each release rocm.toml models with the legacy
+    WSL runtime (7.2.0 was missing), and cites the public report for 7.2.0's WSL use case
+    (ROCm/legacy-rocm-build#5903, where ROCm/ROCm's issues now live)."""
+    import tomllib
+    from pathlib import Path
+
+    data = Path(compat_mod.__file__).resolve().parents[1] / "data"
+    rocm = tomllib.loads((data / "rocm.toml").read_text(encoding="utf-8"))
+    errors = tomllib.loads((data / "errors.toml").read_text(encoding="utf-8"))
+    entry = next(e for e in errors["error"] if e["id"] == "no-wsl-runtime-package")
+    legacy = [r["version"] for r in rocm["release"] if r.get("wsl_stack") == "legacy"]
+    assert "7.2.0" in legacy
+    listed = entry["cause"].split("published for WSL (", 1)[1].split(";", 1)[0]
+    for version in legacy:
+        assert version in listed.replace(" and ", ", ").split(", "), version
+    assert "https://github.com/ROCm/legacy-rocm-build/issues/5903" in entry["sources"]

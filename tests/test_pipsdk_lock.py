@@ -11,6 +11,7 @@ pylocks. Offline: nothing leaves 127.0.0.1."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import tomllib
 from collections.abc import Iterator
@@ -259,3 +260,69 @@ def test_a_device_wheel_envbuilder_does_not_list_comes_from_amd(project: Path) -
     before = pylock_bytes(project)
     lock(project, "--upgrade-package", "filelock", env="next1100")
     assert pylock_bytes(project) == before
+
+
+# TheRock's update_dependencies.py PACKAGES_PER_PROJECT (tests/data/replica/SOURCES.md S23) as
+# torch's metadata here requires them: AMD's copies of PyPI's files on whl-next.
+MIRRORED_DEPS = {
+    "filelock",
+    "fsspec",
+    "jinja2",
+    "networkx",
+    "setuptools",
+    "sympy",
+    "typing-extensions",
+}
+
+
+def test_mi300x_locks_through_a_folder_mirror_of_whl_next(
+    project: Path, replica: ReplicaServer, catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """whl-next serves AMD's copies of torch's pure dependencies (TheRock's own mirroring made
+    the replica's); searched first, they come from AMD. Through a folder mirror of whl-next the
+    lock records them, like the family, by whl-next's canonical URL and `index`, with PyPI's
+    hashes (the copies are byte-identical): every package of this lock comes from AMD."""
+    folder = replica.root / "amd-next" / "files"  # a flat folder of every whl-next file
+    monkeypatch.setenv("ENVBUILDER_MIRROR_AMD_ROCM_NEXT", str(folder))
+    lock(project, env="mi300x")
+    pypi = {f.filename: f for f in catalog.files_of("pypi", 3)}
+    for target in ("docker", "native"):
+        pkgs = packages(pylock(project, target, "mi300x"))
+        assert_from(AMD_NEXT, pkgs)
+        from_amd = {n for n, p in pkgs.items() if p.get("index") == AMD_NEXT}
+        assert from_amd - {n for n in pkgs if ROCM_FAMILY.match(n)} == MIRRORED_DEPS, target
+        for name in MIRRORED_DEPS:
+            (url,) = files(pkgs[name])
+            filename = url.removeprefix(AMD_NEXT)
+            assert filename in pypi and "/" not in filename, url
+            sha = pkgs[name]["wheels"][0]["hashes"]["sha256"]
+            assert sha == hashlib.sha256(pypi[filename].data).hexdigest(), name
+        assert from_amd == set(pkgs), target
+        text = (project.parent / "lockfiles" / f"pylock.mi300x-{target}.toml").read_text()
+        assert str(folder) not in text and "file:" not in text
+
+
+def test_a_family_name_from_the_default_index_is_still_refused(
+    project: Path,
+    replica: ReplicaServer,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A folder mirror of whl-next that lacks rocm-bootstrap (a ROCm-family name AMD's torch
+    requires unversioned and envbuilder does not list): uv finds only the default index's
+    (the replica's hostile 99.0.0), so the lock is refused, naming it and where it came from,
+    and nothing is written. The copies of PyPI's files beside it change nothing here."""
+    folder = tmp_path / "partial"
+    folder.mkdir()
+    for f in (replica.root / "amd-next" / "files").iterdir():
+        if not f.name.startswith("rocm_bootstrap-"):
+            (folder / f.name).write_bytes(f.read_bytes())
+    monkeypatch.setenv("ENVBUILDER_MIRROR_AMD_ROCM_NEXT", str(folder))
+    capsys.readouterr()
+    assert main(["lock", "--spec", str(project), "--env", "mi300x", "--no-base-digest"]) == 1
+    err = capsys.readouterr().err
+    assert "the lock is refused" in err, err
+    hostile = replica.file_url("pypi", "rocm_bootstrap-99.0.0-py3-none-any.whl")
+    assert f"rocm-bootstrap 99.0.0 ({hostile})" in err, err
+    assert not (project.parent / "lockfiles").exists()

@@ -171,7 +171,8 @@ def test_windows_torch_offers_only_the_windows_targets(catalog: Catalog) -> None
 def test_amd_index_answers_403_for_a_project_it_does_not_hold(replica: ReplicaServer) -> None:
     for index, status in (("amd", 403), ("pytorch-rocm714", 403), ("pypi", 404)):
         with pytest.raises(urllib.error.HTTPError) as err:
-            urllib.request.urlopen(replica.url(index) + "numpy/", timeout=5)
+            # a project no index holds (numpy is on the replica's PyPI and whl-next)
+            urllib.request.urlopen(replica.url(index) + "no-such-project/", timeout=5)
         assert err.value.code == status
 
 

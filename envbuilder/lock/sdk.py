@@ -10,6 +10,10 @@ not need every name of AMD's metadata listed, and that cannot hold a placeholder
     not pin (a family wheel, a device wheel added after this release of envbuilder) is pinned to
     the same index and the env resolved again, so the lock records it by the index's canonical
     URL and a relock keeps it (uvrun.preferences_for_uv);
+  * a name outside the family that uv took from that index (AMD's byte-identical copies of
+    PyPI's files: filelock, sympy, ... TheRock's update_dependencies.py) is pinned to it the same
+    way, so the lock records it with the index and its canonical URL, also through a folder
+    mirror (`served_by_first_index`; docs/lock.md says why AMD's copy is allowed);
   * the provenance check (envbuilder.core.pipsdk.provenance_problems) then refuses the lock when any
     entry of the family comes from elsewhere or has a placeholder version, naming the package
     and where it came from.
@@ -23,14 +27,19 @@ from __future__ import annotations
 import dataclasses
 import tomllib
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urljoin, urlsplit
 
 from packaging.utils import canonicalize_name
 
 from envbuilder.core.compat import RocmRelease, load_compat
 from envbuilder.core.errors import LockError
 from envbuilder.core.pipsdk import provenance_problems
+from envbuilder.lock.indexes import IndexSource
+from envbuilder.lock.lockfile import url_filename
 from envbuilder.lock.uv import ResolveRequest, artifacts_of, postprocess, run_uv
+from envbuilder.lock.wheelcache import page_links
 
 #: Resolutions at most: the first, then one per round of newly found names (a name found in the
 #: second round would be a family wheel that only a newly pinned name requires).
@@ -49,6 +58,41 @@ def unpinned_family(raw: bytes, request: ResolveRequest) -> dict[str, str]:
             urls = [str(a.get("url") or a.get("path") or "") for a in artifacts_of(pkg)]
             found[name] = f"{name} {pkg.get('version')} ({', '.join(urls)})"
     return found
+
+
+def served_by_first_index(raw: bytes, request: ResolveRequest) -> dict[str, str]:
+    """Names of uv's pylock `raw` outside the ROCm family that `request` does not pin and whose
+    files uv took from its first index (AMD's mirror of PyPI's files: filelock, sympy, numpy,
+    ... TheRock's update_dependencies.py) -> where uv took them. Under uv's first-index
+    strategy a name that index serves comes from it only, so such a name is AMD's copy and is
+    pinned to AMD's index like the family, to be recorded by its canonical URL and `index`."""
+    if request.first_index is None:
+        return {}
+    src = request.index(request.first_index)
+    sdk = load_compat().pip_sdk
+    pinned = {name for name, _ in request.index_pins}
+    found: dict[str, str] = {}
+    for pkg in tomllib.loads(raw.decode("utf-8")).get("packages", []):
+        name = str(canonicalize_name(str(pkg["name"])))
+        if sdk.in_family(name) or name in pinned:
+            continue
+        urls = [str(a.get("url") or a.get("path") or "") for a in artifacts_of(pkg)]
+        if urls and all(_on_index(src, name, url) for url in urls):
+            found[name] = f"{name} {pkg.get('version')} ({', '.join(urls)})"
+    return found
+
+
+def _on_index(src: IndexSource, project: str, location: str) -> bool:
+    """Whether the file uv recorded at `location` is one that index `src` serves (as read on
+    this machine: a mirror folder's file, or a link of the project's page, by file name)."""
+    filename = url_filename(location)
+    folder = src.mirror_folder()
+    if folder is not None:
+        local = unquote(urlsplit(location).path) if location.startswith("file:") else location
+        return Path(local).parent.resolve() == folder.resolve() and (folder / filename).is_file()
+    page = src.location if src.flat else urljoin(src.location.rstrip("/") + "/", f"{project}/")
+    links = page_links(page) or []
+    return any(url_filename(link.partition("#")[0]) == filename for link in links)
 
 
 def pinned_too(request: ResolveRequest, names: Sequence[str]) -> ResolveRequest:
@@ -82,7 +126,7 @@ def resolve_sdk(
             if not found:
                 raise
             raise LockError(_unpinnable(where, request, found, exc)) from None
-        found = unpinned_family(raw, request)
+        found = unpinned_family(raw, request) | served_by_first_index(raw, request)
         if not found:
             break
         request = pinned_too(request, list(found))

@@ -362,21 +362,28 @@ def _mirror_candidates(src: IndexSource, f: LockedFile) -> Iterable[str]:
     yield from _simple_page_links(base, f)
 
 
-def _simple_page_links(index_url: str, f: LockedFile) -> Iterable[str]:
-    """The links the simple-index page `<index_url>/<project>/` gives for `f`: by its file name
-    (name, version, tags) or by a `#sha256=` fragment equal to its hash. None when the page
-    cannot be read."""
-    page = urljoin(index_url.rstrip("/") + "/", f"{f.name}/")
+def page_links(page: str) -> list[str] | None:
+    """The absolute http(s) links (fragments kept) of the HTML page `page` (a simple index's
+    project page, a flat listing); None when the page cannot be read (a 403 or 404 for a
+    project the index does not hold, an unreachable host)."""
     try:
         with open_url(page, timeout=60) as resp:
             parser = _Links()
             parser.feed(resp.read().decode("utf-8", "replace"))
     except (urllib.error.URLError, OSError, ValueError):
-        return
-    for href in parser.hrefs:
-        link, _, fragment = urljoin(page, href).partition("#")
-        if not link.startswith(("https://", "http://")):
-            continue  # a page must not point the cache at local files
+        return None
+    links = (urljoin(page, href) for href in parser.hrefs)
+    # a page must not point envbuilder at local files
+    return [link for link in links if link.startswith(("https://", "http://"))]
+
+
+def _simple_page_links(index_url: str, f: LockedFile) -> Iterable[str]:
+    """The links the simple-index page `<index_url>/<project>/` gives for `f`: by its file name
+    (name, version, tags) or by a `#sha256=` fragment equal to its hash. None when the page
+    cannot be read."""
+    page = urljoin(index_url.rstrip("/") + "/", f"{f.name}/")
+    for href in page_links(page) or []:
+        link, _, fragment = href.partition("#")
         if unquote(link.rsplit("/", 1)[-1]) == f.filename or fragment == f"sha256={f.sha256}":
             yield link
 

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packaging.utils import canonicalize_name
+from packaging.utils import canonicalize_name, parse_wheel_filename
 
+from replica.depmirror import mirrored_files
 from replica.distributions import (
     metadata_text,
     sdist_bytes,
@@ -205,8 +206,23 @@ def load_catalog(path: Path = DATA) -> Catalog:
         links.append(
             Link(link["index"], link["target_index"], tuple(names), bool(link.get("hashes", True)))
         )
+    for mirror in raw.get("mirror", []):
+        files += _mirrored(mirror, files)
     _check_unique(files)
     return Catalog(indexes, tuple(files), tuple(links), targets)
+
+
+def _mirrored(mirror: Mapping[str, Any], files: Sequence[StandinFile]) -> list[StandinFile]:
+    """The files TheRock's dependency mirroring copies from one index of the replica into
+    another in round `round` ([[mirror]] in the data; replica.depmirror runs TheRock's code)."""
+    round_ = int(mirror["round"])
+    source = {f.filename: f.data for f in files if f.index == mirror["from"] and f.round <= round_}
+    copied = mirrored_files(source, mirror["projects"], mirror.get("skip", ()))
+    out: list[StandinFile] = []
+    for filename, data in copied:
+        name, version, _, _ = parse_wheel_filename(filename)
+        out.append(StandinFile(str(mirror["index"]), name, str(version), filename, data, round_))
+    return out
 
 
 def _check_unique(files: Sequence[StandinFile]) -> None:
