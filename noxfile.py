@@ -6,6 +6,8 @@
                                  only those paths)
     nox -s render                re-render dockerfiles/, wsl/, windows/ (`-- --check` to only check)
     nox -s tests-floor           the lock tests with uv, packaging and pip at their declared floors
+    nox -s package               build the sdist and wheel, check their metadata, install the
+                                 wheel in a clean venv and run `envbuilder --version` and `check`
 
 Extra arguments after `--` are passed through (session.posargs).
 """
@@ -125,6 +127,44 @@ def lint(session: nox.Session) -> None:
 
 
 # --- sessions added by feature owners below (keep one docstring line each) ---
+
+
+# --- the distribution (issue 34; docs/install.md) ---
+
+
+def _session_python(session: nox.Session) -> str:
+    """The session venv's interpreter (the clean venv is made from the same Python)."""
+    import pathlib
+
+    return str(pathlib.Path(session.bin) / "python")
+
+
+@nox.session(python=PYTHON)
+def package(session: nox.Session) -> None:
+    """Build the sdist and wheel, twine-check them, run the wheel from a clean venv."""
+    import pathlib
+    import shutil
+
+    # uv builds (PEP 517, isolated) and makes the clean venv: seconds where pip takes a minute.
+    session.install("twine", "uv")
+    tmp = pathlib.Path(session.create_tmp()).resolve()  # absolute: the checks run from there
+    dist, clean = tmp / "dist", tmp / "clean"
+    shutil.rmtree(dist, ignore_errors=True)  # a stale wheel must not be the one installed
+    session.run("uv", "build", "--quiet", "--out-dir", str(dist), ".")
+    built = sorted([*dist.glob("*.whl"), *dist.glob("*.tar.gz")])
+    session.run("twine", "check", "--strict", *map(str, built))
+    wheel = next(dist.glob("*.whl"))
+    session.run(
+        "uv", "venv", "--quiet", "--clear", "--python", _session_python(session), str(clean)
+    )
+    python = str(clean / "bin" / "python")
+    session.run("uv", "pip", "install", "--quiet", "--python", python, str(wheel))
+    # From outside the checkout, so the installed package (not ./envbuilder) answers.
+    exe = str(clean / "bin" / "envbuilder")
+    spec = str(pathlib.Path("environments.toml").resolve())
+    with session.chdir(tmp):
+        session.run(exe, "--version", external=True)
+        session.run(exe, "check", "--spec", spec, external=True)
 
 
 # --- venv targets (issue 7; docs/venv.md) ---

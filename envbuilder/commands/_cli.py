@@ -34,7 +34,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from envbuilder import __version__
+from envbuilder import DISTRIBUTION, __version__
 from envbuilder.commands._options import refuse_empty_values
 from envbuilder.core import interrupts
 from envbuilder.core.errors import EnvbuilderError
@@ -110,7 +110,10 @@ def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
         epilog="Exit codes: 0 ok, 1 findings or failure, 2 usage error, 130 interrupted "
         "(Ctrl-C), 143 terminated (SIGTERM). --json: one JSON object on stdout.",
     )
-    parser.add_argument("-V", "--version", action="version", version=f"envbuilder {__version__}")
+    # The distribution in the line: `envbuilder` is also the name of unrelated tools.
+    parser.add_argument(
+        "-V", "--version", action="version", version=f"envbuilder {__version__} ({DISTRIBUTION})"
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
     parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
