@@ -14,7 +14,7 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from conftest import in_ci, service_missing
@@ -75,7 +75,7 @@ def test_rocm_run_args_are_validates_flags_with_the_hosts_gids_from_the_environm
     ]
 
 
-def _doc(accelerator: str) -> dict[str, Any]:
+def _doc(accelerator: Literal["rocm", "cuda", "cpu"]) -> dict[str, Any]:
     root = Path(__file__).resolve().parents[1]
     spec = load_spec(root / "environments.toml")
     cpu_lock = lockfile.load_env_lock(Project.from_spec(root / "environments.toml"), ENV)
