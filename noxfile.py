@@ -6,14 +6,22 @@
                                  only those paths)
     nox -s render                re-render dockerfiles/, wsl/, windows/ (`-- --check` to only check)
     nox -s tests-floor           the lock tests with uv, packaging and pip at their declared floors
+    nox -s package               build the sdist and wheel, check their metadata, install the
+                                 wheel in a clean venv and run `envbuilder --version` and `check`
 
 Extra arguments after `--` are passed through (session.posargs).
+
+The sessions' Python: $ENVBUILDER_NOX_PYTHON when set (a version or a path), else python3.11
+from PATH, else uv's 3.11 (fetched once where uv is installed), else a hint: session_python.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import nox
@@ -24,7 +32,66 @@ nox.options.reuse_existing_virtualenvs = True
 # first command would "succeed" having built nothing).
 nox.options.error_on_missing_interpreters = True
 
-PYTHON = "3.11"
+#: The Python the sessions prefer: Debian bookworm's, which the CPU image and CI's torch wheel
+#: (cp311, in CI's find-links folder) share. envbuilder itself runs on 3.11 and newer.
+PREFERRED_PYTHON = "3.11"
+
+#: A user's choice of the sessions' Python: a version ("3.12") or an interpreter's path.
+PYTHON_VARIABLE = "ENVBUILDER_NOX_PYTHON"
+
+
+def session_python(
+    environ: Mapping[str, str],
+    which: Callable[[str], str | None] = shutil.which,
+    run: Callable[[list[str]], str | None] | None = None,
+) -> str:
+    """The Python the sessions run on: $ENVBUILDER_NOX_PYTHON; else python3.11 from PATH; else,
+    where uv is installed, uv's 3.11 (`uv python find`, then `uv python install`, which downloads
+    a standalone CPython once into uv's cache); else "3.11", after a hint on stderr (nox then
+    fails the session: error_on_missing_interpreters)."""
+    if chosen := environ.get(PYTHON_VARIABLE, "").strip():
+        return chosen
+    if which(f"python{PREFERRED_PYTHON}"):
+        return PREFERRED_PYTHON
+    uv = which("uv")
+    if uv is not None:
+        run = run or _output
+        found = run([uv, "python", "find", PREFERRED_PYTHON])
+        if found is None:
+            sys.stderr.write(f"nox: python{PREFERRED_PYTHON} not found; uv fetches it (once)\n")
+            run([uv, "python", "install", PREFERRED_PYTHON])
+            found = run([uv, "python", "find", PREFERRED_PYTHON])
+        if found:
+            return found
+    sys.stderr.write(python_hint(uv is not None))
+    return PREFERRED_PYTHON
+
+
+def python_hint(has_uv: bool) -> str:
+    """What to do when no preferred Python can be had (said before nox fails)."""
+    fetch = (
+        f"uv could not fetch it (offline? `uv python install {PREFERRED_PYTHON}` says why)"
+        if has_uv
+        else "install uv (https://docs.astral.sh/uv/) and the sessions fetch it themselves"
+    )
+    return (
+        f"nox: no python{PREFERRED_PYTHON} on PATH and {fetch}. Or install Python "
+        f"{PREFERRED_PYTHON}, or run the sessions on another Python envbuilder supports (3.11 "
+        f"or newer): {PYTHON_VARIABLE}=3.12 nox -s ... (the tests then fetch torch for it)\n"
+    )
+
+
+def _output(argv: list[str]) -> str | None:
+    """The first line `argv` prints, None when it fails or prints nothing."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = done.stdout.strip().splitlines()
+    return lines[0] if done.returncode == 0 and lines else None
+
+
+PYTHON = session_python(os.environ)
 # The CPU torch wheel the test suite imports; pip takes it from the machine's find-links folder
 # when present (see docs/lock.md), otherwise from the default index.
 TORCH = "torch==2.13.0"
@@ -125,6 +192,44 @@ def lint(session: nox.Session) -> None:
 
 
 # --- sessions added by feature owners below (keep one docstring line each) ---
+
+
+# --- the distribution (issue 34; docs/install.md) ---
+
+
+def _session_python(session: nox.Session) -> str:
+    """The session venv's interpreter (the clean venv is made from the same Python)."""
+    import pathlib
+
+    return str(pathlib.Path(session.bin) / "python")
+
+
+@nox.session(python=PYTHON)
+def package(session: nox.Session) -> None:
+    """Build the sdist and wheel, twine-check them, run the wheel from a clean venv."""
+    import pathlib
+    import shutil
+
+    # uv builds (PEP 517, isolated) and makes the clean venv: seconds where pip takes a minute.
+    session.install("twine", "uv")
+    tmp = pathlib.Path(session.create_tmp()).resolve()  # absolute: the checks run from there
+    dist, clean = tmp / "dist", tmp / "clean"
+    shutil.rmtree(dist, ignore_errors=True)  # a stale wheel must not be the one installed
+    session.run("uv", "build", "--quiet", "--out-dir", str(dist), ".")
+    built = sorted([*dist.glob("*.whl"), *dist.glob("*.tar.gz")])
+    session.run("twine", "check", "--strict", *map(str, built))
+    wheel = next(dist.glob("*.whl"))
+    session.run(
+        "uv", "venv", "--quiet", "--clear", "--python", _session_python(session), str(clean)
+    )
+    python = str(clean / "bin" / "python")
+    session.run("uv", "pip", "install", "--quiet", "--python", python, str(wheel))
+    # From outside the checkout, so the installed package (not ./envbuilder) answers.
+    exe = str(clean / "bin" / "envbuilder")
+    spec = str(pathlib.Path("environments.toml").resolve())
+    with session.chdir(tmp):
+        session.run(exe, "--version", external=True)
+        session.run(exe, "check", "--spec", spec, external=True)
 
 
 # --- venv targets (issue 7; docs/venv.md) ---

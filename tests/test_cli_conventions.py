@@ -28,7 +28,7 @@ def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_version(tmp_path: Path, flag: str) -> None:
     result = _cli(tmp_path, flag)
     assert result.returncode == 0
-    assert result.stdout.strip() == f"envbuilder {__version__}"
+    assert result.stdout.strip() == f"envbuilder {__version__} (dl-envbuilder)"
 
 
 def test_find_spec_walks_up_to_the_nearest(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""matplotlib is the optional extra `envbuilder[html]`: `compare --html` without it fails clearly
+"""matplotlib is the optional extra `dl-envbuilder[html]`: `compare --html` without it fails clearly
 with nothing written, and `compare` without --html never imports it.
 
 Real processes: a Python whose `import matplotlib` fails (a folder first on PYTHONPATH holding a
@@ -17,7 +17,7 @@ import pytest
 
 DATA = Path(__file__).parent / "data" / "compare"
 REPORTS = (str(DATA / "cpu.docker.json"), str(DATA / "cpu.native.json"))
-INSTALL_HINT = "pip install 'envbuilder[html]'"
+INSTALL_HINT = "pip install 'dl-envbuilder[html]'"
 
 # Runs the real CLI, then writes which matplotlib modules the process imported to argv[1].
 CLI_THEN_LIST_MATPLOTLIB = """\

@@ -5,14 +5,16 @@ installs) against the real engine: `devcontainer up` of the shipped cpu env's im
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from conftest import in_ci, service_missing
@@ -62,22 +64,68 @@ def test_a_pushed_image_is_named_by_its_digest(tmp_path: Path) -> None:
 
 def test_rocm_run_args_are_validates_flags_with_the_hosts_gids_from_the_environment() -> None:
     args = run_args("native-rocm")
-    flags = runflags.cli_arguments(runflags.host_run_flags("native-rocm", lambda name: None))
-    assert args[: len(flags)] == flags  # devices, seccomp, ipc, shm: what run/validate pass
+    flags = runflags.host_run_flags("native-rocm", lambda name: None)
+    own = dataclasses.replace(flags, security_opt=(), cap_add=(), gpu_request=False)
+    assert args[: len(runflags.cli_arguments(own))] == runflags.cli_arguments(own)
     assert "--device=/dev/kfd" in args and "--device=/dev/dri" in args
-    assert args[len(flags) :] == [
+    assert not [a for a in args if a.startswith(("--cap-add", "--security-opt", "--gpus"))]
+    assert args[len(runflags.cli_arguments(own)) :] == [
         "--group-add=${localEnv:ENVBUILDER_GID_VIDEO:video}",
         "--group-add=${localEnv:ENVBUILDER_GID_RENDER:render}",
     ]
 
 
-def test_a_rocm_env_gets_the_rocm_host_flags() -> None:
+def _doc(accelerator: Literal["rocm", "cuda", "cpu"]) -> dict[str, Any]:
     root = Path(__file__).resolve().parents[1]
     spec = load_spec(root / "environments.toml")
     cpu_lock = lockfile.load_env_lock(Project.from_spec(root / "environments.toml"), ENV)
     assert cpu_lock is not None
-    doc = document(spec.env("rocm714"), cpu_lock)  # the lock only names the image here
+    env = spec.env("rocm714") if accelerator == "rocm" else spec.env(ENV)
+    # the lock only names the image here
+    return document(dataclasses.replace(env, accelerator=accelerator), cpu_lock)
+
+
+def test_a_rocm_env_gets_the_rocm_host_flags_in_the_specs_properties() -> None:
+    doc = _doc("rocm")
+    flags = runflags.host_run_flags("native-rocm", lambda name: None)
     assert doc["runArgs"] == run_args("native-rocm")
+    assert doc["capAdd"] == list(flags.cap_add) and doc["securityOpt"] == list(flags.security_opt)
+    assert doc["hostRequirements"] == {"gpu": True}  # the device flags need /dev/kfd
+
+
+def test_a_cuda_env_asks_for_an_optional_gpu() -> None:
+    doc = _doc("cuda")
+    assert doc["hostRequirements"] == {"gpu": "optional"}
+    assert "--gpus=all" not in doc["runArgs"]  # the CLI adds it where the host has a GPU
+
+
+def test_a_cpu_env_has_no_gpu_requirement_nor_gid_check() -> None:
+    doc = _doc("cpu")
+    assert "hostRequirements" not in doc and "initializeCommand" not in doc
+
+
+def _initialize(command: str, environ: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """The initializeCommand as the Dev Containers tooling runs it: ${localEnv:NAME}
+    substituted with the host's variable ("" when unset), then run by sh on the host."""
+    text = re.sub(r"\$\{localEnv:(\w+)\}", lambda m: environ.get(m.group(1), ""), command)
+    return subprocess.run(
+        ["sh", "-c", text], capture_output=True, text=True, timeout=30, check=False
+    )
+
+
+@pytest.mark.parametrize(
+    ("environ", "ok"),
+    [
+        ({"ENVBUILDER_GID_VIDEO": "44", "ENVBUILDER_GID_RENDER": "992"}, True),
+        ({"ENVBUILDER_GID_VIDEO": "44"}, False),
+        ({}, False),
+    ],
+)
+def test_the_initialize_command_stops_on_an_unset_gid(environ: dict[str, str], ok: bool) -> None:
+    done = _initialize(_doc("rocm")["initializeCommand"], environ)
+    assert (done.returncode == 0) is ok, done.stderr
+    if not ok:
+        assert "export ENVBUILDER_GID_RENDER=$(getent group render | cut -d: -f3)" in done.stderr
 
 
 # --- the real CLI against the real engine --------------------------------------------------------

@@ -54,7 +54,8 @@ def test_rx7900xtx_on_windows(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert env["targets"] == ["wsl2", "windows"]
     assert env["wsl2"]["ubuntu"] == "24.04"
     text = (tmp_path / "environments.toml").read_text(encoding="utf-8")
-    assert "rocm-2026.md" in text  # the comments cite the data's sources
+    # The comments cite the data's public sources (issue 34: not the notes users cannot open)
+    assert "ROCm/rocm-install-on-linux" in text and "rocm-2026.md" not in text
 
 
 def test_gfx942_linux(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

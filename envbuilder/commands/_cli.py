@@ -34,16 +34,18 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from envbuilder import __version__
+from envbuilder import DISTRIBUTION, __version__
 from envbuilder.commands._options import refuse_empty_values
 from envbuilder.core import interrupts
 from envbuilder.core.errors import EnvbuilderError
 from envbuilder.core.fsutil import lock_waits_told_to
 from envbuilder.core.project import SPEC_NAME, find_spec
 from envbuilder.core.redact import redact
-from envbuilder.core.ui import UI
+from envbuilder.core.ui import COLOR_CHOICES, UI
 
 if TYPE_CHECKING:
+    from typing import NoReturn
+
     from envbuilder.core.journal import Scope
     from envbuilder.core.project import Project
 
@@ -75,8 +77,46 @@ COMMANDS: dict[str, str] = {
 #: The order of `envbuilder --help` (kept for callers of the earlier API).
 ORDER = list(COMMANDS)
 
+COLOR_HELP = (
+    "colour warnings, errors and tables: auto (a terminal; NO_COLOR turns it off, FORCE_COLOR "
+    "on), always, never (also after the command's name)"
+)
 QUIET_HELP = "no progress or status lines on stderr (also after the command's name)"
 VERBOSE_HELP = "say more on stderr: which spec file was used (also after the command's name)"
+
+
+class CommandLineError(SystemExit):
+    """A command line that does not parse: exit 2, as argparse's own error exits, with the
+    message kept for the JSON error object of a --json run."""
+
+    def __init__(self, prog: str, message: str) -> None:
+        super().__init__(2)
+        self.message = f"{prog}: {message}"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser (and its subcommands'), whose usage error raises CommandLineError
+    after printing what argparse prints (the usage and `PROG: error: MESSAGE` on stderr)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise CommandLineError(self.prog, message)
+
+
+def json_asked(words: Sequence[str]) -> bool:
+    """Whether a command line that did not parse asked for JSON: a `--json` before any `--`
+    (compare and probe, whose --json takes a file: `--json -`)."""
+    command = requested_command(words)
+    for i, word in enumerate(words):
+        if word == "--":
+            break
+        if word == "--json=-":
+            return True
+        if word == "--json":
+            follows = words[i + 1] if i + 1 < len(words) else None
+            return follows == "-" or command not in ("compare", "probe")
+    return False
 
 
 def command_module(name: str) -> ModuleType:
@@ -100,7 +140,7 @@ def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
     """The parser: every command listed with its HELP; the arguments and description of the
     commands in `load` (default: all, which imports every command module)."""
     loaded = set(COMMANDS if load is None else load)
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="envbuilder",
         description=(
             "Reproducible, validated deep-learning environments for AMD GPUs. One spec "
@@ -110,8 +150,12 @@ def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
         epilog="Exit codes: 0 ok, 1 findings or failure, 2 usage error, 130 interrupted "
         "(Ctrl-C), 143 terminated (SIGTERM). --json: one JSON object on stdout.",
     )
-    parser.add_argument("-V", "--version", action="version", version=f"envbuilder {__version__}")
+    # The distribution in the line: `envbuilder` is also the name of unrelated tools.
+    parser.add_argument(
+        "-V", "--version", action="version", version=f"envbuilder {__version__} ({DISTRIBUTION})"
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
+    parser.add_argument("--color", choices=COLOR_CHOICES, default="auto", help=COLOR_HELP)
     parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, help_line in COMMANDS.items():
@@ -128,6 +172,7 @@ def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
         p.add_argument(
             "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP
         )
+        p.add_argument("--color", choices=COLOR_CHOICES, default=argparse.SUPPRESS, help=COLOR_HELP)
         if name in loaded:
             _load_command(p, name)
     return parser
@@ -142,9 +187,15 @@ def _load_command(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def requested_command(argv: Sequence[str]) -> str | None:
-    """The command `argv` names: its first word that is not an option (the options before the
-    command, -q, -h and --version, take no value)."""
-    return next((word for word in argv if not word.startswith("-")), None)
+    """The command `argv` names: its first word that is not an option or --color's value (the
+    other options before the command, -q, -v, -h and --version, take no value)."""
+    words = iter(argv)
+    for word in words:
+        if word == "--color":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
 
 
 def wants_json(args: argparse.Namespace | None) -> bool:
@@ -166,11 +217,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     restore = interrupts.install()
     args: argparse.Namespace | None = None
     ui: UI | None = None
+    words = list(sys.argv[1:] if argv is None else argv)
     try:
-        words = list(sys.argv[1:] if argv is None else argv)
-        command = requested_command(words)
-        args = build_parser([command] if command in COMMANDS else []).parse_args(words)
-        ui = UI(quiet=args.quiet, json=wants_json(args), verbose=args.verbose)
+        args = _parse(words)
+        ui = UI(quiet=args.quiet, json=wants_json(args), verbose=args.verbose, color=args.color)
         _find_spec(args, ui)
         with lock_waits_told_to(ui.warn):  # said even with --quiet: a wait is not progress
             _finish_interrupted_writes(args, ui)
@@ -188,6 +238,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     finally:
         restore()
+
+
+def _parse(words: list[str]) -> argparse.Namespace:
+    """The parsed command line. One that does not parse exits 2 as argparse's does; under
+    --json it also gives the error object on stdout (docs/cli.md)."""
+    command = requested_command(words)
+    try:
+        return build_parser([command] if command in COMMANDS else []).parse_args(words)
+    except CommandLineError as exc:
+        if json_asked(words):
+            error = {"kind": "UsageError", "message": redact(exc.message), "exit_code": 2}
+            known = command if command in COMMANDS else None
+            UI(json=True).json({"command": known, "ok": False, "error": error})
+        raise
 
 
 def _json_error(

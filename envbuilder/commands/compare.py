@@ -55,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=path_value,
         metavar="DIR",
         help="also write DIR/index.html with PNG charts (opens offline; needs "
-        "matplotlib: pip install 'envbuilder[html]')",
+        "matplotlib: pip install 'dl-envbuilder[html]')",
     )
     parser.add_argument(
         "--noise-floor",

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from envbuilder.commands._options import add_json_argument, path_value
 from envbuilder.core.errors import EnvbuilderError, UsageError
 from envbuilder.core.fsutil import default_mode, temp_dir, write_error
-from envbuilder.core.project import SPEC_NAME
+from envbuilder.core.project import SPEC_NAME, find_spec
 from envbuilder.core.ui import UI
 from envbuilder.spec.load import check_spec
 from envbuilder.spec.starter import OSES, HostOS, Request, choose
@@ -35,7 +35,8 @@ marks unverified is passed over), so the file passes `envbuilder check` with 0 w
 Targets: linux -> docker, native; wsl2 -> wsl2, docker (Docker inside WSL with /dev/dxg);
 windows -> wsl2, windows. A target the data has no accepted combination for is left out (the
 comment says so). Never overwrites: an existing file is refused (exit 1) and nothing written.
-Prints the path written and the env's name on stdout.
+Prints the path written and the env's name on stdout. Warns when a folder above holds an
+environments.toml that the new file now hides from commands run below it.
 """
 
 
@@ -68,6 +69,12 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     request = _request(args, dest)
     starter = choose(request, _findings)
     _write_new(dest, starter.text.encode("utf-8"))
+    shadowed = shadowed_spec(dest)
+    if shadowed is not None:
+        ui.warn(
+            f"{shadowed} is in a folder above; commands run in {dest.absolute().parent} or "
+            f"below now find {dest} instead (pass --spec {shadowed} there to use the other)"
+        )
     cand = starter.candidate
     ui.info(
         f"{dest}: env {cand.env}"
@@ -86,9 +93,19 @@ def run(args: argparse.Namespace, ui: UI) -> int:
                 "torch": cand.torch,
                 "python": cand.python,
                 "targets": list(cand.targets),
+                "shadows": str(shadowed) if shadowed is not None else None,
             }
         )
     return 0
+
+
+def shadowed_spec(dest: Path) -> Path | None:
+    """The spec the commands found from `dest`'s folder before `dest` was there: the nearest
+    one in a folder above it (None when there is none), which `dest` now hides from them."""
+    folder = dest.absolute().parent
+    if dest.name != SPEC_NAME or folder.parent == folder:
+        return None  # another file name is only ever used through --spec: it hides nothing
+    return find_spec(folder.parent)
 
 
 def _request(args: argparse.Namespace, dest: Path) -> Request:

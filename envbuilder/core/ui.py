@@ -20,7 +20,7 @@ import contextlib
 import json as jsonlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TextIO
 
 from envbuilder.core.progress import ProgressFn
@@ -48,11 +48,32 @@ def is_terminal(stream: TextIO) -> bool:
     return tty and os.environ.get("TERM", "") not in ("dumb", "unknown")
 
 
+#: `--color`'s values: `auto` colours a terminal unless NO_COLOR says not to (or off one where
+#: FORCE_COLOR says to); `always` and `never` override both variables, as no-color.org asks of
+#: a command-line flag.
+COLOR_CHOICES = ("auto", "always", "never")
+
+
+def color_wanted(choice: str, stream: TextIO, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether text written to `stream` is coloured. `auto`: off when NO_COLOR is set to
+    anything but "" (no-color.org), else on when FORCE_COLOR is (force-color.org; NO_COLOR wins
+    when both are: it is the reader's opt-out), else on a terminal."""
+    if choice != "auto":
+        return choice == "always"
+    env = os.environ if environ is None else environ
+    if env.get("NO_COLOR", ""):
+        return False
+    return bool(env.get("FORCE_COLOR", "")) or is_terminal(stream)
+
+
 class UI:
     """The only place commands print. Library code returns values or calls a progress callback."""
 
-    def __init__(self, quiet: bool = False, json: bool = False, verbose: bool = False) -> None:
+    def __init__(
+        self, quiet: bool = False, json: bool = False, verbose: bool = False, color: str = "auto"
+    ) -> None:
         self.quiet = quiet
+        self.color = color
         self.verbose = verbose
         self.json_mode = json
         self.json_written = False
@@ -68,14 +89,14 @@ class UI:
     def out(self) -> Console:
         """A rich console on stdout (for tables)."""
         if self._out is None:
-            self._out = _console(self.stdout)
+            self._out = _console(self.stdout, color_wanted(self.color, self.stdout))
         return self._out
 
     @property
     def err(self) -> Console:
         """A rich console on stderr (for colour, tables in --json mode and progress bars)."""
         if self._err is None:
-            self._err = _console(self.stderr)
+            self._err = _console(self.stderr, color_wanted(self.color, self.stderr))
         return self._err
 
     # --- lines -------------------------------------------------------------------------------
@@ -128,7 +149,7 @@ class UI:
         """A line on stderr: through rich while a progress display owns the terminal (it prints
         the line above the bars) or to colour it; plain otherwise."""
         text = redact(text)  # no message prints a password a URL carries
-        if self._live or (style is not None and is_terminal(self.stderr)):
+        if self._live or (style is not None and color_wanted(self.color, self.stderr)):
             self.err.print(text, markup=False, highlight=False, emoji=False, style=style)
         else:
             self._write(self.stderr, text)
@@ -183,10 +204,20 @@ class UI:
                 self._live -= 1
 
 
-def _console(stream: TextIO) -> Console:
+def _console(stream: TextIO, color: bool) -> Console:
+    """A rich console on `stream`, coloured or not as `color_wanted` decided (rich's own reading
+    of NO_COLOR and FORCE_COLOR is overridden: `--color` may contradict them)."""
     from rich.console import Console
 
-    return Console(file=stream, highlight=False, soft_wrap=True)
+    return Console(
+        file=stream,
+        highlight=False,
+        soft_wrap=True,
+        # forced only off a terminal: on one, rich's own detection also drives the bars
+        force_terminal=True if color and not is_terminal(stream) else None,
+        no_color=not color,
+        color_system="auto" if color else None,
+    )
 
 
 def _ignore(what: str, done: int, total: int | None) -> None:

@@ -24,7 +24,7 @@ better); `loss_pct` = (1 - relative) x 100 (negative means a gain).
 Library code only: `load_report`, `compare_reports`, `to_json`, `to_markdown` return values;
 printing and writing are the command's job. The HTML page and its charts are in
 `envbuilder.report.html`, which imports this module (never the other way round) and needs
-matplotlib, the optional extra `envbuilder[html]`.
+matplotlib, the optional extra `dl-envbuilder[html]`.
 """
 
 from __future__ import annotations

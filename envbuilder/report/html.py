@@ -1,7 +1,7 @@
 """The `compare --html` page: one PNG chart per check and `index.html` holding every table.
 
 Split from `envbuilder.report.comparison` (which parses, matches and judges; this module only draws
-what it computed) so that matplotlib is an optional extra: `pip install 'envbuilder[html]'`.
+what it computed) so that matplotlib is an optional extra: `pip install 'dl-envbuilder[html]'`.
 matplotlib is imported inside the functions that draw, never at import time, so importing this
 module, and `envbuilder compare` without --html, work without it; `require_matplotlib` turns
 its absence into a `CompareError` that says what to install, before anything is written.
@@ -31,7 +31,7 @@ from envbuilder.report.comparison import (
 )
 
 #: What to run when matplotlib is missing (pyproject.toml's optional dependency `html`).
-INSTALL_HINT = "pip install 'envbuilder[html]'"
+INSTALL_HINT = "pip install 'dl-envbuilder[html]'"
 
 
 def require_matplotlib() -> None:

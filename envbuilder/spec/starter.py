@@ -27,6 +27,7 @@ from packaging.version import Version
 from envbuilder.core.compat import Compat, Gpu, RocmRelease, TorchIndexEntry, load_compat
 from envbuilder.core.errors import EnvbuilderError, UsageError
 from envbuilder.core.quoting import comment_text
+from envbuilder.spec.citations import public_citation
 
 HostOS = Literal["linux", "wsl2", "windows"]
 OSES: tuple[HostOS, ...] = ("linux", "wsl2", "windows")
@@ -257,7 +258,7 @@ def spec_text(cand: Candidate) -> str:
         "# then `envbuilder lock`, `envbuilder render`, `envbuilder build`. Keys: docs/spec.md.",
         "",
         f"[indexes.{_index_name(cand.row)}]",
-        *_comment(f"torch {cand.torch} wheels: {cand.row.source}"),
+        *_comment(f"torch {cand.torch} wheels: {public_citation(cand.row.source)}"),
         f"url = {_s(cand.row.url)}",
         "",
         "[defaults.env]",
@@ -325,10 +326,10 @@ def _env_lines(cand: Candidate) -> list[str]:
         'accelerator = "rocm"',
         *_comment(
             f"ROCm {cand.release.version}: the newest release the data pairs with "
-            f"{cand.gpu.gfx} for these targets: {cand.release.source}"
+            f"{cand.gpu.gfx} for these targets: {public_citation(cand.release.source)}"
         ),
         f"rocm = {_s(cand.release.version)}",
-        *_comment(f"{cand.gpu.gfx}: {cand.gpu.source}"),
+        *_comment(f"{cand.gpu.gfx}: {public_citation(cand.gpu.source)}"),
         f"gpu = {_s(cand.gpu_name or cand.gpu.gfx)}",
         *_comment(
             f"Python {cand.python}: the newest with wheels on that index "
