@@ -28,6 +28,7 @@ SBOM is a separate file whose sha256 changes with the lock, like the report.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -70,7 +71,7 @@ def python_component(f: LockedFile) -> Component:
         type=ComponentType.LIBRARY,
         name=f.name,
         version=f.version,
-        purl=PackageURL(type="pypi", name=f.name, version=f.version),
+        purl=pypi_purl(f),
         bom_ref=f"pypi:{f.name}@{f.version}",
         hashes=[_sha256(f.sha256)],
         external_references=[
@@ -83,23 +84,113 @@ def python_component(f: LockedFile) -> Component:
     )
 
 
-def _distro(base_image: str | None) -> str:
-    """The purl namespace of the base image's apt packages (debian, ubuntu)."""
-    name = (base_image or "").split("@")[0].split(":")[0].rsplit("/", 1)[-1]
-    return "ubuntu" if "ubuntu" in name else "debian"
+#: Debian's release codenames -> their numbers, for the `distro` qualifier (`debian-12`).
+DEBIAN_RELEASES = {
+    "buster": "10",
+    "bullseye": "11",
+    "bookworm": "12",
+    "trixie": "13",
+    "forky": "14",
+}
+#: uv's platform machine -> dpkg's architecture name.
+DPKG_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "ppc64le": "ppc64el", "s390x": "s390x"}
+#: The registry that short image names ("debian", "rocm/dev-ubuntu-24.04") are pulled from,
+#: as the engine resolves them; its official images live under `library/`.
+DEFAULT_REGISTRY = "docker.io"
+
+
+def pypi_purl(f: LockedFile) -> PackageURL:
+    """`pkg:pypi/NAME@VERSION`, with `repository_url` = the package's index when the pylock
+    names one (PEP 751 `packages.index`: envbuilder writes it for the packages of a named
+    index, e.g. torch's; a package of the default index has none, and the purl type's default
+    repository applies)."""
+    qualifiers = {"repository_url": f.index.rstrip("/")} if f.index else None
+    return PackageURL(type="pypi", name=f.name, version=f.version, qualifiers=qualifiers)
+
+
+def image_parts(base_image: str) -> tuple[str, str, str | None, str | None]:
+    """(registry, repository path, tag, digest) of an image reference, the registry and the
+    path as the engine resolves a short name ("debian:bookworm-slim@sha256:..." ->
+    ("docker.io", "library/debian", "bookworm-slim", "sha256:...")."""
+    ref, _, digest = base_image.partition("@")
+    first, _, rest = ref.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        registry, path = first, rest
+    else:
+        registry, path = DEFAULT_REGISTRY, ref
+    path, _, tag = path.partition(":")
+    if registry == DEFAULT_REGISTRY and "/" not in path:
+        path = f"library/{path}"
+    return registry, path, tag or None, digest or None
+
+
+def _distro(base_image: str | None) -> tuple[str, str | None]:
+    """(purl namespace, `distro` qualifier) of the base image's apt packages: ("debian",
+    "debian-12") for debian:bookworm-slim, ("ubuntu", "ubuntu-24.04") for ubuntu:24.04 or an
+    image named after the release (rocm/dev-ubuntu-24.04). The qualifier is None when the
+    reference does not tell the release; a codename without a known number stays a codename
+    (the purl spec's `distro` is "the distribution name, codename, or suite")."""
+    if not base_image:
+        return "debian", None
+    _, path, tag, _ = image_parts(base_image)
+    name = path.rsplit("/", 1)[-1]
+    vendor = "ubuntu" if "ubuntu" in name else "debian"
+    numbered = re.search(r"ubuntu-(\d+\.\d+)", name) if vendor == "ubuntu" else None
+    if numbered:
+        return vendor, f"ubuntu-{numbered[1]}"
+    release = (tag or "").split("-")[0]
+    if vendor == "ubuntu" and re.fullmatch(r"\d+\.\d+", release):
+        return vendor, f"ubuntu-{release}"
+    if vendor == "debian" and release in DEBIAN_RELEASES:
+        return vendor, f"debian-{DEBIAN_RELEASES[release]}"
+    if vendor == "debian" and re.fullmatch(r"\d+", release):
+        return vendor, f"debian-{release}"
+    return vendor, release if re.fullmatch(r"[a-z]+", release) else None
+
+
+def dpkg_arch(platform: str) -> str | None:
+    """dpkg's architecture of a uv platform ("x86_64-manylinux_2_28" -> "amd64")."""
+    return next((a for m, a in DPKG_ARCH.items() if platform.startswith(m)), None)
+
+
+def deb_purl(name: str, version: str, target: TargetLock) -> PackageURL:
+    """`pkg:deb/<vendor>/NAME@VERSION?arch=...&distro=...` (purl-spec's deb type). `arch` is the
+    architecture apt installed for (the target's platform): the lock does not record a
+    package's own `Architecture`, so an arch-independent package (`all`) says the one it was
+    installed on too."""
+    namespace, distro = _distro(target.base_image)
+    qualifiers = {k: v for k, v in (("arch", dpkg_arch(target.platform)), ("distro", distro)) if v}
+    name = name.split(":")[0]  # `libc6:amd64` names the arch, which the qualifier says
+    return PackageURL(
+        type="deb", namespace=namespace, name=name, version=version, qualifiers=qualifiers or None
+    )
+
+
+def oci_purl(base_image: str) -> PackageURL | None:
+    """`pkg:oci/NAME@sha256:...?repository_url=REGISTRY/PATH&tag=TAG` (purl-spec's oci type:
+    the name is the repository's last fragment, the version the digest). None without a
+    digest: an oci purl is "required to uniquely identify the artifact"."""
+    registry, path, tag, digest = image_parts(base_image)
+    if digest is None:
+        return None
+    qualifiers = {"repository_url": f"{registry}/{path}"}
+    if tag:
+        qualifiers["tag"] = tag
+    return PackageURL(
+        type="oci", name=path.rsplit("/", 1)[-1].lower(), version=digest, qualifiers=qualifiers
+    )
 
 
 def apt_components(target: TargetLock) -> list[Component]:
     """Every apt package the lock pins for the target (each stage; one component per name and
     version), by version: the lock records no file hash for them."""
     pins = sorted({(n, v) for stage in target.apt.values() for n, v in stage.items()})
-    namespace = _distro(target.base_image)
     return [
         Component(
             type=ComponentType.LIBRARY,
             name=name,
             version=version,
-            purl=PackageURL(type="deb", namespace=namespace, name=name, version=version),
+            purl=deb_purl(name, version, target),
             bom_ref=f"deb:{name}@{version}",
         )
         for name, version in pins
@@ -116,6 +207,7 @@ def base_components(target: TargetLock) -> list[Component]:
                 type=ComponentType.CONTAINER,
                 name=ref,
                 version=digest or None,
+                purl=oci_purl(target.base_image),
                 bom_ref=f"base:{target.base_image}",
                 hashes=[_sha256(digest)] if digest else [],
             )
