@@ -144,6 +144,12 @@ def _check_attached(project: Project, registry: str, auth: tuple[str, str] | Non
     )
     assert blob.content == sbom
     assert recorded["sbom"].startswith(f"{repository}@sha256:")
+    # found as the OCI distribution spec tells a client: the referrers API, else (docker-registry
+    # 2.8 has none) the image index tagged `sha256-<hex>` (the referrers tag schema)
+    from envbuilder.image.registry_api import Registry, referrers
+
+    listed = referrers(Registry(registry, "http", auth), name, image_digest)
+    assert recorded["sbom"].partition("@")[2] in [m["digest"] for m in listed]
     import contextlib
 
     import docker

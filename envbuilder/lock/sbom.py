@@ -11,11 +11,15 @@ schema validator), never as hand-written JSON. What it lists, all read from the 
   SHA-256 hash), the `.wsl` (its sha256) or the venv;
 * every Python package the target installs from its pylock: the file an installer picks for the
   target's platform and Python (envbuilder.lock.wheelcache.locked_files, what `build` installs),
-  with its sha256, its URL as a distribution reference, and a `pkg:pypi` purl;
-* the base image (by digest) and every apt package the lock pins on top of it, at its exact
-  version (`pkg:deb/<debian|ubuntu>/NAME@VERSION`). The lock pins apt packages by version, not
-  by file hash, so those components carry no hash (the archive's signed indexes vouch for
-  them); a pinned system file (the wsl2 target's librocdxg .deb) carries its sha256.
+  with its sha256, its URL as a distribution reference, and a `pkg:pypi` purl (with
+  `repository_url` when the pylock names the package's index);
+* the base image (by digest, `pkg:oci/NAME@sha256:...?repository_url=...&tag=...`) and every apt
+  package the lock pins on top of it, at its exact version
+  (`pkg:deb/<debian|ubuntu>/NAME@VERSION?arch=amd64&distro=debian-12`; docs/sbom.md says how
+  each qualifier is found and what it cannot tell: `arch=all`, licenses). The lock pins apt
+  packages by version, not by file hash, so those components carry no hash (the archive's
+  signed indexes vouch for them); a pinned system file (the wsl2 target's librocdxg .deb)
+  carries its sha256.
 
 Same lock in, same bytes out: the timestamp is the lock's SOURCE_DATE_EPOCH and the serial
 number a UUID derived from the content, so a rebuild of the same lock writes the same file.
