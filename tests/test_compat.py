@@ -688,3 +688,15 @@ def test_the_wsl_runtime_error_names_every_release_rocm_toml_gives_a_wsl_runtime
     for version in legacy:
         assert version in listed.replace(" and ", ", ").split(", "), version
     assert "https://github.com/ROCm/legacy-rocm-build/issues/5903" in entry["sources"]
+
+
+def test_mi325x_first_release_is_6_3_1_from_the_release_notes() -> None:
+    """Issue 35 item 4: MI325X was given 6.0 with MI300X/MI300A, but the 6.0 - 6.2.4 tables of its
+    own cited source do not list it. ROCm/ROCm's RELEASE.md at the tag rocm-6.3.1: 'ROCm 6.3.1
+    enables support for AMD Instinct MI325X accelerator'."""
+    mi325x, mi300x = C.gpu("MI325X"), C.gpu("MI300X")
+    assert mi325x and mi300x and mi325x is not mi300x
+    assert mi325x.gfx == "gfx942" and mi325x.linux_official_since == "6.3.1"
+    assert "ROCm/ROCm RELEASE.md@deb4895b11b9b13b1d55b456356c5f22bd0e8a98" in mi325x.source
+    assert "tag rocm-6.3.1" in mi325x.source
+    assert mi300x.linux_official_since == "6.0"
