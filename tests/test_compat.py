@@ -700,3 +700,16 @@ def test_mi325x_first_release_is_6_3_1_from_the_release_notes() -> None:
     assert "ROCm/ROCm RELEASE.md@deb4895b11b9b13b1d55b456356c5f22bd0e8a98" in mi325x.source
     assert "tag rocm-6.3.1" in mi325x.source
     assert mi300x.linux_official_since == "6.0"
+
+
+def test_rx_7700_xt_is_official_from_6_4_2_not_6_4_1() -> None:
+    """Issue 35 item 4: AMD's 6.4.1 matrix names only RX 7800 XT and PRO W7700 for gfx1101; the
+    historical matrix adds RX 7700 XT (its own footnote) from the 6.4.2 column."""
+    rx7700 = C.gpu("RX 7700 XT")
+    assert rx7700 and rx7700.gfx == "gfx1101"
+    assert rx7700.linux_official_since == "6.4.2"
+    assert (
+        "hanzoai/ROCm (a public fork of ROCm/ROCm) docs/compatibility/"
+        "compatibility-matrix-historical-6.0.csv@0057200cf168b3be6f0b84de67199ff760272f12"
+    ) in rx7700.source
+    assert "compatibility-matrix.rst@076345c0f63f3620110f552cf2dc7c48a5ad06c5" in rx7700.source
