@@ -713,3 +713,24 @@ def test_rx_7700_xt_is_official_from_6_4_2_not_6_4_1() -> None:
         "compatibility-matrix-historical-6.0.csv@0057200cf168b3be6f0b84de67199ff760272f12"
     ) in rx7700.source
     assert "compatibility-matrix.rst@076345c0f63f3620110f552cf2dc7c48a5ad06c5" in rx7700.source
+
+
+def test_gfx950_gfx1101_gfx1200_first_releases_cite_amds_matrix() -> None:
+    """Issue 35 item 5: the first releases of gfx950 (7.0), gfx1101 and gfx1200 (6.4.1) rested on
+    the project's notes; they now cite AMD's compatibility matrix. The RX 9060 (not XT) is named
+    only in the 7.0.x footnote, so it is 7.0, not 6.4.1."""
+    csv = "compatibility-matrix-historical-6.0.csv@0057200cf168b3be6f0b84de67199ff760272f12"
+    matrix_641 = (
+        "ROCm/legacy-rocm-build docs/compatibility/compatibility-matrix.rst@"
+        "076345c0f63f3620110f552cf2dc7c48a5ad06c5"
+    )
+    mi355x = C.gpu("MI355X")
+    assert mi355x and mi355x.linux_official_since == "7.0" and csv in mi355x.source
+    assert "rests on that reference only" not in mi355x.source
+    for name in ("RX 7800 XT", "PRO W7700", "RX 9060 XT"):
+        g = C.gpu(name)
+        assert g and g.linux_official_since == "6.4.1", name
+        assert matrix_641 in g.source and csv in g.source, name
+    rx9060 = C.gpu("RX 9060")
+    assert rx9060 and rx9060.gfx == "gfx1200" and rx9060.linux_official_since == "7.0"
+    assert "RDNA-OS-700" in rx9060.source
