@@ -734,3 +734,21 @@ def test_gfx950_gfx1101_gfx1200_first_releases_cite_amds_matrix() -> None:
     rx9060 = C.gpu("RX 9060")
     assert rx9060 and rx9060.gfx == "gfx1200" and rx9060.linux_official_since == "7.0"
     assert "RDNA-OS-700" in rx9060.source
+
+
+def test_the_wsl_runtime_error_cites_4406_where_it_lives_now() -> None:
+    """Issue 35 item 5: ROCm/ROCm#4406 ('hsa-runtime-rocr4wsl-amdgpu in 6.3.3 not release'; AMD
+    staff: 'there is no ROCm 6.3.3 release for WSL') now lives under ROCm/legacy-rocm-build; the
+    error and the 6.3.3 row that rests on it cite it there, and 6.3.3 has no WSL runtime."""
+    import tomllib
+    from pathlib import Path
+
+    data = Path(compat_mod.__file__).resolve().parents[1] / "data"
+    rocm = tomllib.loads((data / "rocm.toml").read_text(encoding="utf-8"))
+    errors = tomllib.loads((data / "errors.toml").read_text(encoding="utf-8"))
+    entry = next(e for e in errors["error"] if e["id"] == "no-wsl-runtime-package")
+    assert "https://github.com/ROCm/legacy-rocm-build/issues/4406" in entry["sources"]
+    assert not any("github.com/ROCm/ROCm/issues/4406" in s for s in entry["sources"])
+    assert "6.3.3" in entry["cause"]
+    r633 = next(r for r in rocm["release"] if r["version"] == "6.3.3")
+    assert r633["wsl_stack"] == "none" and "ROCm/legacy-rocm-build#4406" in r633["source"]
