@@ -752,3 +752,20 @@ def test_the_wsl_runtime_error_cites_4406_where_it_lives_now() -> None:
     assert "6.3.3" in entry["cause"]
     r633 = next(r for r in rocm["release"] if r["version"] == "6.3.3")
     assert r633["wsl_stack"] == "none" and "ROCm/legacy-rocm-build#4406" in r633["source"]
+
+
+def test_gfx1201_cards_first_releases_follow_amds_matrix_footnotes() -> None:
+    """Issue 35 item 5 (found while citing gfx1200): all gfx1201 cards were given 6.4.1, but AMD's
+    6.4.x footnote names only the AI PRO R9700 and RX 9070 XT; RX 9070 and RX 9070 GRE appear in
+    the 7.0.x footnote, and the AI PRO R9600D in neither (its first release is left unknown)."""
+    for name in ("RX 9070 XT", "AI PRO R9700"):
+        g = C.gpu(name)
+        assert g and g.linux_official_since == "6.4.1", name
+        assert "compatibility-matrix.rst@076345c0f63f3620110f552cf2dc7c48a5ad06c5" in g.source
+    for name in ("RX 9070", "RX 9070 GRE"):
+        g = C.gpu(name)
+        assert g and g.gfx == "gfx1201" and g.linux_official_since == "7.0", name
+        assert "RDNA-OS-700" in g.source, name
+    r9600d = C.gpu("AI PRO R9600D")
+    assert r9600d and r9600d.gfx == "gfx1201" and not r9600d.linux_official_known
+    assert "RELEASE.md@0570461363aac86950b2a7ffdacd57b45d7dc54b" in r9600d.source
