@@ -688,3 +688,84 @@ def test_the_wsl_runtime_error_names_every_release_rocm_toml_gives_a_wsl_runtime
     for version in legacy:
         assert version in listed.replace(" and ", ", ").split(", "), version
     assert "https://github.com/ROCm/legacy-rocm-build/issues/5903" in entry["sources"]
+
+
+def test_mi325x_first_release_is_6_3_1_from_the_release_notes() -> None:
+    """Issue 35 item 4: MI325X was given 6.0 with MI300X/MI300A, but the 6.0 - 6.2.4 tables of its
+    own cited source do not list it. ROCm/ROCm's RELEASE.md at the tag rocm-6.3.1: 'ROCm 6.3.1
+    enables support for AMD Instinct MI325X accelerator'."""
+    mi325x, mi300x = C.gpu("MI325X"), C.gpu("MI300X")
+    assert mi325x and mi300x and mi325x is not mi300x
+    assert mi325x.gfx == "gfx942" and mi325x.linux_official_since == "6.3.1"
+    assert "ROCm/ROCm RELEASE.md@deb4895b11b9b13b1d55b456356c5f22bd0e8a98" in mi325x.source
+    assert "tag rocm-6.3.1" in mi325x.source
+    assert mi300x.linux_official_since == "6.0"
+
+
+def test_rx_7700_xt_is_official_from_6_4_2_not_6_4_1() -> None:
+    """Issue 35 item 4: AMD's 6.4.1 matrix names only RX 7800 XT and PRO W7700 for gfx1101; the
+    historical matrix adds RX 7700 XT (its own footnote) from the 6.4.2 column."""
+    rx7700 = C.gpu("RX 7700 XT")
+    assert rx7700 and rx7700.gfx == "gfx1101"
+    assert rx7700.linux_official_since == "6.4.2"
+    assert (
+        "hanzoai/ROCm (a public fork of ROCm/ROCm) docs/compatibility/"
+        "compatibility-matrix-historical-6.0.csv@0057200cf168b3be6f0b84de67199ff760272f12"
+    ) in rx7700.source
+    assert "compatibility-matrix.rst@076345c0f63f3620110f552cf2dc7c48a5ad06c5" in rx7700.source
+
+
+def test_gfx950_gfx1101_gfx1200_first_releases_cite_amds_matrix() -> None:
+    """Issue 35 item 5: the first releases of gfx950 (7.0), gfx1101 and gfx1200 (6.4.1) rested on
+    the project's notes; they now cite AMD's compatibility matrix. The RX 9060 (not XT) is named
+    only in the 7.0.x footnote, so it is 7.0, not 6.4.1."""
+    csv = "compatibility-matrix-historical-6.0.csv@0057200cf168b3be6f0b84de67199ff760272f12"
+    matrix_641 = (
+        "ROCm/legacy-rocm-build docs/compatibility/compatibility-matrix.rst@"
+        "076345c0f63f3620110f552cf2dc7c48a5ad06c5"
+    )
+    mi355x = C.gpu("MI355X")
+    assert mi355x and mi355x.linux_official_since == "7.0" and csv in mi355x.source
+    assert "rests on that reference only" not in mi355x.source
+    for name in ("RX 7800 XT", "PRO W7700", "RX 9060 XT"):
+        g = C.gpu(name)
+        assert g and g.linux_official_since == "6.4.1", name
+        assert matrix_641 in g.source and csv in g.source, name
+    rx9060 = C.gpu("RX 9060")
+    assert rx9060 and rx9060.gfx == "gfx1200" and rx9060.linux_official_since == "7.0"
+    assert "RDNA-OS-700" in rx9060.source
+
+
+def test_the_wsl_runtime_error_cites_4406_where_it_lives_now() -> None:
+    """Issue 35 item 5: ROCm/ROCm#4406 ('hsa-runtime-rocr4wsl-amdgpu in 6.3.3 not release'; AMD
+    staff: 'there is no ROCm 6.3.3 release for WSL') now lives under ROCm/legacy-rocm-build; the
+    error and the 6.3.3 row that rests on it cite it there, and 6.3.3 has no WSL runtime."""
+    import tomllib
+    from pathlib import Path
+
+    data = Path(compat_mod.__file__).resolve().parents[1] / "data"
+    rocm = tomllib.loads((data / "rocm.toml").read_text(encoding="utf-8"))
+    errors = tomllib.loads((data / "errors.toml").read_text(encoding="utf-8"))
+    entry = next(e for e in errors["error"] if e["id"] == "no-wsl-runtime-package")
+    assert "https://github.com/ROCm/legacy-rocm-build/issues/4406" in entry["sources"]
+    assert not any("github.com/ROCm/ROCm/issues/4406" in s for s in entry["sources"])
+    assert "6.3.3" in entry["cause"]
+    r633 = next(r for r in rocm["release"] if r["version"] == "6.3.3")
+    assert r633["wsl_stack"] == "none" and "ROCm/legacy-rocm-build#4406" in r633["source"]
+
+
+def test_gfx1201_cards_first_releases_follow_amds_matrix_footnotes() -> None:
+    """Issue 35 item 5 (found while citing gfx1200): all gfx1201 cards were given 6.4.1, but AMD's
+    6.4.x footnote names only the AI PRO R9700 and RX 9070 XT; RX 9070 and RX 9070 GRE appear in
+    the 7.0.x footnote, and the AI PRO R9600D in neither (its first release is left unknown)."""
+    for name in ("RX 9070 XT", "AI PRO R9700"):
+        g = C.gpu(name)
+        assert g and g.linux_official_since == "6.4.1", name
+        assert "compatibility-matrix.rst@076345c0f63f3620110f552cf2dc7c48a5ad06c5" in g.source
+    for name in ("RX 9070", "RX 9070 GRE"):
+        g = C.gpu(name)
+        assert g and g.gfx == "gfx1201" and g.linux_official_since == "7.0", name
+        assert "RDNA-OS-700" in g.source, name
+    r9600d = C.gpu("AI PRO R9600D")
+    assert r9600d and r9600d.gfx == "gfx1201" and not r9600d.linux_official_known
+    assert "RELEASE.md@0570461363aac86950b2a7ffdacd57b45d7dc54b" in r9600d.source
