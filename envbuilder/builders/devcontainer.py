@@ -19,10 +19,14 @@ a folder. What it holds, all from the lock and the compatibility data:
   render | cut -d: -f3)`), else the group's name as the image knows it;
 * capabilities and security options in the spec's own properties, `capAdd` and `securityOpt`
   (not `runArgs`), so the Dev Containers tooling merges them with a feature's;
-* the GPU as `hostRequirements.gpu`: `true` for a ROCm env (its device flags need /dev/kfd and
-  /dev/dri), `"optional"` for a CUDA env, whose torch also runs on the CPU: the Dev Containers
-  CLI passes `--gpus all` where the host has a GPU, and one file serves GPU and CPU developers
-  (devcontainers/spec#82); no `--gpus=all` in `runArgs`;
+* the GPU as `hostRequirements.gpu` for a CUDA env only, `"optional"` (its torch also runs on
+  the CPU: one file serves GPU and CPU developers, devcontainers/spec#82); no `--gpus=all` in
+  `runArgs`. Not for a ROCm env: the Dev Containers CLI implements the property with Docker's
+  `--gpus all`, which it adds only when `docker info` shows the NVIDIA runtime, and otherwise
+  warns "No GPU support found yet a GPU was required" (@devcontainers/cli 0.89.0,
+  dist/spec-node/devContainersSpecCLI.js): on an AMD host every `up` would warn, and on a host
+  with both it would ask for the NVIDIA GPUs. A ROCm env's GPU comes from its device flags
+  (/dev/kfd, /dev/dri) in `runArgs`;
 * where there are groups, an `initializeCommand` (run on the host before the container) that
   stops with the `export` lines to run when a gid variable is unset, instead of a container
   whose user silently lacks the device group;
@@ -76,9 +80,10 @@ def image_reference(lock: EnvLock) -> str:
     return f"envbuilder/{lock.env}:{lock.targets[TARGET].pylock_sha256[:12]}"
 
 
-#: accelerator -> `hostRequirements.gpu`: a ROCm env's device flags need the GPU; a CUDA env's
-#: torch runs on the CPU too, so its GPU is optional (the CLI adds --gpus all where one is).
-GPU_REQUIREMENT: dict[str, bool | str] = {"rocm": True, "cuda": "optional"}
+#: accelerator -> `hostRequirements.gpu`: a CUDA env's torch runs on the CPU too, so its GPU is
+#: optional (the CLI adds --gpus all where the NVIDIA runtime is). None for ROCm: the CLI's GPU
+#: support is NVIDIA's runtime only (see the module docstring); the device flags carry the GPU.
+GPU_REQUIREMENT: dict[str, bool | str] = {"cuda": "optional"}
 
 
 def run_args(host_kind: HostKind) -> list[str]:
