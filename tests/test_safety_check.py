@@ -536,3 +536,24 @@ python = "3.12"
         "env.seed-6.1.wsl2.ubuntu",
         "env.seed-6.1.rocm",
     } <= keys, lines
+
+
+def test_a_bad_hip_path_does_not_hide_a_value_cmd_cannot_carry(tmp_path: Path, capsys: Any) -> None:
+    """Found by the property test above in issue 30's loop: a line break in the windows table's
+    hip_path made the target's variables raise, and check stopped checking the env's other
+    values there, while render then refused A's double quote."""
+    text = """
+[env.cpu]
+accelerator = "rocm"
+rocm = "6.4.1"
+python = "3.12"
+targets = ["docker", "windows"]
+env = { A = '1"1' }
+[env.cpu.windows]
+python = "3.12"
+hip_path = "C:\\\\ROCm\\n"
+"""
+    code, lines = _run_check(tmp_path, text, capsys)
+    assert code == 1
+    keys = {line.split(": ")[1] for line in lines if ": error: " in line}
+    assert {"env.cpu.windows.hip_path", "env.cpu.env.A"} <= keys, lines

@@ -9,8 +9,10 @@ the target's own knowledge (its descriptor's `variables`, `envbuilder.targets`).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path, PurePath
 
 from envbuilder.core import quoting
@@ -22,12 +24,36 @@ END = "<<< envbuilder environment <<<"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+#: Inside `writable_only()`: checked_variables leaves out what it would refuse.
+_LENIENT: contextvars.ContextVar[bool] = contextvars.ContextVar("lenient", default=False)
+
+
+@contextlib.contextmanager
+def writable_only() -> Iterator[None]:
+    """Within the block, checked_variables drops a variable it would refuse instead of raising:
+    for `check`, which reports every problem of the spec. One bad value (a line break in
+    `hip_path`) made a target's `variables()` raise, and the quoting problems of the others went
+    unreported although `render` then refused one of them."""
+    token = _LENIENT.set(True)
+    try:
+        yield
+    finally:
+        _LENIENT.reset(token)
+
+
 def checked_variables(variables: Mapping[str, str]) -> dict[str, str]:
     """`variables` (in order) when every name and value can be written into an activate script;
-    BuildError naming the first that cannot."""
+    BuildError naming the first that cannot (inside `writable_only()`: without those)."""
+    out = {}
     for name, value in variables.items():
-        _check(name, value)
-    return dict(variables)
+        try:
+            _check(name, value)
+        except BuildError:
+            if not _LENIENT.get():
+                raise
+            continue
+        out[name] = value
+    return out
 
 
 def _check(name: str, value: str) -> None:

@@ -26,6 +26,7 @@ from packaging.utils import (
 )
 from packaging.version import Version
 
+from envbuilder.core import activate
 from envbuilder.core.compat import (
     INSTALL_MODEL_LABELS,
     Compat,
@@ -80,9 +81,10 @@ def check_variables(env: EnvSpec, ctx: FindingSink) -> None:
     for target in env.targets:
         descriptor = registry.get(target)
         try:
-            variables = descriptor.variables(env)
+            with activate.writable_only():  # a bad one is reported by the checks above
+                variables = descriptor.variables(env)
         except EnvbuilderError:
-            continue  # a name or value that the checks above reported already
+            continue
         for name, value in variables.items():
             path = _variable_path(env, target, name)
             if path is None or path in reported:
