@@ -319,13 +319,13 @@ def lock_env(
         )
         final, base_sources = job.result()
     # Pins that still fit keep the snapshot they were resolved in (its moment is the lock's
-    # apt_epoch): a Python package's bump leaves the image's apt layers as they were. When
-    # any target's pins must be resolved again, all are, in the snapshot of the new timestamp.
+    # apt_epoch): a Python package's bump leaves the image's apt layers as they were. A target
+    # resolved again beside kept ones uses the same moment (one snapshot per env); when none
+    # is kept, the pins are resolved in the snapshot of the new timestamp.
     epoch = source_date_epoch(_all_pylocks(project, env, new_pylocks, run.old))
-    apt_epoch = previous.apt_snapshot_epoch if previous is not None else epoch
-    if previous is None or apt.stale(final) or not any(apt.stages.values()):
-        apt.refresh |= set(env.targets)
-        apt_epoch = epoch
+    staged = [t for t in apt.stages if apt.stages[t]]
+    kept = previous is not None and any(apt._keep(t, final[t]) for t in staged)
+    apt_epoch = previous.apt_snapshot_epoch if previous is not None and kept else epoch
     pins = apt.lock(final, apt_epoch)
     found = _Found(
         new_pylocks, final, base_sources, pins, None if apt_epoch == epoch else apt_epoch
