@@ -475,18 +475,23 @@ print(seen[0] if seen else None, file=sys.stderr)
 """
 
 
+def _python_snippet(code: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """`python -c code` from the repository root (envbuilder importable), output captured."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 def test_the_handlers_come_before_the_cli_is_imported() -> None:
     """The handlers go in before the imports that take most of a short command's run time
     (the commands, the lock and image modules), by the order of the imports, not by a timing
     (a timing against another run's flaked under load: run 2 of 20 of issue 30's loop)."""
-    done = subprocess.run(
-        [sys.executable, "-c", _SPY],
-        cwd=Path(__file__).resolve().parent.parent,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = _python_snippet(_SPY, 120)
     seen = done.stderr.strip().splitlines()[-1]
     assert seen != "None", done.stderr
     assert set(ast.literal_eval(seen)) <= _BEFORE_HANDLERS, seen
@@ -648,13 +653,6 @@ def test_an_interrupt_python_drops_is_found_again() -> None:
     """A signal handled inside a weakref callback raises where Python only prints "Exception
     ignored" (loop run 1 of issue 30: a SIGINT in importlib's module-lock callback; render then
     ran to its end and exited 0). `swallowed()` finds it, and the entry point raises it."""
-    done = subprocess.run(
-        [sys.executable, "-c", _DROPPED],
-        cwd=Path(__file__).resolve().parent.parent,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = _python_snippet(_DROPPED, 60)
     assert "Exception ignored" in done.stderr, done.stderr  # Python dropped it...
     assert f"lost {int(signal.SIGINT)}" in done.stderr, done.stderr  # ...envbuilder did not

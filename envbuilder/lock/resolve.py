@@ -323,8 +323,7 @@ def lock_env(
     # resolved again beside kept ones uses the same moment (one snapshot per env); when none
     # is kept, the pins are resolved in the snapshot of the new timestamp.
     epoch = source_date_epoch(_all_pylocks(project, env, new_pylocks, run.old))
-    staged = [t for t in apt.stages if apt.stages[t]]
-    kept = previous is not None and any(apt._keep(t, final[t]) for t in staged)
+    kept = previous is not None and apt.keeps_any(final)
     apt_epoch = previous.apt_snapshot_epoch if previous is not None and kept else epoch
     pins = apt.lock(final, apt_epoch)
     found = _Found(
@@ -387,6 +386,10 @@ class _AptLocking:
 
     def _keep(self, target: str, base: str | None) -> bool:
         return self._usable(target, base) and target not in self.refresh
+
+    def keeps_any(self, bases: Mapping[str, str | None]) -> bool:
+        """True when some target's apt pins are kept (not resolved again)."""
+        return any(self.stages[t] and self._keep(t, bases[t]) for t in self.stages)
 
     def stale(self, bases: Mapping[str, str | None]) -> bool:
         """True when some target's apt pins must be resolved (or dropped) again."""
