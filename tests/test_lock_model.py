@@ -21,12 +21,12 @@ from envbuilder.core.errors import LockError
 from envbuilder.core.fsutil import sha256_bytes
 from envbuilder.core.model import Index
 from envbuilder.core.project import Project
+from envbuilder.lock.check import check_lock_file
 from envbuilder.lock.indexes import index_source, mirror_env_var
 from envbuilder.lock.lockfile import (
     LOCK_VERSION,
     EnvLock,
     TargetLock,
-    check_env,
     dump_env_lock,
     load_env_lock,
     read_env_lock,
@@ -207,15 +207,15 @@ def _locked_project(project: Project) -> EnvLock:
 
 def test_check_current_stale_and_never_locked(project: Project) -> None:
     lock = _locked_project(project)
-    ok = check_env(project, "cpu", lock.spec_hash, ["native", "docker"])
+    ok = check_lock_file(project, "cpu", lock.spec_hash, ["native", "docker"])
     assert ok.stale == () and ok.notes == ()
-    assert "spec hash" in check_env(project, "cpu", "00" * 32, ["native"]).stale[0]
-    never = check_env(project, "rocm64", "00" * 32, ["docker"])
+    assert "spec hash" in check_lock_file(project, "cpu", "00" * 32, ["native"]).stale[0]
+    never = check_lock_file(project, "rocm64", "00" * 32, ["docker"])
     assert never.stale == () and "not locked" in never.notes[0]
     # A target the spec added, and one it dropped.
-    added = check_env(project, "cpu", lock.spec_hash, ["native", "docker", "wsl2"])
+    added = check_lock_file(project, "cpu", lock.spec_hash, ["native", "docker", "wsl2"])
     assert added.stale == ("cpu/wsl2: target not locked",)
-    dropped = check_env(project, "cpu", lock.spec_hash, ["native"])
+    dropped = check_lock_file(project, "cpu", lock.spec_hash, ["native"])
     assert "no longer has this target" in dropped.stale[0]
 
 
@@ -224,7 +224,7 @@ def test_check_names_hand_edits_and_missing_pylocks(project: Project) -> None:
     with (project.lockfiles / "pylock.cpu-native.toml").open("ab") as fh:
         fh.write(b"# edited\n")
     (project.lockfiles / "pylock.cpu-docker.toml").unlink()
-    stale = check_env(project, "cpu", lock.spec_hash, ["native", "docker"]).stale
+    stale = check_lock_file(project, "cpu", lock.spec_hash, ["native", "docker"]).stale
     assert stale == (
         "cpu/native: lockfiles/pylock.cpu-native.toml was changed by hand (sha256 differs from "
         "the lock); run `envbuilder lock` to re-resolve it",
@@ -235,7 +235,7 @@ def test_check_names_hand_edits_and_missing_pylocks(project: Project) -> None:
 def test_check_reports_a_malformed_lock_as_stale(project: Project) -> None:
     project.lockfiles.mkdir()
     project.env_lock("cpu").write_text("version = 9\n", encoding="utf-8")
-    assert "newer than this envbuilder" in check_env(project, "cpu", "x", ["native"]).stale[0]
+    assert "newer than this envbuilder" in check_lock_file(project, "cpu", "x", ["native"]).stale[0]
 
 
 # --- mirrors ------------------------------------------------------------------------------------

@@ -56,6 +56,7 @@ from envbuilder.core.quoting import sh_command
 from envbuilder.image import engine, repro, runflags
 from envbuilder.image import registry as imageregistry
 from envbuilder.lock import basesource, lockfile
+from envbuilder.lock.verified import load_verified_lock
 from envbuilder.targets.base import (
     Artifact,
     BuildOptions,
@@ -91,10 +92,10 @@ def detect_host_kind(root: Path = Path("/")) -> HostKind:
 
 
 def _docker_lock(project: Project, env: EnvSpec) -> tuple[lockfile.EnvLock, lockfile.TargetLock]:
-    """The env's lock and its docker entry, verified (lockfile.load_verified_lock): current for
+    """The env's lock and its docker entry, verified (load_verified_lock): current for
     the spec the env was loaded from, the env's own, its pylock as recorded and well-formed.
     LockError otherwise."""
-    verified = lockfile.load_verified_lock(project, env.name, TARGET, env.spec_hash)
+    verified = load_verified_lock(project, env.name, TARGET, env.spec_hash)
     return verified.lock, verified.pylock.entry
 
 

@@ -9,7 +9,7 @@ Order of a build, so a bad lock never touches a working venv:
   0. the folder must be absent, empty, or a venv envbuilder made (its marker proves it); anything
      else is refused before any other step (`--force` takes over a venv that holds nothing else);
   1. the env lock must be current for the spec and the env's own, the pylock's sha256 must equal
-     what it recorded and its content be well-formed (lockfile.load_verified_lock);
+     what it recorded and its content be well-formed (load_verified_lock);
   2. nothing to do when the marker names this lock and the venv holds exactly its packages;
   3. every locked artifact is fetched into the wheel cache and verified by sha256;
   4. the marker is rewritten to say "incomplete" (so an interrupted build is repaired by the next
@@ -766,10 +766,10 @@ class VenvBuilder:
         )
 
     def _verified_lock_sha(self, project: Project, env: EnvSpec) -> str:
-        """The pylock's sha256, after lockfile.load_verified_lock checked the env lock (current
+        """The pylock's sha256, after load_verified_lock checked the env lock (current
         for the spec the env was loaded from, the env's own) and the pylock (as recorded,
         well-formed)."""
-        from envbuilder.lock.lockfile import load_verified_lock
+        from envbuilder.lock.verified import load_verified_lock
 
         verified = load_verified_lock(project, env.name, self.name, env.spec_hash)
         return verified.pylock.entry.pylock_sha256

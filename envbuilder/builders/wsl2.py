@@ -103,10 +103,10 @@ def wsl_path(project: Project, env: str) -> Path:
 
 
 def _require_lock(project: Project, env: EnvSpec) -> EnvLock:
-    """The env's lock, verified for the wsl2 target (lockfile.load_verified_lock): current for
+    """The env's lock, verified for the wsl2 target (load_verified_lock): current for
     the spec the env was loaded from, the env's own, its pylock as recorded and well-formed.
     LockError otherwise."""
-    from envbuilder.lock.lockfile import load_verified_lock
+    from envbuilder.lock.verified import load_verified_lock
 
     return load_verified_lock(project, env.name, TARGET, env.spec_hash).lock
 

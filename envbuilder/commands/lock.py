@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from envbuilder.commands._options import add_common_arguments, add_json_argument
@@ -11,7 +10,7 @@ from envbuilder.core.errors import EnvbuilderError, UsageError
 from envbuilder.core.model import EnvSpec, Spec
 from envbuilder.core.project import Project
 from envbuilder.core.ui import UI
-from envbuilder.lock.lockfile import CheckOutcome, check_env
+from envbuilder.lock.check import CheckOutcome, check_env
 from envbuilder.spec.load import load_spec
 from envbuilder.targets import registry
 
@@ -160,13 +159,7 @@ def _check(
     failed = 0
     outcomes = []
     for env in envs:
-        outcome = check_env(
-            project, env.name, spec.env_hash(env.name), env.targets, only=args.target or None
-        )
-        apt_stale, apt_notes = _check_apt(project, env, args.target)
-        outcome = replace(
-            outcome, stale=(*outcome.stale, *apt_stale), notes=(*outcome.notes, *apt_notes)
-        )
+        outcome = check_env(project, env, spec.env_hash(env.name), only=args.target or None)
         outcomes.append(outcome)
         for note in outcome.notes:
             ui.info(f"note: {note}")
@@ -180,18 +173,6 @@ def _check(
     if args.json:
         ui.json(_check_json(outcomes))
     return 1 if failed else 0
-
-
-def _check_apt(project: Project, env: EnvSpec, wanted: list[str]) -> tuple[list[str], list[str]]:
-    """The apt pins' findings (envbuilder.lock.apt) for a lock that is otherwise readable."""
-    from envbuilder.lock.apt import check_lock
-    from envbuilder.lock.lockfile import load_env_lock
-
-    try:
-        lock = load_env_lock(project, env.name)
-    except EnvbuilderError:
-        return [], []  # check_env reports what is wrong with the file
-    return check_lock(env, lock, wanted or None) if lock is not None else ([], [])
 
 
 def _check_json(outcomes: list[CheckOutcome]) -> dict[str, Any]:

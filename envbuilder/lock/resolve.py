@@ -38,7 +38,6 @@ from envbuilder.lock.lockfile import (
     dump_env_lock,
     load_env_lock,
     unpinned_reason,
-    verify_pylock,
 )
 from envbuilder.lock.sdk import resolve_sdk
 from envbuilder.lock.uv import (
@@ -49,6 +48,7 @@ from envbuilder.lock.uv import (
     pylock_header,
     run_uv,
 )
+from envbuilder.lock.verified import verify_pylock
 from envbuilder.lock.wheelcache import check_sdist_builds
 from envbuilder.targets import registry
 
@@ -614,15 +614,15 @@ def _target_entries(run: _LockRun, found: _Found) -> tuple[dict[str, bytes], dic
             data = (project.lockfiles / old[t].pylock).read_bytes()
         contents[t] = data
         targets[t] = TargetLock(
-            platform(t),
-            target_python(env, t),
-            name,
-            sha256_bytes(data),
-            found.pins[t],
-            unpinned_reason(found.pins[t]),
-            system_file(env, t),
-            {k: dict(v) for k, v in found.apt.get(t, {}).items()},
-            found.base_sources.get(t),
+            platform=platform(t),
+            python=target_python(env, t),
+            pylock=name,
+            pylock_sha256=sha256_bytes(data),
+            base_image=found.pins[t],
+            base_digest_missing=unpinned_reason(found.pins[t]),
+            system_file=system_file(env, t),
+            apt={k: dict(v) for k, v in found.apt.get(t, {}).items()},
+            base_source=found.base_sources.get(t),
         )
     return contents, targets
 

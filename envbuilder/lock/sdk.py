@@ -37,8 +37,8 @@ from envbuilder.core.compat import RocmRelease, load_compat
 from envbuilder.core.errors import LockError
 from envbuilder.core.pipsdk import provenance_problems
 from envbuilder.lock.indexes import IndexSource
-from envbuilder.lock.lockfile import url_filename
 from envbuilder.lock.uv import ResolveRequest, artifacts_of, postprocess, run_uv
+from envbuilder.lock.verified import url_filename
 from envbuilder.lock.wheelcache import page_links
 
 #: Resolutions at most: the first, then one per round of newly found names (a name found in the

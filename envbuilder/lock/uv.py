@@ -49,7 +49,7 @@ from envbuilder.core.fsutil import write_error
 from envbuilder.core.model import Index
 from envbuilder.host.pyfinder import uv_bin
 from envbuilder.lock.indexes import IndexSource, index_source, mirror_env_var
-from envbuilder.lock.lockfile import url_filename
+from envbuilder.lock.verified import url_filename
 
 #: The `UV_*` variables that reach uv: where its cache is, whether it may go online, how it talks
 #: to the network. None of them changes what a resolution picks; every other `UV_*` is dropped.

@@ -67,7 +67,7 @@ from envbuilder.core.progress import ProgressFn, no_progress
 from envbuilder.core.project import Project
 from envbuilder.core.redact import redact
 from envbuilder.lock.indexes import IndexSource, mirrored_sources
-from envbuilder.lock.lockfile import load_verified_lock, parse_pylock, url_filename
+from envbuilder.lock.verified import load_verified_lock, parse_pylock, url_filename
 
 Source = Literal["cache", "mirror", "download"]
 _CHUNK = 1 << 20
@@ -506,7 +506,7 @@ def fetch_locked(
     package name. Downloads each file at most once (mirror first), accepts it only by sha256.
     `indexes`: the spec's named indexes (their mirrors on this machine are tried first).
     Raises LockError when the env/target is not locked, its pylock is not the one the lock
-    recorded (lockfile.load_verified_lock) or a file cannot be fetched. Whether the lock is
+    recorded (load_verified_lock) or a file cannot be fetched. Whether the lock is
     current for the spec is the caller's check (the targets make it before building)."""
     name = env if isinstance(env, str) else env.name
     pylock = load_verified_lock(project, name, target, spec_hash=None).pylock

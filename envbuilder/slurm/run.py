@@ -33,6 +33,7 @@ from envbuilder.core.model import EnvSpec, Spec
 from envbuilder.core.progress import ProgressFn
 from envbuilder.core.project import Project
 from envbuilder.lock import lockfile
+from envbuilder.lock.verified import VerifiedLock, load_verified_lock
 from envbuilder.report import fleet
 from envbuilder.slurm import job as slurm_job
 from envbuilder.slurm.script import IMAGE_RUNTIMES, cluster_kind, pushed_image, render_script
@@ -374,7 +375,7 @@ def validate_on_slurm(
     check_run_dir_owner(run_dir)
     slurm_job.require_commands(os.environ)  # before anything is written or submitted
     settings = _probe_settings(runtime, env, options)
-    verified = lockfile.load_verified_lock(project, env.name, target, spec.env_hash(env.name))
+    verified = load_verified_lock(project, env.name, target, spec.env_hash(env.name))
     script = write_script(project, spec, env, progress)
     settings |= _environment_setting(project, env, target, options, runtime, verified)
     if request.gpus_per_node:
@@ -421,7 +422,7 @@ def _environment_setting(
     target: str,
     options: ValidateOptions,
     runtime: str,
-    verified: lockfile.VerifiedLock,
+    verified: VerifiedLock,
 ) -> dict[str, str]:
     """Where the nodes find the environment: the image the runtime pulls, or the venv."""
     if runtime in IMAGE_RUNTIMES:

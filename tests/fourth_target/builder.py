@@ -9,7 +9,7 @@ from envbuilder.core.fsutil import atomic_write_bytes, sha256_bytes
 from envbuilder.core.model import EnvSpec
 from envbuilder.core.progress import ProgressFn
 from envbuilder.core.project import Project
-from envbuilder.lock.lockfile import load_verified_lock
+from envbuilder.lock.verified import load_verified_lock
 from envbuilder.targets.base import Artifact, BuildOptions, ValidateOptions
 from fourth_target import NAME, NoteTable
 
