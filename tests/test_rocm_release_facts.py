@@ -76,3 +76,16 @@ def test_the_7_14_1_and_10_0_0_rows_hold_amds_install_page_facts() -> None:
     rocm = (ROOT / "envbuilder/data/rocm.toml").read_text(encoding="utf-8")
     assert "200-install.rst@50600d8da151e4ca8ce7fec9f68fa3048cc5bd85" in rocm
     assert "200-install.rst@0c31064a09a061b708758cc5bc9f74a9ede6c14f" in rocm
+
+
+def test_10_1_0_is_a_release_and_10_0_0_names_its_pytorch() -> None:
+    """Issue 35 item 3: 10.1.0 is released (AMD's release notes); only the TheRock branch the
+    replica builds from is a pre-release branch. 10.0.0's notes name PyTorch 2.13.0."""
+    compat = load_compat()
+    r1010 = compat.rocm("10.1.0")
+    assert r1010 is not None and not r1010.unverified
+    assert "release-notes.md@15846f3dbb5e4994c02b1146d2a206df639cc629" in r1010.source
+    assert "release/bkc/therock-10.1-20260811" in r1010.source
+    (row,) = [r for r in compat.torch_indexes("2.13.0") if r.rocm == "10.0.0"]
+    assert "2.13.0" in row.versions
+    assert "release-notes.md@ddea3eea963d7e17a9dc310108694df2e0cdbc00" in row.source
