@@ -1185,12 +1185,15 @@ def test_check_resolves_the_install_model(
     assert not _env_lines(lines, "installs through"), lines  # stdout holds findings only
     # stderr names the model the release resolves to, in the words of compat's labels
     label = INSTALL_MODEL_LABELS[model]
-    assert f"gpu: ROCm {rocm} installs through {label}" in err.splitlines(), err
+    # a release whose install page names the host's driver (rocm.toml host_driver) says so too
+    needs = f"; the host needs {release.host_driver}" if release.host_driver else ""
+    assert f"gpu: ROCm {rocm} installs through {label}{needs}" in err.splitlines(), err
     assert main(["check", "--spec", str(spec), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["install_models"] == [
-        {"env": "gpu", "rocm": rocm, "install_model": model, "label": label}
-    ]
+    expected = {"env": "gpu", "rocm": rocm, "install_model": model, "label": label}
+    if release.host_driver:
+        expected["host_driver"] = release.host_driver
+    assert data["install_models"] == [expected]
     env = load_spec(tmp_path / "environments.toml").env("gpu")
     packages, pins = lock_inputs(env, targets[0])
     if model == "pip-sdk":

@@ -769,3 +769,29 @@ def test_gfx1201_cards_first_releases_follow_amds_matrix_footnotes() -> None:
     r9600d = C.gpu("AI PRO R9600D")
     assert r9600d and r9600d.gfx == "gfx1201" and not r9600d.linux_official_known
     assert "RELEASE.md@0570461363aac86950b2a7ffdacd57b45d7dc54b" in r9600d.source
+
+
+def test_gfx115x_rows_cite_amds_install_pages_upstream_not_a_fork() -> None:
+    """Issue 35 (citations to forks): the gfx115x rows cited AMD's 7.14.0 install page as read in
+    a personal fork; they now cite AMD's own repositories (ROCm/legacy-rocm-build for 7.14.0,
+    ROCm/rocm-docs for 7.14.1 and 10.0.0). The first Linux release stays unknown: those pages
+    show support from 7.14.0 on, not where it began."""
+    for gfx in ("gfx1150", "gfx1151", "gfx1152", "gfx1153"):
+        g = C.gpu(gfx)
+        assert g and g.gfx == gfx and not g.linux_official_known, gfx
+        assert "richardokonicha" not in g.source, gfx
+        assert "200-install.rst@bc2e763e075cf8bbe929461c2d156cb63f021666" in g.source, gfx
+        assert "@50600d8da151e4ca8ce7fec9f68fa3048cc5bd85" in g.source, gfx
+        assert "@0c31064a09a061b708758cc5bc9f74a9ede6c14f" in g.source, gfx
+        assert f"rocm[libraries,device-{gfx}]==7.14.0" in g.source, gfx
+
+
+def test_ryzen_ai_max_pro_400_parts_are_gfx1151_from_7_14_0_unverified() -> None:
+    """Issue 35 item 5: the Ryzen AI Max PRO 400 parts AMD's 7.14.0 notes add, as a row of their
+    own so that the lead (the notes' upstream commit was not read) does not mark Strix Halo's."""
+    for name in ("Ryzen AI Max+ PRO 495", "Ryzen AI Max PRO 490", "Ryzen AI Max PRO 485"):
+        g = C.gpu(name)
+        assert g and g.gfx == "gfx1151" and g.linux_official_since == "7.14.0", name
+        assert g.unverified and "ROCm 7.14.0 adds support for the following AMD APUs" in g.source
+    strix = C.gpu("Ryzen AI Max+ 395")
+    assert strix and not strix.unverified and C.gpu("gfx1151") is strix
