@@ -82,9 +82,9 @@ def rocdxg_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
     return {p.name: data for p, data in files.items()}
 
 
-def run_hadolint(hadolint: str, text: str) -> list[dict[str, object]]:
+def run_hadolint(hadolint: str, text: str, config: Path = CONFIG) -> list[dict[str, object]]:
     proc = subprocess.run(
-        [hadolint, "--no-color", "--config", str(CONFIG), "--format", "json", "-"],
+        [hadolint, "--no-color", "--config", str(config), "--format", "json", "-"],
         input=text,
         capture_output=True,
         text=True,
@@ -126,6 +126,48 @@ def test_hadolint_config_is_not_a_blanket(hadolint: str) -> None:
         hadolint, "FROM debian:bookworm-slim\nRUN getent passwd 1000 | cut -d: -f1\n"
     )
     assert [f["code"] for f in findings] == ["DL4006"]
+
+
+#: What a render from a lock with apt pins says above each pinned install (the template's words).
+APT_LOCKED = "# apt versions from the lock (envbuilder lock)"
+
+
+@pytest.fixture(scope="module")
+def strict_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """.hadolint.yaml without its DL3008 ignore: what the ignore's reason says must pass."""
+    lines = CONFIG.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if line.strip() != "- DL3008"]
+    assert len(kept) == len(lines) - 1, "no `- DL3008` line in .hadolint.yaml"
+    config = tmp_path_factory.mktemp("hadolint") / "strict.yaml"
+    config.write_text("".join(kept))
+    return config
+
+
+def test_renders_from_apt_pins_pass_dl3008(hadolint: str, strict_config: Path) -> None:
+    """DL3008's ignore says a render from a lock with apt pins pins every apt install by version:
+    hadolint with DL3008 on finds nothing in those (the committed cpu docker and wsl2 files)."""
+    locked = {str(p.relative_to(REPO)): p.read_text() for p in committed_and_golden("Dockerfile")}
+    locked = {rel: text for rel, text in locked.items() if APT_LOCKED in text}
+    assert sorted(locked) == ["dockerfiles/cpu/Dockerfile", "wsl/cpu/Dockerfile"]
+    found = {rel: run_hadolint(hadolint, text, strict_config) for rel, text in locked.items()}
+    assert {rel: f for rel, f in found.items() if f} == {}
+
+
+def test_dl3008_still_fires_without_the_ignore(hadolint: str, strict_config: Path) -> None:
+    """The strict config really checks DL3008 (an unpinned install is reported), and the pinned
+    form the lock renders is not."""
+
+    def dockerfile(package: str) -> str:
+        return (
+            "FROM debian:bookworm-slim\nRUN apt-get update"
+            f" && apt-get install -y --no-install-recommends {package}"
+            " && rm -rf /var/lib/apt/lists/*\n"
+        )
+
+    unpinned = run_hadolint(hadolint, dockerfile("python3"), strict_config)
+    assert [f["code"] for f in unpinned] == ["DL3008"]
+    assert run_hadolint(hadolint, dockerfile("python3=3.11.2-1+b1"), strict_config) == []
+    assert run_hadolint(hadolint, dockerfile("python3")) == []  # the shipped config ignores it
 
 
 def test_every_ignore_says_why() -> None:

@@ -11,18 +11,21 @@ schema validator), never as hand-written JSON. What it lists, all read from the 
   SHA-256 hash), the `.wsl` (its sha256) or the venv;
 * every Python package the target installs from its pylock: the file an installer picks for the
   target's platform and Python (envbuilder.lock.wheelcache.locked_files, what `build` installs),
-  with its sha256, its URL as a distribution reference, and a `pkg:pypi` purl (with
-  `repository_url` when the pylock names the package's index);
+  with its sha256, its URL as a distribution reference, a `pkg:pypi` purl (with
+  `repository_url` when the pylock names the package's index), and the licenses the wheel's
+  own core metadata declares, read from the wheel cache (none when unknown: docs/sbom.md);
 * the base image (by digest, `pkg:oci/NAME@sha256:...?repository_url=...&tag=...`) and every apt
   package the lock pins on top of it, at its exact version
   (`pkg:deb/<debian|ubuntu>/NAME@VERSION?arch=amd64&distro=debian-12`; docs/sbom.md says how
-  each qualifier is found and what it cannot tell: `arch=all`, licenses). The lock pins apt
+  each qualifier is found and what it cannot tell: `arch=all`, apt licenses). The lock pins apt
   packages by version, not by file hash, so those components carry no hash (the archive's
   signed indexes vouch for them); a pinned system file (the wsl2 target's librocdxg .deb)
   carries its sha256.
 
-Same lock in, same bytes out: the timestamp is the lock's SOURCE_DATE_EPOCH and the serial
-number a UUID derived from the content, so a rebuild of the same lock writes the same file.
+Same lock in, same bytes out: the timestamp is the lock's SOURCE_DATE_EPOCH, the serial
+number a UUID derived from the content, and the licenses are read from the files the lock pins
+by sha256 (which `build` has fetched into the wheel cache), so a rebuild of the same lock writes
+the same file.
 
 Why a file beside the report and not an image label or a file inside the image: either would
 change the image's config, so its id (the digest the lock predicts, docs/reproducibility.md),
@@ -34,17 +37,27 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterable
+import zipfile
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 from cyclonedx.model import ExternalReference, ExternalReferenceType, HashAlgorithm, HashType, XsUri
 from cyclonedx.model.bom import Bom, BomMetaData
 from cyclonedx.model.component import Component, ComponentType
+from cyclonedx.model.license import (
+    DisjunctiveLicense,
+    License,
+    LicenseAcknowledgement,
+    LicenseExpression,
+)
 from cyclonedx.output.json import JsonV1Dot6
 from cyclonedx.schema import SchemaVersion
+from cyclonedx.spdx import fixup_id
 from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
+from packaging.licenses import InvalidLicenseExpression, canonicalize_license_expression
+from packaging.metadata import RawMetadata, parse_email
 
 from envbuilder import __version__
 from envbuilder.core.datafolders import real_folders_to
@@ -52,7 +65,7 @@ from envbuilder.core.errors import BuildError
 from envbuilder.core.fsutil import atomic_write_bytes
 from envbuilder.core.project import Project
 from envbuilder.lock.lockfile import EnvLock, TargetLock, load_env_lock
-from envbuilder.lock.wheelcache import LockedFile, locked_files
+from envbuilder.lock.wheelcache import LockedFile, cache_path, locked_files
 from envbuilder.targets.base import Artifact
 
 #: A fixed namespace for the content-derived serial numbers (uuid5 of the BOM's content).
@@ -69,8 +82,9 @@ def _sha256(hex_digest: str) -> HashType:
     return HashType(alg=HashAlgorithm.SHA_256, content=hex_digest.removeprefix("sha256:"))
 
 
-def python_component(f: LockedFile) -> Component:
-    """A pylock package as the file the target installs, with its sha256."""
+def python_component(f: LockedFile, licenses: Sequence[License] = ()) -> Component:
+    """A pylock package as the file the target installs, with its sha256 and the licenses its
+    own metadata declares (none when unknown)."""
     return Component(
         type=ComponentType.LIBRARY,
         name=f.name,
@@ -78,6 +92,7 @@ def python_component(f: LockedFile) -> Component:
         purl=pypi_purl(f),
         bom_ref=f"pypi:{f.name}@{f.version}",
         hashes=[_sha256(f.sha256)],
+        licenses=licenses,
         external_references=[
             ExternalReference(
                 type=ExternalReferenceType.DISTRIBUTION,
@@ -86,6 +101,80 @@ def python_component(f: LockedFile) -> Component:
             )
         ],
     )
+
+
+#: The core metadata of a wheel: METADATA in its one top-level `.dist-info` folder.
+_WHEEL_METADATA = re.compile(r"[^/]+\.dist-info/METADATA")
+#: A `License` field longer than this, or of several lines, is the license's text, not its name.
+_LICENSE_NAME_MAX = 100
+
+
+def wheel_metadata(wheel: Path) -> RawMetadata | None:
+    """The core metadata of a wheel file, or None when it is not there or not readable (a
+    package whose wheel is not in the wheel cache, or an sdist: its license stays unknown)."""
+    if not wheel.name.endswith(".whl"):
+        return None
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            names = [n for n in archive.namelist() if _WHEEL_METADATA.fullmatch(n)]
+            if len(names) != 1:
+                return None
+            raw, _ = parse_email(archive.read(names[0]))
+    except (OSError, zipfile.BadZipFile):
+        return None
+    return raw
+
+
+def declared_licenses(metadata: RawMetadata) -> list[License]:
+    """The licenses a package's core metadata declares, as CycloneDX says them; nothing is
+    inferred. PEP 639's `License-Expression` (a valid SPDX expression) is the whole answer when
+    present, as the PEP tells tools; else the `License` field (an SPDX id as `id`, an expression
+    as itself, a short name as `name`; a field holding the license's text is skipped) and each
+    `License ::` classifier verbatim as a name (the most specific of a chain)."""
+    declared = LicenseAcknowledgement.DECLARED
+    expression = _spdx_expression(metadata.get("license_expression"))
+    if expression is not None:
+        return [LicenseExpression(expression, acknowledgement=declared)]
+    field = (metadata.get("license") or "").strip()
+    as_expression = _spdx_expression(field) if fixup_id(field) is None else None
+    if as_expression is not None and " " in as_expression:
+        return [LicenseExpression(as_expression, acknowledgement=declared)]
+    out: list[License] = []
+    if spdx_id := fixup_id(field):
+        out.append(DisjunctiveLicense(id=spdx_id, acknowledgement=declared))
+    elif field and field.upper() != "UNKNOWN" and _is_a_name(field):
+        out.append(DisjunctiveLicense(name=field, acknowledgement=declared))
+    classifiers = [c for c in metadata.get("classifiers", []) if c.startswith("License ::")]
+    for c in sorted(set(classifiers)):
+        if not any(other.startswith(c + " ::") for other in classifiers):
+            out.append(DisjunctiveLicense(name=c, acknowledgement=declared))
+    return out
+
+
+def _spdx_expression(value: str | None) -> str | None:
+    """`value` as a canonical SPDX license expression, or None when it is not one."""
+    if not value or not value.strip():
+        return None
+    try:
+        return canonicalize_license_expression(value)
+    except InvalidLicenseExpression:
+        return None
+
+
+def _is_a_name(field: str) -> bool:
+    return "\n" not in field and len(field) <= _LICENSE_NAME_MAX
+
+
+def cached_licenses(project: Project, files: Iterable[LockedFile]) -> dict[str, list[License]]:
+    """sha256 -> the licenses declared in that file's metadata, for each file the wheel cache
+    holds. The cache is keyed by sha256, so what it reads is the locked file itself; `build`
+    fetches every locked file into it before it writes the SBOM."""
+    out: dict[str, list[License]] = {}
+    for f in files:
+        metadata = wheel_metadata(cache_path(project, f.sha256, f.filename))
+        if metadata is not None:
+            out[f.sha256] = declared_licenses(metadata)
+    return out
 
 
 #: Debian's release codenames -> their numbers, for the `distro` qualifier (`debian-12`).
@@ -248,13 +337,20 @@ def artifact_component(env: str, target: str, artifact: Artifact, lock: EnvLock)
     )
 
 
-def build_bom(lock: EnvLock, target: str, artifact: Artifact, files: Iterable[LockedFile]) -> Bom:
-    """The BOM of one artifact (no I/O)."""
+def build_bom(
+    lock: EnvLock,
+    target: str,
+    artifact: Artifact,
+    files: Iterable[LockedFile],
+    licenses: Mapping[str, Sequence[License]] | None = None,
+) -> Bom:
+    """The BOM of one artifact (no I/O); `licenses`: sha256 -> a file's declared licenses."""
     t = lock.targets[target]
+    known = licenses or {}
     components = [
         *base_components(t),
         *apt_components(t),
-        *(python_component(f) for f in files),
+        *(python_component(f, known.get(f.sha256, ())) for f in files),
     ]
     root = artifact_component(lock.env, target, artifact, lock)
     bom = Bom(
@@ -285,7 +381,7 @@ def sbom_bytes(project: Project, env: str, target: str, artifact: Artifact) -> b
         raise BuildError(f"env {env!r} target {target!r} is not locked: no SBOM can be made")
     t = lock.targets[target]
     files = locked_files(project.lockfiles / t.pylock, t.platform, t.python)
-    bom = build_bom(lock, target, artifact, files)
+    bom = build_bom(lock, target, artifact, files, cached_licenses(project, files))
     bom.serial_number = uuid.UUID(int=0)  # the library's default is random
     bom.serial_number = uuid.uuid5(SERIAL_NAMESPACE, _serialize(bom))
     text = _serialize(bom)
