@@ -63,13 +63,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 ROOT_MODULES = ("envbuilder", "envbuilder.__main__")
 PROBE = "envbuilder.probe"
 #: (importing module, imported module) -> why the rule does not hold there.
-EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("envbuilder.report.comparison", "envbuilder.report.guide"): (
-        "comparison's markdown and JSON writers add the guide's table (issue 32), and the guide "
-        "reads comparison's rows; imported inside those two functions. To undo: let the compare "
-        "command add the guide's section itself"
-    ),
-}
+EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 
 def module_name(path: Path) -> str:
