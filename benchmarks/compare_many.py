@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from envbuilder.report import comparison
+from envbuilder.report import comparison, documents, reading
 from envbuilder.report import html as compare_html
 
 CHECKS = ("matmul", "amp", "membw", "collectives")
@@ -132,14 +132,14 @@ def one_run(folder: Path, a: Path, b: Path, html: bool) -> dict[str, float]:
     """Seconds per stage: the CLI as a whole, then each library step in-process."""
     times = {"CLI: compare --json --markdown (wall)": run_cli(folder, a, b)}
     start = time.perf_counter()
-    reports = [comparison.load_report(a), comparison.load_report(b)]
+    reports = [reading.load_report(a), reading.load_report(b)]
     times["load_report x 2"] = time.perf_counter() - start
     start = time.perf_counter()
     comp = comparison.compare_reports(reports)
     times["compare_reports"] = time.perf_counter() - start
     steps: dict[str, Callable[[], object]] = {
-        "to_markdown": lambda: comparison.to_markdown(comp),
-        "dumps_json": lambda: comparison.dumps_json(comp),
+        "to_markdown": lambda: documents.to_markdown(comp),
+        "dumps_json": lambda: documents.dumps_json(comp),
     }
     if html:
         steps["write_html"] = lambda: compare_html.write_html(comp, folder / "html")

@@ -12,7 +12,7 @@ import pytest
 
 from envbuilder.commands._cli import main
 from envbuilder.core.errors import CompareError
-from envbuilder.report import comparison
+from envbuilder.report import comparison, documents, reading, records, tables
 from envbuilder.report import html as compare_html
 
 DATA = Path(__file__).parent / "data" / "compare"
@@ -95,14 +95,14 @@ def write(tmp_path: Path, name: str, data: dict[str, Any] | str) -> Path:
 
 def compare_two(
     tmp_path: Path, a: dict[str, Any], b: dict[str, Any], floor: float = 2.0
-) -> comparison.Comparison:
+) -> records.Comparison:
     pa, pb = write(tmp_path, "a.json", a), write(tmp_path, "b.json", b)
     return comparison.compare_reports(
-        [comparison.load_report(pa), comparison.load_report(pb)], noise_floor_pct=floor
+        [reading.load_report(pa), reading.load_report(pb)], noise_floor_pct=floor
     )
 
 
-def other_cell(comp: comparison.Comparison, row: int = 0) -> comparison.Cell:
+def other_cell(comp: records.Comparison, row: int = 0) -> records.Cell:
     return comp.rows[row].cells[1]
 
 
@@ -119,7 +119,7 @@ def test_clear_difference_beyond_both_spreads_is_faster(tmp_path: Path) -> None:
     assert c.verdict == "faster"
     assert c.ratio == pytest.approx(12.1 / 10.1)
     assert c.loss_pct == pytest.approx((1 - 12.1 / 10.1) * 100)
-    assert c.spread == comparison.Spread(12.0, 12.1, 12.2, 3)
+    assert c.spread == records.Spread(12.0, 12.1, 12.2, 3)
 
 
 def test_difference_inside_the_larger_spread_is_noise(tmp_path: Path) -> None:
@@ -196,7 +196,7 @@ def test_single_sample_says_noise_unknown_with_direction(tmp_path: Path) -> None
     comp = compare_two(tmp_path, report([metric([10.0])]), report([metric([8.0, 8.1, 8.2])]))
     c = other_cell(comp)
     assert c.verdict == "noise unknown"
-    assert comparison.cell_verdict(c) == "noise unknown (looks slower)"
+    assert tables.cell_verdict(c) == "noise unknown (looks slower)"
 
 
 # --------------------------------------------------------------------------- edge cases
@@ -242,7 +242,7 @@ def test_nan_value_and_nan_samples(tmp_path: Path) -> None:
     c = other_cell(comp)
     assert c.value is None and c.verdict == "no comparison"
     assert "not a finite number" in (c.note or "")
-    text = comparison.dumps_json(comp)  # allow_nan=False: would raise on a NaN
+    text = documents.dumps_json(comp)  # allow_nan=False: would raise on a NaN
 
     def refuse(const: str) -> None:
         raise AssertionError(f"{const} in the JSON output")
@@ -284,13 +284,13 @@ def test_null_value_is_reported(tmp_path: Path) -> None:
 def test_bad_reports_raise_compare_error(tmp_path: Path, content: str, message: str) -> None:
     path = write(tmp_path, "bad.json", content)
     with pytest.raises(CompareError, match=message) as exc:
-        comparison.load_report(path)
+        reading.load_report(path)
     assert str(path) in str(exc.value)
 
 
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(CompareError, match="no such report"):
-        comparison.load_report(tmp_path / "nope.json")
+        reading.load_report(tmp_path / "nope.json")
 
 
 def test_failed_check_is_noted_with_explain_pointer(tmp_path: Path) -> None:
@@ -328,7 +328,7 @@ def test_fingerprint_differences_unfair_first(tmp_path: Path) -> None:
     comp = compare_two(tmp_path, a, b)
     fields = [d.field for d in comp.fingerprint_diffs]
     assert fields == ["torch", "gpu", "gfx", "lock_sha256", "wsl", "kernel"]
-    lines = comparison.fingerprint_lines(comp)
+    lines = tables.fingerprint_lines(comp)
     assert lines[0].startswith("UNFAIR: torch differs")
     assert "bbbbbbbbbbbb," not in lines[3] and lines[3].endswith("bbbbbbbbbbbb")
     assert lines[-1].startswith("note: kernel differs")
@@ -342,7 +342,7 @@ def test_other_pylock_same_packages_is_only_a_note(tmp_path: Path) -> None:
     )
     comp = compare_two(tmp_path, a, b)
     assert [(d.field, d.unfair) for d in comp.fingerprint_diffs] == [("lock_sha256", False)]
-    (line,) = comparison.fingerprint_lines(comp)
+    (line,) = tables.fingerprint_lines(comp)
     assert line.startswith(
         "note: lock_sha256 differs (different pylock files, same installed packages)"
     )
@@ -356,7 +356,7 @@ def test_other_installed_packages_are_unfair(tmp_path: Path) -> None:
         ("packages_sha256", True),
         ("lock_sha256", False),
     ]
-    lines = comparison.fingerprint_lines(comp)
+    lines = tables.fingerprint_lines(comp)
     assert lines[0].startswith("UNFAIR: packages_sha256 differs (different installed packages")
     # Same lock file, different installs (a venv changed by hand): still unfair.
     b2 = report([metric([1.0, 1.0])], lock_sha256="a" * 64, packages_sha256="d" * 64)
@@ -432,8 +432,8 @@ def test_cli_outputs_markdown_json_html(tmp_path: Path, capsys: pytest.CaptureFi
 
 def test_charts_are_deterministic(tmp_path: Path) -> None:
     reports = [
-        comparison.load_report(DATA / "cpu.docker.json"),
-        comparison.load_report(DATA / "cpu.native.json"),
+        reading.load_report(DATA / "cpu.docker.json"),
+        reading.load_report(DATA / "cpu.native.json"),
     ]
     comp = comparison.compare_reports(reports)
     compare_html.write_html(comp, tmp_path / "a")
@@ -498,7 +498,7 @@ def test_repeat_and_level_differences_are_flagged(tmp_path: Path) -> None:
         ("repeat", False),
     ]
     assert (
-        comparison.cell_verdict(
+        tables.cell_verdict(
             compare_two(tmp_path, report([metric([2.0])]), report([metric([2.0])])).rows[0].cells[1]
         )
         == "noise unknown (no difference)"

@@ -15,7 +15,7 @@ import jsonschema
 import pytest
 
 from envbuilder.commands._cli import main
-from envbuilder.report import comparison, guide
+from envbuilder.report import comparison, documents, guide, reading
 from envbuilder.report import html as compare_html
 
 SCHEMA = json.loads(
@@ -167,7 +167,7 @@ def test_expected_lines_cover_every_verdict() -> None:
 
 
 def test_guide_table_shows_the_reports_numbers(reports: tuple[Path, Path]) -> None:
-    comp = comparison.compare_reports([comparison.load_report(p) for p in reports])
+    comp = comparison.compare_reports([reading.load_report(p) for p in reports])
     assert guide.guide_header(comp) == [
         "figure",
         "unit",
@@ -225,7 +225,7 @@ def test_terminal_shows_the_table(
 
 def test_html_page_shows_the_table(reports: tuple[Path, Path], tmp_path: Path) -> None:
     pytest.importorskip("matplotlib", reason="the html extra (matplotlib) draws the page's charts")
-    comp = comparison.compare_reports([comparison.load_report(p) for p in reports])
+    comp = comparison.compare_reports([reading.load_report(p) for p in reports])
     page = compare_html.write_html(comp, tmp_path / "html").read_text()
     table = page.split("<h2>The guide's table</h2>", 1)[1].split("</table>", 1)[0]
     rows = re.findall(r"<tr>(.*?)</tr>", table, re.S)
@@ -241,7 +241,7 @@ def test_three_reports_get_a_column_group_each(reports: tuple[Path, Path], tmp_p
     native, wsl2 = reports
     docker = tmp_path / "rocm.docker.json"
     docker.write_text(json.dumps(probe_report("docker", False)))
-    comp = comparison.compare_reports([comparison.load_report(p) for p in (native, wsl2, docker)])
+    comp = comparison.compare_reports([reading.load_report(p) for p in (native, wsl2, docker)])
     assert guide.guide_header(comp)[2:] == [
         "rocm/native",
         "rocm/wsl2",
@@ -268,6 +268,6 @@ def test_reports_without_guide_figures_say_so(tmp_path: Path) -> None:
     paths = [tmp_path / "a.json", tmp_path / "b.json"]
     for p, d in zip(paths, (a, b), strict=True):
         p.write_text(json.dumps(d))
-    comp = comparison.compare_reports([comparison.load_report(p) for p in paths])
+    comp = comparison.compare_reports([reading.load_report(p) for p in paths])
     assert guide.guide_table(comp) == []
-    assert "No guide figure in these reports" in comparison.to_markdown(comp)
+    assert "No guide figure in these reports" in documents.to_markdown(comp)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from envbuilder.report import comparison, html
+from envbuilder.report import comparison, html, reading
 
 DATA = Path(__file__).parent / "data" / "compare"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -53,7 +53,7 @@ def images_loaded(dom: str) -> tuple[int, int]:
 
 @pytest.fixture(scope="module")
 def page(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    reports = [comparison.load_report(DATA / n) for n in ("cpu.docker.json", "cpu.native.json")]
+    reports = [reading.load_report(DATA / n) for n in ("cpu.docker.json", "cpu.native.json")]
     comp = comparison.compare_reports(reports)
     return html.write_html(comp, tmp_path_factory.mktemp("html"))
 
@@ -88,7 +88,7 @@ def test_page_with_tex_and_markup_labels_renders(tmp_path: Path) -> None:
         data = json.loads((DATA / "cpu.docker.json").read_text())
         data["labels"] = {"env": env, "target": "t"}
         (tmp_path / name).write_text(json.dumps(data))
-        reports.append(comparison.load_report(tmp_path / name))
+        reports.append(reading.load_report(tmp_path / name))
     page = html.write_html(comparison.compare_reports(reports), tmp_path / "html")
     dom = render_dom(page, tmp_path / "profile")
     assert images_loaded(dom) == (3, 3)

@@ -34,9 +34,9 @@ sys.exit(rc)
 WRITE_HTML_WITHOUT_MATPLOTLIB = """\
 import sys
 from pathlib import Path
-from envbuilder.report import comparison, html as compare_html
+from envbuilder.report import comparison, reading, html as compare_html
 from envbuilder.core.errors import CompareError
-reports = [comparison.load_report(Path(p)) for p in sys.argv[2:4]]
+reports = [reading.load_report(Path(p)) for p in sys.argv[2:4]]
 try:
     compare_html.write_html(comparison.compare_reports(reports), Path(sys.argv[1]))
 except CompareError as exc:

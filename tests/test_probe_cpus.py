@@ -20,7 +20,7 @@ from test_probe_unit import DATA, validate
 
 from envbuilder.probe.cpus import cgroup_cpu_quota, cpu_warnings, usable_cpus
 from envbuilder.probe.report import render_table
-from envbuilder.report import comparison
+from envbuilder.report import fingerprints, reading
 
 
 def cgroup_tree(tmp_path: Path, proc_line: str, files: dict[str, str]) -> tuple[Path, Path]:
@@ -144,10 +144,10 @@ def report_with(**fp: Any) -> dict[str, Any]:
 
 def diffs(a: dict[str, Any], b: dict[str, Any]) -> dict[str, bool]:
     reports = [
-        comparison.parse_report(a, Path("a.json")),
-        comparison.parse_report(b, Path("b.json")),
+        reading.parse_report(a, Path("a.json")),
+        reading.parse_report(b, Path("b.json")),
     ]
-    return {d.field: d.unfair for d in comparison.fingerprint_diffs(reports)}
+    return {d.field: d.unfair for d in fingerprints.fingerprint_diffs(reports)}
 
 
 def test_compare_flags_differing_threads_and_cpus_as_unfair() -> None:

@@ -20,7 +20,7 @@ import pytest
 from envbuilder.commands import compare as compare_command
 from envbuilder.commands._cli import main
 from envbuilder.core.errors import CompareError
-from envbuilder.report import comparison
+from envbuilder.report import comparison, documents, reading
 from envbuilder.report import html as compare_html
 
 DATA = Path(__file__).parent / "data" / "compare"
@@ -189,7 +189,7 @@ def test_integer_beyond_float_range_is_a_value_problem_not_a_crash(tmp_path: Pat
     text = json.dumps(report([metric([1.0, 1.1, 1.2])])).replace(
         '"value": 1.1', '"value": 1' + "0" * 400
     )
-    loaded = comparison.load_report(write(tmp_path / "big.json", text))
+    loaded = reading.load_report(write(tmp_path / "big.json", text))
     (m,) = loaded.metrics.values()
     assert m.value is None and m.problem is not None and "not a finite number" in m.problem
 
@@ -282,7 +282,7 @@ def test_tex_labels_do_not_reach_latex_or_mathtext(tmp_path: Path) -> None:
 
     a = write(tmp_path / "a.json", report([metric([1.0, 1.1, 1.2])], env=TEX[0]))
     b = write(tmp_path / "b.json", report([metric([2.0, 2.1, 2.2])], env=TEX[1]))
-    comp = comparison.compare_reports([comparison.load_report(a), comparison.load_report(b)])
+    comp = comparison.compare_reports([reading.load_report(a), reading.load_report(b)])
     with matplotlib.rc_context({"text.usetex": True}):
         page = compare_html.write_html(comp, tmp_path / "html")
     assert (page.parent / "chart-matmul.png").stat().st_size > 1000
@@ -340,8 +340,8 @@ def test_whiskers_beyond_range_are_dropped_not_inf(tmp_path: Path) -> None:
     # The medians compare fine, but max / min of the samples overflows: no error bars.
     comp = comparison.compare_reports(
         [
-            comparison.parse_report(report([metric([1e-300, 1.0, 2.0])]), tmp_path / "a.json"),
-            comparison.parse_report(report([metric([1.0, 1.0, 1e300])]), tmp_path / "b.json"),
+            reading.parse_report(report([metric([1e-300, 1.0, 2.0])]), tmp_path / "a.json"),
+            reading.parse_report(report([metric([1.0, 1.0, 1e300])]), tmp_path / "b.json"),
         ]
     )
     cell = comp.rows[0].cells[1]
@@ -364,19 +364,19 @@ def test_deeply_nested_json_is_refused_without_recursion(
         write(tmp_path / "deep.json", text),
         capsys,
         "JSON nested 200003 levels deep",
-        f"at most {comparison.MAX_JSON_DEPTH}",
+        f"at most {reading.MAX_JSON_DEPTH}",
     )
     assert "Recursion" not in err
 
 
 def test_nesting_up_to_the_bound_is_read(tmp_path: Path) -> None:
     # details nested to the bound (report > checks > check > details = 3 more levels)
-    inner = comparison.MAX_JSON_DEPTH - 3
+    inner = reading.MAX_JSON_DEPTH - 3
     text = json.dumps(report([metric([1.0])])).replace(
         '"details": {}', '"details": ' + "[" * inner + "]" * inner
     )
-    assert comparison.json_nesting_depth(text) == comparison.MAX_JSON_DEPTH
-    assert comparison.load_report(write(tmp_path / "ok.json", text)).metrics
+    assert reading.json_nesting_depth(text) == reading.MAX_JSON_DEPTH
+    assert reading.load_report(write(tmp_path / "ok.json", text)).metrics
 
 
 @pytest.mark.parametrize(
@@ -391,7 +391,7 @@ def test_nesting_up_to_the_bound_is_read(tmp_path: Path) -> None:
     ],
 )
 def test_json_nesting_depth(text: str, depth: int) -> None:
-    assert comparison.json_nesting_depth(text) == depth
+    assert reading.json_nesting_depth(text) == depth
 
 
 def test_oversized_file_is_refused_before_reading(
@@ -399,9 +399,9 @@ def test_oversized_file_is_refused_before_reading(
 ) -> None:
     big = tmp_path / "big.json"
     with big.open("wb") as fh:  # sparse: no 64 MiB written to disk
-        fh.truncate(comparison.MAX_REPORT_BYTES + 1)
+        fh.truncate(reading.MAX_REPORT_BYTES + 1)
     assert_refused(
-        tmp_path, big, capsys, f"{comparison.MAX_REPORT_BYTES + 1:,} bytes", "at most 64 MiB"
+        tmp_path, big, capsys, f"{reading.MAX_REPORT_BYTES + 1:,} bytes", "at most 64 MiB"
     )
 
 
@@ -463,8 +463,8 @@ def test_many_metrics_keep_order_and_use_the_plain_table(
     assert "matmul: m0 fp32 1024" in captured.out
     data = json.loads((tmp_path / "c.json").read_text())
     assert [m["name"] for m in data["metrics"]] == [f"m{i}" for i in range(n + n // 2)]
-    comp = comparison.compare_reports([comparison.load_report(pa), comparison.load_report(pb)])
-    assert data == json.loads(json.dumps(comparison.to_json(comp)))
+    comp = comparison.compare_reports([reading.load_report(pa), reading.load_report(pb)])
+    assert data == json.loads(json.dumps(documents.to_json(comp)))
 
 
 def test_chart_draws_the_metrics_that_differ_most(tmp_path: Path) -> None:
@@ -476,8 +476,8 @@ def test_chart_draws_the_metrics_that_differ_most(tmp_path: Path) -> None:
     )
     comp = comparison.compare_reports(
         [
-            comparison.parse_report(a, tmp_path / "a.json"),
-            comparison.parse_report(b, tmp_path / "b.json"),
+            reading.parse_report(a, tmp_path / "a.json"),
+            reading.parse_report(b, tmp_path / "b.json"),
         ]
     )
     rows, total = compare_html.chart_groups(comp)["matmul"]
@@ -591,9 +591,9 @@ def test_bad_report_message_through_a_real_process(tmp_path: Path) -> None:
 def test_shipped_fixtures_still_load() -> None:
     # The stricter reader accepts what the probe writes.
     for path in sorted(DATA.glob("*.json")):
-        assert comparison.load_report(path).metrics
+        assert reading.load_report(path).metrics
 
 
 def test_compare_error_is_the_library_error(tmp_path: Path) -> None:
     with pytest.raises(CompareError, match=r"'labels\.env' must be a string"):
-        comparison.parse_report(_set(report([metric([1.0])]), "labels.env", 1), tmp_path / "x.json")
+        reading.parse_report(_set(report([metric([1.0])]), "labels.env", 1), tmp_path / "x.json")

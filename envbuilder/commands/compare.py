@@ -12,8 +12,9 @@ from envbuilder.commands._options import path_value
 from envbuilder.core.errors import UsageError
 from envbuilder.core.fsutil import same_file, temp_dir, write_together
 from envbuilder.core.ui import UI
-from envbuilder.report import comparison, guide
+from envbuilder.report import comparison, documents, guide, reading, tables
 from envbuilder.report import html as compare_html
+from envbuilder.report.records import Comparison
 
 HELP = "compare validation reports: ratios, loss %, spread over repeats, noise verdicts"
 DESCRIPTION = f"""\
@@ -115,13 +116,13 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     _refuse_overwriting_inputs(args, paths)
     if args.html:  # a missing matplotlib fails here, before any output is written
         compare_html.require_matplotlib()
-    reports = [comparison.load_report(p) for p in paths]
+    reports = [reading.load_report(p) for p in paths]
     comp = comparison.compare_reports(reports, baseline, args.noise_floor)
     if not ui.json_mode:
         _print(comp, ui)
     _write_outputs(comp, args, ui)
     if ui.json_mode:  # --json -: after the files, so a write error gives the error object
-        ui.json_text(comparison.dumps_json(comp))
+        ui.json_text(documents.dumps_json(comp))
     return 0
 
 
@@ -131,16 +132,16 @@ def _json_file(args: argparse.Namespace) -> Path | None:
     return None if path is None or str(path) == "-" else path
 
 
-def _write_outputs(comp: comparison.Comparison, args: argparse.Namespace, ui: UI) -> None:
+def _write_outputs(comp: Comparison, args: argparse.Namespace, ui: UI) -> None:
     """--markdown, --json and --html are made in memory (the HTML page and its charts in a temp
     folder) and written together: a write error (read-only, full disk, a file or folder in the
     way) writes none of them and says which path and why."""
     files: dict[Path, bytes] = {}
     if args.markdown:
-        files[args.markdown] = comparison.to_markdown(comp).encode("utf-8")
+        files[args.markdown] = documents.to_markdown(comp).encode("utf-8")
     json_file = _json_file(args)
     if json_file is not None:
-        files[json_file] = comparison.dumps_json(comp).encode("utf-8")
+        files[json_file] = documents.dumps_json(comp).encode("utf-8")
     page = None
     if args.html:
         with temp_dir("envbuilder-compare-") as tmp:
@@ -164,14 +165,14 @@ def _write_outputs(comp: comparison.Comparison, args: argparse.Namespace, ui: UI
 RICH_TABLE_MAX_LINES = 2000
 
 
-def _print(comp: comparison.Comparison, ui: UI) -> None:
+def _print(comp: Comparison, ui: UI) -> None:
     ui.print(f"baseline: {comp.baseline.label} ({comp.baseline.path})")
-    for line in comparison.fingerprint_lines(comp):
+    for line in tables.fingerprint_lines(comp):
         ui.warn(line) if line.startswith("UNFAIR") else ui.info(line)
     _print_guide(comp, ui)
-    rows = comparison.table_rows(comp)
+    rows = tables.table_rows(comp)
     with_notes = any(r[-1] for r in rows)  # the note column only when some row has one
-    header = comparison.TABLE_HEADER if with_notes else comparison.TABLE_HEADER[:-1]
+    header = tables.TABLE_HEADER if with_notes else tables.TABLE_HEADER[:-1]
     if len(rows) > RICH_TABLE_MAX_LINES:
         ui.info(f"{len(rows):,} table lines: printed as plain text")
         ui.print(plain_table(header, [r[: len(header)] for r in rows]))
@@ -182,7 +183,7 @@ def _print(comp: comparison.Comparison, ui: UI) -> None:
         ui.print(f"note: {note}")
 
 
-def _print_guide(comp: comparison.Comparison, ui: UI) -> None:
+def _print_guide(comp: Comparison, ui: UI) -> None:
     """The guide's table (memory bandwidth, images/s, latency), one column per report."""
     lines = guide.guide_table(comp)
     if not lines:
@@ -199,7 +200,7 @@ def _print_guide(comp: comparison.Comparison, ui: UI) -> None:
     ui.table(table)
 
 
-def _rich_table(comp: comparison.Comparison, header: list[str], rows: list[list[str]]) -> Table:
+def _rich_table(comp: Comparison, header: list[str], rows: list[list[str]]) -> Table:
     # Cells and title are Text, not str: rich would read "[/]" or "[bold]" in a label as markup
     # (and fail on a stray closing tag); labels must print as they are.
     table = Table(title=Text(f"compared with {comp.baseline.label}"), show_lines=False)
@@ -221,7 +222,7 @@ def _rich_table(comp: comparison.Comparison, header: list[str], rows: list[list[
     for row in rows:
         table.add_row(
             *(Text(cell) for cell in row[: len(header)]),
-            style=styles.get(row[comparison.VERDICT_COLUMN]),
+            style=styles.get(row[tables.VERDICT_COLUMN]),
             end_section=False,
         )
     return table

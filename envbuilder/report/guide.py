@@ -7,8 +7,9 @@ ways at once, where WSL2 pays) and keeps each one's cells as `compare` judged th
 the loss against the baseline and the noise verdict. The terminal, markdown, HTML and JSON
 outputs all render these rows, so they show the same numbers.
 
-Library code only: values in, rows out. `comparison` imports this module's functions where it
-writes markdown and JSON (inside those functions: this module imports `comparison`).
+Library code only: values in, rows out. It reads a comparison's records and formats its cells
+with `report.tables`, as the metrics table does; `report.documents` puts it into the markdown
+and JSON documents, `report.html` into the page, the command onto the terminal.
 """
 
 from __future__ import annotations
@@ -16,14 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from envbuilder.report.comparison import (
-    Cell,
-    Comparison,
-    Row,
-    cell_verdict,
-    fmt_num,
-    fmt_pct,
-)
+from envbuilder.report.records import Cell, Comparison, Row
+from envbuilder.report.tables import cell_verdict, fmt_num, fmt_pct
 
 
 @dataclass(frozen=True)

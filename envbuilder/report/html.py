@@ -1,6 +1,6 @@
 """The `compare --html` page: one PNG chart per check and `index.html` holding every table.
 
-Split from `envbuilder.report.comparison` (which parses, matches and judges; this module only draws
+Apart from `envbuilder.report.comparison` (which matches and judges; this module only draws
 what it computed) so that matplotlib is an optional extra: `pip install 'dl-envbuilder[html]'`.
 matplotlib is imported inside the functions that draw, never at import time, so importing this
 module, and `envbuilder compare` without --html, work without it; `require_matplotlib` turns
@@ -20,11 +20,10 @@ from typing import Any
 
 from envbuilder.core.errors import CompareError
 from envbuilder.report import guide
-from envbuilder.report.comparison import (
+from envbuilder.report.records import Comparison, Row
+from envbuilder.report.tables import (
     TABLE_HEADER,
     VERDICT_COLUMN,
-    Comparison,
-    Row,
     cell_verdict,
     fingerprint_lines,
     table_rows,

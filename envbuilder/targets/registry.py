@@ -22,7 +22,8 @@ from envbuilder.core.model import did_you_mean
 from envbuilder.targets.base import Capability, TargetDescriptor
 
 ENTRY_POINT_GROUP = "envbuilder.targets"
-#: The built-in targets, in their order, and the module of each.
+#: The built-in targets, in their order, and the module of each. A literal: tests/test_layers.py
+#: reads these names as the registry's imports (by name, in `_load`) for the layer rule.
 BUILTINS = (
     ("docker", "envbuilder.targets.docker"),
     ("wsl2", "envbuilder.targets.wsl2"),
