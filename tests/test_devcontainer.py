@@ -25,6 +25,7 @@ from envbuilder.commands._cli import main
 from envbuilder.core.project import Project
 from envbuilder.image import runflags
 from envbuilder.lock import lockfile
+from envbuilder.lock.record import record_artifact
 from envbuilder.spec.load import load_spec
 
 ENV = "cpu"
@@ -56,7 +57,7 @@ def test_the_shipped_cpu_env_names_its_local_image_and_no_devices() -> None:
 def test_a_pushed_image_is_named_by_its_digest(tmp_path: Path) -> None:
     project = Project.from_spec(copy_shipped(tmp_path) / "environments.toml")
     digest = "127.0.0.1:5000/envbuilder/cpu@sha256:" + "ab" * 32
-    lockfile.record_artifact(project, ENV, "docker", repo_digest=digest)
+    record_artifact(project, ENV, "docker", repo_digest=digest)
     assert main(["-q", "render", "--env", ENV, "--spec", str(project.spec_path)]) == 0
     assert jsonc(devcontainer_path(project, ENV).read_bytes())["image"] == digest
     assert main(["-q", "render", "--check", "--spec", str(project.spec_path)]) == 0

@@ -45,6 +45,7 @@ from envbuilder.core.imagedefs import LOCK_LABEL, needs_host_network, proxy_buil
 from envbuilder.core.model import EnvSpec
 from envbuilder.core.project import Project
 from envbuilder.lock import lockfile
+from envbuilder.lock.record import record_artifact
 from envbuilder.spec.load import load_spec
 from envbuilder.targets.base import BuildOptions, PullOptions, PushOptions, ValidateOptions
 from envbuilder.targets.docker import DockerTable
@@ -626,10 +627,10 @@ def test_pull_refuses_an_image_built_from_another_lock(
     assert recorded is not None
     good = dict(recorded.artifacts["docker"])
     try:
-        lockfile.record_artifact(project, ENV, "docker", repo_digest=other_digest)
+        record_artifact(project, ENV, "docker", repo_digest=other_digest)
         with pytest.raises(RegistryError, match=r"refusing .* built from lock"):
             TARGET.pull(project, demo_env(), PullOptions(), _no_progress)
-        lockfile.record_artifact(
+        record_artifact(
             project,
             ENV,
             "docker",
@@ -638,7 +639,7 @@ def test_pull_refuses_an_image_built_from_another_lock(
         with pytest.raises(RegistryError, match="refused"):
             TARGET.pull(project, demo_env(), PullOptions(), _no_progress)
     finally:
-        lockfile.record_artifact(project, ENV, "docker", **good)
+        record_artifact(project, ENV, "docker", **good)
         docker_client.images.remove(other.id, force=True)
 
 

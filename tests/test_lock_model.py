@@ -30,9 +30,9 @@ from envbuilder.lock.lockfile import (
     dump_env_lock,
     load_env_lock,
     read_env_lock,
-    record_artifact,
     write_env_lock,
 )
+from envbuilder.lock.record import record_artifact
 from envbuilder.lock.resolve import pin_base, source_date_epoch
 from envbuilder.lock.uv import (
     ResolveRequest,
@@ -416,14 +416,14 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_json_schema_file_matches_the_model() -> None:
     import json
 
-    from envbuilder.lock.lockfile import json_schema
+    from envbuilder.lock.schema import json_schema
 
     shipped = (ROOT / "envbuilder" / "data" / "schemas" / "lock.schema.json").read_text(
         encoding="utf-8"
     )
     assert shipped == json.dumps(json_schema(), indent=2) + "\n", (
         "lock.schema.json drifted from envbuilder.lock.lockfile: regenerate it with "
-        "python -c 'import json; from envbuilder.lock.lockfile import json_schema; "
+        "python -c 'import json; from envbuilder.lock.schema import json_schema; "
         "print(json.dumps(json_schema(), indent=2))' > envbuilder/data/schemas/lock.schema.json"
     )
 
@@ -433,7 +433,7 @@ def test_json_schema_accepts_a_lock_and_refuses_unknown_keys() -> None:
 
     import jsonschema
 
-    from envbuilder.lock.lockfile import json_schema
+    from envbuilder.lock.schema import json_schema
 
     data = tomllib.loads(dump_env_lock(_lock()).decode())
     jsonschema.validate(data, json_schema())

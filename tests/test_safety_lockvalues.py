@@ -172,6 +172,6 @@ def test_a_lock_without_digests_is_upgraded_by_lock_alone(
 def test_the_format_numbers_are_those_the_writers_use() -> None:
     from envbuilder.image import wsl
     from envbuilder.image.oci.writer import REPRO_FORMAT
-    from envbuilder.lock.lockfile import ARTIFACT_FORMATS
+    from envbuilder.lock.artifacts import ARTIFACT_FORMATS
 
     assert {"repro_format": int(REPRO_FORMAT), "format": int(wsl.FORMAT)} == ARTIFACT_FORMATS

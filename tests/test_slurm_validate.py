@@ -38,6 +38,7 @@ from envbuilder.core.errors import RenderError
 from envbuilder.core.project import Project
 from envbuilder.host import pyfinder
 from envbuilder.lock import lockfile
+from envbuilder.lock.record import record_artifact
 from envbuilder.probe import build_zipapp
 from envbuilder.probe.check_collectives import CHECK_COUNTS
 from envbuilder.slurm import script as slurm_script
@@ -206,7 +207,7 @@ def test_script_pins_the_pushed_digest(project: Project) -> None:
     before = next(iter(slurm_script.render_script(project, spec, spec.env(ENV)).values()))
     assert b"IMAGE_DEFAULT=''" in before and b"# NOT PUSHED:" in before
     digest = "127.0.0.1:5000/team/cpu@sha256:" + "ab" * 32
-    lockfile.record_artifact(project, ENV, "docker", repo_digest=digest)
+    record_artifact(project, ENV, "docker", repo_digest=digest)
     after = next(iter(slurm_script.render_script(project, spec, spec.env(ENV)).values()))
     assert f"IMAGE_DEFAULT={digest}\n".encode() in after
     assert b"NOT PUSHED" not in after
@@ -234,7 +235,7 @@ def test_gpu_flags_come_from_the_compat_data() -> None:
 
 def test_committed_and_rendered_scripts_pass_shellcheck(project: Project) -> None:
     shellcheck = need_shellcheck()
-    lockfile.record_artifact(
+    record_artifact(
         project, ENV, "docker", repo_digest="127.0.0.1:5000/team/cpu@sha256:" + "cd" * 32
     )
     spec = load_spec(project.spec_path)

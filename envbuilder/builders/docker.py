@@ -56,6 +56,7 @@ from envbuilder.core.quoting import sh_command
 from envbuilder.image import engine, repro, runflags
 from envbuilder.image import registry as imageregistry
 from envbuilder.lock import basesource, lockfile
+from envbuilder.lock.record import record_artifact
 from envbuilder.lock.verified import load_verified_lock
 from envbuilder.targets.base import (
     Artifact,
@@ -230,7 +231,7 @@ class DockerBuilder:
     def _record(
         project: Project, env: str, tag: str, image: repro.Prediction, changed: bool, note: str
     ) -> Artifact:
-        lockfile.record_artifact(project, env, TARGET, tag=tag, **image.artifacts())
+        record_artifact(project, env, TARGET, tag=tag, **image.artifacts())
         return Artifact(
             TARGET,
             env,
@@ -339,7 +340,7 @@ class DockerBuilder:
             progress,
             project.cache,
         )
-        lockfile.record_artifact(
+        record_artifact(
             project, env.name, TARGET, image_id=image_id, tag=tag, repo_digest=digest_ref
         )
         self._attach_sbom(project, env.name, digest_ref, progress)
@@ -367,7 +368,7 @@ class DockerBuilder:
                 f"pushed {digest_ref} (recorded in the lock), but its SBOM could not be "
                 f"attached: {exc}"
             ) from None
-        lockfile.record_artifact(project, env, TARGET, sbom=sbom_ref)
+        record_artifact(project, env, TARGET, sbom=sbom_ref)
         progress(f"{env}/docker: SBOM attached as {sbom_ref}", 0, None)
 
     def pull(

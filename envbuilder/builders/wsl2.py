@@ -622,7 +622,7 @@ class Wsl2Builder:
     def _write(
         self, project: Project, env: EnvSpec, lock: EnvLock, export: _Export, progress: ProgressFn
     ) -> Artifact:
-        from envbuilder.lock.lockfile import record_artifact
+        from envbuilder.lock.record import record_artifact
 
         image_id = export.engine_id
         path = wsl_path(project, env.name)
@@ -760,7 +760,7 @@ class Wsl2Builder:
         return its repository digest (artifacts.wsl2.repo_digest)."""
         from envbuilder.image import engine as docker_engine
         from envbuilder.image import registry as imageregistry
-        from envbuilder.lock.lockfile import record_artifact
+        from envbuilder.lock.record import record_artifact
 
         _require_wsl2(env)
         lock = _require_lock(project, env)

@@ -7,13 +7,14 @@ later, or pasted into a rendered script. Adding a key is one `key(...)` below (a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from envbuilder.core import records
 from envbuilder.core.errors import LockError
 from envbuilder.core.records import key
+from envbuilder.targets import registry
 
 _DIGEST = r"sha256:[0-9a-f]{64}"
 _DIGEST_FORM = "'sha256:' and 64 lower-case hex digits"
@@ -126,3 +127,24 @@ def json_schema() -> dict[str, Any]:
         "additionalProperties": False,
         "properties": records.schema_properties(KEYS),
     }
+
+
+def parse_artifacts(
+    tables: Mapping[str, Any], targets: Collection[str], where: str
+) -> dict[str, dict[str, str]]:
+    """[artifacts.<target>]: only for a locked target that makes artifacts (push or verify),
+    only known keys, each value in its form."""
+    makers = set(registry.with_capability("push")) | set(registry.with_capability("verify"))
+    artifacts: dict[str, dict[str, str]] = {}
+    for name, table in tables.items():
+        if name not in targets or name not in makers:
+            why = "is not locked here" if name not in targets else "records no artifacts"
+            raise LockError(
+                f"{where}: [artifacts.{name}]: target {name!r} {why} (artifacts are recorded "
+                f"for {', '.join(sorted(makers & set(targets))) or 'no target of this lock'}); "
+                f"{_RELOCK}"
+            )
+        if not isinstance(table, dict):
+            raise LockError(f"{where}: artifacts.{name} must be a table of strings; {_RELOCK}")
+        artifacts[name] = check_artifacts(table, f"{where}: artifacts.{name}")
+    return artifacts

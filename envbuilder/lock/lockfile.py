@@ -25,46 +25,42 @@ pinned by digest, and the artifacts later commands built from them. Example:
     image_id = "sha256:<hex>"            with layers and repro_format: the image the lock
                                          predicts (envbuilder.image.repro)
 
-CONTRACT (other modules code against these names):
+The model is two records, TargetLock and EnvLock: each key declared once (envbuilder.core.records)
+gives the reader's checks, the writer's line, the JSON schema (envbuilder.lock.schema) and to_json.
 
-    TargetLock, EnvLock                  frozen dataclasses (fields below)
-    read_env_lock(path) -> EnvLock       strict: unknown keys, wrong types, other versions, a
-                                         pylock named other than `pylock.<env>-<target>.toml`
-                                         (a path outside lockfiles/) are LockError saying what
-                                         to do (UntrustedLockError for the path)
-    load_env_lock(project, env) -> EnvLock | None   None when the env was never locked;
-                                         UntrustedLockError for the lock of another env
-    load_current_lock(project, env, spec_hash) -> EnvLock | None   also refuses a stale lock
-    load_verified_lock(project, env, target, spec_hash) -> VerifiedLock   THE way to use a
-                                         target's lock: current (unless spec_hash is None), its
-                                         pylock present, matching its sha256 and well-formed
-    parse_pylock(data, where) -> dict    a pylock's TOML, checked where envbuilder reads it
-    record_artifact(project, env, target, **values) -> None   atomic update of `artifacts`
-                                         (the spec hash is not touched; `lock --check` ignores it)
-    check_env(project, env_name, spec_hash, targets) -> CheckOutcome   no network
+    read_env_lock(path) -> EnvLock       strict: unknown keys, wrong types or forms, other versions,
+                                         a pylock named other than `pylock.<env>-<target>.toml`
+                                         are LockError saying what to do (UntrustedLockError for
+                                         a path out of lockfiles/)
+    load_env_lock(project, env)          None when never locked; UntrustedLockError for another
+                                         env's lock; load_current_lock also refuses a stale one
+    dump_env_lock(lock) -> bytes         the canonical bytes; write_env_lock writes them atomically
+
+Beside it: envbuilder.lock.verified (a target's pylock, verified: THE way to use a target's lock),
+envbuilder.lock.record (record_artifact), envbuilder.lock.check (`lock --check`),
+envbuilder.lock.artifacts and envbuilder.lock.digests ([artifacts.<target>] and the digests).
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import re
 import tomllib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from envbuilder.core import grammar, records
 from envbuilder.core.errors import LockError
-from envbuilder.core.fsutil import exclusive, read_input_bytes, sha256_bytes, write_if_changed
+from envbuilder.core.fsutil import read_input_bytes, write_if_changed
 from envbuilder.core.grammar import ENV_NAME_RE, LOCK_FILE_RE
 from envbuilder.core.journal import Scope
 from envbuilder.core.project import Project, pylock_name
 from envbuilder.core.records import Field, key
 from envbuilder.lock import apt as aptlock
 from envbuilder.lock import artifacts as artifactlock
+from envbuilder.lock import digests
 from envbuilder.targets import registry
 
 #: The lock format this envbuilder reads and writes.
@@ -90,7 +86,6 @@ _EPOCH_FORM = (
 #: `base_digest_missing` values: why a base image is recorded by tag. "no-base-digest": the user
 #: ran `envbuilder lock --no-base-digest` for a base whose digest was not known yet.
 DIGEST_MISSING_REASONS = ("no-base-digest",)
-ARTIFACT_FORMATS = artifactlock.ARTIFACT_FORMATS
 _RELOCK = "run `envbuilder lock` to write it again"
 #: What `envbuilder lock` may write or remove in lockfiles/ (envbuilder.core.journal): lock file
 #: names directly in the folder, nothing else, whatever a journal left there says.
@@ -140,17 +135,8 @@ class TargetLock:
     )
 
 
-#: The digests that cover a target's apt pins and its [artifacts.<target>] values (table_sha256):
-#: present exactly when what they cover is, written by `envbuilder lock` and every command that
-#: records an artifact. Not fields of TargetLock: checked when a lock is read, computed when it
-#: is written.
-DIGEST_KEYS = (
-    Field("apt_sha256", str, "the digest of apt", False, _HEX64, _HEX64_FORM),
-    Field(
-        "artifacts_sha256", str, "the digest of [artifacts.<target>]", False, _HEX64, _HEX64_FORM
-    ),
-)
-TARGET_KEYS = (*records.fields_of(TargetLock), *DIGEST_KEYS)
+TARGET_FIELD_KEYS = records.fields_of(TargetLock)
+TARGET_KEYS = (*TARGET_FIELD_KEYS, *digests.DIGEST_KEYS)
 
 
 @dataclass(frozen=True)
@@ -201,14 +187,6 @@ class UntrustedLockError(LockError):
     replace it too (someone should look at it first)."""
 
 
-def unpinned_reason(base_image: str | None) -> str | None:
-    """The `base_digest_missing` that `envbuilder lock` records beside `base_image`: a reason for
-    a base recorded by tag (lock only does that for --no-base-digest), None otherwise."""
-    if base_image is None or "@sha256:" in base_image:
-        return None
-    return "no-base-digest"
-
-
 def _check_table(
     data: Mapping[str, Any], keys: tuple[Field, ...], where: str, path: str = ""
 ) -> None:
@@ -234,8 +212,8 @@ def parse_env_lock(data: Mapping[str, Any], where: str, upgrade: bool = False) -
         name: _parse_target(name, table, data["env"], where)
         for name, table in data["targets"].items()
     }
-    artifacts = _parse_artifacts(data.get("artifacts", {}), targets, where)
-    _check_digests(data["targets"], targets, artifacts, data["env"], where, upgrade)
+    artifacts = artifactlock.parse_artifacts(data.get("artifacts", {}), targets, where)
+    digests.check_digests(data["targets"], targets, artifacts, data["env"], where, upgrade)
     values = {k.name: data[k.name] for k in TOP_KEYS if k.name in data}
     return EnvLock(**{**values, "targets": targets, "artifacts": artifacts})
 
@@ -266,7 +244,7 @@ def _parse_target(name: str, table: object, env: str, where: str) -> TargetLock:
     _check_table(table, TARGET_KEYS, where, f"targets.{name}")
     _check_pylock_name(table["pylock"], env, name, where)
     _check_target_relations(name, table, where)
-    values = {k.name: table[k.name] for k in records.fields_of(TargetLock) if k.name in table}
+    values = {k.name: table[k.name] for k in TARGET_FIELD_KEYS if k.name in table}
     if "apt" in table:
         values["apt"] = aptlock.parse_apt_table(table["apt"], f"{where}: targets.{name}")
     return TargetLock(**values)
@@ -295,73 +273,6 @@ def _check_target_relations(name: str, table: Mapping[str, Any], where: str) -> 
         )
 
 
-def table_sha256(table: Mapping[str, Any]) -> str:
-    """The digest of a table of the lock (a target's apt pins, its artifacts): sha256 of its
-    canonical JSON (keys sorted, no spaces, UTF-8). docs/lock.md."""
-    text = json.dumps(table, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return sha256_bytes(text.encode("utf-8"))
-
-
-def _check_digests(
-    raw: Mapping[str, Any],
-    targets: Mapping[str, TargetLock],
-    artifacts: Mapping[str, Mapping[str, str]],
-    env: str,
-    where: str,
-    upgrade: bool,
-) -> None:
-    """Each target's apt pins and artifacts match the digest beside them (present exactly when
-    they are): an edited pin (a downgrade, extra packages) or an edited artifact is refused."""
-    fix = f"restore the file (`git checkout {where}`) or run `envbuilder lock --env {env}`"
-    for name, entry in targets.items():
-        covered = {"apt_sha256": entry.apt, "artifacts_sha256": artifacts.get(name, {})}
-        for digest, table in covered.items():
-            what = "apt pins" if digest == "apt_sha256" else f"[artifacts.{name}]"
-            recorded = raw[name].get(digest)
-            if not table and recorded is None:
-                continue
-            if recorded is None:
-                if upgrade:
-                    continue
-                raise LockError(
-                    f"{where}: targets.{name} has {what} but no {digest} (written by an older "
-                    f"envbuilder, or edited); `envbuilder lock --env {env}` adds it without "
-                    "resolving anything again"
-                )
-            if not table:
-                raise LockError(
-                    f"{where}: targets.{name}.{digest} is there but the {what} it covers are "
-                    f"not (removed by hand?); {fix}"
-                )
-            if table_sha256(table) != recorded:
-                raise LockError(
-                    f"{where}: the {what} of targets.{name} do not match targets.{name}."
-                    f"{digest} (edited after locking: a version, a package, a value changed). "
-                    f"Nothing was changed; {fix}"
-                )
-
-
-def _parse_artifacts(
-    tables: Mapping[str, Any], targets: Mapping[str, TargetLock], where: str
-) -> dict[str, dict[str, str]]:
-    """[artifacts.<target>]: only for a locked target that makes artifacts (push or verify),
-    only known keys, each value in its form."""
-    makers = set(registry.with_capability("push")) | set(registry.with_capability("verify"))
-    artifacts: dict[str, dict[str, str]] = {}
-    for name, table in tables.items():
-        if name not in targets or name not in makers:
-            why = "is not locked here" if name not in targets else "records no artifacts"
-            raise LockError(
-                f"{where}: [artifacts.{name}]: target {name!r} {why} (artifacts are recorded "
-                f"for {', '.join(sorted(makers & set(targets))) or 'no target of this lock'}); "
-                f"{_RELOCK}"
-            )
-        if not isinstance(table, dict):
-            raise LockError(f"{where}: artifacts.{name} must be a table of strings; {_RELOCK}")
-        artifacts[name] = artifactlock.check_artifacts(table, f"{where}: artifacts.{name}")
-    return artifacts
-
-
 def _untrusted_fix(env: str | None) -> str:
     lock = "envbuilder lock" + (f" --env {env}" if env else "")
     return (
@@ -380,52 +291,6 @@ def _check_pylock_name(value: str, env: str, target: str, where: str) -> None:
             f"{where}: targets.{target}.pylock = {value!r} is not allowed: a lock names its "
             f"pylock by the file name {expected!r} (inside lockfiles/); {_untrusted_fix(env)}"
         )
-
-
-def _pylock_pattern(targets: Sequence[str]) -> str:
-    """The shape of every pylock name a lock may hold (the reader also ties it to `env` and
-    target)."""
-    return r"^pylock\.[a-z0-9._-]+-(" + "|".join(targets) + r")\.toml$"
-
-
-def json_schema() -> dict[str, Any]:
-    """The JSON schema of `<env>.lock.toml` (as parsed TOML), generated from the records the
-    strict reader checks against and the targets registered now;
-    `envbuilder/data/schemas/lock.schema.json` is this (for the built-in targets), and a test
-    fails when the two drift."""
-    targets = registry.names()
-    makers = set(registry.with_capability("push")) | set(registry.with_capability("verify"))
-    top = records.schema_properties(TOP_KEYS)
-    top["targets"] = {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {t: {"$ref": "#/$defs/target"} for t in targets},
-    }
-    top["artifacts"] = {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {t: {"$ref": "#/$defs/artifacts"} for t in targets if t in makers},
-    }
-    target = records.schema_properties(TARGET_KEYS)
-    target["pylock"]["pattern"] = _pylock_pattern(targets)
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "urn:envbuilder:lock:1",
-        "title": "envbuilder env lock (lockfiles/<env>.lock.toml)",
-        "type": "object",
-        "additionalProperties": False,
-        "properties": top,
-        "required": records.schema_required(TOP_KEYS),
-        "$defs": {
-            "target": {
-                "type": "object",
-                "additionalProperties": False,
-                "properties": target,
-                "required": records.schema_required(TARGET_KEYS),
-            },
-            "artifacts": artifactlock.json_schema(),
-        },
-    }
 
 
 def read_env_lock(path: Path, where: str | None = None, upgrade: bool = False) -> EnvLock:
@@ -505,9 +370,11 @@ def _sorted_lines(table: Mapping[str, str]) -> list[str]:
 
 def _target_lines(name: str, t: TargetLock, artifacts: Mapping[str, str] | None) -> list[str]:
     """[targets.<name>] without its apt pins (they follow every target's table)."""
-    lines = ["", f"[targets.{name}]", *records.toml_lines(t, TARGET_KEYS[: -len(DIGEST_KEYS)])]
-    digests = {"apt_sha256": t.apt, "artifacts_sha256": artifacts}
-    lines += [f"{k} = {records.toml_value(table_sha256(v))}" for k, v in digests.items() if v]
+    lines = ["", f"[targets.{name}]", *records.toml_lines(t, TARGET_FIELD_KEYS)]
+    covered = {"apt_sha256": t.apt, "artifacts_sha256": artifacts}
+    lines += [
+        f"{k} = {records.toml_value(digests.table_sha256(v))}" for k, v in covered.items() if v
+    ]
     return lines
 
 
@@ -516,47 +383,9 @@ def _target_order(name: str) -> tuple[int, str]:
     return (order.index(name) if name in order else len(order), name)
 
 
-def write_output(path: Path, data: bytes) -> bool:
-    """Write a committed output only when its bytes differ (unchanged files keep their mtime),
-    atomically, readable by all (0644 less the umask; a bare temp file would be 0600).
-    True if written."""
+def write_env_lock(project: Project, lock: EnvLock) -> bool:
+    """Write the lock when its bytes differ (unchanged files keep their mtime), atomically,
+    readable by all (0644 less the umask; a bare temp file would be 0600). True if written."""
     umask = os.umask(0)
     os.umask(umask)
-    return write_if_changed(path, data, 0o666 & ~umask)
-
-
-def write_env_lock(project: Project, lock: EnvLock) -> bool:
-    """Write the lock when its bytes differ (unchanged files keep their mtime). True if written."""
-    return write_output(project.env_lock(lock.env), dump_env_lock(lock))
-
-
-@contextlib.contextmanager
-def _exclusive(folder: Path) -> Iterator[None]:
-    """Serialize read-modify-write of lock files between processes (builds running side by
-    side record artifacts of different targets)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    with exclusive(folder):
-        yield
-
-
-def record_artifact(project: Project, env: str, target: str, **values: str) -> None:
-    """Merge `values` into `artifacts.<target>` of the env's lock (atomic; spec hash untouched).
-
-    Raises LockError when the env or that target was never locked."""
-    if not values:
-        return
-    bad = [k for k, v in values.items() if not isinstance(v, str)]
-    if bad:
-        raise TypeError(f"artifact values must be strings: {', '.join(bad)}")
-    with _exclusive(project.lockfiles):
-        lock = load_env_lock(project, env)
-        if lock is None or target not in lock.targets:
-            raise LockError(
-                f"env {env!r} target {target!r} is not locked; "
-                f"run `envbuilder lock --env {env}` first"
-            )
-        artifacts = {k: dict(v) for k, v in lock.artifacts.items()}
-        artifacts.setdefault(target, {}).update(values)
-        where = project.relative(project.env_lock(env))
-        _parse_artifacts(artifacts, lock.targets, where)  # never write what reads refuse
-        write_env_lock(project, replace(lock, artifacts=artifacts))
+    return write_if_changed(project.env_lock(lock.env), dump_env_lock(lock), 0o666 & ~umask)

@@ -37,7 +37,6 @@ from envbuilder.lock.lockfile import (
     UntrustedLockError,
     dump_env_lock,
     load_env_lock,
-    unpinned_reason,
 )
 from envbuilder.lock.sdk import resolve_sdk
 from envbuilder.lock.uv import (
@@ -51,6 +50,14 @@ from envbuilder.lock.uv import (
 from envbuilder.lock.verified import verify_pylock
 from envbuilder.lock.wheelcache import check_sdist_builds
 from envbuilder.targets import registry
+
+
+def unpinned_reason(base_image: str | None) -> str | None:
+    """The `base_digest_missing` that `envbuilder lock` records beside `base_image`: a reason for
+    a base recorded by tag (lock only does that for --no-base-digest), None otherwise."""
+    if base_image is None or "@sha256:" in base_image:
+        return None
+    return "no-base-digest"
 
 
 def platform(target: str) -> str:
