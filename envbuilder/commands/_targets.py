@@ -8,7 +8,8 @@ Private (leading underscore): the CLI does not discover it as a command.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Iterator, Sequence
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,12 @@ from envbuilder.core.redact import redact
 from envbuilder.core.ui import UI
 from envbuilder.spec.load import load_spec
 from envbuilder.targets import registry
-from envbuilder.targets.base import Capability, RegistryBuilder, TargetDescriptor
+from envbuilder.targets.base import (
+    Capability,
+    InstallOptions,
+    RegistryBuilder,
+    TargetDescriptor,
+)
 
 T = TypeVar("T")
 
@@ -75,6 +81,26 @@ def registry_builder(target: str, verb: Literal["push", "pull"]) -> RegistryBuil
             f"has no {verb}() (a bug in that target)"
         )
     return builder
+
+
+#: The environment variables that give InstallOptions (docs/wsl2.md; `nox -s build-wsl2 --
+#: NAME --replace` sets the first): the CLI's edge, read here and passed on typed.
+INSTALL_REPLACE_ENV = "ENVBUILDER_WSL_REPLACE"
+INSTALL_LOCATION_ENV = "ENVBUILDER_WSL_LOCATION"
+
+
+def install_options(target: str, environ: Mapping[str, str] | None = None) -> InstallOptions:
+    """How build and pull install the artifact of a target with the `install` capability:
+    replace with INSTALL_REPLACE_ENV=1, the disks' folder from INSTALL_LOCATION_ENV (empty or
+    unset: the target's default). The defaults for any other target."""
+    env = os.environ if environ is None else environ
+    if not registry.get(target).has("install"):
+        return InstallOptions()
+    location = env.get(INSTALL_LOCATION_ENV)
+    return InstallOptions(
+        replace=env.get(INSTALL_REPLACE_ENV) == "1",
+        location=Path(location) if location else None,
+    )
 
 
 #: The refusal of --path (and of --force) for a target without the `path` capability.

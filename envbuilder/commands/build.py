@@ -14,6 +14,7 @@ from envbuilder.commands._targets import (
     add_selection_arguments,
     each_env,
     failure_exit_code,
+    install_options,
     path_option,
     progress_for,
     require,
@@ -138,7 +139,13 @@ def build_options(args: argparse.Namespace) -> BuildOptions:
         require(args.target, "path", PATH_REFUSAL.replace("{option}", "--force"))
     if args.repin_base_into is not None and args.target != "docker":
         raise UsageError(f"--repin-base-into applies to the docker target, not {args.target}")
-    return BuildOptions(path=path, force=args.force, no_cache=args.no_cache, verify=args.verify)
+    return BuildOptions(
+        path=path,
+        force=args.force,
+        no_cache=args.no_cache,
+        verify=args.verify,
+        install=install_options(args.target),
+    )
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:

@@ -9,6 +9,7 @@ from envbuilder.commands._targets import (
     add_selection_arguments,
     each_env,
     failure_exit_code,
+    install_options,
     progress_for,
     registry_builder,
     selected,
@@ -46,11 +47,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, ui: UI) -> int:
     builder = registry_builder(args.target, "pull")
+    options = PullOptions(install=install_options(args.target))
     project, envs = selected(args)
 
     def one(env: EnvSpec) -> dict[str, str]:
         with progress_for(ui, bytes_=True) as progress:
-            image_id = builder.pull(project, env, PullOptions(), progress)
+            image_id = builder.pull(project, env, options, progress)
         ui.print(f"{env.name} {image_id}")
         for ok, line in image_report(builder, project, env):
             (ui.info if ok else ui.warn)(line)
