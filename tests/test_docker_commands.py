@@ -14,11 +14,12 @@ from envbuilder.commands import build as build_command
 from envbuilder.commands import pull as pull_command
 from envbuilder.commands import push as push_command
 from envbuilder.commands._cli import main
+from envbuilder.commands._targets import install_options
 from envbuilder.commands.validate import report_status
 from envbuilder.core.errors import ValidationError
 from envbuilder.core.ui import UI, ProgressView
 from envbuilder.targets import registry
-from envbuilder.targets.base import BuildOptions, RegistryBuilder
+from envbuilder.targets.base import BuildOptions, InstallOptions, RegistryBuilder
 
 SPEC = str(Path(__file__).resolve().parent.parent / "environments.toml")
 
@@ -82,6 +83,29 @@ def test_no_cache_reaches_image_targets(target: str) -> None:
         repin_base_into=None,
     )
     assert build_command.build_options(args) == BuildOptions(no_cache=True)
+
+
+def test_install_options_come_typed_from_the_cli_edge(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The documented variables (docs/wsl2.md) are read by the command, not by the builder, and
+    reach the builders of targets with the `install` capability as typed InstallOptions."""
+    assert registry.with_capability("install") == ("wsl2",)
+    monkeypatch.setenv("ENVBUILDER_WSL_REPLACE", "1")
+    monkeypatch.setenv("ENVBUILDER_WSL_LOCATION", r"D:\\distros")
+    want = InstallOptions(replace=True, location=Path(r"D:\\distros"))
+    for target, install in (("wsl2", want), ("docker", InstallOptions())):
+        args = argparse.Namespace(
+            target=target,
+            path=None,
+            env=["cpu"],
+            no_cache=False,
+            force=False,
+            verify=False,
+            repin_base_into=None,
+        )
+        assert build_command.build_options(args) == BuildOptions(install=install), target
+    monkeypatch.setenv("ENVBUILDER_WSL_REPLACE", "0")
+    monkeypatch.setenv("ENVBUILDER_WSL_LOCATION", "")
+    assert install_options("wsl2") == InstallOptions()
 
 
 def test_push_needs_a_registry() -> None:

@@ -351,8 +351,9 @@ def test_run_native_refuses_a_venv_of_another_lock(cpu_venv: Path, tmp_path: Pat
 
 
 def test_wsl_exe_line_runs_the_command_as_the_distros_user_through_a_login_shell() -> None:
-    from envbuilder.builders.wsl2 import WslEngine, login_argv
+    from envbuilder.builders.wsl2_run import WslEngine, login_argv
     from envbuilder.host.wslexe import Completed, WslExe
+    from envbuilder.targets.base import RunOptions
 
     calls: list[list[str]] = []
 
@@ -363,7 +364,8 @@ def test_wsl_exe_line_runs_the_command_as_the_distros_user_through_a_login_shell
         )
 
     engine = WslEngine(WslExe(r"C:\Windows\System32\wsl.exe", runner=recorder), "envbuilder-cpu")
-    command = engine.command("1000", login_argv(("python", "-c", "print('it''s')")))
+    inner = login_argv(("python", "-c", "print('it''s')"))
+    command = engine.command("1000", inner, RunOptions(tty=True), "cpu")
     assert command.argv == (
         r"C:\Windows\System32\wsl.exe", "--distribution", "envbuilder-cpu", "--user", "envbuilder",
         "--exec", "/bin/sh", "-lc", 'exec "$@"', "sh", "python", "-c", "print('it''s')",
@@ -457,3 +459,48 @@ def test_sigterm_to_run_reaches_the_command(cpu_venv: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.slow
+def test_run_without_the_docker_cli_says_so_and_print_still_works(
+    docker_client: Any, tmp_path: Path
+) -> None:
+    """The docker target's command needs the docker CLI (RunCommand.requires, declared by its
+    builder, not by `run`): without it on PATH, run says why and how to get it and runs nothing;
+    --print needs no CLI."""
+    from test_cli_json import TINY_DOCKERFILE
+    from test_docker_target import make_project
+
+    project = make_project(tmp_path / "demo", dockerfile=TINY_DOCKERFILE).root
+    built = _envbuilder(project, "-q", "build", "--target", "docker", "--env", "demo")
+    assert built.returncode == 0, built.stderr
+    image_id = built.stdout.split()[3]
+    no_docker = {"PATH": str(tmp_path / "empty")}
+    try:
+        result = _envbuilder(project, "run", "--env", "demo", "--", "true", env=no_docker)
+        assert result.returncode == 1, result.stderr
+        assert f"error: {runflags.DOCKER_CLI_REQUIRED}" in result.stderr
+        printed = _envbuilder(
+            project, "run", "--env", "demo", "--print", "--", "true", env=no_docker
+        )
+        assert printed.returncode == 0 and printed.stdout.startswith("docker run "), printed.stderr
+    finally:
+        docker_client.images.remove(image_id, force=True)
+
+
+def test_run_help_comes_from_the_targets() -> None:
+    """Each target that runs commands says what run does there (TargetDescriptor.run_help), and
+    `run` names no target itself: a fourth target with `run` needs no change to it."""
+    import inspect
+
+    from envbuilder.commands import run as run_command
+    from envbuilder.targets import registry
+
+    source = inspect.getsource(run_command)
+    hosts = {"linux", "windows"}  # Capabilities.host's values, which run compares with
+    for descriptor in registry.all():
+        assert descriptor.name in hosts or f'"{descriptor.name}"' not in source, descriptor.name
+        if descriptor.has("run"):
+            assert descriptor.run_help, descriptor.name
+            first = descriptor.run_help.split()[0]
+            assert f"\n  {descriptor.name:<9} {first}" in run_command.DESCRIPTION

@@ -106,6 +106,7 @@ def test_a_build_whose_mirror_fails_prints_no_token(
     assert TOKEN not in proc.stdout + proc.stderr
     assert f"http://***@{host}/simple/" in proc.stderr
     if json_error:
-        error = json.loads(proc.stdout)["error"]
+        (failed,) = json.loads(proc.stdout)["artifacts"]  # one entry per env (issue 33)
+        error = failed["error"]
         assert "cannot fetch tinypkg-0.1" in error["message"] and TOKEN not in error["message"]
     assert not (tmp_path / "venv" / "bin" / "python").exists()  # nothing built

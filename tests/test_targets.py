@@ -34,6 +34,8 @@ def test_the_builtin_targets_in_their_order() -> None:
         ("cluster", ("docker", "native")),
         ("needs_docker", ("docker", "wsl2")),
         ("build", ("docker", "wsl2", "windows", "native")),
+        ("run", ("docker", "wsl2", "windows", "native")),
+        ("install", ("wsl2",)),
     ],
 )
 def test_capabilities_are_declared(capability: Capability, targets: tuple[str, ...]) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from envbuilder.builders import wsl2
+from envbuilder.builders import wsl2, wsl2_run
 from envbuilder.builders.lookup import builder_for
 from envbuilder.core.fsutil import sha256_file
 from envbuilder.core.model import EnvSpec
@@ -107,7 +107,7 @@ def test_wsl_has_the_env_inside(built: Artifact) -> None:
         assert not [n for n in names if n.startswith("tmp/envbuilder")]  # no wheels, no lock
         icon = view.resolve("/usr/lib/wsl/envbuilder.ico")
         assert icon is not None and view.read(icon) == wslicon.icon_bytes()
-    assert wsl2.first_launch(Path(built.reference)) == wsl2.FirstLaunch(
+    assert wsl2_run.first_launch(Path(built.reference)) == wsl2_run.FirstLaunch(
         "/usr/lib/wsl/oobe.sh", "1000"
     )
 

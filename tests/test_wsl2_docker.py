@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from envbuilder.builders import wsl2
+from envbuilder.builders import wsl2, wsl2_run
 from envbuilder.core.errors import ValidationError
 from envbuilder.image import wsl as wsltar
 from envbuilder.image.wsl import icon
@@ -116,7 +116,9 @@ def test_export_dropped_what_the_build_left(tiny_wsl: tuple[wsltar.WslResult, ..
 
 def test_first_launch_read_from_the_tar(tiny_wsl: tuple[wsltar.WslResult, ...]) -> None:
     # no user with the default uid in the tar: WSL starts as the uid the oobe script creates
-    assert wsl2.first_launch(tiny_wsl[0].path) == wsl2.FirstLaunch("/usr/lib/wsl/oobe.sh", "1000")
+    assert wsl2_run.first_launch(tiny_wsl[0].path) == wsl2_run.FirstLaunch(
+        "/usr/lib/wsl/oobe.sh", "1000"
+    )
 
 
 def test_imported_wsl_runs_as_default_user(
@@ -124,7 +126,7 @@ def test_imported_wsl_runs_as_default_user(
 ) -> None:
     result = tiny_wsl[0]
     tag = wsl2.imported_tag("tiny", result.sha256)
-    launch = wsl2.first_launch(result.path)
+    launch = wsl2_run.first_launch(result.path)
     assert launch.command is not None
     try:
         image = wsl2.import_wsl(docker_client, result.path, tag)
@@ -133,10 +135,11 @@ def test_imported_wsl_runs_as_default_user(
             'printf \'{"uid": %s, "user": "%s", "resolv": %s}\' "$(id -u)" "$(id -un)" '
             '"$(test -s /etc/resolv.conf && echo true || echo false)" > "$0"'
         )
-        run = wsl2.ProbeRun(
-            ("/bin/sh", "-lc", script, wsl2.REPORT_PATH), {"/tmp/envbuilder/probe.pyz": b"not used"}
+        run = wsl2_run.ProbeRun(
+            ("/bin/sh", "-lc", script, wsl2_run.REPORT_PATH),
+            {"/tmp/envbuilder/probe.pyz": b"not used"},
         )
-        engine = wsl2.DockerEngine(docker_client, image)
+        engine = wsl2_run.DockerEngine(docker_client, image)
         engine.first_launch(launch.command, lambda *a: None)
         assert engine.image == f"{tag}-oobe"
         code, output, report = engine.run(run, launch.user, lambda *a: None)
@@ -149,7 +152,7 @@ def test_imported_wsl_runs_as_default_user(
         assert described["product"] == "docker"
         assert described["version"] == docker_client.version()["Version"]
         # the first launch is kept for this .wsl: a second validation reuses it
-        again = wsl2.DockerEngine(docker_client, image)
+        again = wsl2_run.DockerEngine(docker_client, image)
         again.first_launch(launch.command, lambda *a: None)
         assert again.image == engine.image
     finally:
@@ -169,7 +172,7 @@ def test_a_failing_first_launch_is_a_clear_error(
             match=r"first-launch command .* failed \(exit 3\)"
             r"(.|\n)*no such group",
         ):
-            wsl2.run_first_launch(docker_client, image, "echo 'no such group' >&2; exit 3")
+            wsl2_run.run_first_launch(docker_client, image, "echo 'no such group' >&2; exit 3")
         assert not docker_client.images.list(name=f"{tag}-oobe")  # nothing committed
     finally:
         docker_client.images.remove(tag, force=True)

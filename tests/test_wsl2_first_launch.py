@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from test_wsltar import BAKED_USER, PASSWD, WSL_CONF, M, build, rootfs  # tests/ is on sys.path
 
-from envbuilder.builders import wsl2
+from envbuilder.builders import wsl2_run
 from envbuilder.core.errors import ValidationError
 from envbuilder.host import wslexe
 
@@ -21,35 +21,35 @@ def with_files(files: dict[str, bytes]) -> list[M]:
 
 
 def test_modern_format_starts_as_the_uid_the_oobe_command_creates(tmp_path: Path) -> None:
-    launch = wsl2.first_launch(build(tmp_path, rootfs()).path)
-    assert launch == wsl2.FirstLaunch("/usr/lib/wsl/oobe.sh", "1000")
+    launch = wsl2_run.first_launch(build(tmp_path, rootfs()).path)
+    assert launch == wsl2_run.FirstLaunch("/usr/lib/wsl/oobe.sh", "1000")
 
 
 def test_a_user_already_in_passwd_is_named(tmp_path: Path) -> None:
     path = build(tmp_path, with_files({"etc/passwd": PASSWD + BAKED_USER})).path
-    assert wsl2.first_launch(path) == wsl2.FirstLaunch("/usr/lib/wsl/oobe.sh", "envbuilder")
+    assert wsl2_run.first_launch(path) == wsl2_run.FirstLaunch("/usr/lib/wsl/oobe.sh", "envbuilder")
 
 
 def test_wsl_conf_default_user_wins(tmp_path: Path) -> None:
     conf = WSL_CONF + b"[user]\ndefault = someone\n"
     path = build(tmp_path, with_files({"etc/wsl.conf": conf})).path
-    assert wsl2.default_user(path) == "someone"
+    assert wsl2_run.default_user(path) == "someone"
 
 
 def test_no_default_uid_starts_as_root(tmp_path: Path) -> None:
     conf = b"[oobe]\ncommand = /usr/lib/wsl/oobe.sh\n"
     path = build(tmp_path, with_files({"etc/wsl-distribution.conf": conf})).path
-    assert wsl2.first_launch(path) == wsl2.FirstLaunch("/usr/lib/wsl/oobe.sh", "root")
+    assert wsl2_run.first_launch(path) == wsl2_run.FirstLaunch("/usr/lib/wsl/oobe.sh", "root")
 
 
 def test_user_of_uid_after_the_first_launch() -> None:
-    assert wsl2.user_of_uid(PASSWD + BAKED_USER, 1000) == "envbuilder"
+    assert wsl2_run.user_of_uid(PASSWD + BAKED_USER, 1000) == "envbuilder"
     with pytest.raises(ValidationError, match="no user with uid 1000 after its first launch"):
-        wsl2.user_of_uid(PASSWD, 1000)
+        wsl2_run.user_of_uid(PASSWD, 1000)
 
 
 def test_oobe_command_runs_through_sh() -> None:
-    assert wsl2.first_launch_argv("/usr/lib/wsl/oobe.sh --quiet") == (
+    assert wsl2_run.first_launch_argv("/usr/lib/wsl/oobe.sh --quiet") == (
         "/bin/sh",
         "-c",
         "/usr/lib/wsl/oobe.sh --quiet",
@@ -82,9 +82,9 @@ class RecordingWsl:
 
 def test_wsl_engine_runs_the_first_launch_as_root_then_the_probe_as_the_user() -> None:
     wsl = RecordingWsl()
-    engine = wsl2.WslEngine(wslexe.WslExe("wsl.exe", wsl), "envbuilder-cpu")
+    engine = wsl2_run.WslEngine(wslexe.WslExe("wsl.exe", wsl), "envbuilder-cpu")
     engine.first_launch("/usr/lib/wsl/oobe.sh", lambda *a: None)
-    run = wsl2.ProbeRun(("/bin/sh", "-lc", "true"), {"/tmp/envbuilder/probe.pyz": b"zip"})
+    run = wsl2_run.ProbeRun(("/bin/sh", "-lc", "true"), {"/tmp/envbuilder/probe.pyz": b"zip"})
     code, _output, report = engine.run(run, "1000", lambda *a: None)
     assert (code, report) == (0, b'{"status": "pass"}')
     assert wsl.calls[0] == [
@@ -105,11 +105,13 @@ def test_wsl_engine_runs_the_first_launch_as_root_then_the_probe_as_the_user() -
 def test_wsl_engine_describes_itself_for_the_report() -> None:
     """The report's `engine` object on Windows: wsl and its version (none from an inbox WSL,
     whose `wsl --version` fails: RecordingWsl prints nothing)."""
-    engine = wsl2.WslEngine(wslexe.WslExe("wsl.exe", RecordingWsl()), "envbuilder-cpu")
+    engine = wsl2_run.WslEngine(wslexe.WslExe("wsl.exe", RecordingWsl()), "envbuilder-cpu")
     assert engine.describe() == {"product": "wsl", "version": ""}
 
 
 def test_wsl_engine_failing_first_launch_is_a_validation_error() -> None:
-    engine = wsl2.WslEngine(wslexe.WslExe("wsl.exe", RecordingWsl(oobe_exit=1)), "envbuilder-cpu")
+    engine = wsl2_run.WslEngine(
+        wslexe.WslExe("wsl.exe", RecordingWsl(oobe_exit=1)), "envbuilder-cpu"
+    )
     with pytest.raises(ValidationError, match=r"(?s)failed \(exit 1\).*useradd: failure"):
         engine.first_launch("/usr/lib/wsl/oobe.sh", lambda *a: None)

@@ -313,7 +313,7 @@ class DockerBuilder:
             workspace=workspace_folder(options.workspace),
             labels=((ENV_LABEL, env.name), (ROLE_LABEL, "run")),
         )
-        return RunCommand(tuple(argv), sh_command(argv))
+        return RunCommand(tuple(argv), sh_command(argv), requires=runflags.DOCKER_CLI_REQUIRED)
 
     def image_status(self, project: Project, env: EnvSpec) -> list[tuple[bool, str]]:
         """(ok, line): whether the engine's image of the env is the one the lock predicts."""

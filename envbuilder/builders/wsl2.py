@@ -7,11 +7,8 @@ build     the rendered `wsl/<env>/Dockerfile` is built with Docker (build-contex
           wsl.exe exists, the file is then installed as the env's distro (`envbuilder.host.wslexe`).
 validate  runs the probe inside exactly that file. Linux: the `.wsl` is `docker import`ed and
           the probe runs in a container of it; Windows: it runs in the installed distro with
-          `wsl --exec`. Both engines first do what WSL does at a distro's first launch (run the
-          `[oobe] command` as root: it creates the default user, which the modern format does
-          not ship), then run the same `ProbeRun` (argv, files in, report out) as the user WSL
-          then starts as (`[oobe] defaultUid`), through a login shell so /etc/profile.d sets the
-          env's variables as it does for a WSL login.
+          `wsl --exec`. The two engines, the first launch and the probe run are
+          envbuilder.builders.wsl2_run; `run`/`shell` go through the same engines.
 push      pushes the rootfs image (the same registry code as the docker target).
           The rootfs image is the one envbuilder writes from the engine's build
           (envbuilder.image.repro): its id depends only on the lock and the base image's digest; the
@@ -19,9 +16,10 @@ push      pushes the rootfs image (the same registry code as the docker target).
 pull      pulls that image by digest and turns it into the `.wsl` without building; the sha256
           must equal the one the lock recorded for the build.
 
-Options the Builder interface has no slot for come from the environment: ENVBUILDER_WSL_REPLACE=1
-(re-install an existing distro), ENVBUILDER_WSL_LOCATION (where distros' disks go; default
-%LOCALAPPDATA%\\envbuilder\\wsl\\<distro>).
+Installing on Windows (build and pull) takes typed InstallOptions (capability `install`):
+`replace` (re-install an existing distro) and `location` (where distros' disks go; default
+%LOCALAPPDATA%\\envbuilder\\wsl\\<distro>). The CLI fills them from ENVBUILDER_WSL_REPLACE=1
+and ENVBUILDER_WSL_LOCATION (docs/wsl2.md).
 """
 
 from __future__ import annotations
@@ -29,19 +27,24 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import tarfile
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
+from typing import TYPE_CHECKING, ClassVar
 
 from envbuilder.builders.proberun import (
     OtherLock,
-    probe_options,
-    probe_zipapp_bytes,
     refuse_other_lock,
     with_engine,
     with_other_lock,
+)
+from envbuilder.builders.wsl2_run import (
+    DockerEngine,
+    Engine,
+    WslEngine,
+    first_launch,
+    login_argv,
+    make_probe_run,
 )
 from envbuilder.core.datafolders import real_folders_to
 from envbuilder.core.errors import BuildError, EngineError, ValidationError, output_tail
@@ -51,18 +54,17 @@ from envbuilder.core.imagedefs import (
     LOCK_LABEL,
     LOCK_SHA_ARG,
     TARGET_LABEL,
-    VENV_PYTHON,
     proxy_build_args,
 )
 from envbuilder.core.model import EnvSpec
 from envbuilder.core.progress import ProgressFn, no_progress
 from envbuilder.core.project import Project
-from envbuilder.core.quoting import sh_command
 from envbuilder.host import wslexe
 from envbuilder.image import repro, wsl
 from envbuilder.targets.base import (
     Artifact,
     BuildOptions,
+    InstallOptions,
     PullOptions,
     PushOptions,
     RunCommand,
@@ -72,18 +74,10 @@ from envbuilder.targets.base import (
 from envbuilder.targets.wsl2 import DESCRIPTOR, Wsl2Table
 
 if TYPE_CHECKING:
-    from envbuilder.core.compat import HostKind
     from envbuilder.image.engine import Client
     from envbuilder.lock.lockfile import EnvLock
 
 TARGET = DESCRIPTOR.name
-PROBE_DIR = "/tmp/envbuilder"
-PROBE_PATH = f"{PROBE_DIR}/probe.pyz"
-PYLOCK_PATH = f"{PROBE_DIR}/pylock.toml"
-#: /tmp is world-writable (1777) in every rootfs, so the probe user can write its report there.
-REPORT_PATH = "/tmp/envbuilder-probe-report.json"
-#: How long the first-launch (oobe) command may take in a validation container.
-FIRST_LAUNCH_TIMEOUT_S = 600
 _CHUNK = 1 << 20
 
 
@@ -191,252 +185,19 @@ def export_image(
         )
 
 
-def _install_on_windows(env: EnvSpec, path: Path) -> str | None:
-    """On a machine with wsl.exe: install the `.wsl` as the env's distro; the way used."""
+def _install_on_windows(env: EnvSpec, path: Path, options: InstallOptions) -> str | None:
+    """On a machine with wsl.exe: install the `.wsl` as the env's distro (its disk in
+    `options.location`/<distro>, by default Windows' per-user app data); the way used."""
     table = env.table(Wsl2Table)
     if os.name != "nt" or table is None:
         return None
     exe = wslexe.WslExe(wslexe.find_wsl_exe())
-    location = os.environ.get("ENVBUILDER_WSL_LOCATION") or str(
+    location = options.location or (
         Path(os.environ.get("LOCALAPPDATA", str(Path.home()))) / "envbuilder" / "wsl"
     )
     return exe.install(
-        str(path),
-        table.distro,
-        str(Path(location) / table.distro),
-        replace=os.environ.get("ENVBUILDER_WSL_REPLACE") == "1",
+        str(path), table.distro, str(location / table.distro), replace=options.replace
     )
-
-
-# ----------------------------------------------------------------------------- probe runs
-
-
-@dataclass(frozen=True)
-class ProbeRun:
-    """One probe run, the same for every engine: argv, files to copy in, the report path."""
-
-    argv: tuple[str, ...]
-    files_in: Mapping[str, bytes]
-    report: str = REPORT_PATH
-
-
-def probe_argv(
-    env: EnvSpec, options: ValidateOptions, labels: Mapping[str, str], with_lock: bool
-) -> list[str]:
-    """The probe's command line inside the distro, run by a login shell (so /etc/profile.d
-    applies, as in a WSL login) with the venv's Python."""
-    argv = [
-        VENV_PYTHON,
-        PROBE_PATH,
-        *probe_options(env, options, dict(sorted(labels.items()))),
-        "--json",
-        REPORT_PATH,
-    ]
-    if options.timeout_s is not None:
-        argv += ["--timeout", str(options.timeout_s)]
-    if with_lock:
-        argv += ["--lock", PYLOCK_PATH]
-    return list(login_argv(tuple(argv)))
-
-
-def make_probe_run(
-    project: Project, env: EnvSpec, options: ValidateOptions, labels: Mapping[str, str]
-) -> ProbeRun:
-    files = {PROBE_PATH: probe_zipapp_bytes()}
-    pylock = project.pylock(env.name, TARGET)
-    if pylock.is_file():  # the lock conformance check compares the distro with it
-        files[PYLOCK_PATH] = pylock.read_bytes()
-    return ProbeRun(tuple(probe_argv(env, options, labels, pylock.is_file())), files)
-
-
-class Engine(Protocol):
-    """Where a ProbeRun runs: Docker (an imported `.wsl`) or wsl.exe (the installed distro)."""
-
-    name: str
-
-    def first_launch(self, command: str, progress: ProgressFn) -> None:
-        """Run the distro's oobe `command` as root, as WSL does at its first launch."""
-        ...
-
-    def run(self, run: ProbeRun, user: str, progress: ProgressFn) -> tuple[int, str, bytes | None]:
-        """(exit code, output, report bytes or None when the probe wrote none)."""
-        ...
-
-    def describe(self) -> dict[str, Any]:
-        """Which engine this is, for the validation report's `engine` object."""
-        ...
-
-
-@dataclass
-class DockerEngine:
-    """Runs the probe in a container of the imported `.wsl` image."""
-
-    client: Client
-    image: str
-    host_kind: str = "cpu"
-    name: str = "docker"
-
-    def first_launch(self, command: str, progress: ProgressFn) -> None:
-        """Run the oobe command as root, offline, in a container of the image, and go on from
-        the result (committed as `<image>-oobe`, reused for the same `.wsl`)."""
-        self.image = run_first_launch(self.client, self.image, command, progress)
-
-    def run(self, run: ProbeRun, user: str, progress: ProgressFn) -> tuple[int, str, bytes | None]:
-        from envbuilder.image import engine as docker_engine
-
-        code, output, files = docker_engine.run_in_container(
-            self.client,
-            self.image,
-            list(run.argv),
-            docker_engine.ContainerRun(user=user, host_kind=self.host_kind),  # type: ignore[arg-type]
-            files_in=dict(run.files_in),
-            files_out=[run.report],
-            progress=progress,
-        )
-        return code, output, files.get(run.report)
-
-    def describe(self) -> dict[str, Any]:
-        from envbuilder.image import engine as docker_engine
-
-        return dict(docker_engine.engine_info(self.client).as_dict())
-
-
-@dataclass
-class WslEngine:
-    """Runs the probe in the installed distro through wsl.exe (Windows only)."""
-
-    exe: wslexe.WslExe
-    distro: str
-    name: str = "wsl"
-
-    def first_launch(self, command: str, progress: ProgressFn) -> None:
-        """Run the oobe command as root in the installed distro, as WSL does at the first
-        interactive launch (`--exec` starts never run it); it changes nothing a second time."""
-        progress(f"{self.distro}: first launch ({command})", 0, None)
-        result = self.exe.run(self.distro, "root", first_launch_argv(command))
-        if result.returncode != 0:
-            output = (result.stdout + result.stderr).decode("utf-8", "replace")
-            raise ValidationError(first_launch_failure(command, result.returncode, output))
-
-    def run(self, run: ProbeRun, user: str, progress: ProgressFn) -> tuple[int, str, bytes | None]:
-        if user.isdigit():  # `wsl --user` takes a name: the one the oobe command gave the uid
-            user = user_of_uid(self.exe.get_file(self.distro, "/etc/passwd"), int(user))
-        for path, data in sorted(run.files_in.items()):
-            self.exe.put_file(self.distro, path, data)
-        result = self.exe.run(self.distro, user, run.argv)
-        output = (result.stdout + result.stderr).decode("utf-8", "replace")
-        try:
-            report: bytes | None = self.exe.get_file(self.distro, run.report)
-        except EngineError:
-            report = None
-        return result.returncode, output, report
-
-    def describe(self) -> dict[str, Any]:
-        """product "wsl" and the WSL version (empty for the inbox WSL, which reports none)."""
-        try:
-            version = ".".join(map(str, self.exe.version()))
-        except EngineError:
-            version = ""
-        return {"product": "wsl", "version": version}
-
-    def command(self, user: str, argv: tuple[str, ...]) -> RunCommand:
-        """wsl.exe running `argv` in the distro as `user` (its name: the uid's, after the first
-        launch), and the same as a PowerShell line."""
-        if user.isdigit():
-            user = user_of_uid(self.exe.get_file(self.distro, "/etc/passwd"), int(user))
-        wsl_argv = wslexe.run_cmd(self.exe.exe, self.distro, user, argv)
-        return RunCommand(tuple(wsl_argv), wslexe.powershell_line(wsl_argv), "powershell")
-
-
-# ----------------------------------------------------------------------------- first launch
-
-
-@dataclass(frozen=True)
-class FirstLaunch:
-    """What WSL does when a `.wsl` is started the first time: run `command` (the `[oobe]
-    command`, None when there is none) as root, then start as `user` -- a name, or the numeric
-    `[oobe] defaultUid` when the tar has no user with it yet (the oobe command creates it)."""
-
-    command: str | None
-    user: str
-
-
-def first_launch(path: Path) -> FirstLaunch:
-    """Read the `.wsl` at `path`: its oobe command, and the user WSL then starts as:
-    /etc/wsl.conf `[user] default`, else `[oobe] defaultUid` (by name when /etc/passwd has it),
-    else root."""
-    with tarfile.open(path, "r:*") as tar:
-        view = wsl.TarView(tar)
-
-        def read(name: str) -> bytes:
-            member = view.resolve(name)
-            return view.read(member) if member is not None and member.isfile() else b""
-
-        dist = wsl.parse_conf(read("/etc/wsl-distribution.conf"), "/etc/wsl-distribution.conf")
-        command = dist.get("oobe.command") or None
-        user = wsl.parse_conf(read("/etc/wsl.conf"), "/etc/wsl.conf").get("user.default")
-        if user:
-            return FirstLaunch(command, user)
-        uid = dist.get("oobe.defaultuid", "")
-        if uid.isdigit():
-            entry = wsl.parse_passwd(read("/etc/passwd")).get(int(uid))
-            return FirstLaunch(command, entry[0] if entry else str(int(uid)))
-    return FirstLaunch(command, "root")
-
-
-def default_user(path: Path) -> str:
-    """The user WSL starts the distro in `path` as, after its first launch (FirstLaunch.user)."""
-    return first_launch(path).user
-
-
-def user_of_uid(passwd: bytes, uid: int) -> str:
-    """The name /etc/passwd gives `uid`; ValidationError when it has none."""
-    entry = wsl.parse_passwd(passwd).get(uid)
-    if entry is None:
-        raise ValidationError(
-            f"the distro has no user with uid {uid} after its first launch; "
-            "its [oobe] command should create it (/etc/wsl-distribution.conf)"
-        )
-    return entry[0]
-
-
-def first_launch_argv(command: str) -> tuple[str, ...]:
-    """The oobe command as a command line for /bin/sh (it may carry arguments)."""
-    return ("/bin/sh", "-c", command)
-
-
-def first_launch_failure(command: str, code: int, output: str) -> str:
-    tail = output_tail(output, 30)
-    return (
-        f"the distro's first-launch command {command} failed (exit {code}); WSL would run it "
-        f"again at the next launch. Its output ended with:\n{tail}"
-    )
-
-
-def run_first_launch(
-    client: Client, image: str, command: str, progress: ProgressFn = no_progress
-) -> str:
-    """Run `command` as root in a container of `image` (no network, as it must work offline)
-    and commit the result as `<image>-oobe`; return that tag (reused when it exists: the tag
-    of an imported `.wsl` names its sha256, and the command is inside it)."""
-    from envbuilder.image import engine as docker_engine
-
-    tag = f"{image}-oobe"
-    if docker_engine.image_info(client, tag) is not None:
-        return tag
-    progress(f"first launch: {command} as root", 0, None)
-    code, output = docker_engine.run_and_commit(
-        client,
-        image,
-        list(first_launch_argv(command)),
-        tag,
-        docker_engine.ContainerRun(
-            user="root", network_mode="none", timeout_s=FIRST_LAUNCH_TIMEOUT_S
-        ),
-    )
-    if code != 0:
-        raise ValidationError(first_launch_failure(command, code, output))
-    return tag
 
 
 # ----------------------------------------------------------------------------- the target
@@ -468,18 +229,6 @@ def _wsl_and_lock(project: Project, env: EnvSpec) -> tuple[Path, str, OtherLock 
         why = f"{path} has sha256 {sha}, but the lock recorded {recorded} for the last build; "
         return path, sha, OtherLock(str(path), sha, recorded, why + "build it again")
     return path, sha, None
-
-
-def login_argv(command: tuple[str, ...]) -> tuple[str, ...]:
-    """`command` run by a login shell, as a WSL login runs it (/etc/profile.d applies): the
-    same wrapper the probe runs in (probe_argv)."""
-    return ("/bin/sh", "-lc", 'exec "$@"', "sh", *command)
-
-
-def _workspace(path: Path | None) -> Path | None:
-    from envbuilder.builders.docker import workspace_folder
-
-    return workspace_folder(path)
 
 
 def _host_kind(env: EnvSpec) -> str:
@@ -548,13 +297,15 @@ def _is_recorded_wsl(path: Path, recorded: Mapping[str, str], image_id: str) -> 
 class _Export:
     """What `_write` exports into dist/<env>.wsl: the rootfs image (observed; `engine_id`: the
     engine's id of it, its config digest or, on a containerd store, its manifest digest), the
-    artifact's details so far, and the sha256 the `.wsl` must have (None: any)."""
+    artifact's details so far, the sha256 the `.wsl` must have (None: any), and how it is
+    installed on Windows."""
 
     client: Client
     image: repro.Prediction
     engine_id: str
     details: Mapping[str, str]
     expected_sha256: str | None = None
+    install: InstallOptions = field(default_factory=InstallOptions)
 
 
 def _check_exported(result: wsl.WslResult, export: _Export) -> None:
@@ -616,6 +367,7 @@ class Wsl2Builder:
             image_id,
             {"changed": "yes", "image_id": image_id, "prediction": note},
             expected_sha256=recorded.get("sha256") if options.verify else None,
+            install=options.install,
         )
         return self._write(project, env, lock, export, progress)
 
@@ -644,7 +396,7 @@ class Wsl2Builder:
             "entries": str(result.stats.entries),
             "dropped": str(len(result.stats.dropped)),
         }
-        way = _install_on_windows(env, result.path)
+        way = _install_on_windows(env, result.path, export.install)
         table = env.table(Wsl2Table)
         if way and table is not None:
             details["installed"] = f"{table.distro} ({way})"
@@ -690,21 +442,7 @@ class Wsl2Builder:
         if launch.command:
             engine.first_launch(launch.command, progress)
         inner = login_argv(options.command or ("bash",))
-        if isinstance(engine, WslEngine):
-            return engine.command(launch.user, inner)
-        assert isinstance(engine, DockerEngine)  # _engine makes one of the two
-        from envbuilder.image import runflags
-
-        argv = runflags.docker_run_argv(
-            engine.image,
-            inner,
-            user=launch.user,
-            flags=runflags.host_run_flags(cast("HostKind", engine.host_kind)),
-            tty=options.tty,
-            workspace=_workspace(options.workspace),
-            labels=((ENV_LABEL, env.name), ("org.envbuilder.role", "run")),
-        )
-        return RunCommand(tuple(argv), sh_command(argv))
+        return engine.command(launch.user, inner, options, env.name)
 
     def image_status(self, project: Project, env: EnvSpec) -> list[tuple[bool, str]]:
         """(ok, line): whether dist/<env>.wsl and the engine's rootfs image are the ones the
@@ -807,6 +545,7 @@ class Wsl2Builder:
             image_id,
             {"changed": "yes", "image_id": image_id, "pulled": ref},
             expected_sha256=recorded.get("sha256"),
+            install=options.install,
         )
         artifact = self._write(project, env, lock, export, progress)
         return f"{artifact.reference} sha256:{artifact.digest}"

@@ -65,7 +65,7 @@ COMMANDS: dict[str, str] = {
     "validate": "run the validation probe inside built envs; writes reports/<env>.<target>.json",
     "compare": "compare validation reports: ratios, loss %, spread over repeats, noise verdicts",
     "fleet": "the fleet report of a cluster validation: one row per node, outliers, collectives",
-    "run": "run a command in an env's built artifact (docker, wsl2, venv) with validate's devices",
+    "run": "run a command in an env's built artifact with the devices validate gives the probe",
     "shell": "open an interactive shell in an env's built artifact (what `run` runs, without CMD)",
     "probe": "run the validation suite (the probe) in this environment",
     "doctor": "check this host (OS, RAM, disk, Docker, GPU devices, drivers, WSL, Python) for "

@@ -10,7 +10,11 @@ from envbuilder.builders.lookup import builder_for
 from envbuilder.commands._options import path_value
 from envbuilder.commands._targets import (
     PATH_REFUSAL,
+    EnvFailure,
     add_selection_arguments,
+    each_env,
+    failure_exit_code,
+    install_options,
     path_option,
     progress_for,
     require,
@@ -49,6 +53,9 @@ only with --force.
 
 Building again with nothing changed builds nothing. Prints one line per artifact on stdout:
     <env> <target> <reference> <digest> (built|up to date)
+An env that fails (a missing lock, a failed step) is said on stderr, `error: <env>/<target>: ...`,
+and the next env is still built; the exit code is then non-zero (docs/cli.md). Ctrl-C stops the
+whole run.
 
 Beside the report, reports/<env>.<target>.cdx.json: the artifact's SBOM (CycloneDX 1.6 JSON,
 validated against its schema): the image (.wsl, venv) with its digest, every package its pylock
@@ -132,55 +139,84 @@ def build_options(args: argparse.Namespace) -> BuildOptions:
         require(args.target, "path", PATH_REFUSAL.replace("{option}", "--force"))
     if args.repin_base_into is not None and args.target != "docker":
         raise UsageError(f"--repin-base-into applies to the docker target, not {args.target}")
-    return BuildOptions(path=path, force=args.force, no_cache=args.no_cache, verify=args.verify)
+    return BuildOptions(
+        path=path,
+        force=args.force,
+        no_cache=args.no_cache,
+        verify=args.verify,
+        install=install_options(args.target),
+    )
 
 
 def run(args: argparse.Namespace, ui: UI) -> int:
-    from envbuilder.lock.sbom import write_sbom  # the CycloneDX library: imported when building
-
     options = build_options(args)
     project, envs = selected(args)
     builder = builder_for(registry.get(args.target))
-    built: list[tuple[Artifact, Path]] = []
-    for env in envs:
-        artifact, built_in = _build_one(project, env, builder, options, args.repin_base_into, ui)
-        sbom = write_sbom(built_in, env.name, args.target, artifact)
-        ui.info(f"{env.name}/{artifact.target}: SBOM (CycloneDX) {sbom}")
-        state = "up to date" if artifact.details.get("changed") == "no" else "built"
-        if options.verify:
-            state += ", verified: the digest the lock records"
-        note = artifact.details.get("prediction", "")
-        if note.startswith("differs"):
-            ui.warn(
-                f"{env.name}/{artifact.target}: the image {note}; the lock now records "
-                "this one (`envbuilder build --verify` checks a recorded digest)"
-            )
-        ui.print(
-            f"{env.name} {artifact.target} {artifact.reference} {artifact.digest or '-'} ({state})"
-        )
-        built.append((artifact, sbom))
+
+    def one(env: EnvSpec) -> tuple[Artifact, Path]:
+        return _build_and_report(project, env, builder, options, args.repin_base_into, ui)
+
+    results = each_env(envs, args.target, ui, one)
     if args.json:
-        ui.json(_json_result(args.target, built))
-    return 0
+        ui.json(_json_result(args.target, results))
+    return failure_exit_code(results)
 
 
-def _json_result(target: str, built: list[tuple[Artifact, Path]]) -> dict[str, Any]:
-    """The --json object (docs/cli.md): one entry per env, in the order they were built."""
+def _build_and_report(
+    project: Project,
+    env: EnvSpec,
+    builder: Builder,
+    options: BuildOptions,
+    repin_into: Path | None,
+    ui: UI,
+) -> tuple[Artifact, Path]:
+    """Build one env, write its SBOM and print its line; the artifact and the SBOM's path."""
+    from envbuilder.lock.sbom import write_sbom  # the CycloneDX library: imported when building
+
+    artifact, built_in = _build_one(project, env, builder, options, repin_into, ui)
+    sbom = write_sbom(built_in, env.name, artifact.target, artifact)
+    ui.info(f"{env.name}/{artifact.target}: SBOM (CycloneDX) {sbom}")
+    state = _state(artifact)
+    if options.verify:
+        state += ", verified: the digest the lock records"
+    note = artifact.details.get("prediction", "")
+    if note.startswith("differs"):
+        ui.warn(
+            f"{env.name}/{artifact.target}: the image {note}; the lock now records "
+            "this one (`envbuilder build --verify` checks a recorded digest)"
+        )
+    ui.print(
+        f"{env.name} {artifact.target} {artifact.reference} {artifact.digest or '-'} ({state})"
+    )
+    return artifact, sbom
+
+
+def _state(artifact: Artifact) -> str:
+    return "up to date" if artifact.details.get("changed") == "no" else "built"
+
+
+def _json_result(target: str, results: list[tuple[Artifact, Path] | EnvFailure]) -> dict[str, Any]:
+    """The --json object (docs/cli.md): one entry per env, in the order they were built; an env
+    that failed has state "failed" and its error instead of the artifact."""
     return {
         "command": "build",
-        "ok": True,
+        "ok": not any(isinstance(r, EnvFailure) for r in results),
         "target": target,
         "artifacts": [
-            {
-                "env": a.env,
-                "target": a.target,
-                "reference": a.reference,
-                "digest": a.digest,
-                "state": "up to date" if a.details.get("changed") == "no" else "built",
-                "sbom": str(sbom),
-            }
-            for a, sbom in built
+            r.as_json(state="failed") if isinstance(r, EnvFailure) else _artifact_json(*r)
+            for r in results
         ],
+    }
+
+
+def _artifact_json(artifact: Artifact, sbom: Path) -> dict[str, Any]:
+    return {
+        "env": artifact.env,
+        "target": artifact.target,
+        "reference": artifact.reference,
+        "digest": artifact.digest,
+        "state": _state(artifact),
+        "sbom": str(sbom),
     }
 
 

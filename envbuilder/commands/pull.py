@@ -5,11 +5,16 @@ from __future__ import annotations
 import argparse
 
 from envbuilder.commands._targets import (
+    EnvFailure,
     add_selection_arguments,
+    each_env,
+    failure_exit_code,
+    install_options,
     progress_for,
     registry_builder,
     selected,
 )
+from envbuilder.core.model import EnvSpec
 from envbuilder.core.ui import UI
 from envbuilder.image.repro import image_report
 from envbuilder.targets.base import PullOptions
@@ -31,7 +36,8 @@ lockfiles/<env>.lock.toml, so that `envbuilder validate` runs on it without a bu
 Then says (stderr) whether the image at hand is the one the lock predicts (its digest,
 recorded by the build: docs/reproducibility.md).
 The venv targets (native, windows) have no registry. Credentials come from the Docker config, as
-for `docker pull`.
+for `docker pull`. An env that fails is said on stderr and the next env is still pulled; the exit
+code is then non-zero (docs/cli.md).
 """
 
 
@@ -41,18 +47,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, ui: UI) -> int:
     builder = registry_builder(args.target, "pull")
+    options = PullOptions(install=install_options(args.target))
     project, envs = selected(args)
-    pulled: list[dict[str, str]] = []
-    for env in envs:
+
+    def one(env: EnvSpec) -> dict[str, str]:
         with progress_for(ui, bytes_=True) as progress:
-            image_id = builder.pull(project, env, PullOptions(), progress)
+            image_id = builder.pull(project, env, options, progress)
         ui.print(f"{env.name} {image_id}")
         for ok, line in image_report(builder, project, env):
             (ui.info if ok else ui.warn)(line)
-        pulled.append(_pulled_json(env.name, args.target, image_id))
+        return _pulled_json(env.name, args.target, image_id)
+
+    results = each_env(envs, args.target, ui, one)
     if args.json:
-        ui.json({"command": "pull", "ok": True, "target": args.target, "pulled": pulled})
-    return 0
+        pulled = [r.as_json() if isinstance(r, EnvFailure) else r for r in results]
+        ok = not any(isinstance(r, EnvFailure) for r in results)
+        ui.json({"command": "pull", "ok": ok, "target": args.target, "pulled": pulled})
+    return failure_exit_code(results)
 
 
 def _pulled_json(env: str, target: str, printed: str) -> dict[str, str]:

@@ -6,11 +6,15 @@ import argparse
 from typing import Any
 
 from envbuilder.commands._targets import (
+    EnvFailure,
     add_selection_arguments,
+    each_env,
+    failure_exit_code,
     progress_for,
     registry_builder,
     selected,
 )
+from envbuilder.core.model import EnvSpec
 from envbuilder.core.ui import UI
 from envbuilder.image.engine import registry_repository
 from envbuilder.targets.base import PushOptions
@@ -28,7 +32,8 @@ digest in lockfiles/<env>.lock.toml, so that `envbuilder pull` elsewhere gets ex
 The venv targets (native, windows) have no registry. REGISTRY is HOST[:PORT]/PATH, e.g.
 registry.example.com/ml or 127.0.0.1:5000/envbuilder. Credentials come from the Docker config
 (`docker login HOST`; $DOCKER_CONFIG or ~/.docker, credential helpers included). Prints
-<env> <repository@sha256:...> per env on stdout.
+<env> <repository@sha256:...> per env on stdout. An env that fails is said on stderr and the
+next env is still pushed; the exit code is then non-zero (docs/cli.md).
 """
 
 
@@ -47,24 +52,32 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     builder = registry_builder(args.target, "push")
     options = PushOptions(registry=args.registry)
     project, envs = selected(args)
-    pushed: list[dict[str, str]] = []
-    for env in envs:
+
+    def one(env: EnvSpec) -> dict[str, str]:
         with progress_for(ui, bytes_=True) as progress:
             digest_ref = builder.push(project, env, options, progress)
         ui.print(f"{env.name} {digest_ref}")
-        pushed.append(
-            {
-                "env": env.name,
-                "target": args.target,
-                "reference": digest_ref,
-                "digest": digest_ref.rpartition("@")[2],
-            }
-        )
+        return {
+            "env": env.name,
+            "target": args.target,
+            "reference": digest_ref,
+            "digest": digest_ref.rpartition("@")[2],
+        }
+
+    results = each_env(envs, args.target, ui, one)
     if args.json:
-        ui.json(_json_result(args.target, args.registry, pushed))
-    return 0
+        ui.json(_json_result(args.target, args.registry, results))
+    return failure_exit_code(results)
 
 
-def _json_result(target: str, registry: str, pushed: list[dict[str, str]]) -> dict[str, Any]:
-    """The --json object (docs/cli.md): per env, the pushed image by digest."""
-    return {"command": "push", "ok": True, "target": target, "registry": registry, "pushed": pushed}
+def _json_result(
+    target: str, registry: str, results: list[dict[str, str] | EnvFailure]
+) -> dict[str, Any]:
+    """The --json object (docs/cli.md): per env, the pushed image by digest, or its error."""
+    return {
+        "command": "push",
+        "ok": not any(isinstance(r, EnvFailure) for r in results),
+        "target": target,
+        "registry": registry,
+        "pushed": [r.as_json() if isinstance(r, EnvFailure) else r for r in results],
+    }

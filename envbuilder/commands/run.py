@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+import textwrap
 
 from envbuilder.builders.lookup import builder_for
 from envbuilder.commands._options import add_common_arguments, add_json_argument, path_value
@@ -18,36 +19,45 @@ from envbuilder.spec.load import load_spec
 from envbuilder.targets import registry
 from envbuilder.targets.base import RunCommand, RunnableBuilder, RunOptions
 
-HELP = "run a command in an env's built artifact (docker, wsl2, venv) with validate's devices"
-DESCRIPTION = """\
+HELP = "run a command in an env's built artifact with the devices validate gives the probe"
+_INTRO = """\
 Run CMD in the env's built artifact, with exactly what `envbuilder validate` gives the probe
 there, and exit with CMD's exit code:
-
-  docker    docker run --rm of envbuilder/<env>:<short lock hash> as uid 1000, with this host's
-            device flags from envbuilder/data/docker.toml (ROCm: /dev/kfd, /dev/dri, the host's
-            video and render gids, seccomp=unconfined, ipc host; WSL2: /dev/dxg and the
-            libdxcore/librocdxg mounts; NVIDIA: --gpus=all; otherwise none).
-            ENVBUILDER_HOST_KIND overrides the detection, as for validate.
-  wsl2      dist/<env>.wsl (its sha256 must be the lock's): on Windows in the installed
-            distro (wsl.exe --distribution NAME --user USER --exec), on Linux in a container of
-            the imported .wsl; as the distro's default user, through a login shell
-  native    the venv (--path DIR as for build), with the env's variables and the venv first on
-            PATH, as its activate script sets them
-  windows   the same for the Windows venv (on Windows)
-
+"""
+_REST = """\
 Refused (exit 1, nothing run): an artifact that is missing or not the current lock's (an image
 whose lock label differs, a .wsl whose sha256 is not the recorded one, a venv whose marker
 names another lock, an incomplete venv), as `validate` refuses it.
 
---print prints the same command as one line for a shell instead (POSIX sh; PowerShell for
-wsl2 and windows on Windows) and runs nothing: `docker run ...`, `wsl.exe ...`, or for a native
-venv `(unset PYTHONPATH ...; export VARS; export VIRTUAL_ENV=... PATH=VENV/bin:"$PATH"; CMD)`.
+--print prints the same command as one line for a shell instead (POSIX sh; PowerShell where
+the target starts it on Windows) and runs nothing: e.g. `docker run ...`, or for a Linux venv
+`(unset PYTHONPATH ...; export VARS; export VIRTUAL_ENV=... PATH=VENV/bin:"$PATH"; CMD)`.
 Pasted into that shell it runs exactly the argv `envbuilder run` starts: every word quoted
 where needed, control characters as printf escapes, a first word like `X=1` quoted so that it
 stays the command. An empty string in CMD is an argument like any other.
 
 Put `--` before CMD when CMD has options of its own that envbuilder also knows (-q, --env).
 """
+
+
+def _per_target() -> str:
+    """What run does in each target that can run commands: the targets' own words
+    (TargetDescriptor.run_help), in registry order."""
+    return "".join(
+        textwrap.fill(
+            d.run_help,
+            width=96,
+            initial_indent=f"  {d.name:<9} ",
+            subsequent_indent=" " * 12,
+            break_on_hyphens=False,
+        )
+        + "\n"
+        for d in registry.all()
+        if d.has("run")
+    )
+
+
+DESCRIPTION = f"{_INTRO}\n{_per_target()}\n{_REST}"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -151,10 +161,7 @@ def default_target(env: EnvSpec) -> str:
 
 
 def _require_program(prepared: RunCommand) -> None:
-    """The docker CLI, when the command needs it: a missing one is said with the fix."""
-    if prepared.argv[0] == "docker" and shutil.which("docker") is None:
-        raise EngineError(
-            "the docker command-line client is not on PATH: `envbuilder run` hands the terminal "
-            "to `docker run`; install the Docker CLI (Debian/Ubuntu: docker.io or docker-ce-cli)"
-            " or use --print and run the line where docker is"
-        )
+    """The program the target said the command needs (RunCommand.requires), said with the fix
+    when it is not on PATH."""
+    if prepared.requires is not None and shutil.which(prepared.argv[0]) is None:
+        raise EngineError(prepared.requires)

@@ -10,12 +10,16 @@ from envbuilder.builders.lookup import builder_for
 from envbuilder.commands import _slurm
 from envbuilder.commands._options import path_value
 from envbuilder.commands._targets import (
+    EnvFailure,
     add_selection_arguments,
+    each_env,
+    failure_exit_code,
     path_option,
     progress_for,
     selected,
 )
 from envbuilder.core.errors import UsageError, ValidationError
+from envbuilder.core.model import EnvSpec
 from envbuilder.core.ui import UI
 from envbuilder.image.repro import image_report
 from envbuilder.targets import registry
@@ -41,7 +45,9 @@ pylock, and write reports/<env>.<target>.json:
 Prints one line per report on stdout: <env> <target> pass|fail <report path>. For docker and
 wsl2 it also says (stderr) whether the image (the `.wsl`) at hand is the one the lock predicts
 (docs/reproducibility.md).
-Exit 0 when every probe passed, 1 when any failed.
+Exit 0 when every probe passed, 1 when any failed. An env whose probe cannot run (no artifact,
+another lock's) is said on stderr, `error: <env>/<target>: ...`, and the next env is still
+validated; the exit code is then non-zero (docs/cli.md). Ctrl-C stops the whole run.
 
 With --slurm (a target that runs on a cluster: docker, native; one env): on every node of a
 Slurm job instead. One line for the job (<env> <target> job-<id> <Slurm state> <job folder>),
@@ -145,21 +151,21 @@ def run(args: argparse.Namespace, ui: UI) -> int:
         return _slurm.run(args, ui, options)
     project, envs = selected(args)
     builder = builder_for(registry.get(args.target))
-    failed = 0
-    reports: list[dict[str, str]] = []
-    for env in envs:
+
+    def one(env: EnvSpec) -> dict[str, str]:
         with progress_for(ui) as progress:
             report = builder.validate(project, env, options, progress)
         status = report_status(report)
-        failed += status != "pass"
         for ok, line in image_report(builder, project, env):
             (ui.info if ok else ui.warn)(line)
         ui.print(f"{env.name} {args.target} {status} {report}")
-        reports.append(
-            {"env": env.name, "target": args.target, "status": status, "report": str(report)}
-        )
+        return {"env": env.name, "target": args.target, "status": status, "report": str(report)}
+
+    results = each_env(envs, args.target, ui, one)
+    failed = any(isinstance(r, EnvFailure) or r["status"] != "pass" for r in results)
     if args.json:
+        reports = [r.as_json(status="error") if isinstance(r, EnvFailure) else r for r in results]
         ui.json(
             {"command": "validate", "ok": not failed, "target": args.target, "reports": reports}
         )
-    return 1 if failed else 0
+    return failure_exit_code(results, findings=failed)

@@ -26,6 +26,13 @@ from envbuilder.core.compat import HOST_KINDS, DeviceFlags, HostKind, load_compa
 from envbuilder.core.errors import UsageError
 
 HOST_KIND_ENV = "ENVBUILDER_HOST_KIND"
+#: What `envbuilder run` says when a `docker run` line (docker, and wsl2 on Linux) finds no
+#: docker CLI on PATH (RunCommand.requires); --print still works without it.
+DOCKER_CLI_REQUIRED = (
+    "the docker command-line client is not on PATH: `envbuilder run` hands the terminal to "
+    "`docker run`; install the Docker CLI (Debian/Ubuntu: docker.io or docker-ce-cli) or use "
+    "--print and run the line where docker is"
+)
 
 #: A group name -> its gid on this host, None when the host has no such group.
 GroupLookup = Callable[[str], "int | None"]

@@ -37,7 +37,16 @@ Schema = Mapping[str, Any]
 VariableQuoting = tuple[tuple[str, Callable[[str], str | None]], ...]
 #: The capability names, as `Capabilities` fields and `registry.with_capability` takes them.
 Capability = Literal[
-    "build", "push", "pull", "path", "no_cache", "verify", "cluster", "needs_docker", "run"
+    "build",
+    "push",
+    "pull",
+    "path",
+    "no_cache",
+    "verify",
+    "cluster",
+    "needs_docker",
+    "run",
+    "install",
 ]
 #: The ROCm location a Linux target's activation sets for a ROCm env.
 LINUX_ROCM_PATH = "/opt/rocm"
@@ -77,6 +86,7 @@ class Capabilities:
     cluster: bool = False  # can run on a cluster (Slurm; issue 16)
     run: bool = False  # `envbuilder run`/`shell`: a user's command in the built artifact
     needs_docker: bool = False  # building needs a Docker engine (doctor checks it for such envs)
+    install: bool = False  # build and pull install the artifact on this host (InstallOptions)
     host: tuple[str, ...] = ("linux",)  # where `envbuilder build` runs for it: linux, windows
 
 
@@ -187,6 +197,15 @@ def same_release(a: str, b: str) -> bool:
 
 
 @dataclass(frozen=True)
+class InstallOptions:
+    """Capability `install`: how a build or pull installs its artifact on this host (wsl2 on
+    Windows: the `.wsl` becomes a distro)."""
+
+    replace: bool = False  # an installed artifact of the same name is removed first
+    location: Path | None = None  # where installed artifacts' disks go (None: the target's default)
+
+
+@dataclass(frozen=True)
 class BuildOptions:
     """What `envbuilder build` passes to a builder (each field needs a capability)."""
 
@@ -194,6 +213,7 @@ class BuildOptions:
     force: bool = False  # capability `path`: replace a venv envbuilder did not make
     no_cache: bool = False  # capability `no_cache`: build every step again
     verify: bool = False  # capability `verify`: rebuild without cache, fail unless predicted
+    install: InstallOptions = field(default_factory=InstallOptions)  # capability `install`
 
 
 @dataclass(frozen=True)
@@ -233,6 +253,10 @@ class RunCommand:
     line: str
     shell: str = "sh"
     environment: Mapping[str, str] | None = None
+    #: what `run` says (EngineError, nothing run) when argv[0] is not on PATH: why the target
+    #: needs that program and how to get it; None: the plain "no such program" (exit 127).
+    #: `--print` needs no program.
+    requires: str | None = None
 
 
 @dataclass(frozen=True)
@@ -245,6 +269,8 @@ class PushOptions:
 @dataclass(frozen=True)
 class PullOptions:
     """What `envbuilder pull` passes (the lock says what to pull)."""
+
+    install: InstallOptions = field(default_factory=InstallOptions)  # capability `install`
 
 
 @dataclass(frozen=True)
@@ -411,6 +437,9 @@ class TargetDescriptor:
     checks: EnvChecks = no_env_checks  # the target's own rules (`envbuilder check`)
     checks_across: SpecChecks = no_spec_checks  # its rules across envs
     variable_key: VariableKey = no_variable_key  # where its own variables come from
+    #: with the `run` capability: what `envbuilder run` starts in its artifact and with which
+    #: devices, groups and variables (one paragraph of `envbuilder run --help`)
+    run_help: str = ""
 
     @property
     def on_windows(self) -> bool:

@@ -210,5 +210,10 @@ DESCRIPTOR = registry.register(
         templates=(("Dockerfile", "docker/Dockerfile.j2"),),
         output_dir="dockerfiles",
         checks=checks,
+        run_help="docker run --rm of envbuilder/<env>:<short lock hash> as uid 1000, with this "
+        "host's device flags from envbuilder/data/docker.toml (ROCm: /dev/kfd, /dev/dri, the "
+        "host's video and render gids, seccomp=unconfined, ipc host; WSL2: /dev/dxg and the "
+        "libdxcore/librocdxg mounts; NVIDIA: --gpus=all; otherwise none). ENVBUILDER_HOST_KIND "
+        "overrides the detection, as for validate.",
     )
 )

@@ -76,5 +76,7 @@ DESCRIPTOR = registry.register(
             ("the venv's Activate.ps1", quoting.ps_refusal),
         ),
         plan=plan,
+        run_help="the venv (--path DIR as for build), with the env's variables and the venv "
+        "first on PATH, as its activate script sets them.",
     )
 )

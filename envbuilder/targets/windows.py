@@ -282,5 +282,7 @@ DESCRIPTOR = registry.register(
         gpu_stack="windows",
         checks=checks,
         variable_key=variable_key,
+        run_help="the Windows venv (--path DIR, on Windows), with the env's variables and the "
+        "venv first on PATH, as its Activate.ps1 sets them.",
     )
 )

@@ -523,6 +523,7 @@ DESCRIPTOR = registry.register(
             no_cache=True,
             verify=True,
             needs_docker=True,
+            install=True,
             run=True,
             host=("linux", "windows"),
         ),
@@ -547,5 +548,8 @@ DESCRIPTOR = registry.register(
         gpu_stack="wsl",
         checks=checks,
         checks_across=checks_across,
+        run_help="dist/<env>.wsl (its sha256 must be the lock's): on Windows in the installed "
+        "distro (wsl.exe --distribution NAME --user USER --exec), on Linux in a container of the "
+        "imported .wsl; as the distro's default user, through a login shell.",
     )
 )
