@@ -89,7 +89,7 @@ def parse_apt_table(value: Any, where: str) -> dict[str, dict[str, str]]:
 
 
 def json_schema() -> dict[str, Any]:
-    """The JSON schema of a target's `apt` table (envbuilder.lock.lockfile.json_schema embeds
+    """The JSON schema of a target's `apt` table (envbuilder.lock.schema.json_schema embeds
     it)."""
 
     def anchored(pattern: re.Pattern[str]) -> str:
