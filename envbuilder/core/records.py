@@ -249,14 +249,17 @@ def toml_key(name: str) -> str:
     return name if bare else toml_value(name)
 
 
-def toml_lines(record: object, keys: tuple[Field, ...]) -> list[str]:
+def toml_lines(
+    record: object, keys: tuple[Field, ...], value: Callable[[Any], str] = toml_value
+) -> list[str]:
     """`key = value` for each scalar key of `record` that has a value (None is left out), in
-    the order the keys are declared."""
+    the order the keys are declared; `value` writes one value (a TOML library's, where the
+    caller has one)."""
     lines = []
     for k in keys:
-        value = getattr(record, k.name)
-        if value is not None and k.kind not in (dict, list):
-            lines.append(f"{toml_key(k.name)} = {toml_value(value)}")
+        item = getattr(record, k.name)
+        if item is not None and k.kind not in (dict, list):
+            lines.append(f"{toml_key(k.name)} = {value(item)}")
     return lines
 
 

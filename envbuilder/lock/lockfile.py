@@ -51,6 +51,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import tomlkit
+
 from envbuilder.core import grammar, records
 from envbuilder.core.errors import LockError
 from envbuilder.core.fsutil import read_input_bytes, write_if_changed
@@ -350,7 +352,7 @@ def dump_env_lock(lock: EnvLock) -> bytes:
     always gives the same bytes."""
     if lock.apt_epoch == lock.source_date_epoch:
         lock = replace(lock, apt_epoch=None)  # the same moment is said once
-    lines = [HEADER.rstrip("\n"), *records.toml_lines(lock, TOP_KEYS)]
+    lines = [HEADER.rstrip("\n"), *records.toml_lines(lock, TOP_KEYS, _toml)]
     order = sorted(lock.targets, key=_target_order)
     for name in order:
         lines += _target_lines(name, lock.targets[name], lock.artifacts.get(name))
@@ -364,17 +366,20 @@ def dump_env_lock(lock: EnvLock) -> bytes:
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 
+def _toml(value: object) -> str:
+    """One value as tomlkit writes it (a basic string with TOML's escapes, an integer)."""
+    return tomlkit.item(value).as_string()
+
+
 def _sorted_lines(table: Mapping[str, str]) -> list[str]:
-    return [f"{records.toml_key(k)} = {records.toml_value(table[k])}" for k in sorted(table)]
+    return [f"{records.toml_key(k)} = {_toml(table[k])}" for k in sorted(table)]
 
 
 def _target_lines(name: str, t: TargetLock, artifacts: Mapping[str, str] | None) -> list[str]:
     """[targets.<name>] without its apt pins (they follow every target's table)."""
-    lines = ["", f"[targets.{name}]", *records.toml_lines(t, TARGET_FIELD_KEYS)]
+    lines = ["", f"[targets.{name}]", *records.toml_lines(t, TARGET_FIELD_KEYS, _toml)]
     covered = {"apt_sha256": t.apt, "artifacts_sha256": artifacts}
-    lines += [
-        f"{k} = {records.toml_value(digests.table_sha256(v))}" for k, v in covered.items() if v
-    ]
+    lines += [f"{k} = {_toml(digests.table_sha256(v))}" for k, v in covered.items() if v]
     return lines
 
 
