@@ -32,7 +32,7 @@ import json
 import re
 import sys
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, TypeVar
 
 #: The metadata key a field's declaration is kept under.
@@ -79,6 +79,13 @@ class Field:
     flag: str | None = None
     #: on the command line: "store_true" for a switch, "append" for a repeatable one
     action: str | None = None
+    #: on the command line: the value's name in --help, the function that reads the text
+    #: (argparse's `type`, raising ArgumentTypeError with what is wrong), and the value an
+    #: absent flag gives where the record has no default (a run always has a level; the
+    #: command line's is "quick")
+    metavar: str | None = None
+    arg_type: Callable[[str], Any] | None = None
+    arg_default: Any = None
 
     def problem(self, value: object) -> str | None:
         """What is wrong with a value of the right kind, as "is not <form>"; None if right."""
@@ -111,6 +118,9 @@ def key(  # noqa: PLR0913 (one keyword per property of a key, as dataclasses.fie
     schema: Mapping[str, Any] | None = None,
     flag: str | None = None,
     action: str | None = None,
+    metavar: str | None = None,
+    arg_type: Callable[[str], Any] | None = None,
+    arg_default: Any = None,
 ) -> Any:
     """A dataclass field declared as a key of its record (see the module's docstring)."""
     spec = {
@@ -123,6 +133,9 @@ def key(  # noqa: PLR0913 (one keyword per property of a key, as dataclasses.fie
         "schema": schema,
         "flag": flag,
         "action": action,
+        "metavar": metavar,
+        "arg_type": arg_type,
+        "arg_default": arg_default,
     }
     metadata = {META: spec}
     if default_factory is not dataclasses.MISSING:
@@ -271,6 +284,30 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {str(k): _jsonable(v) for k, v in value.items()}
     return value
+
+
+def to_argv(record: object, names: Collection[str] | None = None) -> list[str]:
+    """The command line that gives `record` (its keys in `names`, when given): each key with a
+    flag, in declaration order, unless its value is the record's default (or None, false or
+    empty); a repeatable key once per item, a mapping's items as `key=value`, a switch as the
+    flag alone."""
+    argv: list[str] = []
+    defaults = {f.name: f.default for f in dataclasses.fields(record)}  # type: ignore[arg-type]
+    for k in fields_of(type(record)):
+        if names is not None and k.name not in names:
+            continue
+        value = getattr(record, k.name)
+        if k.flag is None or value is None or value is False or value == defaults[k.name]:
+            continue
+        if isinstance(value, Mapping):
+            value = [f"{name}={item}" for name, item in value.items()]
+        if k.action == "store_true":
+            argv.append(k.flag)
+        elif isinstance(value, (tuple, list)):
+            argv += [word for item in value for word in (k.flag, str(item))]
+        else:
+            argv += [k.flag, str(value)]
+    return argv
 
 
 def from_json(cls: type[R], data: Mapping[str, Any]) -> R:
