@@ -86,6 +86,7 @@ class Field:
     metavar: str | None = None
     arg_type: Callable[[str], Any] | None = None
     arg_default: Any = None
+    nullable: bool = False  # `X | None`: its JSON form may be null (last: Fields are positional)
 
     def problem(self, value: object) -> str | None:
         """What is wrong with a value of the right kind, as "is not <form>"; None if right."""
@@ -154,7 +155,17 @@ def fields_of(cls: type) -> tuple[Field, ...]:
         optional = (
             f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
         )
-        out.append(Field(name=f.name, kind=_kind(hints[f.name]), required=not optional, **spec))
+        hint = hints[f.name]
+        nullable = type(None) in typing.get_args(hint)
+        out.append(
+            Field(
+                name=f.name,
+                kind=_kind(hint),
+                required=not optional,
+                nullable=nullable,
+                **spec,
+            )
+        )
     return tuple(out)
 
 
@@ -222,22 +233,37 @@ def table_problems(
     return problems
 
 
-def schema_properties(keys: tuple[Field, ...]) -> dict[str, Any]:
-    """The JSON Schema `properties` of a table: each key's type, form, range and choices."""
+def schema_properties(keys: tuple[Field, ...], nulls: bool = False) -> dict[str, Any]:
+    """The JSON Schema `properties` of a table: each key's type, form, range and choices (an
+    array's items hold the form and choices). `nulls`: of the JSON form, where a key that may
+    be None is null (in TOML it is left out)."""
     props: dict[str, Any] = {}
     for k in keys:
-        prop: dict[str, Any] = {"type": JSON_TYPES[k.kind], "description": k.desc}
-        if k.pattern is not None:
-            # named groups are Python's alone: JSON Schema's regexes are ECMA-262
-            prop["pattern"] = "^(?:" + re.sub(r"\(\?P<\w+>", "(?:", k.pattern) + ")$"
-        if k.choices:
-            prop["enum"] = list(k.choices)
-        if k.minimum is not None:
-            prop["minimum"] = k.minimum
-        if k.maximum is not None:
-            prop["maximum"] = k.maximum
+        kind: Any = JSON_TYPES[k.kind]
+        prop: dict[str, Any] = {"type": [kind, "null"] if nulls and k.nullable else kind}
+        prop["description"] = k.desc
+        value = _value_schema(k)
+        if k.kind is list and value:
+            prop["items"] = value
+        else:
+            prop.update(value)
         props[k.name] = {**prop, **(k.schema or {})}
     return props
+
+
+def _value_schema(k: Field) -> dict[str, Any]:
+    """A value's (an array's item's) pattern, choices and range."""
+    out: dict[str, Any] = {}
+    if k.pattern is not None:
+        # named groups are Python's alone: JSON Schema's regexes are ECMA-262
+        out["pattern"] = "^(?:" + re.sub(r"\(\?P<\w+>", "(?:", k.pattern) + ")$"
+    if k.choices:
+        out["enum"] = list(k.choices)
+    if k.minimum is not None:
+        out["minimum"] = k.minimum
+    if k.maximum is not None:
+        out["maximum"] = k.maximum
+    return out
 
 
 def schema_required(keys: tuple[Field, ...]) -> list[str]:

@@ -39,8 +39,9 @@ DEFAULT_TIMEOUT_S = {"quick": 120.0, "standard": 300.0, "long": 1800.0, "workloa
 #: which has the same check for the other commands' paths).
 _PATH_MAX = 4096
 _NAME_MAX = 255
-_RELEASE = r"[0-9]+(\.[0-9]+)+"
-_GFX = r"gfx[0-9a-f]+"
+#: A release or version number (7.14.1, 7.14) and a gfx target, as the release check takes them.
+RELEASE = r"[0-9]+(\.[0-9]+)+"
+GFX = r"gfx[0-9a-f]+"
 
 
 def _label(text: str) -> tuple[str, str]:
@@ -112,29 +113,29 @@ class ProbeOptions:
         "with --expect rocm: the ROCm release the env locks; torch's local version "
         "tag (+rocm7.14.1, or its line +rocm7.14) must name it",
         default=None,
-        pattern=_RELEASE,
+        pattern=RELEASE,
         flag="--expect-rocm",
         metavar="RELEASE",
-        arg_type=_pattern("a ROCm release", _RELEASE, "7.14.1"),
+        arg_type=_pattern("a ROCm release", RELEASE, "7.14.1"),
     )
     expect_hip: str | None = key(
         "with --expect rocm: torch.version.hip must start with it (the HIP the release "
         "ships; without it the HIP version is recorded, not checked)",
         default=None,
-        pattern=_RELEASE,
+        pattern=RELEASE,
         flag="--expect-hip",
         metavar="MAJOR.MINOR",
-        arg_type=_pattern("a HIP version", _RELEASE, "7.14"),
+        arg_type=_pattern("a HIP version", RELEASE, "7.14"),
     )
     expect_gfx: tuple[str, ...] = key(
         "with --expect rocm (repeatable): the GPU targets the lock holds device code "
         "for; every visible GPU must be one of them",
         default=(),
-        pattern=_GFX,
+        pattern=GFX,
         flag="--expect-gfx",
         action="append",
         metavar="GFX",
-        arg_type=_pattern("a gfx target", _GFX, "gfx1100"),
+        arg_type=_pattern("a gfx target", GFX, "gfx1100"),
     )
     labels: dict[str, str] = key(
         "copied into the report (e.g. env=cpu)",
@@ -178,6 +179,8 @@ class ProbeOptions:
     timeout_s: float | None = key(
         "per-check timeout (default: 120 quick, 300 standard, 1800 long and workload)",
         default=None,
+        # the report holds the timeout the checks ran with: always a number
+        schema={"type": "number", "exclusiveMinimum": 0},
         flag="--timeout",
         metavar="SECONDS",
         arg_type=_seconds,
