@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -20,8 +21,9 @@ from envbuilder.report import reportschema
 REPORTS = sorted((Path(__file__).parent / "data" / "probe").glob("*.json"))
 
 
-def _shipped() -> dict[str, object]:
-    return json.loads(reportschema.SCHEMA_FILE.read_text(encoding="utf-8"))
+def _shipped() -> dict[str, Any]:
+    shipped: dict[str, Any] = json.loads(reportschema.SCHEMA_FILE.read_text(encoding="utf-8"))
+    return shipped
 
 
 def test_the_schema_file_is_generated_from_the_records() -> None:
@@ -57,7 +59,7 @@ def test_a_key_added_to_the_expectation_is_in_the_schema_and_its_json() -> None:
         "accelerator": "cuda", "rocm": None, "hip": None, "gfx": [], "cuda": "12.8",
     }  # fmt: skip
     keys = records.fields_of(CudaExpectation)
-    schema = {"type": "object", "properties": records.schema_properties(keys, nulls=True)}
-    jsonschema.validate(records.to_json(exp), schema)
-    assert schema["properties"]["cuda"]["type"] == ["string", "null"]
+    properties = records.schema_properties(keys, nulls=True)
+    jsonschema.validate(records.to_json(exp), {"type": "object", "properties": properties})
+    assert properties["cuda"]["type"] == ["string", "null"]
     assert records.from_json(CudaExpectation, records.to_json(exp)) == exp
