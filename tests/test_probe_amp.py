@@ -60,7 +60,7 @@ def test_amp_check_does_not_import_dynamo() -> None:
         "import sys\n"
         "from envbuilder.probe.child import run_child\n"
         "from envbuilder.probe.common import Context\n"
-        "r = run_child('amp', Context('quick', 'cpu', 1))\n"
+        "r = run_child('amp', Context(level='quick', expect='cpu', repeat=1))\n"
         "print(r['status'], 'torch._dynamo' in sys.modules)\n"
     )
     out = subprocess.run(

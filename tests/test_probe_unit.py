@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 
 import envbuilder.probe
-from envbuilder.probe import build_zipapp
+from envbuilder.probe import SHIPPED, build_zipapp
 from envbuilder.probe.check_collectives import bus_factor
 from envbuilder.probe.common import metric
 from envbuilder.probe.pylock import (
@@ -40,21 +40,42 @@ def validate(report: dict[str, object]) -> None:
     )
 
 
-def test_probe_imports_only_stdlib_torch_and_itself() -> None:
+def _imported(path: Path) -> list[str]:
+    """The modules `path` imports (`from a import b` as a.b where a.b is a module of envbuilder)."""
+    names: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names += [
+                f"{node.module}.{a.name}"
+                if node.module == "envbuilder.core" and a.name == "records"
+                else node.module
+                for a in node.names
+            ]
+    return names
+
+
+def test_probe_imports_only_stdlib_torch_itself_and_what_its_zipapp_ships() -> None:
+    shipped = {"envbuilder." + name.removesuffix(".py").replace("/", ".") for name in SHIPPED}
     allowed = set(sys.stdlib_module_names) | {"torch", "envbuilder", "__future__"}
     for path in PROBE_DIR.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names: list[str] = []
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            for name in names:
-                assert name.split(".")[0] in allowed, f"{path.name} imports {name}"
-                if name.startswith("envbuilder"):
-                    assert name == "envbuilder" or name.startswith("envbuilder.probe"), (
-                        f"{path.name} imports {name}: the zipapp carries no other module"
-                    )
+        for name in _imported(path):
+            assert name.split(".")[0] in allowed, f"{path.name} imports {name}"
+            if name.startswith("envbuilder"):
+                assert (
+                    name == "envbuilder" or name.startswith("envbuilder.probe") or (name in shipped)
+                ), f"{path.name} imports {name}: the zipapp carries no other module"
+
+
+def test_what_the_probes_zipapp_ships_imports_only_the_standard_library() -> None:
+    """envbuilder.core.records runs in the probe's zipapp, where nothing else is installed."""
+    assert SHIPPED == ("core/records.py",)
+    for name in SHIPPED:
+        imported = _imported(PROBE_DIR.parent / name)
+        assert imported, name
+        wrong = [m for m in imported if m.split(".")[0] not in sys.stdlib_module_names]
+        assert not wrong, f"{name} imports {wrong}"
 
 
 def test_torch_is_not_imported_at_module_level() -> None:

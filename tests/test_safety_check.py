@@ -137,7 +137,10 @@ class Model:
             tables["docker"] = DockerTable(base, self.docker_user, self.docker_python)
         if wsl_base and "wsl2" in self.targets:
             tables["wsl2"] = Wsl2Table(
-                self.distro or f"envbuilder-{self.name}", wsl_base, self.ubuntu, self.wsl_user
+                distro=self.distro or f"envbuilder-{self.name}",
+                base=wsl_base,
+                ubuntu=self.ubuntu,
+                user=self.wsl_user,
             )
         if "windows" in self.targets:
             tables["windows"] = WindowsTable(self.python, self.hip_path)

@@ -14,16 +14,20 @@ the release check's expectation (docs/probe.md, "Release check"):
                                 `gpu`; both are `env.gfx_targets`. With HSA_OVERRIDE_GFX_VERSION
                                 set in the env, the target the runtime then reports is accepted too.
 
-They are passed only when the run expects rocm: `--expect cpu` on a ROCm env (a WSL distro checked
-on a Linux Docker host) checks no release.
+Each is a key of `envbuilder.probe.options.ProbeOptions`, whose declarations give the flags and
+their order (records.to_argv). They are passed only when the run expects rocm: `--expect cpu` on
+a ROCm env (a WSL distro checked on a Linux Docker host) checks no release.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
+from envbuilder.core import records
 from envbuilder.core.model import EnvSpec
+from envbuilder.probe.options import ProbeOptions
 from envbuilder.targets.base import ValidateOptions
 
 HSA_VAR = "HSA_OVERRIDE_GFX_VERSION"
@@ -50,35 +54,49 @@ def expected_gfx(env: EnvSpec) -> tuple[str, ...]:
     return tuple(targets)
 
 
-def expectation_args(env: EnvSpec, expect: str) -> list[str]:
-    """--expect-rocm/--expect-hip/--expect-gfx of a run that expects `expect`."""
+#: The release check's keys of ProbeOptions (a ROCm run's expectation).
+EXPECTATION_KEYS = ("expect_rocm", "expect_hip", "expect_gfx")
+
+
+def expectation(env: EnvSpec, expect: str) -> dict[str, Any]:
+    """expect_rocm/expect_hip/expect_gfx of a run that expects `expect` (empty: none)."""
     if expect != "rocm" or env.accelerator != "rocm" or not env.rocm:
-        return []
+        return {}
     release = env.release
     # The release the lock resolved `rocm = "7.14"` to (the spec may name a line).
-    args = ["--expect-rocm", release.version if release is not None else env.rocm]
-    if release is not None and release.hip is not None:
-        args += ["--expect-hip", release.hip]
-    for gfx in expected_gfx(env):
-        args += ["--expect-gfx", gfx]
-    return args
+    return {
+        "expect_rocm": release.version if release is not None else env.rocm,
+        "expect_hip": release.hip if release is not None else None,
+        "expect_gfx": expected_gfx(env),
+    }
+
+
+def expectation_args(env: EnvSpec, expect: str) -> list[str]:
+    """--expect-rocm/--expect-hip/--expect-gfx of a run that expects `expect`."""
+    options = ProbeOptions(level="quick", expect=expect, **expectation(env, expect))
+    return records.to_argv(options, EXPECTATION_KEYS)
+
+
+def probe_options(
+    env: EnvSpec, options: ValidateOptions, labels: Mapping[str, str]
+) -> ProbeOptions:
+    """The probe's options for a run: `options`' values of the keys they share (but the
+    timeout: where the probe runs it is the target's), --expect defaulting to the env's
+    accelerator, a ROCm run's expectation, and `labels`."""
+    expect = options.expect or env.accelerator
+    shared = {
+        k.name: getattr(options, k.name)
+        for k in records.fields_of(ProbeOptions)
+        if hasattr(options, k.name) and k.name != "timeout_s"
+    }
+    return ProbeOptions(
+        **{**shared, "expect": expect, "labels": dict(labels), **expectation(env, expect)}
+    )
 
 
 def probe_args(env: EnvSpec, options: ValidateOptions, labels: Mapping[str, str]) -> list[str]:
-    """The probe's command-line options for `options` and `labels` (in their order), shared by
-    every target: --expect defaults to the env's accelerator, and a ROCm run carries the release
-    check's expectation; --repeat is left out when 1 (the probe's default). Where the probe
-    runs, its --lock/--json/--timeout are the target's."""
-    expect = options.expect or env.accelerator
-    args = ["--level", options.level, "--expect", expect, *expectation_args(env, expect)]
-    for key, value in labels.items():
-        args += ["--label", f"{key}={value}"]
-    if options.repeat != 1:
-        args += ["--repeat", str(options.repeat)]
-    for check in options.only:
-        args += ["--only", check]
-    for check in options.skip:
-        args += ["--skip", check]
-    if options.find_batch:
-        args.append("--find-batch")
-    return args
+    """The probe's command line for `options` and `labels` (in their order), shared by every
+    target (probe_options, written as the declarations of ProbeOptions say: records.to_argv;
+    --repeat is left out when 1, the probe's default). Where the probe runs, its
+    --lock/--json/--timeout are the target's."""
+    return records.to_argv(probe_options(env, options, labels))

@@ -30,9 +30,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import sys
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, TypeVar
 
 #: The metadata key a field's declaration is kept under.
@@ -79,6 +78,14 @@ class Field:
     flag: str | None = None
     #: on the command line: "store_true" for a switch, "append" for a repeatable one
     action: str | None = None
+    #: on the command line: the value's name in --help, the function that reads the text
+    #: (argparse's `type`, raising ArgumentTypeError with what is wrong), and the value an
+    #: absent flag gives where the record has no default (a run always has a level; the
+    #: command line's is "quick")
+    metavar: str | None = None
+    arg_type: Callable[[str], Any] | None = None
+    arg_default: Any = None
+    nullable: bool = False  # `X | None`: its JSON form may be null (last: Fields are positional)
 
     def problem(self, value: object) -> str | None:
         """What is wrong with a value of the right kind, as "is not <form>"; None if right."""
@@ -111,6 +118,9 @@ def key(  # noqa: PLR0913 (one keyword per property of a key, as dataclasses.fie
     schema: Mapping[str, Any] | None = None,
     flag: str | None = None,
     action: str | None = None,
+    metavar: str | None = None,
+    arg_type: Callable[[str], Any] | None = None,
+    arg_default: Any = None,
 ) -> Any:
     """A dataclass field declared as a key of its record (see the module's docstring)."""
     spec = {
@@ -123,6 +133,9 @@ def key(  # noqa: PLR0913 (one keyword per property of a key, as dataclasses.fie
         "schema": schema,
         "flag": flag,
         "action": action,
+        "metavar": metavar,
+        "arg_type": arg_type,
+        "arg_default": arg_default,
     }
     metadata = {META: spec}
     if default_factory is not dataclasses.MISSING:
@@ -132,7 +145,7 @@ def key(  # noqa: PLR0913 (one keyword per property of a key, as dataclasses.fie
 
 def fields_of(cls: type) -> tuple[Field, ...]:
     """The keys of a record class, in declaration order: its fields declared with `key`."""
-    hints = typing.get_type_hints(cls, vars(sys.modules[cls.__module__]))
+    hints = typing.get_type_hints(cls)  # each base class's annotations in its own module
     out = []
     for f in dataclasses.fields(cls):
         spec = f.metadata.get(META)
@@ -141,7 +154,17 @@ def fields_of(cls: type) -> tuple[Field, ...]:
         optional = (
             f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
         )
-        out.append(Field(name=f.name, kind=_kind(hints[f.name]), required=not optional, **spec))
+        hint = hints[f.name]
+        nullable = type(None) in typing.get_args(hint)
+        out.append(
+            Field(
+                name=f.name,
+                kind=_kind(hint),
+                required=not optional,
+                nullable=nullable,
+                **spec,
+            )
+        )
     return tuple(out)
 
 
@@ -209,22 +232,37 @@ def table_problems(
     return problems
 
 
-def schema_properties(keys: tuple[Field, ...]) -> dict[str, Any]:
-    """The JSON Schema `properties` of a table: each key's type, form, range and choices."""
+def schema_properties(keys: tuple[Field, ...], nulls: bool = False) -> dict[str, Any]:
+    """The JSON Schema `properties` of a table: each key's type, form, range and choices (an
+    array's items hold the form and choices). `nulls`: of the JSON form, where a key that may
+    be None is null (in TOML it is left out)."""
     props: dict[str, Any] = {}
     for k in keys:
-        prop: dict[str, Any] = {"type": JSON_TYPES[k.kind], "description": k.desc}
-        if k.pattern is not None:
-            # named groups are Python's alone: JSON Schema's regexes are ECMA-262
-            prop["pattern"] = "^(?:" + re.sub(r"\(\?P<\w+>", "(?:", k.pattern) + ")$"
-        if k.choices:
-            prop["enum"] = list(k.choices)
-        if k.minimum is not None:
-            prop["minimum"] = k.minimum
-        if k.maximum is not None:
-            prop["maximum"] = k.maximum
+        kind: Any = JSON_TYPES[k.kind]
+        prop: dict[str, Any] = {"type": [kind, "null"] if nulls and k.nullable else kind}
+        prop["description"] = k.desc
+        value = _value_schema(k)
+        if k.kind is list and value:
+            prop["items"] = value
+        else:
+            prop.update(value)
         props[k.name] = {**prop, **(k.schema or {})}
     return props
+
+
+def _value_schema(k: Field) -> dict[str, Any]:
+    """A value's (an array's item's) pattern, choices and range."""
+    out: dict[str, Any] = {}
+    if k.pattern is not None:
+        # named groups are Python's alone: JSON Schema's regexes are ECMA-262
+        out["pattern"] = "^(?:" + re.sub(r"\(\?P<\w+>", "(?:", k.pattern) + ")$"
+    if k.choices:
+        out["enum"] = list(k.choices)
+    if k.minimum is not None:
+        out["minimum"] = k.minimum
+    if k.maximum is not None:
+        out["maximum"] = k.maximum
+    return out
 
 
 def schema_required(keys: tuple[Field, ...]) -> list[str]:
@@ -274,6 +312,30 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {str(k): _jsonable(v) for k, v in value.items()}
     return value
+
+
+def to_argv(record: object, names: Collection[str] | None = None) -> list[str]:
+    """The command line that gives `record` (its keys in `names`, when given): each key with a
+    flag, in declaration order, unless its value is the record's default (or None, false or
+    empty); a repeatable key once per item, a mapping's items as `key=value`, a switch as the
+    flag alone."""
+    argv: list[str] = []
+    defaults = {f.name: f.default for f in dataclasses.fields(record)}  # type: ignore[arg-type]
+    for k in fields_of(type(record)):
+        if names is not None and k.name not in names:
+            continue
+        value = getattr(record, k.name)
+        if k.flag is None or value is None or value is False or value == defaults[k.name]:
+            continue
+        if isinstance(value, Mapping):
+            value = [f"{name}={item}" for name, item in value.items()]
+        if k.action == "store_true":
+            argv.append(k.flag)
+        elif isinstance(value, (tuple, list)):
+            argv += [word for item in value for word in (k.flag, str(item))]
+        else:
+            argv += [k.flag, str(value)]
+    return argv
 
 
 def from_json(cls: type[R], data: Mapping[str, Any]) -> R:

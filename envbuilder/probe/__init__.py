@@ -1,8 +1,9 @@
 """envbuilder's validation suite: one probe that runs inside every environment.
 
 Standard library and torch only (torch is imported inside the checks, never at import time),
-and no other envbuilder module, so it runs from a single zipapp file where envbuilder is not
-installed. `build_zipapp(dest)` writes that file, byte-for-byte reproducible.
+and no other envbuilder module but `envbuilder.core.records` (standard library only: the
+probe's options are records declared once), so it runs from a single zipapp file where
+envbuilder is not installed. `build_zipapp(dest)` writes that file, byte-for-byte reproducible.
 
 Checks (in turn, in one worker process that a watchdog replaces after a timeout or a crash):
 device, topology (peer access, link kinds), latency (kernel launch and synchronisation), matmul,
@@ -28,6 +29,11 @@ __all__ = ["CHECK_NAMES", "PROBE_VERSION", "SCHEMA_VERSION", "build_zipapp"]
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 SHEBANG = b"#!/usr/bin/env python3\n"
 _STUB_INIT = b'"""Only the probe of envbuilder (a zipapp made by build_zipapp)."""\n'
+_STUB_CORE_INIT = (
+    b'"""Only envbuilder.core.records, which the probe declares its records with."""\n'
+)
+#: The modules of envbuilder outside the probe that it imports (each standard library only).
+SHIPPED = ("core/records.py",)
 _MAIN = b"import sys\n\nfrom envbuilder.probe.cli import main\n\nsys.exit(main())\n"
 
 
@@ -35,7 +41,12 @@ def _entries() -> list[tuple[str, bytes]]:
     """(archive name, bytes) of every file in the zipapp, sorted by name."""
     here = Path(__file__).parent
     files = [(f"envbuilder/probe/{p.name}", p.read_bytes()) for p in here.glob("*.py")]
-    files += [("__main__.py", _MAIN), ("envbuilder/__init__.py", _STUB_INIT)]
+    files += [(f"envbuilder/{name}", (here.parent / name).read_bytes()) for name in SHIPPED]
+    files += [
+        ("__main__.py", _MAIN),
+        ("envbuilder/__init__.py", _STUB_INIT),
+        ("envbuilder/core/__init__.py", _STUB_CORE_INIT),
+    ]
     return sorted(files)
 
 

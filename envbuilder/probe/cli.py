@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import signal
 import sys
 import tempfile
@@ -23,178 +22,46 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from envbuilder.probe.common import CHECK_NAMES, EXPECTS, LEVELS
+from envbuilder.core import records
+from envbuilder.probe.options import ProbeOptions, non_empty_path
 from envbuilder.probe.report import render_table
-from envbuilder.probe.runner import PROBE_VERSION, ProbeOptions, exit_code, run_probe
-
-
-def _label(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"--label wants key=value, got {text!r}")
-    return key, value
-
-
-#: Linux's PATH_MAX and NAME_MAX in bytes (the probe runs without envbuilder.core, which has
-#: the same check for the other commands' paths).
-_PATH_MAX = 4096
-_NAME_MAX = 255
-
-
-def _non_empty(text: str) -> str:
-    """A path option's value: an empty one (an unset shell variable) or one longer than the OS
-    allows is a usage error (exit 2), not "no report" (or a traceback) after minutes of checks."""
-    if not text:
-        raise argparse.ArgumentTypeError("an empty path (an unset shell variable?); name a file")
-    raw = os.fsencode(os.path.abspath(text))  # noqa: PTH100
-    longest = max(raw.split(b"/"), key=len)
-    if len(raw) >= _PATH_MAX or len(longest) > _NAME_MAX:
-        raise argparse.ArgumentTypeError(
-            f"the path is too long ({len(raw)} bytes, a name of {len(longest)}; the system "
-            f"allows {_PATH_MAX - 1} and {_NAME_MAX}); choose a shorter one"
-        )
-    return text
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _pattern(what: str, regex: str, example: str) -> Any:
-    """An argparse type that accepts `regex` (a full match) and names an example otherwise."""
-
-    def parse(text: str) -> str:
-        if not re.fullmatch(regex, text):
-            raise argparse.ArgumentTypeError(f"expected {what} such as {example}, got {text!r}")
-        return text
-
-    return parse
-
-
-def _seconds(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
+from envbuilder.probe.runner import PROBE_VERSION, exit_code, run_probe
 
 
 def add_probe_arguments(parser: argparse.ArgumentParser) -> None:
-    """The probe's options (shared with `envbuilder probe`)."""
-    _add_level_and_expect(parser)
-    add_expectation_arguments(parser)
-    _add_check_selection(parser)
-    _add_inputs_and_outputs(parser)
-    _add_sampling(parser)
-
-
-def _add_level_and_expect(parser: argparse.ArgumentParser) -> None:
+    """The probe's options (shared with `envbuilder probe`): one argument per declared key of
+    ProbeOptions, then --json (where the report goes: not an option of the run)."""
+    for k in records.fields_of(ProbeOptions):
+        add_argument(parser, k)
     parser.add_argument(
-        "--level",
-        choices=LEVELS,
-        default="quick",
-        help="quick (seconds), standard, long, workload (standard, and ResNet-50 trained at "
-        "224x224 for a stable images/s)",
-    )
-    parser.add_argument(
-        "--expect",
-        choices=EXPECTS,
-        required=True,
-        help="what the environment must have: a ROCm/CUDA build with a GPU, "
-        "or the CPU (a promised GPU that is missing is a failure)",
+        "--json", type=non_empty_path, metavar="PATH", help="write the JSON report here"
     )
 
 
-def _add_check_selection(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--only",
-        action="append",
-        choices=CHECK_NAMES,
-        default=[],
-        metavar="CHECK",
-        help=f"run only this check (repeatable): {', '.join(CHECK_NAMES)}",
-    )
-    parser.add_argument(
-        "--skip",
-        action="append",
-        choices=CHECK_NAMES,
-        default=[],
-        metavar="CHECK",
-        help="skip this check (repeatable)",
-    )
-
-
-def _add_inputs_and_outputs(parser: argparse.ArgumentParser) -> None:
-    """The lock to hold the packages against, the report's labels and its file."""
-    parser.add_argument(
-        "--lock",
-        type=_non_empty,
-        metavar="PYLOCK",
-        help="PEP 751 pylock.toml the installed packages must equal",
-    )
-    parser.add_argument(
-        "--label",
-        action="append",
-        type=_label,
-        default=[],
-        metavar="KEY=VALUE",
-        help="copied into the report (e.g. env=cpu)",
-    )
-    parser.add_argument(
-        "--json", type=_non_empty, metavar="PATH", help="write the JSON report here"
-    )
-
-
-def _add_sampling(parser: argparse.ArgumentParser) -> None:
-    """How many samples each metric gets, and how long each check may take."""
-    parser.add_argument(
-        "--repeat",
-        type=_positive,
-        default=1,
-        metavar="N",
-        help="samples per metric (the value is their median)",
-    )
-    parser.add_argument(
-        "--timeout",
-        type=_seconds,
-        metavar="SECONDS",
-        help="per-check timeout (default: 120 quick, 300 standard, 1800 long and workload)",
-    )
-    parser.add_argument(
-        "--find-batch",
-        action="store_true",
-        help="the train check also finds the largest power-of-two ResNet-50 batch that "
-        "trains without running out of GPU memory",
-    )
-
-
-def add_expectation_arguments(parser: argparse.ArgumentParser) -> None:
-    """What the release check (part of conformance) holds torch and the GPUs against."""
-    parser.add_argument(
-        "--expect-rocm",
-        type=_pattern("a ROCm release", r"[0-9]+(\.[0-9]+)+", "7.14.1"),
-        metavar="RELEASE",
-        help="with --expect rocm: the ROCm release the env locks; torch's local version "
-        "tag (+rocm7.14.1, or its line +rocm7.14) must name it",
-    )
-    parser.add_argument(
-        "--expect-hip",
-        type=_pattern("a HIP version", r"[0-9]+(\.[0-9]+)+", "7.14"),
-        metavar="MAJOR.MINOR",
-        help="with --expect rocm: torch.version.hip must start with it (the HIP the release "
-        "ships; without it the HIP version is recorded, not checked)",
-    )
-    parser.add_argument(
-        "--expect-gfx",
-        action="append",
-        type=_pattern("a gfx target", r"gfx[0-9a-f]+", "gfx1100"),
-        default=[],
-        metavar="GFX",
-        help="with --expect rocm (repeatable): the GPU targets the lock holds device code "
-        "for; every visible GPU must be one of them",
-    )
+def add_argument(parser: argparse.ArgumentParser, k: records.Field) -> None:
+    """The argument a declared key is set by: its flag, help, choices, how its text is read,
+    and its default (a repeatable key's is an empty list, a required key has none)."""
+    if k.flag is None:
+        return
+    spec: dict[str, Any] = {"dest": k.name, "help": k.desc}
+    if k.action == "store_true":
+        parser.add_argument(k.flag, action="store_true", **spec)
+        return
+    if k.action is not None:
+        spec["action"] = k.action
+    if k.choices:
+        spec["choices"] = k.choices
+    if k.metavar is not None:
+        spec["metavar"] = k.metavar
+    if k.arg_type is not None:
+        spec["type"] = k.arg_type
+    if k.action == "append":
+        spec["default"] = []
+    elif k.arg_default is not None:
+        spec["default"] = k.arg_default
+    elif k.required:
+        spec["required"] = True
+    parser.add_argument(k.flag, **spec)
 
 
 def expectation_error(args: argparse.Namespace) -> str | None:
@@ -217,21 +84,22 @@ def expectation_error(args: argparse.Namespace) -> str | None:
 
 
 def options_from_args(args: argparse.Namespace) -> ProbeOptions:
-    """ProbeOptions from parsed (and checked) arguments."""
-    return ProbeOptions(
-        level=args.level,
-        expect=args.expect,
-        only=tuple(args.only),
-        skip=tuple(args.skip),
-        lock=str(Path(args.lock).resolve()) if args.lock else None,
-        labels=dict(args.label),
-        repeat=args.repeat,
-        timeout_s=args.timeout,
-        expect_rocm=args.expect_rocm,
-        expect_hip=args.expect_hip,
-        expect_gfx=tuple(dict.fromkeys(args.expect_gfx)),
-        find_batch=args.find_batch,
-    )
+    """ProbeOptions from parsed (and checked) arguments: each declared key's value (an absent
+    flag: the record's default), a repeatable one as a tuple without repeats, --label's pairs
+    as a mapping, --lock as an absolute path."""
+    values: dict[str, Any] = {}
+    for k in records.fields_of(ProbeOptions):
+        value = getattr(args, k.name)
+        if value is None:
+            continue
+        if k.kind is dict:
+            value = dict(value)
+        elif k.kind is list:
+            value = tuple(dict.fromkeys(value))
+        values[k.name] = value
+    if args.lock:
+        values["lock"] = str(Path(args.lock).resolve())
+    return ProbeOptions(**values)
 
 
 def report_path(path: str) -> Path:

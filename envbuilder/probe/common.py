@@ -15,22 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: Checks in the order they run. Each is the module `envbuilder.probe.check_<name>`.
-CHECK_NAMES: tuple[str, ...] = (
-    "device",
-    "topology",
-    "latency",
-    "matmul",
-    "amp",
-    "train",
-    "collectives",
-    "membw",
-    "conformance",
-)
-#: `workload` runs every check as `standard` does, and the train check at the guide's shape
-#: (224x224, a batch that fits) for long enough to give a stable figure.
-LEVELS: tuple[str, ...] = ("quick", "standard", "long", "workload")
-EXPECTS: tuple[str, ...] = ("rocm", "cuda", "cpu")
+from envbuilder.core import records
+from envbuilder.core.records import key
+from envbuilder.probe.options import CHECK_NAMES as CHECK_NAMES
+from envbuilder.probe.options import EXPECTS as EXPECTS
+from envbuilder.probe.options import LEVELS as LEVELS
+from envbuilder.probe.options import ProbeOptions
 
 #: Test-only fault injection: a comma-separated list in this variable (see docs/probe.md).
 FAULT_ENV = "ENVBUILDER_PROBE_FAULT"
@@ -51,53 +41,27 @@ class CheckSkipped(Exception):
     """A check does not apply here (status "skip"); the message is the reason."""
 
 
-@dataclass(frozen=True)
-class Context:
-    """What a check child knows about the run: the user's options, as plain values."""
+@dataclass(frozen=True, kw_only=True)
+class Context(ProbeOptions):
+    """What a check child knows about the run: the user's options (every key of ProbeOptions,
+    so an option added there reaches the checks), as plain values, and what the parent found."""
 
-    level: str
-    expect: str
-    repeat: int
-    lock: str | None = None
-    timeout_s: float = 120.0
-    #: the release check's expectation (--expect-rocm, --expect-hip, --expect-gfx)
-    expect_rocm: str | None = None
-    expect_hip: str | None = None
-    expect_gfx: tuple[str, ...] = ()
-    #: --find-batch: the train check also searches the largest power-of-two batch that fits
-    find_batch: bool = False
+    timeout_s: float = key(
+        "the per-check timeout in seconds (--timeout, else the level's)", default=120.0
+    )
     #: torch's facts as the device check found them (torch, hip, cuda, devices), for a check
     #: that runs in a process without torch (conformance beside the GPU checks); None: ask torch
-    device_facts: dict[str, Any] | None = None
+    device_facts: dict[str, Any] | None = key(
+        "torch's facts as the device check found them (torch, hip, cuda, devices); None: ask torch",
+        default=None,
+    )
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "level": self.level,
-            "expect": self.expect,
-            "repeat": self.repeat,
-            "lock": self.lock,
-            "timeout_s": self.timeout_s,
-            "expect_rocm": self.expect_rocm,
-            "expect_hip": self.expect_hip,
-            "expect_gfx": list(self.expect_gfx),
-            "find_batch": self.find_batch,
-            "device_facts": self.device_facts,
-        }
+        return records.to_json(self)
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> Context:
-        return Context(
-            level=str(data["level"]),
-            expect=str(data["expect"]),
-            repeat=int(data["repeat"]),
-            lock=data.get("lock"),
-            timeout_s=float(data.get("timeout_s", 120.0)),
-            expect_rocm=data.get("expect_rocm"),
-            expect_hip=data.get("expect_hip"),
-            expect_gfx=tuple(data.get("expect_gfx") or ()),
-            find_batch=bool(data.get("find_batch", False)),
-            device_facts=data.get("device_facts"),
-        )
+        return records.from_json(Context, data)
 
     def pick(self, quick: Any, standard: Any, long: Any, workload: Any = None) -> Any:
         """The value for this run's level; `workload` falls back to the standard level's."""

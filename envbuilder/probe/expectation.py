@@ -29,25 +29,33 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from envbuilder.core import records
+from envbuilder.core.records import key
+from envbuilder.probe.options import EXPECTS, GFX, RELEASE
+
 _SPLIT = re.compile(r"[.+-]")
 
 
 @dataclass(frozen=True)
 class Expectation:
-    """What the caller expects: --expect, --expect-rocm, --expect-hip, --expect-gfx."""
+    """What the caller expects: --expect, --expect-rocm, --expect-hip, --expect-gfx (the
+    report's details.release.expected, each key declared once)."""
 
-    accelerator: str  # rocm | cuda | cpu
-    rocm: str | None = None  # "7.14.1"
-    hip: str | None = None  # "7.14"
-    gfx: tuple[str, ...] = ()  # ("gfx1100",)
+    accelerator: str = key("--expect: the accelerator the env is built for", choices=EXPECTS)
+    rocm: str | None = key(
+        "--expect-rocm: the ROCm release the env locks (e.g. 7.14.1)", default=None, pattern=RELEASE
+    )
+    hip: str | None = key(
+        "--expect-hip: the HIP major.minor that release ships (e.g. 7.14)",
+        default=None,
+        pattern=RELEASE,
+    )
+    gfx: tuple[str, ...] = key(
+        "--expect-gfx: the GPU targets the lock holds device code for", default=(), pattern=GFX
+    )
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "accelerator": self.accelerator,
-            "rocm": self.rocm,
-            "hip": self.hip,
-            "gfx": list(self.gfx),
-        }
+        return records.to_json(self)
 
 
 def local_tag(torch_version: str | None) -> str | None:

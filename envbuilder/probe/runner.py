@@ -25,46 +25,21 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envbuilder.core import records
 from envbuilder.probe.common import CHECK_NAMES, Context, in_wsl
 from envbuilder.probe.cpus import cgroup_cpu_quota, cpu_warnings, cpus_allowed, load_average
+from envbuilder.probe.options import DEFAULT_TIMEOUT_S as DEFAULT_TIMEOUT_S
+from envbuilder.probe.options import ProbeOptions
 
 PROBE_VERSION = "1.3.0"
 SCHEMA_VERSION = 1
-#: Default per-check timeout by level (seconds); --timeout overrides.
-DEFAULT_TIMEOUT_S = {"quick": 120.0, "standard": 300.0, "long": 1800.0, "workload": 1800.0}
 TAIL_CHARS = 3000
 
 ProgressFn = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class ProbeOptions:
-    """The probe's command-line options as values."""
-
-    level: str
-    expect: str
-    only: tuple[str, ...] = ()
-    skip: tuple[str, ...] = ()
-    lock: str | None = None
-    labels: dict[str, str] = field(default_factory=dict)
-    repeat: int = 1
-    timeout_s: float | None = None
-    expect_rocm: str | None = None
-    expect_hip: str | None = None
-    expect_gfx: tuple[str, ...] = ()
-    find_batch: bool = False
-
-    @property
-    def check_timeout_s(self) -> float:
-        return self.timeout_s if self.timeout_s is not None else DEFAULT_TIMEOUT_S[self.level]
-
-    def selected(self) -> list[str]:
-        """The checks to run, in their fixed order."""
-        return [c for c in CHECK_NAMES if (not self.only or c in self.only) and c not in self.skip]
 
 
 def probe_root() -> Path:
@@ -417,20 +392,11 @@ def _skipped(name: str, opts: ProbeOptions) -> dict[str, Any]:
 
 
 def options_json(opts: ProbeOptions) -> dict[str, Any]:
-    """The report's `options`: what the probe was asked (the expect_* keys from probe 1.2)."""
-    return {
-        "level": opts.level,
-        "expect": opts.expect,
-        "expect_rocm": opts.expect_rocm,
-        "expect_hip": opts.expect_hip,
-        "expect_gfx": list(opts.expect_gfx),
-        "repeat": opts.repeat,
-        "only": list(opts.only),
-        "skip": list(opts.skip),
-        "lock": opts.lock,
-        "timeout_s": opts.check_timeout_s,
-        "find_batch": opts.find_batch,
-    }
+    """The report's `options`: what the probe was asked, every key of ProbeOptions but its
+    labels (the report's own `labels`), the timeout as the checks ran with it."""
+    options = records.to_json(opts)
+    del options["labels"]
+    return {**options, "timeout_s": opts.check_timeout_s}
 
 
 def run_probe(opts: ProbeOptions, progress: ProgressFn | None = None) -> dict[str, Any]:
@@ -472,18 +438,10 @@ def run_probe(opts: ProbeOptions, progress: ProgressFn | None = None) -> dict[st
 
 
 def _context(opts: ProbeOptions) -> Context:
-    """What every check is told (written to the worker as ctx.json)."""
-    return Context(
-        level=opts.level,
-        expect=opts.expect,
-        repeat=opts.repeat,
-        lock=opts.lock,
-        timeout_s=opts.check_timeout_s,
-        expect_rocm=opts.expect_rocm,
-        expect_hip=opts.expect_hip,
-        expect_gfx=opts.expect_gfx,
-        find_batch=opts.find_batch,
-    )
+    """What every check is told (written to the worker as ctx.json): every option, the
+    timeout as the checks run with it."""
+    values = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}
+    return Context(**{**values, "timeout_s": opts.check_timeout_s})
 
 
 @dataclass

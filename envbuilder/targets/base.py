@@ -10,6 +10,7 @@ is the one list of descriptors; everything that lists targets asks it.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from envbuilder.core import activate
+from envbuilder.core import activate, records
 from envbuilder.core.activate import checked_variables
 from envbuilder.core.compat import Compat
 from envbuilder.core.imagedefs import VENV
@@ -29,9 +30,27 @@ from envbuilder.core.pipsdk import sdk_release
 from envbuilder.core.plan import Plan, PlanInputs, WriteActivation
 from envbuilder.core.progress import ProgressFn
 from envbuilder.core.project import Project
+from envbuilder.core.records import Field
 
 #: A table's key schema: key -> "str", "bool", "list[str]", "map[str]", or a nested schema.
 Schema = Mapping[str, Any]
+#: The key schema's kind of each record kind (envbuilder.core.records): a target table holds
+#: strings, booleans, lists of strings and tables of strings.
+_SCHEMA_KINDS: dict[type, str] = {str: "str", bool: "bool", list: "list[str]", dict: "map[str]"}
+#: `packages` and `index_pins` in a target's table replace the env's for that target; the spec
+#: loader keeps them on EnvSpec.target_packages / target_index_pins, not in the table's record.
+PACKAGE_KEYS = (
+    Field("packages", list, "the target's packages, in place of the env's", required=False),
+    Field("index_pins", dict, "the target's index pins, in place of the env's", required=False),
+)
+
+
+def table_keys(table: type[TargetTable], *extra: Field) -> Schema:
+    """The key schema of a target's table, which the spec loader checks keys and types with:
+    the record's `key(...)` fields in the order they are declared, then `extra`."""
+    return {k.name: _SCHEMA_KINDS[k.kind] for k in (*records.fields_of(table), *extra)}
+
+
 #: Where a target's env variables are written, and the quoting there: (what, refusal), where
 #: refusal(value) says why that quoting cannot carry `value` (None: it can).
 VariableQuoting = tuple[tuple[str, Callable[[str], str | None]], ...]
@@ -103,6 +122,19 @@ class TableContext:
     python: str | None
     rocm: str | None
     sink: FindingSink
+
+    def values(self, table: type[TargetTable]) -> dict[str, Any]:
+        """The record's keys as written, each one not written at the default the record
+        declares (a parser restates no default; a key added to the record reaches it)."""
+        values = {}
+        for f in dataclasses.fields(table):
+            if f.name in self.raw:
+                values[f.name] = self.raw[f.name]
+            elif f.default is not dataclasses.MISSING:
+                values[f.name] = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                values[f.name] = f.default_factory()
+        return values
 
     def report(self, key: str, problem: str | None, severity: Severity = "error") -> None:
         """A finding on `env.NAME.<target>.<key>` when `problem` is not None."""
@@ -415,7 +447,7 @@ class TargetDescriptor:
     name: str  # "docker": the spec's target name; lock, report and folder names use it
     summary: str  # one line for --help
     table: type[TargetTable]  # the [env.NAME.<name>] dataclass
-    keys: Schema  # its key schema (the spec loader checks keys and types with it)
+    keys: Schema  # its key schema (the spec loader checks keys and types with it): table_keys
     parse: Callable[[TableContext], TargetTable | None]  # typed table from the merged raw one
     platforms: tuple[str, ...]  # uv --python-platform values; the first is the lock's
     os: Literal["linux", "windows"]  # what the env's packages run on

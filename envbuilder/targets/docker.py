@@ -30,6 +30,7 @@ from envbuilder.core.plan import (
     labels,
     python_packages,
 )
+from envbuilder.core.records import key
 from envbuilder.targets import registry
 from envbuilder.targets.base import (
     PIP_SDK_ROCM_LINK,
@@ -42,6 +43,7 @@ from envbuilder.targets.base import (
     check_base_python,
     image_variables,
     plain_ubuntu_release,
+    table_keys,
 )
 
 NAME = "docker"
@@ -49,14 +51,17 @@ NAME = "docker"
 
 @dataclass(frozen=True)
 class DockerTable(TargetTable):
-    """[env.NAME.docker]"""
+    """[env.NAME.docker]: each key declared once (its schema and default follow from it)."""
 
-    base: str  # image reference as written (a tag); the lock pins its digest
-    user: str = "envbuilder"  # created with uid 1000 in the image
-    python: str = "python3"  # interpreter in the base image that creates the venv
+    base: str = key(
+        "the base image as written (a tag; the lock pins its digest); a ROCm env's defaults to "
+        "its release's dev image"
+    )
+    user: str = key("the user created with uid 1000 in the image", default="envbuilder")
+    python: str = key("the interpreter in the base image that creates the venv", default="python3")
 
 
-KEYS: Schema = {"base": "str", "user": "str", "python": "str"}
+KEYS: Schema = table_keys(DockerTable)
 
 
 def default_rocm_image(rocm: str, python: str | None = None) -> str | None:
@@ -80,12 +85,12 @@ def default_rocm_image(rocm: str, python: str | None = None) -> str | None:
 
 def parse(ctx: TableContext) -> DockerTable | None:
     """The table with its defaults (a ROCm env's base defaults to its release's dev image)."""
-    base = ctx.raw.get("base")
+    t = ctx.values(DockerTable)
+    base = t.get("base")
     if base is None and ctx.rocm is not None:
         base = default_rocm_image(ctx.rocm, ctx.python)
-    user = ctx.raw.get("user", "envbuilder")
+    user, python = t["user"], t["python"]
     ctx.report("user", grammar.user_problem(user))
-    python = ctx.raw.get("python", "python3")
     ctx.report("python", grammar.interpreter_problem(python))
     if base is None:
         ctx.report(
@@ -94,7 +99,7 @@ def parse(ctx: TableContext) -> DockerTable | None:
         return None
     ctx.report("base", grammar.image_problem(base))
     ctx.report("base", grammar.image_untagged(base), "warning")
-    return DockerTable(base=base, user=user, python=python)
+    return DockerTable(**{**t, "base": base})
 
 
 def base_image(env: EnvSpec) -> str | None:

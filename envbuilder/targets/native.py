@@ -11,6 +11,7 @@ from envbuilder.core.errors import RenderError
 from envbuilder.core.model import EnvSpec, TargetTable
 from envbuilder.core.plan import CreateVenv, FindPython, Plan, PlanInputs, Step, SyncPylock
 from envbuilder.core.project import pylock_name, venv_folder
+from envbuilder.core.records import key
 from envbuilder.targets import registry
 from envbuilder.targets.base import (
     Capabilities,
@@ -18,6 +19,7 @@ from envbuilder.targets.base import (
     TableContext,
     TargetDescriptor,
     activation_step,
+    table_keys,
 )
 
 NAME = "native"
@@ -25,22 +27,25 @@ NAME = "native"
 
 @dataclass(frozen=True)
 class NativeTable(TargetTable):
-    """[env.NAME.native]"""
+    """[env.NAME.native]: each key declared once (its schema follows from it)."""
 
-    python: str  # found with uv's interpreter discovery
+    python: str = key(
+        "the venv's Python as 'X.Y', found with uv's interpreter discovery; defaults to the env's"
+    )
 
     def venv_python(self, env_python: str) -> str:
         return self.python
 
 
-KEYS: Schema = {"python": "str"}
+KEYS: Schema = table_keys(NativeTable)
 
 
 def parse(ctx: TableContext) -> NativeTable:
-    py = ctx.raw.get("python", ctx.python)
+    t = ctx.values(NativeTable)
+    py = t.get("python", ctx.python)
     if py is not None and not grammar.PYTHON_RE.fullmatch(py):
         ctx.report("python", f'{py!r} is not a Python major.minor version; write e.g. "3.12"')
-    return NativeTable(python=py or "")
+    return NativeTable(**{**t, "python": py or ""})
 
 
 def plan(env: EnvSpec, inputs: PlanInputs) -> Plan:

@@ -22,8 +22,10 @@ from envbuilder.core.plan import (
     Step,
 )
 from envbuilder.core.project import pylock_name
+from envbuilder.core.records import key
 from envbuilder.targets import registry
 from envbuilder.targets.base import (
+    PACKAGE_KEYS,
     Capabilities,
     CheckContext,
     Schema,
@@ -33,6 +35,7 @@ from envbuilder.targets.base import (
     packages_key,
     python_key,
     requirement_for,
+    table_keys,
 )
 
 NAME = "windows"
@@ -47,10 +50,16 @@ WINDOWS_IGNORED = frozenset({"HSA_OVERRIDE_GFX_VERSION"})
 
 @dataclass(frozen=True)
 class WindowsTable(TargetTable):
-    """[env.NAME.windows]"""
+    """[env.NAME.windows]: each key declared once (its schema and default follow from it)."""
 
-    python: str  # "3.12"; found with the py launcher
-    hip_path: str | None = None  # defaults to C:\Program Files\AMD\ROCm\<major.minor>\
+    python: str = key(
+        "the venv's Python as 'X.Y' (e.g. \"3.12\"), found with the py launcher; defaults to the "
+        "env's"
+    )
+    hip_path: str | None = key(
+        "where the HIP SDK is installed; defaults to C:\\Program Files\\AMD\\ROCm\\<major.minor>\\",
+        default=None,
+    )
 
     def venv_python(self, env_python: str) -> str:
         return self.python
@@ -58,22 +67,17 @@ class WindowsTable(TargetTable):
 
 #: `packages` and `index_pins` replace the env-wide ones for this target (the spec loader keeps
 #: them on EnvSpec.target_packages / target_index_pins).
-KEYS: Schema = {
-    "python": "str",
-    "hip_path": "str",
-    "packages": "list[str]",
-    "index_pins": "map[str]",
-}
+KEYS: Schema = table_keys(WindowsTable, *PACKAGE_KEYS)
 
 
 def parse(ctx: TableContext) -> WindowsTable:
-    py = ctx.raw.get("python", ctx.python)
+    t = ctx.values(WindowsTable)
+    py = t.get("python", ctx.python)
     if py is not None and not grammar.PYTHON_RE.fullmatch(py):
         ctx.report("python", f'{py!r} is not a Python major.minor version; write e.g. "3.12"')
-    hip_path = ctx.raw.get("hip_path")
-    if hip_path is not None:
-        ctx.report("hip_path", grammar.windows_path_problem(hip_path))
-    return WindowsTable(python=py or "", hip_path=hip_path)
+    if t["hip_path"] is not None:
+        ctx.report("hip_path", grammar.windows_path_problem(t["hip_path"]))
+    return WindowsTable(**{**t, "python": py or ""})
 
 
 def default_hip_path(rocm: str) -> str:

@@ -41,6 +41,7 @@ from envbuilder.core.plan import (
     python_packages,
 )
 from envbuilder.core.quoting import env_name, sh_quote
+from envbuilder.core.records import key
 from envbuilder.image.wsl import icon
 from envbuilder.targets import registry
 from envbuilder.targets.base import (
@@ -53,6 +54,7 @@ from envbuilder.targets.base import (
     TargetDescriptor,
     check_base_python,
     image_variables,
+    table_keys,
 )
 
 NAME = "wsl2"
@@ -70,39 +72,42 @@ LIBROCDXG_GIT = "https://github.com/ROCm/librocdxg.git"
 LIBROCDXG_BUILD_DEPS = ("cmake", "g++", "git", "make")
 
 
-@dataclass(frozen=True)
+#: kw_only: the keys are declared in the order messages list them (`ubuntu` before `base`,
+#: which has no default), not in the order a constructor would need.
+@dataclass(frozen=True, kw_only=True)
 class Wsl2Table(TargetTable):
-    """[env.NAME.wsl2]"""
+    """[env.NAME.wsl2]: each key declared once (its schema and default follow from it)."""
 
-    distro: str  # the WSL distro name (wsl --install --name)
-    base: str  # rootfs base image as written (a tag; the lock pins its digest),
-    #            derived from `ubuntu` when not given ("ubuntu:24.04")
-    ubuntu: str | None = None  # "22.04" or "24.04"; required for ROCm envs (the WSL stack)
-    user: str = "envbuilder"  # default user, uid 1000
-    systemd: bool = True
-    # [interop] appendWindowsPath: Windows' PATH inside the distro, so `code .` (VS Code's
-    # Remote - WSL) and other Windows tools start from a WSL shell (microsoft/WSL#1890)
-    append_windows_path: bool = True
-    terminal_profile: bool = True  # [windowsterminal] enabled: a Windows Terminal profile
+    distro: str = key("the WSL distro name (wsl --install --name); defaults to envbuilder-<env>")
+    ubuntu: str | None = key(
+        'the Ubuntu release, "22.04" or "24.04"; required for ROCm envs (the WSL stack)',
+        default=None,
+    )
+    base: str = key(
+        "the rootfs base image as written (a tag; the lock pins its digest); defaults to "
+        "ubuntu:<ubuntu>"
+    )
+    user: str = key("the distro's default user, uid 1000", default="envbuilder")
+    systemd: bool = key("[boot] systemd in /etc/wsl.conf", default=True)
+    # Windows' PATH inside the distro, so `code .` (VS Code's Remote - WSL) and other Windows
+    # tools start from a WSL shell (microsoft/WSL#1890)
+    append_windows_path: bool = key(
+        "[interop] appendWindowsPath: Windows' PATH inside the distro", default=True
+    )
+    terminal_profile: bool = key(
+        "[windowsterminal] enabled: a Windows Terminal profile for the distro", default=True
+    )
 
 
-KEYS: Schema = {
-    "distro": "str",
-    "ubuntu": "str",
-    "base": "str",
-    "user": "str",
-    "systemd": "bool",
-    "append_windows_path": "bool",
-    "terminal_profile": "bool",
-}
+KEYS: Schema = table_keys(Wsl2Table)
 
 
 def parse(ctx: TableContext) -> Wsl2Table | None:
     """The table with its defaults: distro envbuilder-<env>, base ubuntu:<ubuntu>."""
-    t = ctx.raw
+    t = ctx.values(Wsl2Table)
     distro = t.get("distro", f"envbuilder-{ctx.env}")
-    ctx.report("distro", grammar.distro_problem(ctx.env, distro, derived="distro" not in t))
-    ubuntu = t.get("ubuntu")
+    ctx.report("distro", grammar.distro_problem(ctx.env, distro, derived="distro" not in ctx.raw))
+    ubuntu = t["ubuntu"]
     if ubuntu is not None and not grammar.UBUNTU_RE.fullmatch(ubuntu):
         ctx.report("ubuntu", f'{ubuntu!r} is not an Ubuntu release; write e.g. "24.04"')
     if ctx.accelerator == "rocm" and ubuntu is None:
@@ -111,7 +116,7 @@ def parse(ctx: TableContext) -> Wsl2Table | None:
             "missing; the WSL ROCm stack is installed for an Ubuntu release: "
             'set ubuntu = "24.04" or "22.04"',
         )
-    user = t.get("user", "envbuilder")
+    user = t["user"]
     ctx.report("user", grammar.user_problem(user))
     base = t.get("base", f"ubuntu:{ubuntu}" if ubuntu else None)
     if base is None:
@@ -119,15 +124,7 @@ def parse(ctx: TableContext) -> Wsl2Table | None:
         return None
     ctx.report("base", grammar.image_problem(base))
     ctx.report("base", grammar.image_untagged(base), "warning")
-    return Wsl2Table(
-        distro=distro,
-        base=base,
-        ubuntu=ubuntu,
-        user=user,
-        systemd=t.get("systemd", True),
-        append_windows_path=t.get("append_windows_path", True),
-        terminal_profile=t.get("terminal_profile", True),
-    )
+    return Wsl2Table(**{**t, "distro": distro, "base": base})
 
 
 def base_image(env: EnvSpec) -> str | None:

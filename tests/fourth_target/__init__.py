@@ -11,8 +11,9 @@ from envbuilder.core import grammar
 from envbuilder.core.errors import RenderError
 from envbuilder.core.model import EnvSpec, FindingSink, TargetTable
 from envbuilder.core.plan import Plan, PlanInputs, WriteFile
+from envbuilder.core.records import key
 from envbuilder.targets import registry
-from envbuilder.targets.base import CheckContext, TableContext, TargetDescriptor
+from envbuilder.targets.base import CheckContext, TableContext, TargetDescriptor, table_keys
 
 NAME = "note"
 
@@ -21,13 +22,13 @@ NAME = "note"
 class NoteTable(TargetTable):
     """[env.NAME.note]"""
 
-    message: str = "hello"
+    message: str = key("what the note says", default="hello")
 
 
 def parse(ctx: TableContext) -> NoteTable:
-    message = ctx.raw.get("message", "hello")
-    ctx.report("message", grammar.text_problem(message))
-    return NoteTable(message=message)
+    t = ctx.values(NoteTable)  # the keys as written, the record's defaults for the others
+    ctx.report("message", grammar.text_problem(t["message"]))
+    return NoteTable(**t)
 
 
 def plan(env: EnvSpec, inputs: PlanInputs) -> Plan:
@@ -66,7 +67,7 @@ DESCRIPTOR = registry.register(
         name=NAME,
         summary="a note file, dist/<env>.note (a test target)",
         table=NoteTable,
-        keys={"message": "str"},
+        keys=table_keys(NoteTable),
         parse=parse,
         platforms=("x86_64-manylinux_2_28",),
         os="linux",
