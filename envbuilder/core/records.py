@@ -246,6 +246,8 @@ def schema_properties(keys: tuple[Field, ...], nulls: bool = False) -> dict[str,
             prop["items"] = value
         else:
             prop.update(value)
+            if nulls and k.nullable and "enum" in prop:
+                prop["enum"] = [*prop["enum"], None]
         props[k.name] = {**prop, **(k.schema or {})}
     return props
 

@@ -95,6 +95,27 @@ class CheckResult:
         )
 
 
+#: The number formats a metric's dtype names.
+DTYPES = ("fp32", "tf32", "fp16", "bf16")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric of a check, as the report holds it: every key is written (None as null); its
+    JSON form and the report schema's `metric` come from these declarations."""
+
+    name: str = key("the metric's name", pattern=r".+", form="a name")
+    value: float = key("the median of the samples")
+    unit: str = key("the unit", pattern=r".+", form="a unit")
+    dtype: str | None = key("the number format, where it matters", choices=DTYPES)
+    size: str | None = key("the problem size (bytes, a shape), where there are several")
+    samples: tuple[float, ...] = key(
+        "one sample per repeat (the value is their median)",
+        schema={"items": {"type": "number"}, "minItems": 1},
+    )
+    higher_is_better: bool = key("whether a higher value is better")
+
+
 def metric(
     name: str,
     samples: Sequence[float],
@@ -105,18 +126,11 @@ def metric(
     higher_is_better: bool = True,
 ) -> dict[str, Any]:
     """A metric in the report's shape: `value` is the median of `samples`."""
-    clean = [float(s) for s in samples]
+    clean = tuple(float(s) for s in samples)
     if not clean:
         raise ValueError(f"metric {name} has no samples")
-    return {
-        "name": name,
-        "value": statistics.median(clean),
-        "unit": unit,
-        "dtype": dtype,
-        "size": size,
-        "samples": clean,
-        "higher_is_better": higher_is_better,
-    }
+    value = statistics.median(clean)
+    return records.to_json(Metric(name, value, unit, dtype, size, clean, higher_is_better))
 
 
 def spread(values: Sequence[float]) -> dict[str, float | int]:

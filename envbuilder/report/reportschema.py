@@ -5,7 +5,8 @@ the file. tests/test_report_schema.py holds the file equal to `generated(file)`;
 with `python -m envbuilder.report.reportschema`.
 
 Generated: `options` (envbuilder.probe.options.ProbeOptions, but `labels`, the report's own
-object) and the release check's `expected` (envbuilder.probe.expectation.Expectation).
+object), the release check's `expected` (envbuilder.probe.expectation.Expectation) and a
+check's metric (envbuilder.probe.common.Metric).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder.core import records
+from envbuilder.probe.common import Metric
 from envbuilder.probe.expectation import Expectation
 from envbuilder.probe.options import ProbeOptions
 
@@ -44,9 +46,21 @@ def expected_schema() -> dict[str, Any]:
     }
 
 
+def metric_schema() -> dict[str, Any]:
+    """A check's metric: Metric's JSON form, every key written."""
+    keys = records.fields_of(Metric)
+    return {
+        "type": "object",
+        "required": [k.name for k in keys],
+        "additionalProperties": False,
+        "properties": records.schema_properties(keys, nulls=True),
+    }
+
+
 def generated(schema: dict[str, Any]) -> dict[str, Any]:
     """`schema` (the file's) with its generated parts made from the records."""
     out = copy.deepcopy(schema)
+    out["$defs"]["metric"] = metric_schema()
     out["properties"]["options"] = options_schema()
     out["$defs"]["release"]["properties"]["expected"] = expected_schema()
     return out
