@@ -12,6 +12,8 @@ import tomllib
 import pytest
 from therockmeta import RECORD, RELEASES, STORED_SUFFIX, VENDORED, generate, recorded
 
+#: Folders of tests/data/therock/ that hold TheRock's tools, not a release's packaging code.
+TOOLS = ("deps", "promote")
 #: A row of a SOURCE.md table: TheRock path, stored as, sha256, git blob.
 ROW = re.compile(r"^\| `([^`]+)` \| `([^`]+)` \| `([0-9a-f]{64})` \| `([0-9a-f]{12})` \|$")
 
@@ -59,11 +61,18 @@ def test_the_vendored_files_are_therocks_unmodified(release: str) -> None:
         assert hashlib.sha256(data).hexdigest() == sha256, f"{stored} is not TheRock's {path}"
 
 
+@pytest.mark.parametrize("folder", ["promote"])
+def test_the_vendored_tools_are_therocks_unmodified(folder: str) -> None:
+    """promote/ (TheRock's promote_packages.py and change_wheel_version.py with their licences),
+    stored like the release folders: under their TheRock paths, `.txt` added to code."""
+    test_the_vendored_files_are_therocks_unmodified(folder)
+
+
 def test_every_recorded_release_is_vendored() -> None:
     with RECORD.open("rb") as f:
         record = tomllib.load(f)
-    # deps/: TheRock's dependency-mirroring script (issue 35), not a release
-    releases = {p.name for p in VENDORED.iterdir() if p.is_dir() and p.name != "deps"}
+    # deps/ and promote/: TheRock's dependency mirroring and release promotion (issue 35)
+    releases = {p.name for p in VENDORED.iterdir() if p.is_dir()} - set(TOOLS)
     assert set(record) == set(RELEASES) == releases
 
 

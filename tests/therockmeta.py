@@ -173,10 +173,16 @@ def _build_environment(no_tools: Path) -> dict[str, str]:
 
 
 def _populated_packages(
-    py_packaging: ModuleType, dest: Path, release: str, targets: Mapping[str, Sequence[str]]
+    py_packaging: ModuleType,
+    dest: Path,
+    release: str,
+    targets: Mapping[str, Sequence[str]],
+    devices: Sequence[str] = DEVICE_TARGETS,
 ) -> tuple[list[Path], Path]:
     """(the wheels' package trees, the `rocm` sdist's tree), populated the way
-    build_python_packages.py `run` and `_run_kpack_split` do, from no artifact files."""
+    build_python_packages.py `run` and `_run_kpack_split` do, from no artifact files, at version
+    `release` (a release's own, or a pre-release of it such as 7.14.0rc1: build_python_packages'
+    --version, which compute_rocm_package_version.py makes `<release>rc<N>` for a prerelease)."""
     empty = StandinArtifactCatalog(dest / "artifacts", target_families=targets["linux"])
     params = py_packaging.Parameters(
         dest_dir=dest,
@@ -191,12 +197,12 @@ def _populated_packages(
     core = populated(params, logical_name="core").populate_runtime_files(empty)
     libraries = populated(params, logical_name="libraries", target_family=None)
     libraries.populate_runtime_files(empty)
-    devices = [
+    device_packages = [
         populated(params, logical_name="device", target_family=t).populate_device_files(empty)
-        for t in DEVICE_TARGETS
+        for t in devices
     ]
     meta = populated(params, logical_name="meta", target_family=None)
-    return [core.path, libraries.path, *(d.path for d in devices)], meta.path
+    return [core.path, libraries.path, *(d.path for d in device_packages)], meta.path
 
 
 def metadata_of(text: str) -> Metadata:
