@@ -342,7 +342,7 @@ def check_docker(host: Host, env: EnvSpec | None) -> HostFinding:
 
 def check_engine(docker: HostFinding) -> list[HostFinding]:
     """What the engine of a reachable `docker` finding is (product, version, API version, image
-    store, builder, rootless: envbuilder.image.engine.EngineInfo), as an info line; none when
+    store, builder, rootless: envbuilder.image.engine_values.EngineInfo), as an info line; none when
     the engine was not reached."""
     detected = docker.details.get("engine")
     if not isinstance(detected, Mapping):
