@@ -37,6 +37,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "envbuilder.core.progress",
             "envbuilder.core.fsutil",
             "envbuilder.core.journal",
+            "envbuilder.core.journalfile",
+            "envbuilder.core.receipts",
             "envbuilder.core.nofollow",
             "envbuilder.core.stale",
             "envbuilder.core.quoting",
