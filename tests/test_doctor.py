@@ -12,7 +12,7 @@ import pytest
 from legacyspec import write_spec_with_legacy
 
 from envbuilder.commands._cli import main
-from envbuilder.core.compat import load_compat
+from envbuilder.core.compatload import load_compat
 from envbuilder.core.model import EnvSpec
 from envbuilder.host import doctor
 from envbuilder.spec.load import load_spec

@@ -49,7 +49,15 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "envbuilder.core.foreground",
         ),
     ),
-    ("data", ("envbuilder.core.compat", "envbuilder.core.grammar", "envbuilder.core.activate")),
+    (
+        "data",
+        (
+            "envbuilder.core.compat",
+            "envbuilder.core.compatload",
+            "envbuilder.core.grammar",
+            "envbuilder.core.activate",
+        ),
+    ),
     ("model", ("envbuilder.core.model", "envbuilder.core.plan", "envbuilder.core.pipsdk")),
     ("image", ("envbuilder.image",)),
     ("descriptors", ("envbuilder.targets",)),

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from envbuilder import __version__
-from envbuilder.core.compat import Compat, RocmRelease, load_compat
+from envbuilder.core.compat import Compat, RocmRelease
+from envbuilder.core.compatload import load_compat
 from envbuilder.core.model import EnvSpec
 from envbuilder.host import doctor_parsers as parse
 from envbuilder.targets import registry

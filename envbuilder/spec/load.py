@@ -27,7 +27,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from envbuilder.core import grammar
-from envbuilder.core.compat import load_compat
+from envbuilder.core.compatload import load_compat
 from envbuilder.core.errors import SpecError
 from envbuilder.core.fsutil import read_input_bytes
 from envbuilder.core.grammar import CUDA_RE, PYTHON_RE, ROCM_RE

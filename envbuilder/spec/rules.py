@@ -33,8 +33,8 @@ from envbuilder.core.compat import (
     Gpu,
     RocmRelease,
     TorchIndexEntry,
-    load_compat,
 )
+from envbuilder.core.compatload import load_compat
 from envbuilder.core.errors import EnvbuilderError
 from envbuilder.core.model import EnvSpec, FindingSink, Index
 from envbuilder.targets import registry
