@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from replica.catalog import load_catalog  # noqa: E402
 from replica.server import serve  # noqa: E402
 
-from envbuilder.core.compat import load_compat  # noqa: E402
+from envbuilder.core.compatload import load_compat  # noqa: E402
 from envbuilder.core.model import Index  # noqa: E402
 from envbuilder.core.pipsdk import lock_inputs, sdk_index  # noqa: E402
 from envbuilder.lock.sdk import pinned_too, resolve_sdk, unpinned_family  # noqa: E402

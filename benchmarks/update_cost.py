@@ -18,7 +18,7 @@ classic image store):
      the first image on the engine as a team member has it (removed after step 1's push and
      pulled from the registry: an engine matches a registry's blobs only to layers it pulled or
      pushed itself): the bytes the engine fetched (its pull stream:
-     envbuilder.image.engine.pull_summary; "Already exists" layers cost 0).
+     envbuilder.image.engine_streams.pull_summary; "Already exists" layers cost 0).
 
 `--cold N` instead times N cold builds of each (`build --no-cache`, every step again and the image
 written), alternating baseline and current so both see the same load, and prints each pair and
@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT))
 
 import docker  # noqa: E402
 
-from envbuilder.image import engine  # noqa: E402
+from envbuilder.image import engine, engine_streams  # noqa: E402
 from envbuilder.lock import lockfile  # noqa: E402
 
 ENV = "cpu"
@@ -146,7 +146,7 @@ def _measure(
     client = docker.from_env()
     _drop(client, str(lock.artifacts["docker"]["tag"]))
     events = list(client.api.pull(ref, stream=True, decode=True))  # by digest: no tag
-    fetched = engine.pull_summary(events)
+    fetched = engine_streams.pull_summary(events)
     _drop(client, ref)
     _drop(client, first)
     changed = next((line for line in bump.splitlines() if f"{package} " in line), "")
@@ -168,14 +168,14 @@ def _measure(
     )
 
 
-def _second_pull(name: str, first: str, bumped: str) -> engine.PullSummary:
+def _second_pull(name: str, first: str, bumped: str) -> engine_streams.PullSummary:
     """On the engine `name` of ENVBUILDER_TEST_ENGINES: pull the first image, then what the
     bumped one fetches; both removed after."""
     hosts = dict(
         p.partition("=")[::2] for p in os.environ.get("ENVBUILDER_TEST_ENGINES", "").split()
     )
     if not name:
-        return engine.PullSummary(0, 0, 0)
+        return engine_streams.PullSummary(0, 0, 0)
     if name not in hosts:
         raise SystemExit(
             f"--second-engine {name}: not in ENVBUILDER_TEST_ENGINES ({sorted(hosts)})"
@@ -183,7 +183,9 @@ def _second_pull(name: str, first: str, bumped: str) -> engine.PullSummary:
     client = docker.DockerClient(base_url=hosts[name])
     try:
         list(client.api.pull(first, stream=True, decode=True))
-        fetched = engine.pull_summary(list(client.api.pull(bumped, stream=True, decode=True)))
+        fetched = engine_streams.pull_summary(
+            list(client.api.pull(bumped, stream=True, decode=True))
+        )
         _drop(client, bumped)
         _drop(client, first)
         return fetched

@@ -1165,7 +1165,7 @@ def test_check_resolves_the_install_model(
     """`check` takes each release to its install model and passes each clean: a pip-SDK env
     (torch from the release's index) is locked as the pip SDK (its device extras and pinned
     names, envbuilder.core.pipsdk), an amdgpu-install env as it is written."""
-    from envbuilder.core.compat import load_compat
+    from envbuilder.core.compatload import load_compat
 
     release = load_compat().rocm(rocm)
     assert release is not None and release.install_model == model
@@ -1210,7 +1210,7 @@ def test_wsl_release_6_4_2_1_renders_its_amdgpu_install_package(
     """6.4.2.1 is a WSL release: check passes clean and the wsl2 plan installs its .deb."""
     from envbuilder.builders.render import build_plan
     from envbuilder.core import plan
-    from envbuilder.core.compat import load_compat
+    from envbuilder.core.compatload import load_compat
     from envbuilder.spec.load import load_spec
 
     text = mutated(gpu(rocm="6.4.2.1", targets=["wsl2"]))

@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 
 from envbuilder.commands._cli import CommandLineError, json_asked, main, requested_command
-from envbuilder.core.compat import load_compat
+from envbuilder.core.compatload import load_compat
 from envbuilder.core.ui import UI, color_wanted
 from envbuilder.spec.citations import FALLBACK, PRIVATE_NOTES, public_citation, split_parts
 from envbuilder.spec.starter import OSES, Request, candidates, spec_text

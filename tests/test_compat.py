@@ -14,7 +14,9 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from envbuilder.core import compat as compat_mod
-from envbuilder.core.compat import HOST_KINDS, _Reader, load_compat
+from envbuilder.core import compatload
+from envbuilder.core.compat import HOST_KINDS
+from envbuilder.core.compatload import _Reader, load_compat
 from envbuilder.core.errors import CompatDataError
 
 C = load_compat()
@@ -545,7 +547,7 @@ def _broken(
     message: str,
 ) -> None:
     """load_compat() with one real data file changed in memory must fail with `message`."""
-    real = compat_mod._read
+    real = compatload._read
 
     def broken(name: str) -> dict[str, Any]:
         data = real(name)
@@ -553,7 +555,7 @@ def _broken(
             change(data)
         return data
 
-    monkeypatch.setattr(compat_mod, "_read", broken)
+    monkeypatch.setattr(compatload, "_read", broken)
     load_compat.cache_clear()
     try:
         with pytest.raises(CompatDataError, match=message):

@@ -12,9 +12,9 @@ import pytest
 from legacyspec import write_spec_with_legacy
 
 from envbuilder.commands._cli import main
-from envbuilder.core.compat import load_compat
+from envbuilder.core.compatload import load_compat
 from envbuilder.core.model import EnvSpec
-from envbuilder.host import doctor
+from envbuilder.host import doctor, hostfacts
 from envbuilder.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,7 +24,7 @@ SPEC = ROOT / "environments.toml"
 HAS_AMD = Path("/dev/kfd").exists()
 
 
-def by_check(report: doctor.DoctorReport) -> dict[str, doctor.HostFinding]:
+def by_check(report: hostfacts.DoctorReport) -> dict[str, hostfacts.HostFinding]:
     return {f.check: f for f in report.findings}
 
 
@@ -32,7 +32,7 @@ def by_check(report: doctor.DoctorReport) -> dict[str, doctor.HostFinding]:
 
 
 def test_this_machine_runs_and_validates(tmp_path: Path) -> None:
-    report = doctor.diagnose(doctor.Host.current(tmp_path))
+    report = doctor.diagnose(hostfacts.Host.current(tmp_path))
     jsonschema.validate(report.to_json(), SCHEMA)
     found = by_check(report)
     assert {"os", "ram", "disk", "docker", "rocminfo", "gpu", "python"} <= set(found)
@@ -45,7 +45,7 @@ def test_this_machine_runs_and_validates(tmp_path: Path) -> None:
 
 @pytest.mark.docker
 def test_docker_engine_is_reported(docker_client: Any, tmp_path: Path) -> None:
-    finding = by_check(doctor.diagnose(doctor.Host.current(tmp_path)))["docker"]
+    finding = by_check(doctor.diagnose(hostfacts.Host.current(tmp_path)))["docker"]
     assert finding.severity == "ok"
     assert finding.details["version"] == docker_client.version()["Version"]
 
@@ -55,7 +55,7 @@ def test_unreachable_docker_is_a_warning_with_a_fix(
 ) -> None:
     # A real SDK call against a socket path where nothing listens.
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/none.sock")
-    finding = by_check(doctor.diagnose(doctor.Host.current(tmp_path)))["docker"]
+    finding = by_check(doctor.diagnose(hostfacts.Host.current(tmp_path)))["docker"]
     assert finding.severity == "warn" and "not reachable" in finding.summary and finding.fix
 
 
@@ -110,10 +110,10 @@ class Outputs:
         self.answers = answers
         self.calls: list[list[str]] = []
 
-    def __call__(self, argv: Sequence[str], timeout: float) -> doctor.CommandResult | None:
+    def __call__(self, argv: Sequence[str], timeout: float) -> hostfacts.CommandResult | None:
         self.calls.append(list(argv))
         answer = self.answers.get(Path(argv[0]).name)
-        return None if answer is None else doctor.CommandResult(answer[0], answer[1], b"")
+        return None if answer is None else hostfacts.CommandResult(answer[0], answer[1], b"")
 
 
 def data(name: str, encoding: str = "utf-8") -> bytes:
@@ -122,14 +122,14 @@ def data(name: str, encoding: str = "utf-8") -> bytes:
 
 def make_host(
     tmp_path: Path,
-    kind: doctor.HostOS,
+    kind: hostfacts.HostOS,
     run: Outputs,
     *,
     files: Mapping[str, str] = {},
     environ: Mapping[str, str] | None = None,
     uid: int = 1000,
     groups: tuple[str, ...] = ("users",),
-) -> doctor.Host:
+) -> hostfacts.Host:
     root = tmp_path / "root"
     for rel, content in {
         "etc/os-release": 'PRETTY_NAME="Ubuntu 24.04.1 LTS"\n',
@@ -140,7 +140,7 @@ def make_host(
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(content)
-    return doctor.Host(
+    return hostfacts.Host(
         kind=kind,
         root=root,
         environ=environ or {},
@@ -162,10 +162,10 @@ def make_host(
 def test_detect_kind(tmp_path: Path) -> None:
     (tmp_path / "proc/sys/kernel").mkdir(parents=True)
     (tmp_path / "proc/sys/kernel/osrelease").write_text("6.6.87.2-microsoft-standard-WSL2\n")
-    assert doctor.detect_kind(tmp_path, {}, "linux") == "wsl2"
-    assert doctor.detect_kind(tmp_path / "x", {}, "linux") == "linux"
-    assert doctor.detect_kind(tmp_path / "x", {"WSL_DISTRO_NAME": "Ubuntu"}, "linux") == "wsl2"
-    assert doctor.detect_kind(tmp_path, {}, "win32") == "windows"
+    assert hostfacts.detect_kind(tmp_path, {}, "linux") == "wsl2"
+    assert hostfacts.detect_kind(tmp_path / "x", {}, "linux") == "linux"
+    assert hostfacts.detect_kind(tmp_path / "x", {"WSL_DISTRO_NAME": "Ubuntu"}, "linux") == "wsl2"
+    assert hostfacts.detect_kind(tmp_path, {}, "win32") == "windows"
 
 
 WSL_OK_FILES = {
@@ -266,7 +266,7 @@ def windows_host(
     systeminfo: str = "systeminfo-hyperv-enabled.txt",
     wsl: str = "wsl-version-2.6.1.txt",
     hip_path: str | None = "C:/AMD/ROCm/6.2/",
-) -> tuple[doctor.Host, Outputs]:
+) -> tuple[hostfacts.Host, Outputs]:
     run = Outputs(
         {
             "cmd": (0, data(ver)),

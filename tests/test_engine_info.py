@@ -37,7 +37,7 @@ import pytest
 from envbuilder.builders.proberun import with_engine
 from envbuilder.core.errors import BuildError, EngineError, ValidationError
 from envbuilder.image import engine
-from envbuilder.image.engine import EngineInfo, ImageInfo, parse_engine_info
+from envbuilder.image.engine_values import EngineInfo, ImageInfo, parse_engine_info
 
 # ------------------------------------------------------------------- Docker 20.10 (Debian 12)
 # What this repository's CI engine (Debian 12's docker.io 20.10.24) answers, as read from it.

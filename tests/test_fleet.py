@@ -18,7 +18,7 @@ import pytest
 
 from envbuilder.commands._cli import main
 from envbuilder.core.errors import CompareError
-from envbuilder.report import fleet
+from envbuilder.report import fleet, fleet_output
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((ROOT / "envbuilder/data/schemas/probe-report.schema.json").read_text())
@@ -222,7 +222,9 @@ def test_an_outlier_among_three_nodes_is_flagged_and_listed_before_the_others(
     assert result.nodes[1].outliers == () and result.nodes[2].outliers == ()
     # an outlier is a finding, not a failure
     assert result.failed_nodes == ()
-    assert "slower" in fleet.table_rows(result)[0][fleet.TABLE_HEADER.index("outlier")]
+    assert (
+        "slower" in fleet_output.table_rows(result)[0][fleet_output.TABLE_HEADER.index("outlier")]
+    )
 
 
 def train_and_latency(images: Sequence[float], launch_us: Sequence[float]) -> list[dict[str, Any]]:
@@ -249,12 +251,13 @@ def test_resnet_images_and_launch_latency_per_node(tmp_path: Path) -> None:
         ("train: images_per_s fp16 224x224", "slower"),
     ]
     rows = {
-        row[0]: dict(zip(fleet.TABLE_HEADER, row, strict=True)) for row in fleet.table_rows(result)
+        row[0]: dict(zip(fleet_output.TABLE_HEADER, row, strict=True))
+        for row in fleet_output.table_rows(result)
     }
     assert rows["n1"]["ResNet-50"] == "3000 img/s (fp16 224x224)"
     assert rows["n2"]["launch latency"] == "9.9 us"
-    assert "| ResNet-50 | launch latency |" in fleet.to_markdown(result)
-    judged = {m["name"] for m in fleet.to_json(result)["nodes"][0]["metrics"]}
+    assert "| ResNet-50 | launch latency |" in fleet_output.to_markdown(result)
+    judged = {m["name"] for m in fleet_output.to_json(result)["nodes"][0]["metrics"]}
     assert {"images_per_s", "launch_latency"} <= judged
 
 
@@ -370,7 +373,7 @@ def test_outputs_json_markdown_html(tmp_path: Path) -> None:
         tmp_path, {evil: report(evil), "n2": report("n2", failed=("amp", "a|b"))}, four_ranks()
     )
     result = fleet.read_job_dir(job)
-    files = fleet.write_reports(result, tmp_path / "out")
+    files = fleet_output.write_reports(result, tmp_path / "out")
     data = json.loads(files["json"].read_text())
     assert data["tool"] == "envbuilder-fleet" and data["status"] == "fail"
     assert data["failed_nodes"] == ["n2"]

@@ -18,7 +18,7 @@ from test_doctor import Outputs, data, make_host
 
 from envbuilder.commands._cli import main
 from envbuilder.commands.init import host_request
-from envbuilder.core.compat import load_compat
+from envbuilder.core.compatload import load_compat
 from envbuilder.spec.starter import OSES, choose
 
 GPUS = [g.names[0] if g.names else g.gfx for g in load_compat().gpus]

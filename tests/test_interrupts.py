@@ -42,7 +42,8 @@ from shipped import rendered_folders
 from test_lock_support import FAKE_INDEX_URL, make_wheel
 
 from envbuilder.builders.venv import MARKER as VENV_MARKER
-from envbuilder.core.journal import JOURNAL, KILL_AT_STEP
+from envbuilder.core.journal import KILL_AT_STEP
+from envbuilder.core.journalfile import JOURNAL
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"),

@@ -23,7 +23,7 @@ from replica.catalog import Catalog, load_catalog
 from replica.server import ReplicaServer, serve
 
 from envbuilder.commands._cli import main
-from envbuilder.core.compat import load_compat
+from envbuilder.core.compatload import load_compat
 from envbuilder.lock import uv
 
 REPO = Path(__file__).resolve().parents[1]

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from envbuilder.core.compat import RocmRelease, load_compat
+from envbuilder.core.compat import RocmRelease
+from envbuilder.core.compatload import load_compat
 from envbuilder.core.pipsdk import provenance_problems
 from envbuilder.lock.uv import ignored_uv_warnings, uv_environment
 

@@ -32,7 +32,7 @@ from conftest import drop_tags, service_missing
 
 from envbuilder.core.errors import BuildError
 from envbuilder.core.progress import no_progress
-from envbuilder.image import engine
+from envbuilder.image import engine, engine_streams
 
 pytestmark = [pytest.mark.slow]
 
@@ -129,21 +129,23 @@ def test_podman_build_steps_are_reported_and_quoted_on_failure() -> None:
     def progress(what: str, done: int, total: int | None) -> None:
         seen.append((what, done, total))
 
-    state = engine._BuildState()
+    state = engine_streams.BuildState()
     for text in (
         "[1/3] STEP 1/6: FROM debian:bookworm-slim AS runtime\n",
         "[1/3] STEP 4/6: RUN apt-get update\n",
         "E: Failed to fetch\n",
     ):
-        engine._on_build_event({"stream": text}, state, progress)
-    engine._on_build_event({"stream": "STEP 2/2: USER 1000\n"}, engine._BuildState(), progress)
+        engine_streams.on_build_event({"stream": text}, state, progress)
+    engine_streams.on_build_event(
+        {"stream": "STEP 2/2: USER 1000\n"}, engine_streams.BuildState(), progress
+    )
     assert [s for s in seen if "step" in s[0]] == [
         ("stage 1/3, step 1/6: FROM debian:bookworm-slim AS runtime", 1, 6),
         ("stage 1/3, step 4/6: RUN apt-get update", 4, 6),
         ("step 2/2: USER 1000", 2, 2),
     ]
     with pytest.raises(BuildError) as failed:
-        engine._on_build_event({"error": "exit status 100"}, state, no_progress)
+        engine_streams.on_build_event({"error": "exit status 100"}, state, no_progress)
     assert str(failed.value) == (
         "docker build failed at stage 1/3, step 4/6 (RUN apt-get update): exit status 100\n"
         "  last output of that step:\n    E: Failed to fetch"

@@ -23,7 +23,7 @@ from test_probe_unit import validate
 
 from envbuilder.builders.probeargs import expectation_args, override_target, probe_args
 from envbuilder.builders.proberun import probe_options
-from envbuilder.core.compat import _with_hip, load_compat
+from envbuilder.core.compatload import _with_hip, load_compat
 from envbuilder.core.errors import CompatDataError
 from envbuilder.core.model import EnvSpec
 from envbuilder.probe.expectation import (

@@ -27,7 +27,8 @@ from test_quoting import dockerfile_word, ps_verbatim  # tests/ is on sys.path (
 from envbuilder.builders.render import MARKER, build_plan, render_all, render_env
 from envbuilder.commands import _cli
 from envbuilder.core import plan
-from envbuilder.core.compat import RocmRelease, load_compat
+from envbuilder.core.compat import RocmRelease
+from envbuilder.core.compatload import load_compat
 from envbuilder.core.errors import EnvbuilderError, RenderError
 from envbuilder.core.model import EnvSpec, Spec
 from envbuilder.core.project import Project

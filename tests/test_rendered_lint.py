@@ -23,7 +23,8 @@ import pytest
 from test_render import make_project  # tests/ is on sys.path (rootless tests)
 
 from envbuilder.builders.render import render_env
-from envbuilder.core.compat import RocmRelease, load_compat
+from envbuilder.core.compat import RocmRelease
+from envbuilder.core.compatload import load_compat
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / ".hadolint.yaml"

@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 
 from envbuilder.commands._cli import main
-from envbuilder.core.compat import load_compat
+from envbuilder.core.compatload import load_compat
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI_SCHEMA = json.loads(

@@ -21,7 +21,7 @@ from test_fleet import four_ranks, job_folder, report
 
 from envbuilder.commands._cli import main
 from envbuilder.core.errors import CompareError
-from envbuilder.report import fleet
+from envbuilder.report import fleet, jobfolder
 
 
 def three_nodes(tmp_path: Path) -> Path:
@@ -67,7 +67,7 @@ def test_a_huge_log_is_read_from_its_end(tmp_path: Path) -> None:
     result = fleet.read_job_dir(job)
     (problem,) = result.nodes[0].problems
     assert problem.endswith("validate.sbatch: cannot pull the image")
-    assert len(problem) < 2 * fleet.TAIL_LINE_CHARS + 200
+    assert len(problem) < 2 * jobfolder.TAIL_LINE_CHARS + 200
     assert "\x00" not in problem
 
 

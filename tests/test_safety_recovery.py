@@ -24,7 +24,8 @@ import pytest
 from clirun import as_process, captured
 from shipped import copy_shipped
 
-from envbuilder.core.journal import JOURNAL, KILL_AT_STEP
+from envbuilder.core.journal import KILL_AT_STEP
+from envbuilder.core.journalfile import JOURNAL
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SIGKILL, flock")
 

@@ -21,7 +21,7 @@ import pytest
 from clirun import as_process, captured
 from shipped import copy_shipped
 
-from envbuilder.core import journal, stale
+from envbuilder.core import journalfile, receipts, stale
 from envbuilder.core.statefile import (
     MAX_DEPTH,
     StateFileError,
@@ -122,7 +122,7 @@ def test_a_fifo_as_owner_file_does_not_hang_a_writer(
 
 def plant_journal(project: Path) -> None:
     doc = {"version": 2, "state": "prepared", "token": TOKEN, "files": [], "folders": []}
-    (project / journal.JOURNAL).write_text(json.dumps(doc))
+    (project / journalfile.JOURNAL).write_text(json.dumps(doc))
 
 
 def receipt_path(state: Path) -> Path:
@@ -186,13 +186,13 @@ def test_a_receipt_envbuilder_never_writes_is_refused_by_readers_and_writers(
     wrote = as_process("render", "--spec", spec, cwd=project, env=env, timeout=HANG_S)
     assert wrote.returncode == 1, wrote.stderr
     assert "Traceback" not in wrote.stderr and "not finished or undone" in wrote.stderr
-    assert (project / journal.JOURNAL).is_file()  # left alone
+    assert (project / journalfile.JOURNAL).is_file()  # left alone
 
 
 def test_a_deeply_nested_journal_is_refused_without_a_traceback(
     project: Path, state: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    (project / journal.JOURNAL).write_text(DEEP_JSON)
+    (project / journalfile.JOURNAL).write_text(DEEP_JSON)
     spec = str(project / "environments.toml")
     code, out = captured(capsys, "check", "--spec", spec)
     assert code == 0 and "Traceback" not in out, out
@@ -252,7 +252,7 @@ def test_a_relative_state_home_is_ignored(
     folder was made inside the folder the command ran in (here, the project)."""
     monkeypatch.setenv("XDG_STATE_HOME", "state")
     monkeypatch.chdir(project)
-    assert journal.state_dir() == Path.home() / ".local" / "state" / "envbuilder"
+    assert receipts.state_dir() == Path.home() / ".local" / "state" / "envbuilder"
     code, out = captured(capsys, "render", "--env", "cpu", "--spec", "environments.toml")
     assert code == 0, out
     assert not (project / "state").exists()

@@ -24,7 +24,7 @@ from envbuilder.builders.proberun import OtherLock, refuse_other_lock, with_othe
 from envbuilder.builders.venv import MARKER
 from envbuilder.core.errors import ValidationError
 from envbuilder.core.imagedefs import LOCK_LABEL
-from envbuilder.image.engine import ImageInfo
+from envbuilder.image.engine_values import ImageInfo
 from envbuilder.targets.base import ValidateOptions
 
 ROOT = Path(__file__).resolve().parent.parent

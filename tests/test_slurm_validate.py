@@ -33,7 +33,7 @@ from envbuilder.builders.render import MARKER
 from envbuilder.builders.venv import uv_venv_environment
 from envbuilder.commands._cli import main
 from envbuilder.core import activate
-from envbuilder.core.compat import load_compat
+from envbuilder.core.compatload import load_compat
 from envbuilder.core.errors import RenderError
 from envbuilder.core.project import Project
 from envbuilder.host import pyfinder

@@ -20,7 +20,8 @@ from packaging.pylock import is_valid_pylock_path
 from envbuilder.commands._cli import main
 from envbuilder.core.model import EnvSpec
 from envbuilder.core.project import pylock_name
-from envbuilder.spec.load import SpecCheck, check_spec, env_keys, load_spec
+from envbuilder.spec.load import SpecCheck, check_spec, load_spec
+from envbuilder.spec.schema import env_keys
 from envbuilder.targets import registry
 
 ENV_KEYS = env_keys()

@@ -49,7 +49,8 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder.builders.render import MARKER
-from envbuilder.core.compat import HostKind, load_compat
+from envbuilder.core.compat import HostKind
+from envbuilder.core.compatload import load_compat
 from envbuilder.core.imagedefs import LOCK_LABEL
 from envbuilder.core.model import EnvSpec, Spec
 from envbuilder.core.project import Project

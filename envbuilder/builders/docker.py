@@ -53,7 +53,7 @@ from envbuilder.core.model import EnvSpec
 from envbuilder.core.progress import ProgressFn
 from envbuilder.core.project import Project
 from envbuilder.core.quoting import sh_command
-from envbuilder.image import engine, repro, runflags
+from envbuilder.image import engine, engine_values, repro, runflags
 from envbuilder.image import registry as imageregistry
 from envbuilder.lock import basesource, lockfile
 from envbuilder.lock.record import record_artifact
@@ -412,7 +412,7 @@ def probe_arguments(env: EnvSpec, options: ValidateOptions) -> list[str]:
     return probe_options(env, options, {"env": env.name, "target": TARGET})
 
 
-def _require_image(client: engine.Client, env: str, tag: str) -> engine.ImageInfo:
+def _require_image(client: engine.Client, env: str, tag: str) -> engine_values.ImageInfo:
     """The engine's image `tag`; ValidationError saying how to get it when there is none."""
     image = engine.existing_image(client, tag)
     if image is None:
@@ -439,7 +439,7 @@ def workspace_folder(path: Path | None) -> Path | None:
     return folder
 
 
-def _other_lock(image: engine.ImageInfo, tag: str, pylock_sha256: str) -> OtherLock | None:
+def _other_lock(image: engine_values.ImageInfo, tag: str, pylock_sha256: str) -> OtherLock | None:
     """None when the image's lock label is the pylock's sha256 (registry.lock_mismatch); else
     what it names. `run` refuses such an image, `validate` unless told otherwise."""
     problem = imageregistry.lock_mismatch(image, pylock_sha256)

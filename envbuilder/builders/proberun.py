@@ -70,8 +70,8 @@ def with_other_lock(report: bytes, other: OtherLock | None) -> bytes:
 
 def with_engine(report: bytes, engine: Mapping[str, Any]) -> bytes:
     """The probe's report with an `engine` object added: which engine ran it (for an image
-    target: envbuilder.image.engine.EngineInfo.as_dict(); probe-report.schema.json, optional in
-    schema_version 1). ValidationError when the report is not a JSON object."""
+    target: envbuilder.image.engine_values.EngineInfo.as_dict(); probe-report.schema.json,
+    optional in schema_version 1). ValidationError when the report is not a JSON object."""
     return _with_field(report, "engine", dict(engine))
 
 

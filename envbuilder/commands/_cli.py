@@ -315,18 +315,18 @@ def _finish_interrupted_writes(args: argparse.Namespace, ui: UI) -> None:
     spec = getattr(args, "spec", None)
     if not isinstance(spec, (str, Path)):  # --spec is a Path (path_value), or absent
         return
-    from envbuilder.core import journal
+    from envbuilder.core import journal, journalfile, receipts
     from envbuilder.core.datafolders import check_data_folders
     from envbuilder.core.project import Project
 
     project = Project.from_spec(spec)
-    roots = [root for root in (project.root, project.lockfiles) if journal.left_over(root)]
+    roots = [root for root in (project.root, project.lockfiles) if journalfile.left_over(root)]
     read_only = args.command in READ_ONLY or getattr(args, "check", False) is True
     if not read_only:
-        journal.ready_state_dir()  # a state folder that cannot hold receipts: said before work
+        receipts.ready_state_dir()  # a state folder that cannot hold receipts: said before work
         if args.command in DATA_WRITERS:
             check_data_folders(project.root)  # a link there refused before anything is written
-        journal.drop_orphan_receipts()
+        receipts.drop_orphan_receipts()
         _sweep_stale_work(project, ui)
     for root in roots:
         scope = _journal_scope(project, root)

@@ -20,7 +20,7 @@ from envbuilder.commands._options import path_value
 from envbuilder.commands._targets import progress_for, require, selected
 from envbuilder.core.errors import UsageError
 from envbuilder.core.ui import UI
-from envbuilder.report import fleet
+from envbuilder.report import fleet, fleet_output
 from envbuilder.slurm.run import SlurmOutcome, SlurmRequest, validate_on_slurm
 from envbuilder.slurm.script import IMAGE_RUNTIMES
 from envbuilder.spec.load import load_spec
@@ -127,10 +127,10 @@ def _word(status: str) -> str:
 
 def fleet_table(result: fleet.Fleet) -> Table:
     """The fleet report as a rich table: one row per node, failed ones in red."""
-    table = Table(title=Text(fleet.summary_line(result)))
-    for name in fleet.TABLE_HEADER:
+    table = Table(title=Text(fleet_output.summary_line(result)))
+    for name in fleet_output.TABLE_HEADER:
         table.add_column(Text(name))
-    for row, node in zip(fleet.table_rows(result), result.nodes, strict=True):
+    for row, node in zip(fleet_output.table_rows(result), result.nodes, strict=True):
         style = "red" if node.failed else ""
         table.add_row(*(Text(cell, style=style) for cell in row))
     return table

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from envbuilder.commands._options import add_common_arguments
 from envbuilder.core.ui import UI
-from envbuilder.host import doctor
+from envbuilder.host import doctor, hostfacts
 
 HELP = "check this host (OS, RAM, disk, Docker, GPU devices, drivers, WSL, Python) for an env"
 DESCRIPTION = """\
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace, ui: UI) -> int:
 
         env = load_spec(args.spec).env(args.env)
         root = Path(args.spec).resolve().parent
-    report = doctor.diagnose(doctor.Host.current(root), env)
+    report = doctor.diagnose(hostfacts.Host.current(root), env)
     if args.json:
         ui.json(report.to_json())
     else:
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace, ui: UI) -> int:
     return 1 if report.status == "fail" else 0
 
 
-def _print(report: doctor.DoctorReport, ui: UI) -> None:
+def _print(report: hostfacts.DoctorReport, ui: UI) -> None:
     title = f"envbuilder doctor ({report.host_kind}" + (
         f", env {report.env})" if report.env else ")"
     )

@@ -7,7 +7,7 @@ import argparse
 from envbuilder.commands._options import path_value
 from envbuilder.commands._slurm import fleet_table
 from envbuilder.core.ui import UI
-from envbuilder.report import comparison, fleet
+from envbuilder.report import comparison, fleet, fleet_output
 
 HELP = "the fleet report of a cluster validation: one row per node, outliers, collectives"
 DESCRIPTION = f"""\
@@ -62,17 +62,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, ui: UI) -> int:
     result = fleet.read_job_dir(args.job_dir, noise_floor_pct=args.noise_floor)
     if args.json:
-        ui.json_text(fleet.dumps_json(result))
+        ui.json_text(fleet_output.dumps_json(result))
     elif args.format == "json":
-        ui.out.print(fleet.dumps_json(result), end="", markup=False, highlight=False)
+        ui.out.print(fleet_output.dumps_json(result), end="", markup=False, highlight=False)
     elif args.format == "markdown":
-        ui.out.print(fleet.to_markdown(result), end="", markup=False, highlight=False)
+        ui.out.print(fleet_output.to_markdown(result), end="", markup=False, highlight=False)
     else:
         ui.table(fleet_table(result))
         for note in result.notes:
             ui.info(f"note: {note}")
     if args.out is not None:
-        for path in fleet.write_reports(result, args.out).values():
+        for path in fleet_output.write_reports(result, args.out).values():
             ui.info(f"wrote {path}")
     if result.ok:
         return 0

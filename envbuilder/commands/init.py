@@ -17,7 +17,7 @@ from envbuilder.spec.load import check_spec
 from envbuilder.spec.starter import OSES, HostOS, Request, choose
 
 if TYPE_CHECKING:
-    from envbuilder.host.doctor import Host
+    from envbuilder.host.hostfacts import Host
 
 HELP = "write a starter environments.toml for this host's GPU (or --gpu/--os); never overwrites"
 DESCRIPTION = """\
@@ -112,7 +112,7 @@ def _request(args: argparse.Namespace, dest: Path) -> Request:
     """The GPU and OS from the flags, else from this host (doctor's detection)."""
     if args.gpu is not None and args.os is not None:
         return Request(None if args.gpu.lower() == "cpu" else args.gpu, args.os)
-    from envbuilder.host.doctor import Host
+    from envbuilder.host.hostfacts import Host
 
     return host_request(Host.current(dest.absolute().parent), args.gpu, args.os)
 

@@ -8,7 +8,7 @@ real folders, or are made by envbuilder.
 
 They are git-ignored, so a checkout, a pull request or an archive can bring a link there
 unnoticed: `reports -> ~/.ssh` would make `build` write its SBOM through it. The check reuses
-the job folder's (envbuilder.report.fleet.JobFolder): each folder is opened from its parent's
+the job folder's (envbuilder.report.jobfolder.JobFolder): each folder is opened from its parent's
 handle without following a link (envbuilder.core.nofollow.Tree), so a link is refused, never
 followed, before anything is written.
 """

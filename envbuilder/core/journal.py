@@ -7,11 +7,11 @@
                                                provably wrote it; what it did, for the user
     pending(root, scope) -> str | None         what a journal left in `root` is and which
                                                command finishes it (read-only commands)
-    left_over(root)                            whether a journal (or its temp file) is there
     Scope                                      the files a commit into a root may touch
-    state_dir()                                where the receipts are kept
-    JournalError                               a journal that is not provably envbuilder's
-    JOURNAL                                    the journal's file name in the root
+
+The journal file itself (its name JOURNAL, its format, `left_over(root)`, JournalError) is
+envbuilder.core.journalfile; the receipts that prove it (`state_dir()`, where they are kept)
+are envbuilder.core.receipts.
 
 How a commit runs: each new file goes to a temp file beside its target; a journal in `root`
 records the commit ("prepared"), then, once every temp file is written, "committed" (the commit
@@ -44,26 +44,20 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import os
 import re
 import secrets
 import signal
-import stat
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from envbuilder.core.errors import EnvbuilderError
 from envbuilder.core.fsutil import (
     WriteError,
-    atomic_write_bytes,
     exclusive,
     file_in_the_way,
-    lock_file,
     make_parents,
     remove_empty,
     sha256_bytes,
@@ -71,23 +65,24 @@ from envbuilder.core.fsutil import (
 )
 from envbuilder.core.fsutil import default_mode as _default_mode
 from envbuilder.core.interrupts import deferred
+from envbuilder.core.journalfile import (
+    HEX64,
+    JOURNAL,
+    JOURNAL_TEMP,
+    JOURNAL_VERSION,
+    MAX_FILE_BYTES,
+    MAX_JOURNAL_BYTES,
+    Entry,
+    Journal,
+    JournalError,
+    journal_temp,
+    left_over,
+    refused,
+    token_of,
+)
 from envbuilder.core.nofollow import LinkInTheWay, Tree, plain_relative
-from envbuilder.core.statefile import StateFileError, not_ours, parse_json, read_state
-
-#: The journal of a multi-file commit, in the commit's root folder while the commit runs.
-JOURNAL = ".envbuilder-commit.json"
-JOURNAL_VERSION = 2
-RECEIPT_VERSION = 1
-_TOKEN = re.compile(r"[0-9a-f]{12}\Z")
-_JOURNAL_TEMP = re.compile(re.escape(f".{JOURNAL}.") + r"([0-9a-f]{12})\.tmp\Z")
-_HEX64 = re.compile(r"[0-9a-f]{64}\Z")
-#: A journal lists a few dozen files; one bigger than this was not written by envbuilder.
-MAX_JOURNAL_BYTES = 1 << 20
-#: What a temp file of a commit may hold (a pylock is a few MiB at most).
-MAX_FILE_BYTES = 64 << 20
-#: A receipt is a few hundred bytes.
-_MAX_RECEIPT_BYTES = 65536
-
+from envbuilder.core.receipts import Receipt
+from envbuilder.core.statefile import parse_json
 
 #: Tests only: SIGKILL this process at the N-th step of a commit (or at the step of that name),
 #: so that a test can stop the commit protocol exactly where it wants, not by timing.
@@ -100,11 +95,6 @@ def _step(name: str) -> None:
     want = os.environ.get(KILL_AT_STEP)
     if want and want in (name, str(next(_steps))):
         os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))
-
-
-class JournalError(EnvbuilderError):
-    """A journal envbuilder cannot prove it wrote, or cannot carry out safely: it is left alone,
-    and so is every file it names."""
 
 
 @dataclass(frozen=True)
@@ -134,222 +124,11 @@ class Scope:
         return parts[: len(top)] == top
 
 
-# --- receipts: the proof, in the user's own state folder --------------------------------------
-
-
-def state_dir() -> Path:
-    """envbuilder's per-user state: $XDG_STATE_HOME/envbuilder, default ~/.local/state/envbuilder.
-    Never inside a project, so nothing a checkout carries lands there. A relative
-    XDG_STATE_HOME is ignored, as the XDG spec says (it would put receipts into whatever
-    folder a command runs in: the project itself)."""
-    base = Path(os.environ.get("XDG_STATE_HOME", ""))
-    if not base.is_absolute():
-        base = Path.home() / ".local" / "state"
-    return base / "envbuilder"
-
-
-def ready_state_dir() -> Path:
-    """The receipts folder, made and proven writable (a file is created there and removed)
-    before a writing command does any work: a state folder that is too long, read-only or not
-    the user's is a WriteError at the start, not after minutes of resolving."""
-    folder = _receipts(create=True)
-    try:
-        fd, name = tempfile.mkstemp(dir=folder, prefix=".probe-000000000000.json.", suffix=".tmp")
-    except OSError as exc:
-        raise _state_error(folder, write_error(folder / "x", exc).cause) from None
-    os.close(fd)
-    with contextlib.suppress(OSError):
-        Path(name).unlink()
-    return folder
-
-
-def _receipts(create: bool) -> Path:
-    """The receipts folder; checked to be the user's own folder that no one else can write."""
-    folder = state_dir() / "commits"
-    if create:
-        try:
-            make_parents(folder / "x")
-            if not folder.is_dir():
-                folder.mkdir(mode=0o700)
-        except WriteError as exc:
-            raise _state_error(folder, exc.cause) from None
-        except OSError as exc:
-            raise _state_error(folder, write_error(folder, exc, "create").cause) from None
-    try:
-        info = os.lstat(folder)
-    except FileNotFoundError:
-        return folder
-    except OSError as exc:
-        raise _state_error(folder, os.strerror(exc.errno or 0)) from None
-    if not stat.S_ISDIR(info.st_mode):
-        raise _state_error(folder, "it is not a folder (a link or a file)")
-    if hasattr(os, "geteuid") and (info.st_uid != os.geteuid() or info.st_mode & 0o022):
-        raise _state_error(folder, "others can write it; `chmod 700` it (it must be yours)")
-    return folder
-
-
-def _state_error(folder: Path, why: str) -> EnvbuilderError:
-    return WriteError(
-        folder,
-        f"{why}. envbuilder keeps the receipts of its unfinished writes there (the proof that "
-        "lets the next command finish them); make it a writable folder of yours, or point "
-        "XDG_STATE_HOME at one",
-        "use",
-    )
-
-
-@dataclass(frozen=True)
-class _Receipt:
-    token: str
-
-    @property
-    def path(self) -> Path:
-        return state_dir() / "commits" / f"{self.token}.json"
-
-    def write(self, root: Path, info: os.stat_result, journals: Sequence[bytes]) -> None:
-        _receipts(create=True)
-        data = {
-            "version": RECEIPT_VERSION,
-            "root": str(root),
-            "device": info.st_dev,
-            "inode": info.st_ino,
-            "journals": [sha256_bytes(j) for j in journals],
-        }
-        try:
-            atomic_write_bytes(self.path, (json.dumps(data) + "\n").encode("utf-8"), 0o600)
-        except WriteError as exc:
-            raise _state_error(self.path.parent, exc.cause) from None
-
-    def drop(self) -> None:
-        with contextlib.suppress(OSError):
-            self.path.unlink(missing_ok=True)
-
-    def refusal(self, info: os.stat_result, journal: bytes | None) -> str | None:
-        """None when the receipt proves `journal` (None: any journal of this token) in the
-        root whose stat is `info`; else why not."""
-        try:
-            data = self.read()
-        except (EnvbuilderError, OSError) as exc:
-            return f"its receipt cannot be used: {exc}"
-        if data is None:
-            return f"envbuilder has no receipt of writing it ({self.path} does not exist)"
-        if (data["device"], data["inode"]) != (info.st_dev, info.st_ino):
-            return f"its receipt {self.path} is for another folder ({data['root']!r})"
-        if journal is not None and sha256_bytes(journal) not in data["journals"]:
-            return f"its content is not what envbuilder wrote (see {self.path})"
-        return None
-
-    def read(self) -> dict[str, Any] | None:
-        """The receipt, each value checked for type (None: there is none). StateFileError
-        when it is not one envbuilder wrote: a link, a FIFO, too big, too deep, wrong types."""
-        folder = _receipts(create=False)
-        path = folder / f"{self.token}.json"
-        fix = (
-            "remove it (a receipt only lets envbuilder finish one interrupted write; without "
-            "it the journal it names is left for you to check)"
-        )
-        data: Any = read_state(path, _MAX_RECEIPT_BYTES, "json", fix)
-        if data is None:
-            return None
-        if not (
-            isinstance(data, dict)
-            and data.get("version") == RECEIPT_VERSION
-            and isinstance(data.get("root"), str)
-            and all(type(data.get(k)) is int for k in ("device", "inode"))
-            and isinstance(data.get("journals"), list)
-            and all(isinstance(j, str) and _HEX64.match(j) for j in data["journals"])
-        ):
-            raise not_ours(path, "its keys or their types are not a receipt's", fix)
-        return data
-
-
-def drop_orphan_receipts() -> list[Path]:
-    """Remove the receipts whose journal is gone (a kill between the journal's removal and the
-    receipt's leaves one); returns those removed. A receipt is removed only when its root is
-    there (the same device and inode), no one writes into it (its lock is free) and it holds
-    neither the journal nor a journal temp of that token; any other receipt is kept (a root
-    on a drive not mounted now may come back). Never raises for what it finds."""
-    try:
-        names = sorted(p.name for p in _receipts(create=False).iterdir())
-    except (OSError, EnvbuilderError):
-        return []
-    removed = []
-    for name in names:
-        token = name.removesuffix(".json")
-        if not (name.endswith(".json") and _TOKEN.match(token)):
-            continue
-        receipt = _Receipt(token)
-        try:
-            data = receipt.read()
-        except (OSError, EnvbuilderError):
-            continue  # not one envbuilder wrote: its journal's refusal names it
-        if data is not None and _orphan(data, token):
-            receipt.drop()
-            removed.append(receipt.path)
-    return removed
-
-
-def _orphan(receipt: Mapping[str, Any], token: str) -> bool:
-    """Whether the root a receipt names is there, free, and without this token's journal."""
-    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
-    try:
-        fd = os.open(receipt["root"], flags)
-    except OSError:
-        return False  # gone, unmounted, or a folder that cannot be opened (Windows)
-    try:
-        info = os.fstat(fd)
-        if (info.st_dev, info.st_ino) != (receipt["device"], receipt["inode"]):
-            return False
-        if not lock_file(fd, blocking=False):
-            return False  # a commit runs there now: its receipt comes before its journal
-        names = set(os.listdir(fd))  # noqa: PTH208 (a folder's fd: no Path for it)
-        return JOURNAL not in names and _journal_temp(token).name not in names
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-
-
 # --- the journal --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Entry:
-    rel: PurePosixPath  # the file to replace or delete, relative to the root
-    sha256: str | None  # of the new content; None: the file is deleted
-
-    @property
-    def new(self) -> bool:
-        return self.sha256 is not None
-
-    def temp(self, token: str) -> PurePosixPath:
-        return self.rel.with_name(f".{self.rel.name}.{token}.tmp")
-
-
-@dataclass(frozen=True)
-class _Journal:
-    state: str
-    token: str
-    entries: tuple[_Entry, ...]
-    folders: tuple[PurePosixPath, ...]
-
-    def dump(self, state: str) -> bytes:
-        data = {
-            "version": JOURNAL_VERSION,
-            "state": state,
-            "token": self.token,
-            "files": [{"path": e.rel.as_posix(), "sha256": e.sha256} for e in self.entries],
-            "folders": [f.as_posix() for f in self.folders],
-        }
-        return (json.dumps(data, indent=1) + "\n").encode("utf-8")
-
-
-def _journal_temp(token: str) -> PurePosixPath:
-    return PurePosixPath(f".{JOURNAL}.{token}.tmp")
-
-
 def _write_journal(tree: Tree, token: str, data: bytes) -> None:
-    temp = _journal_temp(token)
+    temp = journal_temp(token)
     tree.write_new(temp, data, 0o644)
     _step("journal-temp")
     tree.rename(temp, PurePosixPath(JOURNAL))
@@ -357,16 +136,7 @@ def _write_journal(tree: Tree, token: str, data: bytes) -> None:
     _step("committed" if b'"committed"' in data else "prepared")
 
 
-def left_over(root: Path) -> bool:
-    """Whether a journal, or the temp file of one, is in `root` (nothing is read)."""
-    try:
-        with os.scandir(root) as entries:
-            return any(e.name == JOURNAL or _JOURNAL_TEMP.match(e.name) for e in entries)
-    except OSError:
-        return False
-
-
-def _parse(data: bytes, where: Path, scope: Scope) -> _Journal:
+def _parse(data: bytes, where: Path, scope: Scope) -> Journal:
     """A journal's bytes (already proven by a receipt) -> its entries, each in `scope`."""
     doc: Any = parse_json(data, where, "check the files it names, then remove it")
     if (
@@ -376,61 +146,45 @@ def _parse(data: bytes, where: Path, scope: Scope) -> _Journal:
         or not isinstance(doc.get("files"), list)
         or not isinstance(doc.get("folders"), list)
     ):
-        raise _refused(where, "it is not in the format this envbuilder writes")
+        raise refused(where, "it is not in the format this envbuilder writes")
     entries = []
     for item in doc["files"]:
         rel = plain_relative(item.get("path") if isinstance(item, dict) else None)
         sha = item.get("sha256") if isinstance(item, dict) else None
         if rel is None or not scope.allows_file(rel):
-            raise _refused(where, f"it names {item!r}, outside what `{scope.finisher}` writes")
-        if sha is not None and not (isinstance(sha, str) and _HEX64.match(sha)):
-            raise _refused(where, f"it names {item!r} with a malformed sha256")
-        entries.append(_Entry(rel, sha))
+            raise refused(where, f"it names {item!r}, outside what `{scope.finisher}` writes")
+        if sha is not None and not (isinstance(sha, str) and HEX64.match(sha)):
+            raise refused(where, f"it names {item!r} with a malformed sha256")
+        entries.append(Entry(rel, sha))
     folders = []
     for item in doc["folders"]:
         rel = plain_relative(item)
         if rel is None or not scope.allows_folder(rel):
-            raise _refused(
+            raise refused(
                 where, f"it names folder {item!r}, outside what `{scope.finisher}` writes"
             )
         folders.append(rel)
-    return _Journal(doc["state"], doc["token"], tuple(entries), tuple(folders))
+    return Journal(doc["state"], doc["token"], tuple(entries), tuple(folders))
 
 
-def _refused(journal: Path, why: str) -> JournalError:
-    return JournalError(
-        f"{journal}: not finished or undone: {why}. Nothing was changed, and no command "
-        "touches what it names: check those files, then remove it"
-    )
-
-
-def _token_of(data: bytes) -> str | None:
-    try:
-        doc: Any = parse_json(data, Path(JOURNAL), "")
-    except StateFileError:
-        return None
-    token = doc.get("token") if isinstance(doc, dict) else None
-    return token if isinstance(token, str) and _TOKEN.match(token) else None
-
-
-def _proven(tree: Tree, scope: Scope) -> _Journal | None:
+def _proven(tree: Tree, scope: Scope) -> Journal | None:
     """The journal in `tree`'s root, proven and in scope; None when there is none.
     JournalError when it is not provably envbuilder's."""
     where = tree.root / JOURNAL
     try:
         data = tree.read(PurePosixPath(JOURNAL), MAX_JOURNAL_BYTES)
     except LinkInTheWay as exc:
-        raise _refused(where, f"it {exc.what}") from None
+        raise refused(where, f"it {exc.what}") from None
     if data is None:
         return None
     if len(data) > MAX_JOURNAL_BYTES:
-        raise _refused(where, f"it is over {MAX_JOURNAL_BYTES} bytes, not a journal")
-    token = _token_of(data)
+        raise refused(where, f"it is over {MAX_JOURNAL_BYTES} bytes, not a journal")
+    token = token_of(data)
     if token is None:
-        raise _refused(where, "it is not a journal envbuilder writes (no token)")
-    why = _Receipt(token).refusal(tree.info, data)
+        raise refused(where, "it is not a journal envbuilder writes (no token)")
+    why = Receipt(token).refusal(tree.info, data)
     if why is not None:
-        raise _refused(where, why)
+        raise refused(where, why)
     return _parse(data, where, scope)
 
 
@@ -492,13 +246,13 @@ def _commit(
 ) -> None:
     token = secrets.token_hex(6)
     paths = sorted(changes)
-    entries = tuple(_Entry(rels[p], _digest(changes[p])) for p in paths)
+    entries = tuple(Entry(rels[p], _digest(changes[p])) for p in paths)
     for path in paths:
         _refuse_obstacles(root, path, changes[path] is not None)
-    journal = _Journal("prepared", token, entries, tuple(_missing_folders(root, paths, rels)))
+    journal = Journal("prepared", token, entries, tuple(_missing_folders(root, paths, rels)))
     prepared, committed = journal.dump("prepared"), journal.dump("committed")
     with _open_tree(root, paths[0], changes[paths[0]] is not None) as tree:
-        receipt = _Receipt(token)
+        receipt = Receipt(token)
         done = False
         try:
             receipt.write(root, tree.info, [prepared, committed])
@@ -527,7 +281,7 @@ def _digest(data: bytes | None) -> str | None:
 
 def _prepare(
     tree: Tree,
-    journal: _Journal,
+    journal: Journal,
     prepared: bytes,
     changes: Mapping[Path, bytes | None],
     paths: Sequence[Path],
@@ -616,7 +370,7 @@ def _missing_folders(
     return missing
 
 
-def _roll_forward(tree: Tree, journal: _Journal, verify: bool) -> None:
+def _roll_forward(tree: Tree, journal: Journal, verify: bool) -> None:
     """Put every temp file in place and do the deletions, then drop the journal. Safe to run
     again after a crash: a temp file already renamed is simply gone. `verify`: first check
     that every temp file left holds the bytes the journal records (recovery)."""
@@ -649,7 +403,7 @@ def _roll_forward(tree: Tree, journal: _Journal, verify: bool) -> None:
     _step("journal-removed")
 
 
-def _verify_temps(tree: Tree, journal: _Journal) -> None:
+def _verify_temps(tree: Tree, journal: Journal) -> None:
     where = tree.root / JOURNAL
     for entry in journal.entries:
         if not entry.new:
@@ -657,15 +411,15 @@ def _verify_temps(tree: Tree, journal: _Journal) -> None:
         try:
             data = tree.read(entry.temp(journal.token), MAX_FILE_BYTES)
         except LinkInTheWay as exc:
-            raise _refused(where, f"{exc.path} {exc.what}") from None
+            raise refused(where, f"{exc.path} {exc.what}") from None
         except FileNotFoundError:  # the folder of the temp file was removed since
             raise _Gone(tree.root.joinpath(*entry.rel.parts[:-1])) from None
         if data is not None and sha256_bytes(data) != entry.sha256:
             temp = tree.root.joinpath(*entry.temp(journal.token).parts)
-            raise _refused(where, f"{temp} does not hold the bytes it records (sha256)")
+            raise refused(where, f"{temp} does not hold the bytes it records (sha256)")
 
 
-def _roll_back(tree: Tree, journal: _Journal) -> None:
+def _roll_back(tree: Tree, journal: Journal) -> None:
     """Remove every temp file, the folders the commit made (when empty) and the journal."""
     for entry in journal.entries:
         if entry.new:
@@ -677,7 +431,7 @@ def _roll_back(tree: Tree, journal: _Journal) -> None:
     with contextlib.suppress(OSError):
         tree.unlink(PurePosixPath(JOURNAL))
     with contextlib.suppress(OSError):
-        tree.unlink(_journal_temp(journal.token))
+        tree.unlink(journal_temp(journal.token))
 
 
 # --- recovery -----------------------------------------------------------------------------------
@@ -701,13 +455,13 @@ def _recover(root: Path, scope: Scope) -> str | None:
     try:
         tree = Tree(root)
     except LinkInTheWay as exc:
-        raise _refused(root / JOURNAL, f"{exc.path} {exc.what}") from None
+        raise refused(root / JOURNAL, f"{exc.path} {exc.what}") from None
     with tree:
         _sweep_journal_temps(tree)
         journal = _proven(tree, scope)
         if journal is None:
             return None
-        receipt = _Receipt(journal.token)
+        receipt = Receipt(journal.token)
         with deferred():
             try:
                 if journal.state == "committed":
@@ -736,7 +490,7 @@ class _Gone(Exception):
         self.path = path
 
 
-def _set_aside(tree: Tree, journal: _Journal, scope: Scope, gone: Path) -> str:
+def _set_aside(tree: Tree, journal: Journal, scope: Scope, gone: Path) -> str:
     """A proven journal that cannot be finished any more: renamed to a dated name (so that it
     blocks no command, and the user can still read it), nothing else changed; what to check."""
     aside = PurePosixPath(
@@ -757,7 +511,7 @@ def _set_aside(tree: Tree, journal: _Journal, scope: Scope, gone: Path) -> str:
     )
 
 
-def _drop_temp(tree: Tree, entry: _Entry, token: str) -> bool:
+def _drop_temp(tree: Tree, entry: Entry, token: str) -> bool:
     """Remove `entry`'s temp file when it holds the bytes the (proven) journal records."""
     temp = entry.temp(token)
     try:
@@ -774,12 +528,12 @@ def _sweep_journal_temps(tree: Tree) -> None:
     """Remove the temp files of journals (a kill during a journal's write leaves one) that a
     receipt proves are this user's, for this root; any other is left alone."""
     for name in tree.names():
-        match = _JOURNAL_TEMP.match(name)
-        if match and _Receipt(match.group(1)).refusal(tree.info, None) is None:
+        match = JOURNAL_TEMP.match(name)
+        if match and Receipt(match.group(1)).refusal(tree.info, None) is None:
             with contextlib.suppress(OSError):
                 tree.unlink(PurePosixPath(name))
             if tree.lstat(PurePosixPath(JOURNAL)) is None:
-                _Receipt(match.group(1)).drop()
+                Receipt(match.group(1)).drop()
 
 
 def pending(root: Path, scope: Scope) -> str | None:

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
-from envbuilder.core.compat import RocmRelease, load_compat
+from envbuilder.core.compat import RocmRelease
+from envbuilder.core.compatload import load_compat
 from envbuilder.core.errors import UsageError
 from envbuilder.core.fsutil import sha256_bytes
 

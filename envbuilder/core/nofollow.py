@@ -6,10 +6,10 @@
     plain_relative(text)            a relative path of plain names, or None
 
 Used where a path below a folder must not lead out of it: recovering a commit journal
-(envbuilder.core.journal) and reading a shared job folder (envbuilder.report.fleet). Each folder is
-opened from its parent's handle with O_NOFOLLOW, so a symlink anywhere below the root is refused,
-never followed, and a folder swapped for a link half-way cannot redirect a read, a rename or a
-deletion. Where dir_fd does not exist (Windows), each step checks with lstat instead.
+(envbuilder.core.journal) and reading a shared job folder (envbuilder.report.jobfolder). Each
+folder is opened from its parent's handle with O_NOFOLLOW, so a symlink anywhere below the root
+is refused, never followed, and a folder swapped for a link half-way cannot redirect a read, a
+rename or a deletion. Where dir_fd does not exist (Windows), each step checks with lstat instead.
 """
 
 from __future__ import annotations

@@ -32,7 +32,8 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from envbuilder.core.compat import RocmRelease, load_compat
+from envbuilder.core.compat import RocmRelease
+from envbuilder.core.compatload import load_compat
 from envbuilder.core.errors import LockError
 from envbuilder.core.model import EnvSpec
 

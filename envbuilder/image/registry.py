@@ -18,7 +18,7 @@ from pathlib import Path
 from envbuilder.core.errors import LockError, RegistryError
 from envbuilder.core.imagedefs import LOCK_LABEL
 from envbuilder.core.progress import ProgressFn, byte_size
-from envbuilder.image import engine, registry_api
+from envbuilder.image import engine, engine_streams, engine_values, registry_api
 from envbuilder.image.oci.blobs import digest_bytes
 from envbuilder.image.oci.loadarchive import LayerBlob, image_manifest, saved_layers
 from envbuilder.image.oci.saved import read_saved
@@ -28,7 +28,7 @@ from envbuilder.image.repro import Prediction
 
 
 def lock_mismatch(
-    image: engine.ImageInfo, pylock_sha256: str, expected_id: str | None = None
+    image: engine_values.ImageInfo, pylock_sha256: str, expected_id: str | None = None
 ) -> str | None:
     """Why `image` is not the lock's image (its lock label, then the id the lock predicts for
     this engine's image store), or None."""
@@ -118,7 +118,7 @@ def pushed_reference(recorded: dict[str, str], lock_path: str, push_hint: str) -
     return ref
 
 
-def pulled_line(fetched: engine.PullSummary) -> str:
+def pulled_line(fetched: engine_streams.PullSummary) -> str:
     """What a pull fetched, for its progress: layers and bytes downloaded, layers at hand."""
     size = byte_size(fetched.fetched_bytes) if fetched.bytes_known else "size not reported"
     return f"fetched {fetched.fetched} layers ({size}); {fetched.present} layers were here already"

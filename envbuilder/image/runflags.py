@@ -22,7 +22,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from envbuilder.core.compat import HOST_KINDS, DeviceFlags, HostKind, load_compat
+from envbuilder.core.compat import HOST_KINDS, DeviceFlags, HostKind
+from envbuilder.core.compatload import load_compat
 from envbuilder.core.errors import UsageError
 
 HOST_KIND_ENV = "ENVBUILDER_HOST_KIND"

@@ -33,7 +33,8 @@ from urllib.parse import unquote, urljoin, urlsplit
 
 from packaging.utils import canonicalize_name
 
-from envbuilder.core.compat import RocmRelease, load_compat
+from envbuilder.core.compat import RocmRelease
+from envbuilder.core.compatload import load_compat
 from envbuilder.core.errors import LockError
 from envbuilder.core.pipsdk import provenance_problems
 from envbuilder.lock.indexes import IndexSource

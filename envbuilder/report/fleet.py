@@ -1,7 +1,10 @@
 """The fleet report: one row per node of a cluster validation, and the collectives across nodes.
 
     read_job_dir(job_dir, job=None, noise_floor_pct=2.0) -> Fleet
-    read_text_small(path), tail_lines(path)   a job folder's small files and logs, read safely
+
+The job folder is read safely by envbuilder.report.jobfolder (`read_text_small(path)`,
+`tail_lines(path)`: its small files and logs); envbuilder.report.fleet_output writes the report:
+
     table_rows(fleet), TABLE_HEADER, cross_rows(fleet), CROSS_HEADER   the tables
     to_json(fleet) / dumps_json(fleet) / to_markdown(fleet) / to_html(fleet)
     write_reports(fleet, folder) -> {"json": path, "markdown": path, "html": path}
@@ -24,19 +27,21 @@ Rows: failed nodes first (failed checks, or no report: why), then outliers, then
 from __future__ import annotations
 
 import json
-import os
 import re
-import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from envbuilder.core.errors import CompareError
-from envbuilder.core.fsutil import default_mode, read_regular_bytes, same_file, write_together
-from envbuilder.core.nofollow import LinkInTheWay, Tree
 from envbuilder.report import comparison as compare
 from envbuilder.report.comparison import Metric, MetricKey, Report
+from envbuilder.report.jobfolder import (
+    MAX_NODE_NAME_BYTES,
+    TAIL_LINE_CHARS,
+    JobFolder,
+    file_name_ok,
+)
 
 TOOL = "envbuilder-fleet"
 FORMAT_VERSION = 1
@@ -49,35 +54,10 @@ JUDGED: tuple[tuple[str, str | None], ...] = (
 )
 #: The matmul dtype the table shows first (what training runs), when a report has it.
 MATMUL_DTYPES = ("bf16", "fp16", "fp32")
-TAIL_LINES = 4
-#: The small files of a job folder (hosts, phase, NODE.exit) are bytes to kilobytes: `hosts` is
-#: one "NODE ADDRESS" line per node. Only this much is read, so a stray big file costs nothing.
-MAX_SMALL_FILE_BYTES = 1024 * 1024
-#: Of a node's log only the end is read (the last TAIL_LINES lines, each cut to TAIL_LINE_CHARS):
-#: a log can be gigabytes (NCCL_DEBUG=INFO on many ranks), and only its end says why.
-TAIL_BYTES = 64 * 1024
-TAIL_LINE_CHARS = 300
 #: torchrun's world size in a rank report; a larger figure is a damaged report, not a job (one
 #: "no report" row is made per missing rank, so an absurd figure would cost memory and time).
 MAX_WORLD_SIZE = 1 << 16
 _RANK_FILE = re.compile(r"all\.rank(\d+)\.json\Z")
-
-
-#: A node's files are NODE.json, NODE.exit and NODE.log, and a file name has at most 255 bytes:
-#: a longer name (a damaged `hosts`) is a row saying so, not an OSError ("File name too long").
-MAX_NODE_NAME_BYTES = 250
-
-
-def _file_name_ok(node: str) -> bool:
-    """Whether a node name from `hosts` can be a file name under nodes/ and collectives/: not a
-    path ("../x", "/etc/passwd"), so nothing outside the job folder is read for it, short
-    enough for its files' names, and no control characters (it is shown in every report)."""
-    return (
-        node not in ("", ".", "..")
-        and not any(c in node for c in "/\\\0\n\t")
-        and len(node.encode("utf-8", "surrogateescape")) <= MAX_NODE_NAME_BYTES
-        and compare.printable(node) == node
-    )
 
 
 @dataclass(frozen=True)
@@ -197,157 +177,6 @@ class Fleet:
 # --------------------------------------------------------------------------- reading
 
 
-def _read_bytes(path: Path, limit: int, tail: bool = False) -> bytes | None:
-    """fsutil.read_regular_bytes, or None when the file is missing, unreadable, a symlink or
-    not a regular file (a job folder is a shared, writable place: a FIFO there must not
-    block, a link there may point at someone's private file)."""
-    try:
-        return read_regular_bytes(path, limit, tail, nofollow=True)
-    except OSError:
-        return None
-
-
-def shared_folder_refusal(info: os.stat_result) -> str | None:
-    """Why a folder (as lstat/fstat describes it) is not this user's own to read results from:
-    owned by another user, or writable by group or others (unless sticky: then others cannot
-    replace what this user wrote, though they can add files, so it is refused as well when it
-    is another user's). None where ownership means nothing (Windows)."""
-    if not hasattr(os, "geteuid"):
-        return None
-    if info.st_uid != os.geteuid():
-        return f"belongs to {_user_name(info.st_uid)}, not to you ({_user_name(os.geteuid())})"
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX:
-        return (
-            f"can be written by other users (mode {stat.filemode(info.st_mode)}; "
-            "chmod go-w, or make it sticky)"
-        )
-    return None
-
-
-def _user_name(uid: int) -> str:
-    try:
-        import pwd
-
-        return f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
-    except (ImportError, KeyError):
-        return f"uid {uid}"
-
-
-def read_text_small(path: Path, limit: int = MAX_SMALL_FILE_BYTES) -> str | None:
-    """A small file of a job folder (hosts, phase, NODE.exit) as text, at most `limit` bytes;
-    None when it is missing, unreadable, a symlink or not a regular file (a FIFO would block)."""
-    data = _read_bytes(path, limit)
-    return None if data is None else data.decode("utf-8", errors="replace")
-
-
-def tail_lines(path: Path, lines: int = TAIL_LINES) -> str:
-    """The last non-blank lines of a log, joined by ' | ': only its end is read, each line cut
-    short, control characters shown as '?'; '' when it is missing, a symlink or not a regular
-    file."""
-    return _tail_text(_read_bytes(path, TAIL_BYTES, tail=True) or b"", lines)
-
-
-def _tail_text(data: bytes, lines: int) -> str:
-    text = compare.printable(data.decode("utf-8", errors="replace"))
-    kept = [line.strip() for line in text.splitlines() if line.strip()]
-    return " | ".join(
-        line if len(line) <= TAIL_LINE_CHARS else line[:TAIL_LINE_CHARS] + "..."
-        for line in kept[-lines:]
-    )
-
-
-class JobFolder:
-    """A job folder, read without following a link (envbuilder.core.nofollow): the folder named on
-    the command line (a link to it is the user's own choice), and below it only real folders
-    and regular files. `hosts`, `nodes/` or `collectives/` that is a symlink is refused
-    (CompareError): another user of a shared run folder could point one at a private file,
-    whose lines would become node names in reports written beside it. A node file that is a
-    link, a FIFO or a device is treated as missing."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        try:
-            self.tree = Tree(path, follow_root=True)
-        except (LinkInTheWay, OSError):
-            what = "is not a folder" if path.exists() else "no such job folder"
-            raise CompareError(
-                f"{path}: {what} (validate.sbatch writes RUN_DIR/job-<id>/)"
-            ) from None
-        for name in ("hosts", "nodes", "collectives"):
-            info = self.tree.lstat(PurePosixPath(name))
-            if info is not None and stat.S_ISLNK(info.st_mode):
-                self.close()
-                raise CompareError(
-                    f"{path / name} is a symbolic link; a job folder's hosts, nodes/ and "
-                    "collectives/ are what the job wrote there, never links (one could point "
-                    "at anyone's file). Nothing was read: remove it, or run the job again"
-                )
-        self._refuse_foreign()
-
-    def _refuse_foreign(self) -> None:
-        """CompareError when the job folder, nodes/ or collectives/ is not this user's own, or
-        another user could write into it (shared_folder_refusal)."""
-        for name in ("", "nodes", "collectives"):
-            info = self.tree.info if not name else self.tree.lstat(PurePosixPath(name))
-            why = None if info is None else shared_folder_refusal(info)
-            if why is not None:
-                self.close()
-                raise CompareError(
-                    f"{self.path / name if name else self.path} {why}: another user could have "
-                    "written the node results it holds, and a fleet report would show them as "
-                    "this job's. Nothing was read: run the job again into a folder of your own "
-                    "(validate --slurm --run-dir DIR)"
-                )
-
-    def close(self) -> None:
-        self.tree.__exit__()
-
-    def has(self, *parts: str) -> bool:
-        try:
-            return self.tree.lstat(PurePosixPath(*parts)) is not None
-        except (LinkInTheWay, OSError):
-            return False
-
-    def read(
-        self, *parts: str, limit: int = MAX_SMALL_FILE_BYTES, tail: bool = False
-    ) -> bytes | None:
-        """A regular file's bytes (None: missing, a link, a FIFO, unreadable)."""
-        try:
-            data = self.tree.read(PurePosixPath(*parts), limit, tail, one_name=True)
-        except (LinkInTheWay, OSError):
-            return None
-        return None if data is None else data[:limit]
-
-    def text(self, *parts: str) -> str | None:
-        data = self.read(*parts)
-        return None if data is None else data.decode("utf-8", errors="replace")
-
-    def tail(self, *parts: str, lines: int = TAIL_LINES) -> str:
-        return _tail_text(self.read(*parts, limit=TAIL_BYTES, tail=True) or b"", lines)
-
-    def names(self, folder: str) -> list[str]:
-        try:
-            return self.tree.names((folder,))
-        except (LinkInTheWay, OSError):
-            return []
-
-    def report(self, *parts: str) -> Report:
-        """The probe report at `parts` (CompareError when it is missing, a link, not a regular
-        file, or not a report)."""
-        path = self.path.joinpath(*parts)
-        try:
-            data = self.tree.read(PurePosixPath(*parts), compare.MAX_REPORT_BYTES, one_name=True)
-        except LinkInTheWay as exc:
-            raise CompareError(
-                f"{path}: {exc.what}; not read (a report is a regular file)"
-            ) from None
-        except OSError as exc:
-            raise CompareError(f"{path}: cannot read: {exc.strerror or exc}") from None
-        if data is None:
-            raise CompareError(f"{path}: no such report")
-        return compare.report_from_bytes(data, path)
-
-
 def _job_nodes(job: JobFolder, info: JobInfo) -> tuple[list[str], str]:
     """The job's nodes and where the names came from: the script's `hosts` file, else what
     Slurm said, else the reports."""
@@ -378,7 +207,7 @@ def _why_no_report(job: JobFolder, folder: str, node: str, info: JobInfo) -> str
 def _node_row(
     job: JobFolder, node: str, source: str, info: JobInfo
 ) -> tuple[NodeRow, Report | None]:
-    if not _file_name_ok(node):
+    if not file_name_ok(node):
         # e.g. "../x", "/etc/passwd" or 300 bytes in a damaged hosts file: not read as a path
         shown = compare.printable(node)[:TAIL_LINE_CHARS]
         why = (
@@ -404,7 +233,7 @@ def _node_row(
     return NodeRow(node, status, path, problems, dict(report.metrics)), report
 
 
-def _judged(key: MetricKey) -> bool:
+def is_judged(key: MetricKey) -> bool:
     return any(key[0] == check and (name is None or key[1] == name) for check, name in JUDGED)
 
 
@@ -441,7 +270,7 @@ def _judge(rows: Sequence[NodeRow], floor_pct: float) -> tuple[dict[str, list[Ou
     outliers: dict[str, list[Outlier]] = {}
     notes: list[str] = []
     unknown: list[str] = []
-    keys = dict.fromkeys(k for r in rows for k in r.metrics if _judged(k))
+    keys = dict.fromkeys(k for r in rows for k in r.metrics if is_judged(k))
     for key in keys:
         have = {
             r.node: r.metrics[key]
@@ -528,7 +357,7 @@ def _cross(
 ) -> CrossNode:
     phase = (job.text("phase") or "").strip()
     reports = _rank_reports(job)
-    named = [n for n in nodes if _file_name_ok(n)]  # the others are not read as paths
+    named = [n for n in nodes if file_name_ok(n)]  # the others are not read as paths
     shown = tuple(compare.printable(n)[:TAIL_LINE_CHARS] for n in nodes)  # a damaged hosts
     ran = [
         n
@@ -635,7 +464,7 @@ def _torchrun_problems(
     return problems
 
 
-def _busbw(metrics: Mapping[MetricKey, Metric]) -> dict[str, Metric]:
+def busbw_metrics(metrics: Mapping[MetricKey, Metric]) -> dict[str, Metric]:
     return {
         k[3]: m
         for k, m in metrics.items()
@@ -644,17 +473,17 @@ def _busbw(metrics: Mapping[MetricKey, Metric]) -> dict[str, Metric]:
 
 
 def _sizes(rank0: Report | None, rows: Sequence[NodeRow]) -> tuple[SizeRow, ...]:
-    across = _busbw(rank0.metrics) if rank0 else {}
-    per_node = [_busbw(r.metrics) for r in rows if r.status == "pass"]
+    across = busbw_metrics(rank0.metrics) if rank0 else {}
+    per_node = [busbw_metrics(r.metrics) for r in rows if r.status == "pass"]
     out = []
-    for size in sorted(set(across) | {s for m in per_node for s in m}, key=_size_key):
+    for size in sorted(set(across) | {s for m in per_node for s in m}, key=size_key):
         one = _median([m[size].value for m in per_node if size in m])
         unit = (across.get(size) or next(m[size] for m in per_node if size in m)).unit
         out.append(SizeRow(size, across[size].value if size in across else None, one, unit))
     return tuple(out)
 
 
-def _size_key(size: str) -> tuple[int, str]:
+def size_key(size: str) -> tuple[int, str]:
     return (int(size), size) if size.isdigit() else (1 << 62, size)
 
 
@@ -722,299 +551,3 @@ def _read_fleet(job: JobFolder, given: JobInfo | None, noise_floor_pct: float) -
         compare.noise_rule_text(noise_floor_pct),
         (*inputs, *ranks),
     )
-
-
-# --------------------------------------------------------------------------- output
-
-TABLE_HEADER = [
-    "node",
-    "status",
-    "matmul",
-    "busbw (1 node)",
-    "ResNet-50",
-    "launch latency",
-    "outlier",
-    "problems",
-]
-CROSS_HEADER = ["size", "busbw all nodes", "busbw 1 node", "all / 1 node"]
-
-
-def headline_matmul(metrics: Mapping[MetricKey, Metric]) -> Metric | None:
-    """The matmul metric the table shows: the training dtype first, the largest size."""
-    found = [m for k, m in metrics.items() if k[0] == "matmul" and m.value is not None]
-    if not found:
-        return None
-
-    def rank(m: Metric) -> tuple[int, tuple[int, str]]:
-        order = MATMUL_DTYPES.index(m.dtype) if m.dtype in MATMUL_DTYPES else len(MATMUL_DTYPES)
-        return (order, (-_size_key(m.size or "0")[0], m.size or ""))
-
-    return min(found, key=rank)
-
-
-def headline_busbw(metrics: Mapping[MetricKey, Metric]) -> Metric | None:
-    """The single-node busbw at the largest size."""
-    found = _busbw(metrics)
-    return found[max(found, key=_size_key)] if found else None
-
-
-def headline(metrics: Mapping[MetricKey, Metric], check: str, name: str) -> Metric | None:
-    """The node's `check`/`name` metric (ResNet-50 images/s, the launch latency): the one at
-    the largest size where the level measured several."""
-    found = [m for k, m in metrics.items() if k[:2] == (check, name) and m.value is not None]
-    return max(found, key=lambda m: _size_key(m.size or "0")) if found else None
-
-
-def _metric_text(m: Metric | None) -> str:
-    if m is None or m.value is None:
-        return "-"
-    what = " ".join(p for p in (m.dtype, m.size) if p)
-    return f"{compare.fmt_num(m.value)} {m.unit}" + (f" ({what})" if what else "")
-
-
-def _outlier_text(o: Outlier) -> str:
-    return (
-        f"{o.metric} {o.verdict} ({compare.fmt_num(o.value)} vs "
-        f"{compare.fmt_num(o.others_median)} {o.unit})"
-    )
-
-
-def table_rows(fleet: Fleet) -> list[list[str]]:
-    return [
-        [
-            r.node,
-            r.status,
-            _metric_text(headline_matmul(r.metrics)),
-            _metric_text(headline_busbw(r.metrics)),
-            _metric_text(headline(r.metrics, "train", "images_per_s")),
-            _metric_text(headline(r.metrics, "latency", "launch_latency")),
-            "; ".join(_outlier_text(o) for o in r.outliers) or "-",
-            "; ".join(r.problems) or "-",
-        ]
-        for r in fleet.nodes
-    ]
-
-
-def cross_rows(fleet: Fleet) -> list[list[str]]:
-    return [
-        [
-            row.size,
-            f"{compare.fmt_num(row.all_nodes)} {row.unit}",
-            f"{compare.fmt_num(row.one_node)} {row.unit}",
-            compare.fmt_num(row.ratio, 3),
-        ]
-        for row in fleet.cross.sizes
-    ]
-
-
-def summary_line(fleet: Fleet) -> str:
-    failed = fleet.failed_nodes
-    text = f"{len(fleet.nodes)} node(s), {len(failed)} failed" + (
-        f" ({', '.join(failed)})" if failed else ""
-    )
-    return text + f"; collectives across nodes: {fleet.cross.status}"
-
-
-def to_json(fleet: Fleet) -> dict[str, Any]:
-    return {
-        "tool": TOOL,
-        "format_version": FORMAT_VERSION,
-        "status": "pass" if fleet.ok else "fail",
-        "env": fleet.env,
-        "target": fleet.target,
-        "job_dir": str(fleet.job_dir),
-        "job": _job_json(fleet.job),
-        "failed_nodes": list(fleet.failed_nodes),
-        "noise_rule": fleet.noise_rule,
-        "noise_floor_pct": fleet.noise_floor_pct,
-        "nodes": [_node_json(r) for r in fleet.nodes],
-        "collectives_across_nodes": _cross_json(fleet.cross),
-        "notes": list(fleet.notes),
-    }
-
-
-def _job_json(job: JobInfo) -> dict[str, Any]:
-    return {
-        "id": job.job_id,
-        "state": job.state,
-        "reason": job.reason,
-        "run_time": job.run_time,
-        "note": job.note,
-    }
-
-
-def _node_json(r: NodeRow) -> dict[str, Any]:
-    return {
-        "node": r.node,
-        "status": r.status,
-        "report": str(r.report) if r.report else None,
-        "problems": list(r.problems),
-        "outliers": [
-            {
-                "metric": o.metric,
-                "verdict": o.verdict,
-                "value": o.value,
-                "others_median": o.others_median,
-                "unit": o.unit,
-            }
-            for o in r.outliers
-        ],
-        "metrics": [_metric_json(m) for k, m in r.metrics.items() if _judged(k)],
-    }
-
-
-def _metric_json(m: Metric) -> dict[str, Any]:
-    return {
-        "check": m.check,
-        "name": m.name,
-        "dtype": m.dtype,
-        "size": m.size,
-        "value": m.value,
-        "unit": m.unit,
-        "samples": list(m.samples),
-    }
-
-
-def _cross_json(cross: CrossNode) -> dict[str, Any]:
-    return {
-        "status": cross.status,
-        "world_size": cross.world_size,
-        "nodes": list(cross.nodes),
-        "problems": list(cross.problems),
-        "ranks": [
-            {"rank": r.rank, "node": r.node, "status": r.status, "reason": r.reason}
-            for r in cross.ranks
-        ],
-        "busbw": [
-            {
-                "size": s.size,
-                "all_nodes": s.all_nodes,
-                "one_node": s.one_node,
-                "ratio": s.ratio,
-                "unit": s.unit,
-            }
-            for s in cross.sizes
-        ],
-    }
-
-
-def dumps_json(fleet: Fleet) -> str:
-    return json.dumps(to_json(fleet), indent=2, allow_nan=False) + "\n"
-
-
-def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    def cell(text: str) -> str:
-        return compare.printable(text).replace("|", "\\|")
-
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
-        "| " + " | ".join(cell(c) for c in row) + " |" for row in rows
-    ]
-
-
-def _title(fleet: Fleet) -> str:
-    what = "/".join(x for x in (fleet.env, fleet.target) if x) or "fleet"
-    return f"envbuilder fleet: {what}, Slurm job {fleet.job.job_id}"
-
-
-def to_markdown(fleet: Fleet) -> str:
-    job = fleet.job
-    lines = [
-        f"# {_title(fleet)}",
-        "",
-        f"Result: **{'pass' if fleet.ok else 'FAIL'}**: {summary_line(fleet)}.",
-        "",
-        f"Job {job.job_id}: {job.state or 'state unknown'}"
-        + (f" ({job.reason})" if job.reason and job.reason != "None" else "")
-        + (f", ran {job.run_time}" if job.run_time else "")
-        + f"; folder `{fleet.job_dir}`.",
-        "",
-        "## Nodes",
-        "",
-        f"Noise rule: {fleet.noise_rule}",
-        "",
-    ]
-    lines += _md_table(TABLE_HEADER, table_rows(fleet))
-    cross = fleet.cross
-    lines += [
-        "",
-        "## Collectives across nodes",
-        "",
-        f"Status: **{cross.status}**"
-        + (f", world size {cross.world_size}" if cross.world_size else "")
-        + (f", nodes {', '.join(cross.nodes)}" if cross.nodes else "")
-        + ".",
-    ]
-    lines += [f"- {p}" for p in cross.problems]
-    if cross.sizes:
-        lines += ["", *_md_table(CROSS_HEADER, cross_rows(fleet))]
-    if fleet.notes:
-        lines += ["", "## Notes", ""] + [f"- {compare.printable(n)}" for n in fleet.notes]
-    return "\n".join(lines) + "\n"
-
-
-def to_html(fleet: Fleet) -> str:
-    """One self-contained page (no scripts, no network)."""
-    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
-
-    env = Environment(
-        loader=PackageLoader("envbuilder", "data/templates/fleet"),
-        autoescape=select_autoescape(["html", "j2"]),
-        undefined=StrictUndefined,
-        keep_trailing_newline=True,
-    )
-    return env.get_template("index.html.j2").render(
-        title=_title(fleet),
-        fleet=fleet,
-        ok=fleet.ok,
-        summary=summary_line(fleet),
-        header=TABLE_HEADER,
-        rows=table_rows(fleet),
-        failed=[r.failed for r in fleet.nodes],
-        cross_header=CROSS_HEADER,
-        cross_rows=cross_rows(fleet),
-    )
-
-
-def write_reports(fleet: Fleet, folder: Path) -> dict[str, Path]:
-    """fleet.json, fleet.md and fleet.html in `folder`, written together (an error writes none),
-    readable by no one the folder keeps out (report_mode).
-    Refuses (CompareError) a folder where one of them would replace a report that was read,
-    e.g. --out JOB/nodes with a node named "fleet"."""
-    paths = {
-        "json": folder / "fleet.json",
-        "markdown": folder / "fleet.md",
-        "html": folder / "fleet.html",
-    }
-    for out in paths.values():
-        for report in fleet.inputs:
-            if same_file(out, report):
-                raise CompareError(
-                    f"{out} is the report {report} that the fleet report is made of; "
-                    "writing it would overwrite that report: name another folder"
-                )
-    write_together(
-        {
-            paths["json"]: dumps_json(fleet).encode("utf-8"),
-            paths["markdown"]: to_markdown(fleet).encode("utf-8"),
-            paths["html"]: to_html(fleet).encode("utf-8"),
-        },
-        report_mode(fleet.job_dir, folder),
-    )
-    return paths
-
-
-def report_mode(*folders: Path) -> int:
-    """The mode of fleet reports: 0666 less the umask, and readable by no class of users (owner,
-    group, others) that one of `folders` (the job folder, the one written into) keeps out: a
-    job folder of mode 0750 gets 0640 reports, one of 0700 gets 0600. What the reports hold
-    came from the job folder; a run folder on a shared file system may be open to few."""
-    readable = 0o666
-    for folder in folders:
-        try:
-            allowed = folder.stat().st_mode & 0o777
-        except OSError:
-            continue
-        for shift in (6, 3, 0):  # a class that cannot both list (r) and enter (x) it: no bits
-            if (allowed >> shift) & 0o5 != 0o5:
-                readable &= ~(0o7 << shift)
-    return default_mode() & readable

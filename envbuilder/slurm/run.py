@@ -34,7 +34,7 @@ from envbuilder.core.progress import ProgressFn
 from envbuilder.core.project import Project
 from envbuilder.lock import lockfile
 from envbuilder.lock.verified import VerifiedLock, load_verified_lock
-from envbuilder.report import fleet
+from envbuilder.report import fleet, fleet_output, jobfolder
 from envbuilder.slurm import job as slurm_job
 from envbuilder.slurm.script import IMAGE_RUNTIMES, cluster_kind, pushed_image, render_script
 from envbuilder.targets import registry
@@ -136,14 +136,14 @@ def check_run_dir(run_dir: Path, given: bool) -> None:
 def check_run_dir_owner(run_dir: Path) -> None:
     """UsageError, before anything is written or submitted, when the run folder exists and is
     not this user's own or others can write into it: they could make or replace the job's
-    folder and forge its node results (fleet.shared_folder_refusal)."""
+    folder and forge its node results (jobfolder.shared_folder_refusal)."""
     try:
         info = run_dir.stat()
     except FileNotFoundError:
         return  # new: made by this user
     except OSError as exc:
         raise UsageError(f"the run folder {run_dir}: {exc.strerror or exc}") from None
-    why = fleet.shared_folder_refusal(info)
+    why = jobfolder.shared_folder_refusal(info)
     if why is not None:
         raise UsageError(
             f"the run folder {run_dir} {why}: another user could make or replace the job's "
@@ -271,9 +271,9 @@ def sbatch_arguments(env: str, request: SlurmRequest, run_dir: Path) -> list[str
 
 
 def _nodes_done(job_dir: Path) -> tuple[int, str]:
-    nodes = job_dir / "nodes"  # a link there is not followed (fleet.JobFolder refuses it)
+    nodes = job_dir / "nodes"  # a link there is not followed (jobfolder.JobFolder refuses it)
     done = 0 if nodes.is_symlink() else len(list(nodes.glob("*.exit")))
-    phase = (fleet.read_text_small(job_dir / "phase") or "").strip()
+    phase = (jobfolder.read_text_small(job_dir / "phase") or "").strip()
     return done, phase
 
 
@@ -456,7 +456,7 @@ def _outcome(
     job_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
     result = fleet.read_job_dir(job_dir, info)
     return SlurmOutcome(
-        state, job_dir, script, result, fleet.write_reports(result, job_dir), cancelled
+        state, job_dir, script, result, fleet_output.write_reports(result, job_dir), cancelled
     )
 
 
@@ -466,7 +466,7 @@ def _job_note(state: slurm_job.JobState, cancelled: str | None, run_dir: Path) -
     if state.state == "COMPLETED" and not cancelled:
         return None
     out = run_dir / f"slurm-{state.job_id}.out"
-    tail = fleet.tail_lines(out, 3)  # its end only: a batch output can be big
+    tail = jobfolder.tail_lines(out, 3)  # its end only: a batch output can be big
     parts = [
         f"envbuilder cancelled the job: {cancelled}"
         if cancelled

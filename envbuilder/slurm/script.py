@@ -35,7 +35,8 @@ from typing import Any
 from envbuilder.builders.probeargs import probe_args
 from envbuilder.builders.render import MARKER, _encode, environment
 from envbuilder.core import quoting
-from envbuilder.core.compat import DeviceFlags, load_compat
+from envbuilder.core.compat import DeviceFlags
+from envbuilder.core.compatload import load_compat
 from envbuilder.core.errors import RenderError
 from envbuilder.core.imagedefs import LOCK_LABEL, VENV_PYTHON
 from envbuilder.core.model import EnvSpec, Spec

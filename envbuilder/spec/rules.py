@@ -19,22 +19,12 @@ from urllib.parse import unquote
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
-from packaging.utils import (
-    InvalidWheelFilename,
-    canonicalize_name,
-    parse_wheel_filename,
-)
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from envbuilder.core import activate
-from envbuilder.core.compat import (
-    INSTALL_MODEL_LABELS,
-    Compat,
-    Gpu,
-    RocmRelease,
-    TorchIndexEntry,
-    load_compat,
-)
+from envbuilder.core.compat import INSTALL_MODEL_LABELS, Compat, Gpu, RocmRelease, TorchIndexEntry
+from envbuilder.core.compatload import load_compat
 from envbuilder.core.errors import EnvbuilderError
 from envbuilder.core.model import EnvSpec, FindingSink, Index
 from envbuilder.targets import registry

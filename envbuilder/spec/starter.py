@@ -24,7 +24,8 @@ from typing import Literal
 
 from packaging.version import Version
 
-from envbuilder.core.compat import Compat, Gpu, RocmRelease, TorchIndexEntry, load_compat
+from envbuilder.core.compat import Compat, Gpu, RocmRelease, TorchIndexEntry
+from envbuilder.core.compatload import load_compat
 from envbuilder.core.errors import EnvbuilderError, UsageError
 from envbuilder.core.quoting import comment_text
 from envbuilder.spec.citations import public_citation

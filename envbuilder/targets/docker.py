@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from envbuilder.core import grammar, quoting
-from envbuilder.core.compat import load_compat
+from envbuilder.core.compatload import load_compat
 from envbuilder.core.errors import RenderError
 from envbuilder.core.imagedefs import UID, VENV
 from envbuilder.core.model import EnvSpec, TargetTable

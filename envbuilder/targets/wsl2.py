@@ -10,7 +10,8 @@ from dataclasses import dataclass, replace
 from packaging.version import Version
 
 from envbuilder.core import grammar, quoting
-from envbuilder.core.compat import INSTALL_MODEL_LABELS, Gpu, RocmRelease, load_compat
+from envbuilder.core.compat import INSTALL_MODEL_LABELS, Gpu, RocmRelease
+from envbuilder.core.compatload import load_compat
 from envbuilder.core.errors import RenderError
 from envbuilder.core.imagedefs import UID, VENV
 from envbuilder.core.model import EnvSpec, FindingSink, TargetTable

@@ -141,9 +141,9 @@ def _base_facts(client: Client, base: str) -> tuple[list[str], int]:
 
 
 def image_store(client: Client) -> str:
-    """The engine's image store (envbuilder.image.engine.EngineInfo.image_store): "containerd"
-    (Docker with the containerd snapshotter: image ids are manifest digests), "classic" or
-    "podman" (image ids are config digests)."""
+    """The engine's image store (envbuilder.image.engine_values.EngineInfo.image_store):
+    "containerd" (Docker with the containerd snapshotter: image ids are manifest digests),
+    "classic" or "podman" (image ids are config digests)."""
     return engine.engine_info(client).image_store
 
 

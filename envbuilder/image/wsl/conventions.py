@@ -6,7 +6,7 @@ from __future__ import annotations
 import configparser
 import posixpath
 
-from envbuilder.core.compat import load_compat
+from envbuilder.core.compatload import load_compat
 from envbuilder.core.errors import BuildError
 
 # Shared with the image layer normaliser (envbuilder.image.tar); re-exported for this package.
