@@ -33,7 +33,6 @@ from dataclasses import replace
 
 from envbuilder.core.errors import CompareError
 from envbuilder.report.fingerprints import fingerprint_diffs
-from envbuilder.report.reading import MAX_REPORT_BYTES, printable, report_from_bytes
 from envbuilder.report.records import (
     Cell,
     Comparison,
@@ -45,28 +44,6 @@ from envbuilder.report.records import (
     Spread,
     Verdict,
 )
-from envbuilder.report.tables import fingerprint_lines, fmt_num
-
-#: This module's names, and those envbuilder.report.fleet reads from it that moved to their own
-#: modules (issue 33: reading, tables, records, fingerprints); the moved ones stay here until
-#: fleet, split in a change of its own, imports them from their modules.
-__all__ = [
-    "DEFAULT_NOISE_FLOOR_PCT",
-    "MAX_REPORT_BYTES",
-    "Cell",
-    "Comparison",
-    "Metric",
-    "MetricKey",
-    "Report",
-    "check_noise_floor",
-    "compare_reports",
-    "fingerprint_diffs",
-    "fingerprint_lines",
-    "fmt_num",
-    "noise_rule_text",
-    "printable",
-    "report_from_bytes",
-]
 
 DEFAULT_NOISE_FLOOR_PCT = 2.0
 
@@ -94,7 +71,7 @@ def _relative(ratio: float, higher_is_better: bool) -> float | None:
     return None if ratio == 0 else 1.0 / ratio
 
 
-def _compare_cell(base: Metric, other: Metric, label: str, floor_pct: float) -> Cell:
+def compare_cell(base: Metric, other: Metric, label: str, floor_pct: float) -> Cell:
     spread = _spread(other)
     if other.value is None:
         return Cell(label, None, None, note=other.problem)
@@ -287,7 +264,7 @@ def _other_cell(bm: Metric | None, om: Metric | None, label: str, floor_pct: flo
         return Cell(label, None, None, note=f"missing in {label}")
     if bm is None:
         return Cell(label, om.value, _spread(om), note="not in the baseline; no ratio")
-    return _compare_cell(bm, om, label, floor_pct)
+    return compare_cell(bm, om, label, floor_pct)
 
 
 def _check_comparable(base: Report, rows: Sequence[Row], shared: bool) -> None:

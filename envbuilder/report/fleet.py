@@ -34,14 +34,22 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder.core.errors import CompareError
-from envbuilder.report import comparison as compare
-from envbuilder.report.comparison import Metric, MetricKey, Report
+from envbuilder.report.comparison import (
+    DEFAULT_NOISE_FLOOR_PCT,
+    check_noise_floor,
+    compare_cell,
+    noise_rule_text,
+)
+from envbuilder.report.fingerprints import fingerprint_diffs
 from envbuilder.report.jobfolder import (
     MAX_NODE_NAME_BYTES,
     TAIL_LINE_CHARS,
     JobFolder,
     file_name_ok,
 )
+from envbuilder.report.reading import MAX_REPORT_BYTES, printable
+from envbuilder.report.records import Cell, Comparison, Metric, MetricKey, Report
+from envbuilder.report.tables import fingerprint_lines, fmt_num
 
 TOOL = "envbuilder-fleet"
 FORMAT_VERSION = 1
@@ -200,7 +208,7 @@ def _why_no_report(job: JobFolder, folder: str, node: str, info: JobInfo) -> str
     elif code == "3":
         what = "the image is not usable on this node"
     else:
-        what = f"exited with {compare.printable(code)[:40]} without a report"
+        what = f"exited with {printable(code)[:40]} without a report"
     return f"no report: {what}" + (f"; output: {tail}" if tail else "")
 
 
@@ -209,7 +217,7 @@ def _node_row(
 ) -> tuple[NodeRow, Report | None]:
     if not file_name_ok(node):
         # e.g. "../x", "/etc/passwd" or 300 bytes in a damaged hosts file: not read as a path
-        shown = compare.printable(node)[:TAIL_LINE_CHARS]
+        shown = printable(node)[:TAIL_LINE_CHARS]
         why = (
             f"{source}: {shown!r} is not a node name (a path, a name over "
             f"{MAX_NODE_NAME_BYTES} bytes or with control characters; not a host name)"
@@ -300,10 +308,10 @@ def _others(have: Mapping[str, Metric], node: str) -> Metric:
     return _pooled([m for n, m in have.items() if n != node])
 
 
-def _node_cells(have: Mapping[str, Metric], floor_pct: float) -> dict[str, compare.Cell]:
+def _node_cells(have: Mapping[str, Metric], floor_pct: float) -> dict[str, Cell]:
     """Each node's metric judged against the other nodes' pooled samples."""
     return {
-        node: compare._compare_cell(  # compare's noise rule, node vs the others
+        node: compare_cell(  # compare's noise rule, node vs the others
             _others(have, node), metric, node, floor_pct
         )
         for node, metric in have.items()
@@ -313,8 +321,8 @@ def _node_cells(have: Mapping[str, Metric], floor_pct: float) -> dict[str, compa
 def _two_nodes_differ(key: MetricKey, have: Mapping[str, Metric]) -> str:
     a, b = sorted(have)
     return (
-        f"{a} and {b} differ in {_label(key)} ({compare.fmt_num(have[a].value)}"
-        f" vs {compare.fmt_num(have[b].value)} {have[a].unit}), beyond noise; "
+        f"{a} and {b} differ in {_label(key)} ({fmt_num(have[a].value)}"
+        f" vs {fmt_num(have[b].value)} {have[a].unit}), beyond noise; "
         "with two nodes neither is called the outlier"
     )
 
@@ -345,7 +353,7 @@ def _collectives_entry(
 ) -> tuple[str, str | None, dict[str, Any]]:
     """(status, reason, details) of the collectives check in a rank's report."""
     try:
-        data = json.loads(job.read("collectives", name, limit=compare.MAX_REPORT_BYTES) or b"")
+        data = json.loads(job.read("collectives", name, limit=MAX_REPORT_BYTES) or b"")
         entry = next(c for c in data["checks"] if c.get("name") == "collectives")
         return str(entry["status"]), entry.get("reason"), dict(entry.get("details") or {})
     except (OSError, ValueError, KeyError, TypeError, StopIteration, AttributeError):
@@ -358,7 +366,7 @@ def _cross(
     phase = (job.text("phase") or "").strip()
     reports = _rank_reports(job)
     named = [n for n in nodes if file_name_ok(n)]  # the others are not read as paths
-    shown = tuple(compare.printable(n)[:TAIL_LINE_CHARS] for n in nodes)  # a damaged hosts
+    shown = tuple(printable(n)[:TAIL_LINE_CHARS] for n in nodes)  # a damaged hosts
     ran = [
         n
         for n in named
@@ -455,7 +463,7 @@ def _torchrun_problems(
     """Nodes whose torchrun failed (its exit code and output) or did not finish."""
     problems = []
     for node in named:
-        code = compare.printable((job.text("collectives", f"{node}.exit") or "").strip())[:40]
+        code = printable((job.text("collectives", f"{node}.exit") or "").strip())[:40]
         if code not in ("", "0"):
             output = job.tail("collectives", f"{node}.log")
             problems.append(f"{node}: torchrun exited with {code}; output: {output}")
@@ -497,11 +505,11 @@ def _env_target(reports: Sequence[Report]) -> tuple[str | None, str | None]:
 def read_job_dir(
     job_dir: Path,
     job: JobInfo | None = None,
-    noise_floor_pct: float = compare.DEFAULT_NOISE_FLOOR_PCT,
+    noise_floor_pct: float = DEFAULT_NOISE_FLOOR_PCT,
 ) -> Fleet:
     """The fleet report of one job folder. A node without a report is a failed row saying why
     (its exit code and output, or the job's state); reports that are not probe reports too."""
-    compare.check_noise_floor(noise_floor_pct)
+    check_noise_floor(noise_floor_pct)
     folder = JobFolder(job_dir)
     try:
         return _read_fleet(folder, job, noise_floor_pct)
@@ -513,10 +521,10 @@ def _fingerprint_notes(reports: Sequence[Report], noise_floor_pct: float) -> lis
     """What differs between the nodes' fingerprints (driver, torch, ...), as notes."""
     if len(reports) < 2:
         return []
-    comparison = compare.Comparison(
-        tuple(reports), (), tuple(compare.fingerprint_diffs(reports)), (), noise_floor_pct
+    comparison = Comparison(
+        tuple(reports), (), tuple(fingerprint_diffs(reports)), (), noise_floor_pct
     )
-    return [f"nodes: {line}" for line in compare.fingerprint_lines(comparison)]
+    return [f"nodes: {line}" for line in fingerprint_lines(comparison)]
 
 
 def _read_fleet(job: JobFolder, given: JobInfo | None, noise_floor_pct: float) -> Fleet:
@@ -548,6 +556,6 @@ def _read_fleet(job: JobFolder, given: JobInfo | None, noise_floor_pct: float) -
         _cross(job, nodes, rows, info),
         tuple(notes),
         noise_floor_pct,
-        compare.noise_rule_text(noise_floor_pct),
+        noise_rule_text(noise_floor_pct),
         (*inputs, *ranks),
     )

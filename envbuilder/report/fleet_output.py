@@ -10,8 +10,6 @@ from typing import Any
 
 from envbuilder.core.errors import CompareError
 from envbuilder.core.fsutil import default_mode, same_file, write_together
-from envbuilder.report import comparison as compare
-from envbuilder.report.comparison import Metric, MetricKey
 from envbuilder.report.fleet import (
     FORMAT_VERSION,
     MATMUL_DTYPES,
@@ -25,6 +23,9 @@ from envbuilder.report.fleet import (
     is_judged,
     size_key,
 )
+from envbuilder.report.reading import printable
+from envbuilder.report.records import Metric, MetricKey
+from envbuilder.report.tables import fmt_num
 
 TABLE_HEADER = [
     "node",
@@ -69,14 +70,11 @@ def _metric_text(m: Metric | None) -> str:
     if m is None or m.value is None:
         return "-"
     what = " ".join(p for p in (m.dtype, m.size) if p)
-    return f"{compare.fmt_num(m.value)} {m.unit}" + (f" ({what})" if what else "")
+    return f"{fmt_num(m.value)} {m.unit}" + (f" ({what})" if what else "")
 
 
 def _outlier_text(o: Outlier) -> str:
-    return (
-        f"{o.metric} {o.verdict} ({compare.fmt_num(o.value)} vs "
-        f"{compare.fmt_num(o.others_median)} {o.unit})"
-    )
+    return f"{o.metric} {o.verdict} ({fmt_num(o.value)} vs {fmt_num(o.others_median)} {o.unit})"
 
 
 def table_rows(fleet: Fleet) -> list[list[str]]:
@@ -99,9 +97,9 @@ def cross_rows(fleet: Fleet) -> list[list[str]]:
     return [
         [
             row.size,
-            f"{compare.fmt_num(row.all_nodes)} {row.unit}",
-            f"{compare.fmt_num(row.one_node)} {row.unit}",
-            compare.fmt_num(row.ratio, 3),
+            f"{fmt_num(row.all_nodes)} {row.unit}",
+            f"{fmt_num(row.one_node)} {row.unit}",
+            fmt_num(row.ratio, 3),
         ]
         for row in fleet.cross.sizes
     ]
@@ -204,7 +202,7 @@ def dumps_json(fleet: Fleet) -> str:
 
 def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     def cell(text: str) -> str:
-        return compare.printable(text).replace("|", "\\|")
+        return printable(text).replace("|", "\\|")
 
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
         "| " + " | ".join(cell(c) for c in row) + " |" for row in rows
@@ -248,7 +246,7 @@ def to_markdown(fleet: Fleet) -> str:
     if cross.sizes:
         lines += ["", *_md_table(CROSS_HEADER, cross_rows(fleet))]
     if fleet.notes:
-        lines += ["", "## Notes", ""] + [f"- {compare.printable(n)}" for n in fleet.notes]
+        lines += ["", "## Notes", ""] + [f"- {printable(n)}" for n in fleet.notes]
     return "\n".join(lines) + "\n"
 
 

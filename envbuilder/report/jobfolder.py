@@ -11,8 +11,8 @@ from pathlib import Path, PurePosixPath
 from envbuilder.core.errors import CompareError
 from envbuilder.core.fsutil import read_regular_bytes
 from envbuilder.core.nofollow import LinkInTheWay, Tree
-from envbuilder.report import comparison as compare
-from envbuilder.report.comparison import Report
+from envbuilder.report.reading import MAX_REPORT_BYTES, printable, report_from_bytes
+from envbuilder.report.records import Report
 
 TAIL_LINES = 4
 #: The small files of a job folder (hosts, phase, NODE.exit) are bytes to kilobytes: `hosts` is
@@ -37,7 +37,7 @@ def file_name_ok(node: str) -> bool:
         node not in ("", ".", "..")
         and not any(c in node for c in "/\\\0\n\t")
         and len(node.encode("utf-8", "surrogateescape")) <= MAX_NODE_NAME_BYTES
-        and compare.printable(node) == node
+        and printable(node) == node
     )
 
 
@@ -92,7 +92,7 @@ def tail_lines(path: Path, lines: int = TAIL_LINES) -> str:
 
 
 def _tail_text(data: bytes, lines: int) -> str:
-    text = compare.printable(data.decode("utf-8", errors="replace"))
+    text = printable(data.decode("utf-8", errors="replace"))
     kept = [line.strip() for line in text.splitlines() if line.strip()]
     return " | ".join(
         line if len(line) <= TAIL_LINE_CHARS else line[:TAIL_LINE_CHARS] + "..."
@@ -180,7 +180,7 @@ class JobFolder:
         file, or not a report)."""
         path = self.path.joinpath(*parts)
         try:
-            data = self.tree.read(PurePosixPath(*parts), compare.MAX_REPORT_BYTES, one_name=True)
+            data = self.tree.read(PurePosixPath(*parts), MAX_REPORT_BYTES, one_name=True)
         except LinkInTheWay as exc:
             raise CompareError(
                 f"{path}: {exc.what}; not read (a report is a regular file)"
@@ -189,4 +189,4 @@ class JobFolder:
             raise CompareError(f"{path}: cannot read: {exc.strerror or exc}") from None
         if data is None:
             raise CompareError(f"{path}: no such report")
-        return compare.report_from_bytes(data, path)
+        return report_from_bytes(data, path)
