@@ -41,7 +41,7 @@ import pytest
 from shipped import rendered_folders
 from test_lock_support import FAKE_INDEX_URL, make_wheel
 
-from envbuilder.builders.venv import MARKER as VENV_MARKER
+from envbuilder.builders.venvfolder import MARKER as VENV_MARKER
 from envbuilder.core.journal import KILL_AT_STEP
 from envbuilder.core.journalfile import JOURNAL
 

@@ -30,7 +30,7 @@ from replica.catalog import Catalog, load_catalog
 from replica.distributions import BUILD_REQUIRES
 from replica.server import ReplicaServer, serve
 
-from envbuilder.builders.venv import uv_sync_command
+from envbuilder.builders.venvcommands import uv_sync_command
 from envbuilder.commands._cli import main
 from envbuilder.core.project import Project
 from envbuilder.host import pyfinder

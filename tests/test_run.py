@@ -381,7 +381,7 @@ def test_wsl_exe_line_runs_the_command_as_the_distros_user_through_a_login_shell
 
 
 def test_venv_activation_lines() -> None:
-    from envbuilder.builders.venv import activation_line
+    from envbuilder.builders.venvcommands import activation_line
 
     posix = activation_line(Path("/p/my venv/bin"), ("python", "-c", "print(1)"), windows=False)
     assert posix == ". '/p/my venv/bin/activate' && python -c 'print(1)'"

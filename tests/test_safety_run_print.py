@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_safety_venv import Tiny, envbuilder, tiny  # noqa: F401 (tiny: the fixture)
 
-from envbuilder.builders.venv import VenvLayout, activation_line, posix_run_line
+from envbuilder.builders.venvcommands import VenvLayout, activation_line, posix_run_line
 from envbuilder.core.quoting import PS_SINGLE_QUOTES, ps_quote, sh_command, sh_word
 from envbuilder.host.wslexe import powershell_line
 

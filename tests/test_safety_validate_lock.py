@@ -21,7 +21,7 @@ from test_safety_venv import Tiny, envbuilder, tiny  # noqa: F401 (tiny: the fix
 
 from envbuilder.builders.docker import _other_lock
 from envbuilder.builders.proberun import OtherLock, refuse_other_lock, with_other_lock
-from envbuilder.builders.venv import MARKER
+from envbuilder.builders.venvfolder import MARKER
 from envbuilder.core.errors import ValidationError
 from envbuilder.core.imagedefs import LOCK_LABEL
 from envbuilder.image.engine_values import ImageInfo

@@ -23,15 +23,14 @@ from pathlib import Path
 import pytest
 from clirun import as_process
 
-from envbuilder.builders.venv import (
+from envbuilder.builders.venvcommands import uv_venv_command, uv_venv_environment
+from envbuilder.builders.venvfolder import (
     MARKER,
     incomplete_marker_bytes,
     inspect_folder,
     marker_bytes,
     marker_state,
     read_marker,
-    uv_venv_command,
-    uv_venv_environment,
 )
 from envbuilder.spec.load import load_spec
 

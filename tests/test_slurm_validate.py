@@ -30,7 +30,7 @@ from clirun import in_project
 from conftest import SlurmCluster, service_missing
 
 from envbuilder.builders.render import MARKER
-from envbuilder.builders.venv import uv_venv_environment
+from envbuilder.builders.venvcommands import uv_venv_environment
 from envbuilder.commands._cli import main
 from envbuilder.core import activate
 from envbuilder.core.compatload import load_compat

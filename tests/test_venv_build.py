@@ -24,7 +24,9 @@ import pytest
 import tomlkit
 
 from envbuilder.builders.lookup import builder_for
-from envbuilder.builders.venv import MARKER, NativeVenvBuilder, VenvLayout
+from envbuilder.builders.venv import NativeVenvBuilder
+from envbuilder.builders.venvcommands import VenvLayout
+from envbuilder.builders.venvfolder import MARKER
 from envbuilder.core.errors import EnvbuilderError, LockError
 from envbuilder.core.fsutil import sha256_file
 from envbuilder.core.model import EnvSpec

@@ -10,16 +10,15 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 import pytest
 
 from envbuilder.builders.lookup import builder_for
-from envbuilder.builders.venv import (
-    MARKER,
+from envbuilder.builders.venvcommands import (
     VenvLayout,
-    marker_bytes,
     package_diff,
     probe_command,
     sync_changes,
     uv_sync_command,
     uv_venv_command,
 )
+from envbuilder.builders.venvfolder import MARKER, marker_bytes
 from envbuilder.core import activate
 from envbuilder.core.errors import BuildError, EngineError
 from envbuilder.core.model import EnvSpec

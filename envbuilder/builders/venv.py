@@ -18,469 +18,67 @@ Order of a build, so a bad lock never touches a working venv:
   5. the activate scripts and, last, the complete marker are written.
 The two targets differ only in their host OS, their folder layout (`bin/python` vs
 `Scripts\\python.exe`), and how Python is found (uv vs the `py` launcher).
+
+The folder and its marker (step 0, the marker's bytes) are envbuilder.builders.venvfolder; the
+command lines the build runs and the lines `run --print` gives, envbuilder.builders.venvcommands.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shlex
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from packaging.utils import canonicalize_name
 
-from envbuilder import __version__
-from envbuilder.builders.proberun import (
-    OtherLock,
-    probe_options,
-    refuse_other_lock,
-    with_other_lock,
+from envbuilder.builders.proberun import OtherLock, refuse_other_lock, with_other_lock
+from envbuilder.builders.venvcommands import (
+    STATE_SCRIPT,
+    VenvLayout,
+    activation_line,
+    clean_env,
+    package_diff,
+    posix_run_line,
+    probe_command,
+    run_tool,
+    sync_changes,
+    user_shell,
+    uv_sync_command,
+    uv_venv_command,
+    uv_venv_environment,
+)
+from envbuilder.builders.venvfolder import (
+    COMPLETE,
+    INCOMPLETE,
+    MARKER,
+    VenvFolder,
+    busy_message,
+    claim_folder,
+    default_venv_path,
+    empty_venv_folder,
+    incomplete_marker_bytes,
+    marker_bytes,
+    marker_state,
+    read_marker,
+    strangers_message,
+    venv_lock_path,
 )
 from envbuilder.core import activate, interrupts, stale
 from envbuilder.core.datafolders import real_folders_to
 from envbuilder.core.errors import BuildError, UsageError, ValidationError, output_tail
-from envbuilder.core.fsutil import atomic_write_bytes, sha256_bytes, temp_dir
+from envbuilder.core.fsutil import atomic_write_bytes, temp_dir
 from envbuilder.core.model import EnvSpec
 from envbuilder.core.pipsdk import sdk_release
 from envbuilder.core.plan import FindPython, LockPins, Plan, PlanInputs, WriteActivation
 from envbuilder.core.progress import ProgressFn
-from envbuilder.core.project import Project, pylock_name, venv_folder
-from envbuilder.core.quoting import ps_quote, sh_command, sh_word
-from envbuilder.core.statefile import StateFileError, read_state
+from envbuilder.core.project import Project, pylock_name
 from envbuilder.host import pyfinder
 from envbuilder.targets import registry
-from envbuilder.targets.base import (
-    Artifact,
-    BuildOptions,
-    RunCommand,
-    RunOptions,
-    ValidateOptions,
-)
-
-MARKER = "envbuilder-venv.json"
-MARKER_VERSION = 1
-#: A marker is a few hundred bytes.
-_MAX_MARKER_BYTES = 1 << 20
-#: The marker's `state`: "complete" once a build finished; "incomplete" from the moment a build
-#: starts changing the venv (an interrupted build leaves it so). A marker without `state` was
-#: written by an envbuilder that wrote only complete markers.
-COMPLETE, INCOMPLETE = "complete", "incomplete"
-
-#: What the top folder of a venv holds (made by venv/uv/pip/envbuilder), compared in lower case
-#: (Windows: Scripts, Lib, Include). Anything else (src/ of `pip install -e`, .git, a user's
-#: file) is someone's data: a venv folder holding it is never emptied.
-VENV_ENTRIES = frozenset(
-    {
-        "bin",
-        "scripts",
-        "lib",
-        "lib64",
-        "include",
-        "share",
-        "etc",
-        "man",
-        "pyvenv.cfg",
-        ".gitignore",
-        "cachedir.tag",
-        ".lock",
-        MARKER,
-    }
-)
-
-#: Run by the venv's Python: its version and the installed distributions (what sync produced),
-#: and its prefixes (a folder whose bin/python is not a venv's must never be synced).
-_STATE_SCRIPT = (
-    "import json, sys, importlib.metadata as m\n"
-    "pk = {}\n"
-    "for d in m.distributions():\n"
-    "    n = d.metadata['Name']\n"
-    "    if n: pk[n] = d.version\n"
-    "print(json.dumps({'python': '%d.%d.%d' % sys.version_info[:3], 'packages': pk,\n"
-    "                  'prefix': sys.prefix, 'base_prefix': sys.base_prefix}))\n"
-)
-
-
-@dataclass(frozen=True)
-class VenvLayout:
-    """Where things are inside a venv; pure paths, so the Windows layout is testable anywhere."""
-
-    root: PurePath
-    windows: bool
-
-    @property
-    def scripts(self) -> PurePath:
-        return self.root / ("Scripts" if self.windows else "bin")
-
-    @property
-    def python(self) -> PurePath:
-        return self.scripts / ("python.exe" if self.windows else "python")
-
-    @property
-    def marker(self) -> PurePath:
-        return self.root / MARKER
-
-
-FolderKind = Literal["absent", "empty", "ours", "foreign-venv", "other"]
-
-
-@dataclass(frozen=True)
-class VenvFolder:
-    """What is at a venv's path before a build, and whether envbuilder may change it.
-
-    kind: "absent" / "empty" (a venv may be made there), "ours" (a valid marker: envbuilder made
-    it), "foreign-venv" (a venv without envbuilder's marker: only `--force` takes it over),
-    "other" (a file, a link, or a folder that is not a venv: never changed).
-    what: a phrase saying what `path` is, for messages ("<path> is <what>").
-    strangers: top-level entries a venv does not hold (someone's data), sorted."""
-
-    path: Path
-    kind: FolderKind
-    what: str
-    strangers: tuple[str, ...] = ()
-
-
-def _is_marker_temp(name: str) -> bool:
-    """A temp file of an interrupted marker write (fsutil.atomic_write_bytes names them so)."""
-    return name.startswith(f".{MARKER}.") and name.endswith(".tmp")
-
-
-def _strangers(names: Sequence[str]) -> tuple[str, ...]:
-    return tuple(
-        sorted(n for n in names if n.lower() not in VENV_ENTRIES and not _is_marker_temp(n))
-    )
-
-
-def _pyvenv_version(venv: Path) -> str | None:
-    """The Python version a pyvenv.cfg names (`version` or `version_info`), if it says."""
-    try:
-        text = (venv / "pyvenv.cfg").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip().lower() in ("version", "version_info"):
-            return value.strip()
-    return None
-
-
-def marker_owns(marker: Mapping[str, Any], venv: Path) -> bool:
-    """True when `marker` was written for the venv at `venv` (same path, or the same folder by
-    another spelling). A marker naming another folder came with a copied or moved venv."""
-    recorded = marker.get("venv")
-    if not isinstance(recorded, str) or not recorded:
-        return False
-    if recorded == str(venv):
-        return True
-    try:
-        return Path(recorded).samefile(venv)
-    except OSError:
-        return False
-
-
-def _listing(names: Sequence[str], limit: int = 8) -> str:
-    shown = ", ".join(names[:limit])
-    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
-
-
-def inspect_folder(venv: Path) -> VenvFolder:
-    """Look at what is at `venv` (reads only; follows no link). OSError when it cannot be read."""
-    if venv.is_symlink():
-        return VenvFolder(venv, "other", f"a symbolic link (to {venv.readlink()})")
-    if not venv.exists():
-        return VenvFolder(venv, "absent", "nothing")
-    if not venv.is_dir():
-        return VenvFolder(venv, "other", "a file, not a folder")
-    names = sorted(p.name for p in venv.iterdir())
-    if not [n for n in names if not _is_marker_temp(n)]:
-        return VenvFolder(venv, "empty", "an empty folder")
-    strangers = _strangers(names)
-    # a marker that is a link proves nothing about this folder
-    marker = None if (venv / MARKER).is_symlink() else read_marker(venv / MARKER)
-    if marker is not None and marker_owns(marker, venv):
-        return VenvFolder(venv, "ours", "a venv envbuilder made", strangers)
-    if not (venv / "pyvenv.cfg").is_file():
-        what = f"a folder that is not a venv (no pyvenv.cfg); it holds {_listing(names)}"
-        return VenvFolder(venv, "other", what, strangers)
-    version = _pyvenv_version(venv)
-    what = f"a venv{f' of Python {version}' if version else ''} that envbuilder did not make"
-    if marker is not None:
-        what += (
-            f" (its {MARKER} names another folder, {marker.get('venv')}: it was copied or moved)"
-        )
-    else:
-        what += f" (no {MARKER})"
-    if strangers:
-        what += f", and it holds files a venv does not: {_listing(strangers)}"
-    return VenvFolder(venv, "foreign-venv", what, strangers)
-
-
-def claim_folder(venv: Path, force: bool) -> VenvFolder:
-    """What is at `venv`, when envbuilder may build there; otherwise BuildError saying what is
-    there and how to proceed, with nothing changed. `force` takes over a venv envbuilder did not
-    make, only when its folder holds a venv and nothing else."""
-    try:
-        folder = inspect_folder(venv)
-    except OSError as exc:  # e.g. a parent folder that cannot be read
-        raise BuildError(
-            f"cannot look at {venv}: {exc.strerror or exc}; nothing was changed. "
-            f"Give another --path"
-        ) from None
-    if folder.kind in ("absent", "empty", "ours"):
-        return folder
-    head = (
-        f"{venv} is {folder.what}. envbuilder changes only a venv it made itself (its "
-        f"{MARKER} proves it), so nothing was changed"
-    )
-    if folder.kind == "other":
-        raise BuildError(
-            f"{head}. Give another --path (a new or empty folder); --force does not "
-            f"apply: it only takes over a folder that holds a venv and nothing else"
-        )
-    if folder.strangers:
-        raise BuildError(
-            f"{head}. Give another --path, or move {_listing(folder.strangers)} out "
-            f"and use --force to replace the venv (--force never deletes files that "
-            f"are not part of a venv)"
-        )
-    if not force:
-        raise BuildError(
-            f"{head}. Use --force to replace that venv with a new one (the packages "
-            f"installed in it are removed), or give another --path"
-        )
-    return folder
-
-
-def strangers_message(venv: Path, strangers: Sequence[str]) -> str:
-    """Why a venv that must be made again (wrong or broken Python) is not: its folder holds
-    files a venv does not, which emptying it would delete."""
-    return (
-        f"the venv at {venv} must be made again (its Python is missing, broken or not the "
-        f"one the env needs), but its folder also holds files a venv does not: "
-        f"{_listing(strangers)}. Nothing was changed: move them out, or give another --path"
-    )
-
-
-def empty_venv_folder(venv: Path) -> None:
-    """Remove everything in the venv folder `venv` but its marker, following no symbolic link out
-    of it (a link is removed, never what it points to). Refuses, removing nothing, when the folder
-    holds anything a venv does not (someone's data)."""
-    try:
-        names = sorted(p.name for p in venv.iterdir())
-        if strangers := _strangers(names):
-            raise BuildError(strangers_message(venv, strangers))
-        for name in names:
-            if name != MARKER:
-                _remove_entry(venv / name)
-    except OSError as exc:
-        raise BuildError(f"cannot remove the old venv in {venv}: {exc}") from None
-
-
-def _remove_entry(path: Path) -> None:
-    """Remove one entry without following links: shutil.rmtree removes links inside a folder
-    and never descends through them (nor through Windows junctions)."""
-    is_junction = getattr(os.path, "isjunction", lambda _p: False)(path)
-    if path.is_dir() and not path.is_symlink() and not is_junction:
-        shutil.rmtree(path)
-    elif is_junction:
-        path.rmdir()  # removes the junction itself, never its target's content
-    else:
-        path.unlink()
-
-
-def venv_lock_path(project: Project, venv: Path) -> Path:
-    """The lock a build holds on the venv at `venv` (and hands to the uv it starts), in the
-    cache: a file inside the venv would go when the venv is re-created, one beside it would
-    be written into the user's folder."""
-    key = sha256_bytes(os.path.realpath(venv).encode("utf-8", "surrogateescape"))[:32]
-    return project.cache / "locks" / f"venv-{key}.lock"
-
-
-def busy_message(venv: Path) -> str:
-    return (
-        f"the venv at {venv} is being changed by another `envbuilder build`, or by the uv "
-        "of an earlier build that was killed (uv goes on until it is done); nothing was "
-        "changed. Wait until it ends and build again (`fuser` on the lock file in the cache's "
-        "locks/ folder names the process)"
-    )
-
-
-def default_venv_path(project: Project, env: str, target: str) -> Path:
-    """The venv's folder when `--path` is not given: <project>/.envbuilder/venvs/<env>-<target>
-    (gitignored)."""
-    return project.root / venv_folder(env, target)
-
-
-def uv_venv_command(uv: str, python: str, venv: PurePath, prompt: str) -> list[str]:
-    """Create a venv (no pip, setuptools or wheel in it: it holds the lock and nothing else).
-
-    `--allow-existing`: the folder already holds envbuilder's "incomplete" marker (written before
-    the venv is made, so an interrupted build leaves a folder the next build recognises); uv keeps
-    it. Never `--clear`, which removes whatever the folder holds."""
-    return [
-        uv,
-        "venv",
-        "--no-project",
-        "--allow-existing",
-        "--python",
-        python,
-        "--prompt",
-        prompt,
-        str(venv),
-    ]
-
-
-def uv_venv_environment() -> dict[str, str]:
-    """The environment for `uv venv`: without UV_VENV_CLEAR, which would make uv delete what an
-    existing folder holds (envbuilder empties a folder only after checking it is its own)."""
-    return {k: v for k, v in os.environ.items() if k != "UV_VENV_CLEAR"}
-
-
-def uv_sync_command(
-    uv: str, venv_python: PurePath, requirements: PurePath, find_links: PurePath | None = None
-) -> list[str]:
-    """Make the venv hold exactly `requirements` (local files with hashes): offline, no index,
-    every artifact's sha256 checked.
-
-    `find_links`: the wheelhouse, so that uv's isolated build of a locked sdist (the pip SDK's
-    `rocm`) finds its build backend among the locked wheels (`envbuilder lock` checked it is
-    there); with wheels only it changes nothing.
-
-    `--no-cache`: the wheels sit in a fresh wheelhouse folder each build, so uv's cache would
-    key every build's torch anew and keep one more unpacked copy (~0.7 GB) each time (seen
-    here: 30 copies, 21 GB). envbuilder's own wheel cache already keeps the downloads."""
-    links = ["--find-links", str(find_links)] if find_links is not None else []
-    return [
-        uv,
-        "pip",
-        "sync",
-        "--python",
-        str(venv_python),
-        "--offline",
-        "--no-index",
-        *links,
-        "--require-hashes",
-        "--no-cache",
-        str(requirements),
-    ]
-
-
-def probe_command(
-    venv_python: PurePath,
-    zipapp: PurePath,
-    pylock: PurePath,
-    report: PurePath,
-    env: EnvSpec,
-    target: str,
-    options: ValidateOptions,
-) -> list[str]:
-    """The probe's command line, run with the venv's Python (probe contract in the brief)."""
-    return [
-        str(venv_python),
-        str(zipapp),
-        *probe_options(env, options, {"env": env.name, "target": target}),
-        "--lock",
-        str(pylock),
-        "--json",
-        str(report),
-    ]
-
-
-def marker_bytes(
-    venv: Path,
-    env: str,
-    target: str,
-    lock_sha256: str,
-    python: str,
-    packages: Mapping[str, str],
-) -> bytes:
-    """The marker of a finished build: sorted JSON, no timestamp (same build, same bytes)."""
-    data = {
-        "marker_version": MARKER_VERSION,
-        "state": COMPLETE,
-        "venv": str(venv),
-        "env": env,
-        "target": target,
-        "lock_sha256": lock_sha256,
-        "python": python,
-        "envbuilder_version": __version__,
-        "packages": dict(sorted(packages.items())),
-    }
-    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
-
-
-def incomplete_marker_bytes(venv: Path, env: str, target: str) -> bytes:
-    """The marker written before a build changes the venv: it still proves envbuilder owns the
-    folder, and says the venv is not (yet) what any lock describes."""
-    data = {
-        "marker_version": MARKER_VERSION,
-        "state": INCOMPLETE,
-        "venv": str(venv),
-        "env": env,
-        "target": target,
-        "envbuilder_version": __version__,
-    }
-    return (json.dumps(data, indent=2, sort_keys=True) + "\n").encode("utf-8")
-
-
-def marker_state(marker: Mapping[str, Any]) -> str:
-    """ "complete" or "incomplete" (a marker of an older envbuilder has no state: complete)."""
-    return INCOMPLETE if marker.get("state", COMPLETE) != COMPLETE else COMPLETE
-
-
-def read_marker(path: Path) -> dict[str, Any] | None:
-    """The marker's content, or None when it is missing or unreadable (then the venv is synced)."""
-    try:  # statefile: a FIFO, a link, a huge or deeply nested marker is no marker
-        data = read_state(path, _MAX_MARKER_BYTES, "json", "")
-    except StateFileError:
-        return None
-    return data if isinstance(data, dict) and data.get("marker_version") == MARKER_VERSION else None
-
-
-def package_diff(installed: Mapping[str, str], expected: Mapping[str, str]) -> list[str]:
-    """Human lines for every difference: extra, missing, other version ([] when equal)."""
-    inst = {canonicalize_name(k): v for k, v in installed.items()}
-    want = {canonicalize_name(k): v for k, v in expected.items()}
-    out = [f"extra: {n}=={inst[n]}" for n in sorted(inst.keys() - want.keys())]
-    out += [f"missing: {n}=={want[n]}" for n in sorted(want.keys() - inst.keys())]
-    out += [
-        f"other version: {n}=={inst[n]} (lock: {want[n]})"
-        for n in sorted(inst.keys() & want.keys())
-        if inst[n] != want[n]
-    ]
-    return out
-
-
-def sync_changes(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:
-    """What a sync did, one short item per package: "+name==v", "-name==v", "name a -> b"."""
-    old = {canonicalize_name(k): v for k, v in before.items()}
-    new = {canonicalize_name(k): v for k, v in after.items()}
-    out = [f"+{n}=={new[n]}" for n in sorted(new.keys() - old.keys())]
-    out += [f"-{n}=={old[n]}" for n in sorted(old.keys() - new.keys())]
-    out += [
-        f"{n} {old[n]} -> {new[n]}" for n in sorted(old.keys() & new.keys()) if old[n] != new[n]
-    ]
-    return out
-
-
-def _run(
-    cmd: Sequence[str],
-    what: str,
-    env: Mapping[str, str] | None = None,
-    timeout: float | None = None,
-    pass_fds: Sequence[int] = (),
-) -> subprocess.CompletedProcess[str]:
-    try:  # in its own process group, ended with envbuilder when interrupted
-        return interrupts.run(cmd, env=env, timeout=timeout, pass_fds=pass_fds)
-    except FileNotFoundError as exc:
-        raise BuildError(f"{what}: cannot run {cmd[0]}: {exc.strerror}") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise BuildError(f"{what}: no answer within {timeout} s") from exc
+from envbuilder.targets.base import Artifact, BuildOptions, RunCommand, RunOptions, ValidateOptions
 
 
 class VenvBuilder:
@@ -717,7 +315,7 @@ class VenvBuilder:
         if other := self._other_lock(project, env, layout):
             raise ValidationError(other.reason)
         progress(f"{env.name}/{self.name}: venv {venv}", 0, None)
-        argv = options.command or (_user_shell(self.windows),)
+        argv = options.command or (user_shell(self.windows),)
         environment = self._run_environment(layout, env)
         line = (
             activation_line(layout.scripts, options.command, self.windows)
@@ -800,7 +398,7 @@ class VenvBuilder:
 
     def _sdk_root(self, layout: VenvLayout) -> str:
         command = str(layout.scripts / "rocm-sdk")
-        proc = _run([command, "path", "--root"], "asking rocm-sdk for ROCm's root", timeout=120)
+        proc = run_tool([command, "path", "--root"], "asking rocm-sdk for ROCm's root", timeout=120)
         root = proc.stdout.strip()
         if proc.returncode != 0 or not root or "\n" in root:
             said = output_tail(proc.stderr, 15) or f"it printed {proc.stdout.strip()!r}"
@@ -889,14 +487,14 @@ class VenvBuilder:
         cmd = uv_venv_command(
             pyfinder.uv_bin(), str(found.executable), venv, f"{env.name}-{self.name}"
         )
-        proc = _run(cmd, "creating the venv", env=uv_venv_environment(), pass_fds=fds)
+        proc = run_tool(cmd, "creating the venv", env=uv_venv_environment(), pass_fds=fds)
         if proc.returncode != 0:
             said = output_tail(proc.stderr, 15)
             raise BuildError(f"creating the venv at {venv} failed:\n{said}")
         return found.version
 
     def _sync(self, layout: VenvLayout, requirements: Path, fds: Sequence[int]) -> None:
-        proc = _run(
+        proc = run_tool(
             uv_sync_command(
                 pyfinder.uv_bin(), layout.python, requirements, requirements.parent / "wheels"
             ),
@@ -911,10 +509,10 @@ class VenvBuilder:
 
     def _state(self, layout: VenvLayout) -> dict[str, Any]:
         """The venv Python's version and installed distributions."""
-        proc = _run(
-            [str(layout.python), "-I", "-c", _STATE_SCRIPT],
+        proc = run_tool(
+            [str(layout.python), "-I", "-c", STATE_SCRIPT],
             "reading the venv",
-            env=_clean_env(),
+            env=clean_env(),
             timeout=120,
         )
         if proc.returncode != 0:
@@ -942,7 +540,7 @@ class VenvBuilder:
     def _run_environment(self, layout: VenvLayout, env: EnvSpec) -> dict[str, str]:
         """The environment the probe (and `envbuilder run`) gets: envbuilder's own without what
         would show other packages, the env's variables, the venv first on PATH."""
-        run_env = _clean_env()
+        run_env = clean_env()
         try:
             run_env.update(self._venv_variables(layout, env))
         except BuildError as exc:
@@ -972,41 +570,6 @@ class VenvBuilder:
         )
 
 
-def _user_shell(windows: bool) -> str:
-    """The interactive shell `envbuilder shell` starts in a venv: $SHELL (POSIX; /bin/sh
-    without it), PowerShell on Windows."""
-    if windows:
-        return "powershell.exe"
-    return os.environ.get("SHELL") or "/bin/sh"
-
-
-def activation_line(scripts: PurePath, command: Sequence[str], windows: bool) -> str:
-    """What a user pastes to do what `envbuilder run` does in a venv: source its activate
-    script (which sets the env's variables too), then run `command` (nothing when empty).
-    The native target's `run --print` gives posix_run_line instead (the activate script is
-    bash's and zsh's, not POSIX sh's)."""
-    if windows:
-        line = f"& {ps_quote(str(scripts / 'Activate.ps1'))}"
-        return f"{line}; & {' '.join(ps_quote(a) for a in command)}" if command else line
-    line = f". {shlex.quote(str(scripts / 'activate'))}"
-    return f"{line} && {shlex.join(command)}" if command else line
-
-
-def posix_run_line(layout: VenvLayout, variables: Mapping[str, str], argv: Sequence[str]) -> str:
-    """`envbuilder run` in a native venv as one POSIX sh line: in a subshell (the pasting
-    shell keeps its own environment), the variables run drops unset, the venv's and the env's
-    exported, then exactly `argv` (quoting.sh_command). No activate script: it is written for
-    bash and zsh (`declare -f`), and it would not drop what run drops."""
-    steps = [f"unset {' '.join(sorted(_DROPPED))}"]
-    if variables:
-        steps.append("export " + " ".join(f"{k}={sh_word(v)}" for k, v in variables.items()))
-    # a second export: "$PATH" is expanded before export runs, so it is the env's PATH if it
-    # sets one, as run's is
-    venv_bin = sh_word(str(layout.scripts) + os.pathsep)
-    steps.append(f'export VIRTUAL_ENV={sh_word(str(layout.root))} PATH={venv_bin}"$PATH"')
-    return f"({'; '.join([*steps, sh_command(argv)])})"
-
-
 def _is_venv_at(state: Mapping[str, Any], venv: Path) -> bool:
     """True when the interpreter that reported `state` is a venv's, and that venv is `venv`."""
     prefix, base = state.get("prefix"), state.get("base_prefix")
@@ -1024,15 +587,6 @@ def _write_or_fail(write: Callable[[], object], where: PurePath) -> None:
         write()
     except OSError as exc:
         raise BuildError(f"cannot write {where}: {exc.strerror or exc}") from None
-
-
-#: What would make the venv's Python see other packages: not passed to what runs in a venv.
-_DROPPED = frozenset({"PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "VIRTUAL_ENV"})
-
-
-def _clean_env() -> dict[str, str]:
-    """The caller's environment without _DROPPED."""
-    return {k: v for k, v in os.environ.items() if k not in _DROPPED}
 
 
 class NativeVenvBuilder(VenvBuilder):
