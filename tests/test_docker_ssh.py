@@ -320,11 +320,11 @@ def test_validate_over_ssh_writes_a_passing_report(
 #: exits when told to, leaving its connections to close_all() and the exit.
 _CHILD = """
 import sys
-from envbuilder.image import engine as docker_engine
-client = docker_engine.connect()
-code, output, _ = docker_engine.run_in_container(
+from envbuilder.image import engine
+client = engine.connect()
+code, output, _ = engine.run_in_container(
     client, "debian:bookworm-slim", ["echo", "probe"],
-    docker_engine.ContainerRun(labels={"org.envbuilder.env": "ssh-exit-test"}))
+    engine.ContainerRun(labels={"org.envbuilder.env": "ssh-exit-test"}))
 print("ready", code, output.strip(), flush=True)
 sys.stdin.readline()
 """

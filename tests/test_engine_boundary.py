@@ -160,7 +160,7 @@ def test_a_new_direct_call_fails_the_package_check() -> None:
     """The package check over the real modules with one direct call added to one of them, and
     a new module with another: it names both, and nothing else."""
     modules = _modules()
-    rel = "envbuilder/image/registry.py"
+    rel = "envbuilder/image/transfer.py"
     modules[rel] += "\n\ndef _sneaky(client):\n    return client.images.get('x').id\n"
     modules["envbuilder/lock/newmodule.py"] = "import docker.errors\n"
     line = len(modules[rel].splitlines())

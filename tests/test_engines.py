@@ -28,8 +28,7 @@ import pytest
 
 from envbuilder.core.imagedefs import LOCK_LABEL
 from envbuilder.core.progress import no_progress
-from envbuilder.image import engine
-from envbuilder.image import registry as imageregistry
+from envbuilder.image import engine, transfer
 from envbuilder.image.oci.writer import WrittenImage, expected_id, write_image
 from envbuilder.image.repro import Prediction, status_line
 
@@ -141,7 +140,7 @@ def test_push_gives_the_manifest_digest_and_pull_the_stores_id(
     tag = f"envbuilder-test-engines/tiny-pushed:{secrets.token_hex(3)}"
     engine_id = expected_id(image.image_id, image.manifest_digest, current.store)
     engine.tag_image(client, engine_id, *engine.split_reference(tag))  # type: ignore[arg-type]
-    config, ref = imageregistry.push_locked(
+    config, ref = transfer.push_locked(
         client, tag, repository, SHA, "build it", no_progress, tmp_path
     )
     assert (config, ref) == (image.image_id, f"{repository}@{image.manifest_digest}")
@@ -149,6 +148,6 @@ def test_push_gives_the_manifest_digest_and_pull_the_stores_id(
     assert engine.image_info(client, engine_id) is None
     predicted = Prediction(image.image_id, image.diff_ids, manifest_digest=image.manifest_digest)
     pulled_tag = f"envbuilder-test-engines/tiny-pulled:{secrets.token_hex(3)}"
-    pulled = imageregistry.pull_locked(client, ref, pulled_tag, SHA, predicted, no_progress)
+    pulled = transfer.pull_locked(client, ref, pulled_tag, SHA, predicted, no_progress)
     assert pulled == engine_id
     _remove(client, pulled_tag, ref)

@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 
 from envbuilder.core.errors import BuildError
-from envbuilder.image import engine as docker_engine
-from envbuilder.image import repro
+from envbuilder.image import engine, repro
 from envbuilder.image.oci.blobs import digest_bytes
 from envbuilder.image.oci.writer import REPRO_FORMAT, REPRO_LABEL, WrittenImage, write_image
 
@@ -56,7 +55,7 @@ def build(client: Any, tmp_path: Path, tags: list[str], name: str, greeting: str
     (context / "Dockerfile").write_text(DOCKERFILE)
     tag = f"envbuilder-test-repro/tiny:{name}"
     tags.append(tag)
-    return docker_engine.build_image(
+    return engine.build_image(
         client,
         context,
         tag,
@@ -107,9 +106,9 @@ def test_another_lock_time_gives_another_image_with_the_same_layers(
 ) -> None:
     """A newer lock (a bumped package elsewhere) dates the image, not its layers: every file
     time is LAYER_EPOCH, so the same build steps give byte-identical layers (issue 31)."""
-    engine = build(docker_client, tmp_path, tiny_builds, "sde")
-    one = write(docker_client, tmp_path, engine)
-    other = write(docker_client, tmp_path, engine, sde=SDE + 86400)
+    built = build(docker_client, tmp_path, tiny_builds, "sde")
+    one = write(docker_client, tmp_path, built)
+    other = write(docker_client, tmp_path, built, sde=SDE + 86400)
     assert one.image_id != other.image_id  # the config's `created` is the lock's time
     assert one.diff_ids == other.diff_ids
     assert one.layers and all(layer.size for layer in one.layers)

@@ -2,7 +2,7 @@
 with the device flags `validate` uses.
 
 The unit tests hold the flags of every host kind to one source (envbuilder.image.runflags, which
-docker_engine.device_run_options, used by validate, and `run` both call), with host detection
+engine.device_run_options, used by validate, and `run` both call), with host detection
 read from fake /dev trees and a fake /etc/group in tmp folders. The integration tests run the
 real CLI (a subprocess: `run` hands the terminal to its child) against the shipped cpu env's
 image on the real engine and its native venv: torch's version printed, the `--print` line
@@ -28,8 +28,7 @@ from envbuilder.core.compat import HOST_KINDS, HostKind
 from envbuilder.core.foreground import exit_status, run_foreground
 from envbuilder.core.project import Project
 from envbuilder.core.quoting import sh_word
-from envbuilder.image import engine as docker_engine
-from envbuilder.image import runflags
+from envbuilder.image import engine, runflags
 
 ENV = "cpu"
 TORCH = "2.13.0+cpu"
@@ -128,10 +127,10 @@ def test_wsl_nvidia_and_cpu_hosts(
 
 @pytest.mark.parametrize("kind", HOST_KINDS)
 def test_validate_and_run_spell_the_same_flags(kind: HostKind) -> None:
-    """What validate creates containers with (docker_engine.device_run_options) and what run
+    """What validate creates containers with (engine.device_run_options) and what run
     passes to `docker run` are two spellings of one RunFlags."""
     flags = runflags.host_run_flags(kind)
-    sdk = docker_engine.device_run_options(kind)
+    sdk = engine.device_run_options(kind)
     args = runflags.cli_arguments(flags)
     assert [f"--device={d.split(':')[0]}" for d in sdk.get("devices", [])] == [
         a for a in args if a.startswith("--device=")
@@ -363,9 +362,9 @@ def test_wsl_exe_line_runs_the_command_as_the_distros_user_through_a_login_shell
             0, b"root:x:0:0::/root:/bin/sh\nenvbuilder:x:1000:1000::/home/e:/bin/bash\n", b""
         )
 
-    engine = WslEngine(WslExe(r"C:\Windows\System32\wsl.exe", runner=recorder), "envbuilder-cpu")
+    runner = WslEngine(WslExe(r"C:\Windows\System32\wsl.exe", runner=recorder), "envbuilder-cpu")
     inner = login_argv(("python", "-c", "print('it''s')"))
-    command = engine.command("1000", inner, RunOptions(tty=True), "cpu")
+    command = runner.command("1000", inner, RunOptions(tty=True), "cpu")
     assert command.argv == (
         r"C:\Windows\System32\wsl.exe", "--distribution", "envbuilder-cpu", "--user", "envbuilder",
         "--exec", "/bin/sh", "-lc", 'exec "$@"', "sh", "python", "-c", "print('it''s')",

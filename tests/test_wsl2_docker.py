@@ -60,7 +60,7 @@ def tiny_images(
     docker_client: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, str]]:
     """Two builds of one Dockerfile, the second without the layer cache."""
-    from envbuilder.image import engine as docker_engine
+    from envbuilder.image import engine
 
     context = tmp_path_factory.mktemp("tiny-context")
     (context / "Dockerfile").write_text(DOCKERFILE)
@@ -68,8 +68,8 @@ def tiny_images(
     (context / "wsl-distribution.conf").write_text(DIST_CONF)
     (context / "oobe.sh").write_text(OOBE)
     (context / "tiny.ico").write_bytes(icon.icon_bytes())
-    first = docker_engine.build_image(docker_client, context, "envbuilder-test/wsl-tiny:a", {}, {})
-    second = docker_engine.build_image(
+    first = engine.build_image(docker_client, context, "envbuilder-test/wsl-tiny:a", {}, {})
+    second = engine.build_image(
         docker_client, context, "envbuilder-test/wsl-tiny:b", {}, {}, nocache=True
     )
     yield first, second
@@ -139,22 +139,22 @@ def test_imported_wsl_runs_as_default_user(
             ("/bin/sh", "-lc", script, wsl2_run.REPORT_PATH),
             {"/tmp/envbuilder/probe.pyz": b"not used"},
         )
-        engine = wsl2_run.DockerEngine(docker_client, image)
-        engine.first_launch(launch.command, lambda *a: None)
-        assert engine.image == f"{tag}-oobe"
-        code, output, report = engine.run(run, launch.user, lambda *a: None)
+        runner = wsl2_run.DockerEngine(docker_client, image)
+        runner.first_launch(launch.command, lambda *a: None)
+        assert runner.image == f"{tag}-oobe"
+        code, output, report = runner.run(run, launch.user, lambda *a: None)
         assert code == 0, output
         assert report is not None
         assert json.loads(report)["uid"] == 1000
         assert json.loads(report)["user"] == "envbuilder"
         # what validate records as the report's engine
-        described = engine.describe()
+        described = runner.describe()
         assert described["product"] == "docker"
         assert described["version"] == docker_client.version()["Version"]
         # the first launch is kept for this .wsl: a second validation reuses it
         again = wsl2_run.DockerEngine(docker_client, image)
         again.first_launch(launch.command, lambda *a: None)
-        assert again.image == engine.image
+        assert again.image == runner.image
     finally:
         for name in (tag, f"{tag}-oobe"):
             docker_client.images.remove(name, force=True)

@@ -53,8 +53,7 @@ from envbuilder.core.model import EnvSpec
 from envbuilder.core.progress import ProgressFn
 from envbuilder.core.project import Project
 from envbuilder.core.quoting import sh_command
-from envbuilder.image import engine, engine_values, repro, runflags
-from envbuilder.image import registry as imageregistry
+from envbuilder.image import engine, engine_values, repro, runflags, transfer
 from envbuilder.lock import basesource, lockfile
 from envbuilder.lock.record import record_artifact
 from envbuilder.lock.verified import load_verified_lock
@@ -331,7 +330,7 @@ class DockerBuilder:
         repository digest ("HOST/REPO/<env>@sha256:...")."""
         _lock, target = _docker_lock(project, env)
         tag = image_tag(env.name, target.pylock_sha256)
-        image_id, digest_ref = imageregistry.push_locked(
+        image_id, digest_ref = transfer.push_locked(
             engine.connect(),
             tag,
             engine.registry_repository(options.registry, env.name),
@@ -379,12 +378,12 @@ class DockerBuilder:
         the image id. A mismatch raises RegistryError and tags nothing."""
         lock, target = _docker_lock(project, env)
         recorded = dict(lock.artifacts.get(TARGET, {}))
-        ref = imageregistry.pushed_reference(
+        ref = transfer.pushed_reference(
             recorded,
             str(project.env_lock(env.name)),
             f"envbuilder push --env {env.name} --registry HOST/PATH",
         )
-        return imageregistry.pull_locked(
+        return transfer.pull_locked(
             engine.connect(),
             ref,
             image_tag(env.name, target.pylock_sha256),
@@ -442,7 +441,7 @@ def workspace_folder(path: Path | None) -> Path | None:
 def _other_lock(image: engine_values.ImageInfo, tag: str, pylock_sha256: str) -> OtherLock | None:
     """None when the image's lock label is the pylock's sha256 (registry.lock_mismatch); else
     what it names. `run` refuses such an image, `validate` unless told otherwise."""
-    problem = imageregistry.lock_mismatch(image, pylock_sha256)
+    problem = transfer.lock_mismatch(image, pylock_sha256)
     if problem is None:
         return None
     return OtherLock(f"the image {tag}", image.labels.get(LOCK_LABEL), pylock_sha256, problem)

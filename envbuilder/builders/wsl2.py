@@ -168,11 +168,11 @@ def export_image(
 ) -> wsl.WslResult:
     """`docker export` a container of `image` straight through the normalizer into `dest`.
     Progress: ("export", bytes read, image size), then ("compress", bytes, total bytes)."""
-    from envbuilder.image import engine as docker_engine
+    from envbuilder.image import engine
 
-    found = docker_engine.image_info(client, image)
+    found = engine.image_info(client, image)
     total = (found.size if found is not None else 0) or None
-    with docker_engine.exported_filesystem(client, image, _CHUNK) as chunks:
+    with engine.exported_filesystem(client, image, _CHUNK) as chunks:
         source = io.BufferedReader(
             wsl.IterStream(chunks, progress, "export", total), buffer_size=_CHUNK
         )
@@ -267,11 +267,11 @@ def _pulled_rootfs(
 ) -> tuple[str, repro.Prediction]:
     """The pushed rootfs image pulled by digest `ref` (refused unless built from the lock):
     the id the pull returned, and the image observed."""
-    from envbuilder.image import registry as imageregistry
+    from envbuilder.image import transfer
 
     pylock_sha = lock.targets[TARGET].pylock_sha256
     # Tagged as a build would, so `validate`/`pull` can say whether it is the predicted one.
-    image_id = imageregistry.pull_locked(
+    image_id = transfer.pull_locked(
         client, ref, image_tag(env, pylock_sha), pylock_sha, None, progress
     )
     return image_id, repro.observe(
@@ -328,9 +328,9 @@ class Wsl2Builder:
 
     def _docker(self) -> Client:
         if self._client is None:
-            from envbuilder.image import engine as docker_engine
+            from envbuilder.image import engine
 
-            self._client = docker_engine.connect()
+            self._client = engine.connect()
         return self._client
 
     def build(
@@ -411,12 +411,12 @@ class Wsl2Builder:
         path, sha, other = _wsl_and_lock(project, env)
         refuse_other_lock(other, options)
         launch = first_launch(path)
-        engine = self._engine(env, path, sha, progress)
+        runner = self._engine(env, path, sha, progress)
         if launch.command:
-            engine.first_launch(launch.command, progress)
-        labels = {"env": env.name, "target": TARGET, "engine": engine.name, "wsl_sha256": sha}
+            runner.first_launch(launch.command, progress)
+        labels = {"env": env.name, "target": TARGET, "engine": runner.name, "wsl_sha256": sha}
         run = make_probe_run(project, env, options, labels)
-        code, output, report = engine.run(run, launch.user, progress)
+        code, output, report = runner.run(run, launch.user, progress)
         if report is None:
             tail = output_tail(output, 30)
             raise ValidationError(
@@ -425,7 +425,7 @@ class Wsl2Builder:
             )
         dest = project.report(env.name, TARGET)
         real_folders_to(project.root, dest)
-        atomic_write_bytes(dest, with_other_lock(with_engine(report, engine.describe()), other))
+        atomic_write_bytes(dest, with_other_lock(with_engine(report, runner.describe()), other))
         return dest
 
     def command(
@@ -438,16 +438,16 @@ class Wsl2Builder:
         missing or not the one the lock records."""
         path, sha = _checked_wsl(project, env)
         launch = first_launch(path)
-        engine = self._engine(env, path, sha, progress)
+        runner = self._engine(env, path, sha, progress)
         if launch.command:
-            engine.first_launch(launch.command, progress)
+            runner.first_launch(launch.command, progress)
         inner = login_argv(options.command or ("bash",))
-        return engine.command(launch.user, inner, options, env.name)
+        return runner.command(launch.user, inner, options, env.name)
 
     def image_status(self, project: Project, env: EnvSpec) -> list[tuple[bool, str]]:
         """(ok, line): whether dist/<env>.wsl and the engine's rootfs image are the ones the
         lock records (the `.wsl`'s sha256; the image's id, its prediction)."""
-        from envbuilder.image import engine as docker_engine
+        from envbuilder.image import engine
 
         lock = _require_lock(project, env)
         recorded = lock.artifacts.get(TARGET, {})
@@ -472,7 +472,7 @@ class Wsl2Builder:
             )
         tag = image_tag(env.name, lock.targets[TARGET].pylock_sha256)
         client = self._docker()
-        if docker_engine.existing_image(client, tag) is not None:
+        if engine.existing_image(client, tag) is not None:
             expected = repro.recorded(lock.artifacts, TARGET)
             what = f"rootfs image {tag}"
             lines.append(repro.image_line(client, env.name, TARGET, tag, what, expected))
@@ -496,17 +496,16 @@ class Wsl2Builder:
     ) -> str:
         """Push the env's rootfs image to `registry`/<env>-wsl2:<short lock hash>; record and
         return its repository digest (artifacts.wsl2.repo_digest)."""
-        from envbuilder.image import engine as docker_engine
-        from envbuilder.image import registry as imageregistry
+        from envbuilder.image import engine, transfer
         from envbuilder.lock.record import record_artifact
 
         _require_wsl2(env)
         lock = _require_lock(project, env)
         pylock_sha = lock.targets[TARGET].pylock_sha256
-        _image_id, digest = imageregistry.push_locked(
+        _image_id, digest = transfer.push_locked(
             self._docker(),
             image_tag(env.name, pylock_sha),
-            docker_engine.registry_repository(options.registry, f"{env.name}-wsl2"),
+            engine.registry_repository(options.registry, f"{env.name}-wsl2"),
             pylock_sha,
             f"envbuilder build --target wsl2 --env {env.name}",
             progress,
@@ -527,12 +526,12 @@ class Wsl2Builder:
         without building; return "<path> sha256:<hex>". When the lock recorded the sha256 of a
         build, the pulled one must equal it (BuildError otherwise; the file is written all the
         same, so it can be inspected)."""
-        from envbuilder.image import registry as imageregistry
+        from envbuilder.image import transfer
 
         _require_wsl2(env)
         lock = _require_lock(project, env)
         recorded = dict(lock.artifacts.get(TARGET, {}))
-        ref = imageregistry.pushed_reference(
+        ref = transfer.pushed_reference(
             recorded,
             str(project.env_lock(env.name)),
             f"envbuilder push --target wsl2 --env {env.name} --registry HOST/PATH",
@@ -554,23 +553,23 @@ class Wsl2Builder:
 def import_wsl(client: Client, path: Path, tag: str, progress: ProgressFn = no_progress) -> str:
     """`docker import` the `.wsl` file at `path` as `tag` (streamed from the file; reused when
     that tag exists, since it is named by the file's sha256). Returns the tag."""
-    from envbuilder.image import engine as docker_engine
+    from envbuilder.image import engine
 
-    if docker_engine.image_info(client, tag) is not None:
+    if engine.image_info(client, tag) is not None:
         return tag
     repository, _, name_tag = tag.rpartition(":")
     progress(f"docker import {path.name}", 0, None)
-    docker_engine.import_image_file(client, path, repository, name_tag)
+    engine.import_image_file(client, path, repository, name_tag)
     _remove_older_imports(client, repository, tag)
     return tag
 
 
 def _remove_older_imports(client: Client, repository: str, keep: str) -> None:
     """Imports of earlier `.wsl` files of the env (a GB each) go once a newer one is in."""
-    from envbuilder.image import engine as docker_engine
+    from envbuilder.image import engine
 
-    for image in docker_engine.list_images(client, repository):
+    for image in engine.list_images(client, repository):
         if keep not in image.repo_tags:
             for old in image.repo_tags:
                 with contextlib.suppress(EngineError):
-                    docker_engine.remove_image(client, old)
+                    engine.remove_image(client, old)

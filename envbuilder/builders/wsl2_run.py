@@ -121,13 +121,13 @@ class DockerEngine:
         self.image = run_first_launch(self.client, self.image, command, progress)
 
     def run(self, run: ProbeRun, user: str, progress: ProgressFn) -> tuple[int, str, bytes | None]:
-        from envbuilder.image import engine as docker_engine
+        from envbuilder.image import engine
 
-        code, output, files = docker_engine.run_in_container(
+        code, output, files = engine.run_in_container(
             self.client,
             self.image,
             list(run.argv),
-            docker_engine.ContainerRun(user=user, host_kind=self.host_kind),  # type: ignore[arg-type]
+            engine.ContainerRun(user=user, host_kind=self.host_kind),  # type: ignore[arg-type]
             files_in=dict(run.files_in),
             files_out=[run.report],
             progress=progress,
@@ -135,9 +135,9 @@ class DockerEngine:
         return code, output, files.get(run.report)
 
     def describe(self) -> dict[str, Any]:
-        from envbuilder.image import engine as docker_engine
+        from envbuilder.image import engine
 
-        return dict(docker_engine.engine_info(self.client).as_dict())
+        return dict(engine.engine_info(self.client).as_dict())
 
     def command(
         self, user: str, argv: tuple[str, ...], options: RunOptions, env: str
@@ -281,20 +281,18 @@ def run_first_launch(
     """Run `command` as root in a container of `image` (no network, as it must work offline)
     and commit the result as `<image>-oobe`; return that tag (reused when it exists: the tag
     of an imported `.wsl` names its sha256, and the command is inside it)."""
-    from envbuilder.image import engine as docker_engine
+    from envbuilder.image import engine
 
     tag = f"{image}-oobe"
-    if docker_engine.image_info(client, tag) is not None:
+    if engine.image_info(client, tag) is not None:
         return tag
     progress(f"first launch: {command} as root", 0, None)
-    code, output = docker_engine.run_and_commit(
+    code, output = engine.run_and_commit(
         client,
         image,
         list(first_launch_argv(command)),
         tag,
-        docker_engine.ContainerRun(
-            user="root", network_mode="none", timeout_s=FIRST_LAUNCH_TIMEOUT_S
-        ),
+        engine.ContainerRun(user="root", network_mode="none", timeout_s=FIRST_LAUNCH_TIMEOUT_S),
     )
     if code != 0:
         raise ValidationError(first_launch_failure(command, code, output))

@@ -317,17 +317,17 @@ def _run_in_base(
     """(exit code, output) of `script` run as root in a container of `base` (pulled when the
     engine lacks it), with the proxies of `environ`."""
     from envbuilder.core.imagedefs import ROLE_LABEL, needs_host_network, proxy_build_args
-    from envbuilder.image import engine as docker_engine
+    from envbuilder.image import engine
 
     proxies = proxy_build_args(environ)
     try:
-        if docker_engine.existing_image(client, base) is None:
-            docker_engine.pull_image(client, base)
-        code, output, _files = docker_engine.run_in_container(
+        if engine.existing_image(client, base) is None:
+            engine.pull_image(client, base)
+        code, output, _files = engine.run_in_container(
             client,
             base,
             ["/bin/sh", "-c", script],
-            docker_engine.ContainerRun(
+            engine.ContainerRun(
                 user="0",
                 environment=proxies,
                 network_mode="host" if needs_host_network(proxies) else None,
