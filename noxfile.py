@@ -129,12 +129,12 @@ def test_workers(environ: Mapping[str, str]) -> list[str]:
 #: The tests of what the floors are declared for: uv's resolution and pylock output (uv),
 #: Pylock.from_dict/select (packaging), pip installing a pylock (the test extra's pip).
 FLOOR_TESTS = (
-    "tests/test_lock.py",
-    "tests/test_lock_model.py",
-    "tests/test_lock_changes.py",
-    "tests/test_safety_lock.py",
-    "tests/test_wheelcache.py",
-    "tests/test_mirror_config.py",
+    "tests/lock/test_lock.py",
+    "tests/lock/test_lock_model.py",
+    "tests/lock/test_lock_changes.py",
+    "tests/lock/test_safety_lock.py",
+    "tests/lock/test_wheelcache.py",
+    "tests/lock/test_mirror_config.py",
 )
 
 
@@ -373,7 +373,7 @@ def render(session: nox.Session) -> None:
     session.run("envbuilder", "render", *args)
     if update_golden:
         # The golden files the render tests compare against (tests/data/render/): review the diff.
-        session.run("pytest", "-q", "tests/test_render.py", env={"UPDATE_GOLDEN": "1"})
+        session.run("pytest", "-q", "tests/builders/test_render.py", env={"UPDATE_GOLDEN": "1"})
 
 
 # --- lock (issue 4; docs/lock.md) ---

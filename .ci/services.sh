@@ -15,7 +15,7 @@
 #     a private munged, one slurmctld and two slurmd (`-N n1`, `-N n2`), all on 127.0.0.1,
 #     configured by $STATE_DIR/slurm/slurm.conf (exported as SLURM_CONF).
 #   - the Dev Containers CLI (@devcontainers/cli from npm, pinned) under $STATE_DIR, for
-#     tests/test_devcontainer.py (exported as ENVBUILDER_DEVCONTAINER_CLI).
+#     tests/builders/test_devcontainer.py (exported as ENVBUILDER_DEVCONTAINER_CLI).
 #   - three current engines beside Debian 12's dockerd 20.10, from a Debian sid root that
 #     debootstrap makes in $STATE_DIR/sid-root (about 45 s, 720 MB; made again only when its
 #     package list changes): dockerd 28 with the containerd image store (sid-containerd),
@@ -46,7 +46,7 @@ APT_SNAPSHOT_DIR="$STATE_DIR/apt-snapshot"
 if [ "$SEED_REPOSITORY" != library/debian ]; then SEED_DIR="$STATE_DIR/seed-${SEED_REPOSITORY//\//-}"; fi
 CI_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 DOCKER_SOCK=/var/run/docker.sock
-# openssh-server: tests/test_docker_ssh.py starts its own sshd on 127.0.0.1 (DOCKER_HOST=ssh://).
+# openssh-server: tests/image/test_docker_ssh.py starts its own sshd on 127.0.0.1 (DOCKER_HOST=ssh://).
 PACKAGES=(docker.io docker-registry debootstrap shellcheck chromium apache2-utils iptables curl python3-venv openssh-client
     openssh-server munge slurmctld slurmd slurm-client)
 # The local Slurm cluster (docs/cluster.md): everything it writes lives under $SLURM_DIR.

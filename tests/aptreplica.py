@@ -1,7 +1,9 @@
 """A replica of Debian's snapshot archive for one test (.ci/apt_snapshot.py on a free port of
 127.0.0.1), built from the shipped cpu lock: what apt downloads from it is logged, so a test can
-say that every pinned .deb came from it. Used by tests/test_apt_snapshot.py and by the cold build
-of tests/test_repro_build.py (the one cold docker build of the suite: it shows both that the image
+say that every pinned .deb came from it. Used by tests/lock/test_apt_snapshot.py and by the cold
+build
+of tests/image/test_repro_build.py (the one cold docker build of the suite: it shows both that the
+image
 is the one the committed lock predicts and that apt fetched every pin from the snapshot)."""
 
 from __future__ import annotations

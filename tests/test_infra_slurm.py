@@ -1,6 +1,6 @@
 """The local two-node Slurm cluster of `.ci/services.sh` (docs/cluster.md), tried as a user would:
 sinfo, srun, sbatch --wait, scancel and docker from inside jobs. That the cluster ends a job at
-its time limit is shown through envbuilder itself: tests/test_slurm_validate.py's
+its time limit is shown through envbuilder itself: tests/slurm/test_slurm_validate.py's
 test_a_hanging_job_is_killed_at_its_time_limit (issue 24 merged the two: a raw `sleep` job here
 proved the same cluster behaviour again and cost 80 s of CI).
 

@@ -57,7 +57,7 @@ HERE = Path(__file__).resolve().parent
 VENDORED = HERE / "data" / "therock"
 #: The suffix the vendored files are stored under (not `.py`: see the module docstring).
 STORED_SUFFIX = ".txt"
-#: What TheRock's code made, as tests/test_replica_amdcode.py reads it.
+#: What TheRock's code made, as tests/lock/test_replica_amdcode.py reads it.
 RECORD = HERE / "data" / "replica" / "therock-metadata.toml"
 #: The replica's target lists ([targets] linux, windows).
 PACKAGES_TOML = HERE / "data" / "replica" / "packages.toml"

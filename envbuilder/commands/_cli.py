@@ -7,7 +7,8 @@ Each subcommand lives in `envbuilder/commands/<name>.py` and exposes:
     def add_arguments(parser: argparse.ArgumentParser) -> None
     def run(args: argparse.Namespace, ui: envbuilder.core.ui.UI) -> int
 
-and is listed in COMMANDS below with the same HELP (tests/test_cli.py holds the two together).
+and is listed in COMMANDS below with the same HELP (tests/commands/test_cli.py holds the two
+together).
 Only the command that runs is imported: the others' modules pull in docker, jinja2, rich and
 more, which would double the start-up of a quick command such as `envbuilder lock` with nothing
 to do. `envbuilder --help` imports none of them.

@@ -18,7 +18,7 @@ not need every name of AMD's metadata listed, and that cannot hold a placeholder
     entry of the family comes from elsewhere or has a placeholder version, naming the package
     and where it came from.
 
-docs/lock.md ("Locks of the pip SDK") and docs/rocm.md say why; tests/test_pipsdk_lock.py shows
+docs/lock.md ("Locks of the pip SDK") and docs/rocm.md say why; tests/lock/test_pipsdk_lock.py shows
 it against a replica of AMD's index made by AMD's own packaging code.
 """
 

@@ -1,7 +1,8 @@
 """The probe report's JSON Schema, `envbuilder/data/schemas/probe-report.schema.json`: the parts
 that are records of the probe come from their declarations (envbuilder.core.records), so a key
 added to a record is in the published schema with no other edit; the rest is written by hand in
-the file. tests/test_report_schema.py holds the file equal to `generated(file)`; write it again
+the file. tests/report/test_report_schema.py holds the file equal to `generated(file)`; write it
+again
 with `python -m envbuilder.report.reportschema`.
 
 Generated: `options` (envbuilder.probe.options.ProbeOptions, but `labels`, the report's own

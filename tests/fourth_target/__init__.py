@@ -1,4 +1,5 @@
-"""A throw-away fourth target, "note", for tests/test_fourth_target.py (issue 14, point 2): a
+"""A throw-away fourth target, "note", for tests/targets/test_fourth_target.py (issue 14, point 2):
+a
 spec table, a template and a builder that writes a file, added by registering a descriptor.
 Nothing in envbuilder knows about it; importing this package registers it."""
 

@@ -1,10 +1,10 @@
 """What AMD's own packaging makes of the ROCm pip SDK, as core metadata to diff against the
-replica's stand-ins (tests/test_replica_amdcode.py).
+replica's stand-ins (tests/lock/test_replica_amdcode.py).
 
   * `therock_metadata(release)`: the dependency metadata of the `rocm` sdist and the SDK wheels
     that ROCm/TheRock's build tools write at the commit of each release, recorded with their
     sources in tests/data/replica/therock-metadata.toml (TheRock's code, vendored in
-    tests/data/therock/, remakes that record in tests/test_therockmeta.py);
+    tests/data/therock/, remakes that record in tests/lock/test_therockmeta.py);
   * `kpack_host_requirements(...)` / `kpack_device_requirements(...)`: the requirements
     rocm_kpack's wheel splitter writes into the split torch wheels (ROCm/rocm-systems
     shared/kpack/python/rocm_kpack/wheel_splitter.py, `_rewrite_host_metadata` and
