@@ -125,11 +125,18 @@ class TableContext:
 
     def values(self, table: type[TargetTable]) -> dict[str, Any]:
         """The record's keys as written, each one not written at the default the record
-        declares (a parser restates no default; a key added to the record reaches it)."""
+        declares (a parser restates no default; a key added to the record reaches it). A value
+        not in the form its key declares (a pattern, choices, a range) is reported."""
         values = {}
+        declared = {k.name: k for k in records.fields_of(table)}
         for f in dataclasses.fields(table):
             if f.name in self.raw:
                 values[f.name] = self.raw[f.name]
+                if f.name in declared:  # the form the record declares (a pattern, choices)
+                    wrong = declared[f.name].problem(self.raw[f.name])
+                    self.report(
+                        f.name, f"{records.shown(self.raw[f.name])} {wrong}" if wrong else None
+                    )
             elif f.default is not dataclasses.MISSING:
                 values[f.name] = f.default
             elif f.default_factory is not dataclasses.MISSING:

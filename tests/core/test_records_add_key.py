@@ -30,7 +30,12 @@ from envbuilder.targets.docker import DockerTable
 class ShmDockerTable(DockerTable):
     """[env.NAME.docker] with one key more, declared once."""
 
-    shm_size: str | None = key("the container's /dev/shm size", default=None)
+    shm_size: str | None = key(
+        "the container's /dev/shm size",
+        default=None,
+        pattern=r"[0-9]+[kmg]",
+        form="a size like '8g'",
+    )
 
 
 def _parse_shm(ctx: TableContext) -> ShmDockerTable:
@@ -86,6 +91,9 @@ def test_a_key_added_to_a_target_table_is_read_with_its_default(tmp_path: Path) 
 def test_a_key_added_to_a_target_table_is_refused_when_wrong(tmp_path: Path) -> None:
     assert _errors(check_spec(_spec(tmp_path, "shm_size = 8\n")).findings) == [
         'env.cpu.docker.shm_size: must be a string, not an integer; quote it: "8"'
+    ]
+    assert _errors(check_spec(_spec(tmp_path, 'shm_size = "lots"\n')).findings) == [
+        "env.cpu.docker.shm_size: 'lots' is not a size like '8g'"
     ]
     assert _errors(check_spec(_spec(tmp_path, 'shm = "8g"\n')).findings) == [
         "env.cpu.docker.shm: unknown key; known keys here: base, user, python, shm_size"
