@@ -19,9 +19,11 @@ if TYPE_CHECKING:
 
 def entry() -> NoReturn:
     """Install the handlers, import and run the CLI, exit with its code."""
-    interrupts.install()
     try:
         try:
+            # inside the try: a signal can land while install() itself still runs (seen: a
+            # SIGTERM between installing the handler and signal.signal's return)
+            interrupts.install()
             from envbuilder.commands._cli import main
 
             if (lost := interrupts.swallowed()) is not None:
@@ -31,7 +33,7 @@ def entry() -> NoReturn:
                 raise lost  # dropped during the command, which then ran to its end
         finally:
             interrupts.ignore_further()  # the work is done; exiting is not interrupted
-    except KeyboardInterrupt as exc:  # before main() took over: while importing it
+    except KeyboardInterrupt as exc:  # before main() took over: installing, importing
         sys.stderr.write(interrupts.message(exc) + "\n")
         code = interrupts.exit_code(exc)
     sys.exit(code)

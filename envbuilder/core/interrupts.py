@@ -96,6 +96,8 @@ def install() -> Callable[[], None]:
     """Make SIGINT and SIGTERM raise `Interrupted` (main thread only; a signal the parent set to
     be ignored stays ignored). Returns a function that restores the previous handlers."""
     previous: dict[int, Callable[[int, FrameType | None], object] | int] = {}
+    # reset before any handler is in: one that fires during the loop below must stay recorded
+    _state.fired, _state.pending, _state.signum, _state.delivered = False, None, None, False
     for signum in SIGNALS:
         old = signal.getsignal(signum)
         if old == signal.SIG_IGN:
@@ -106,7 +108,6 @@ def install() -> Callable[[], None]:
             return lambda: None
         if old is not None:  # None: a handler not installed from Python, nothing to restore
             previous[signum] = old
-    _state.fired, _state.pending, _state.signum, _state.delivered = False, None, None, False
 
     def restore() -> None:
         for signum, old in previous.items():

@@ -657,3 +657,27 @@ def test_an_interrupt_python_drops_is_found_again() -> None:
     done = _python_snippet(_DROPPED, 60)
     assert "Exception ignored" in done.stderr, done.stderr  # Python dropped it...
     assert f"lost {int(signal.SIGINT)}" in done.stderr, done.stderr  # ...envbuilder did not
+
+
+_SIGNAL_DURING_INSTALL = """
+import os, signal, sys
+real = signal.signal
+def signal_then_term(signum, handler):
+    old = real(signum, handler)
+    if signum == signal.SIGTERM:
+        os.kill(os.getpid(), signal.SIGTERM)  # lands while install() still runs
+    return old
+signal.signal = signal_then_term
+sys.argv = ["envbuilder", "--version"]
+from envbuilder.__main__ import entry
+entry()
+"""
+
+
+def test_a_signal_while_the_handlers_go_in_ends_like_any_other() -> None:
+    """A SIGTERM between installing the handler and install()'s return (issue 30's loop, run 5
+    of 20: a traceback and exit 1) ends with the one line and 143, like one a moment later."""
+    done = _python_snippet(_SIGNAL_DURING_INSTALL, 120)
+    assert done.returncode == 128 + signal.SIGTERM, done.stderr
+    assert "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
