@@ -49,7 +49,7 @@ def plan(ctx: Context, gpu: bool) -> dict[str, Any]:
     seconds they should fill) at this level."""
     if gpu:
         size, batch, warmup, timed_s = ctx.pick(
-            (64, 32, 3, 0.0), (128, 64, 5, 1.0), (224, 128, 10, 5.0), (224, 256, 15, 10.0)
+            (64, 32, 3, 0.0), (128, 64, 5, 0.5), (224, 128, 10, 5.0), (224, 256, 15, 10.0)
         )
         low, high = ctx.pick((4, 4), (5, 200), (10, 1000), (20, 2000))
     else:
