@@ -114,9 +114,11 @@ def time_matmul(dtype: str, size: int, ctx: Context, device: Any) -> tuple[list[
         iters = calibrate(
             product,
             device,
-            # quick: short windows (the level's budget; a 4096^3 product is ~0.2 ms on an H200)
-            ctx.pick(0.03, 0.15, 0.5) if gpu else 0.05,
-            warmup_s=ctx.pick(0.01, 0.05, 0.2) if gpu else 0.0,
+            # quick and standard: short windows (the levels' time goals; a 4096^3 product is
+            # ~0.2 ms on an H200, an 8192^3 fp32 one ~20 ms on an H100: the standard level's 12
+            # windows of 0.15 s and 0.05 s of warm-up each took 2.4 of its 18.7 s there)
+            ctx.pick(0.03, 0.06, 0.5) if gpu else 0.05,
+            warmup_s=ctx.pick(0.01, 0.02, 0.2) if gpu else 0.0,
         )
         for _ in range(ctx.repeat):
             seconds = time_loop(product, device, iters)

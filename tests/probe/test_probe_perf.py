@@ -169,6 +169,17 @@ def test_train_plan_by_level() -> None:
     assert (cpu["size"], cpu["batch"], cpu["min_steps"]) == (32, 2, 2)
 
 
+def test_torchvision_only_at_the_levels_without_a_time_goal() -> None:
+    # its import alone (6.4 s on an H100) would break the standard level's 10 s
+    levels = ("quick", "standard", "long", "workload")
+    assert [check_train.uses_torchvision(ctx(lvl, "cuda")) for lvl in levels] == [
+        False,
+        False,
+        True,
+        True,
+    ]
+
+
 def test_latency_on_the_cpu_counts_every_launch() -> None:
     result = check_latency.run(ctx())
     (launch,) = result.metrics
