@@ -195,7 +195,9 @@ def resolve_script(requests: Requests, sources: Sequence[str] = ()) -> str:
         "set -e",
         *sources,
         "export DEBIAN_FRONTEND=noninteractive",
-        "apt-get update -qq >/dev/null",
+        # retries as in the rendered Dockerfiles (common/dockerfile.j2): the snapshot archive
+        # rate-limits (issue 34); `--simulate` fetches nothing
+        "apt-get -o Acquire::Retries=5 update -qq >/dev/null",
         f"echo '{_MARK}installed'",
         "dpkg-query -W -f '${Package} ${Version} ${db:Status-Abbrev}\\n'",
     ]

@@ -185,7 +185,9 @@ def apt_installs(text: str) -> list[str]:
     for cmd in dockerfile.parse_string(text):
         if cmd.cmd.upper() == "RUN" and not cmd.json:
             commands += [
-                c.strip() for c in re.split(r"&&|;", cmd.value[0]) if "apt-get install" in c
+                c.strip()
+                for c in re.split(r"&&|;", cmd.value[0])
+                if re.search(r"\bapt-get\b.*\binstall\b", c)
             ]
     return commands
 
@@ -199,7 +201,69 @@ def test_apt_installs_skip_recommends_except_amdgpus_own_deb(
     texts.append(rocdxg_files["Dockerfile"].decode())
     commands = [c for text in texts for c in apt_installs(text)]
     plain = [c for c in commands if "--no-install-recommends" not in c]
-    assert plain and set(plain) == {"apt-get install -y /tmp/amdgpu-install.deb"}
+    assert plain and set(plain) == {
+        "apt-get -o Acquire::Retries=5 install -y /tmp/amdgpu-install.deb"
+    }
+
+
+#: An apt-get command that fetches from the archive, and the retries it must carry (issue 34:
+#: Debian's snapshot archive rate-limits CI; apt.conf(5) `Acquire::Retries`).
+APT_FETCH = re.compile(
+    r"\bapt-get\b(?P<options>(?:\s+-\S+(?:\s+[A-Z][\w:-]*=\S+)?)*)\s+(?:update|install)\b"
+)
+RETRIES = "-o Acquire::Retries=5"
+
+
+def apt_fetches(text: str) -> list[str]:
+    """Every `apt-get` command of the shell-form RUN lines that names `update` or `install`."""
+    commands = []
+    for cmd in dockerfile.parse_string(text):
+        if cmd.cmd.upper() == "RUN" and not cmd.json:
+            commands += [c.strip() for c in re.split(r"&&|;|\|\|", cmd.value[0]) if "apt-get" in c]
+    return [c for c in commands if re.search(r"\b(?:update|install)\b", c)]
+
+
+def test_every_apt_fetch_retries(rocdxg_files: dict[str, bytes]) -> None:
+    """Every rendered `apt-get update` / `apt-get install` passes `-o Acquire::Retries=5` before
+    its verb (an option for that run only: nothing in the image changes but the RUN text), in
+    the committed, golden and rocdxg renders alike."""
+    texts = {str(p.relative_to(REPO)): p.read_text() for p in committed_and_golden("Dockerfile")}
+    texts["rocdxg/Dockerfile"] = rocdxg_files["Dockerfile"].decode()
+    commands = {rel: apt_fetches(text) for rel, text in texts.items()}
+    assert all(commands.values()), [rel for rel, found in commands.items() if not found]
+    lacking = {
+        rel: bad
+        for rel, found in commands.items()
+        if (
+            bad := [
+                c for c in found if not (m := APT_FETCH.search(c)) or RETRIES not in m["options"]
+            ]
+        )
+    }
+    assert lacking == {}
+
+
+def test_the_retries_check_finds_a_command_without_them() -> None:
+    text = (
+        "FROM debian:bookworm-slim\nRUN apt-get -o Acquire::Retries=5 update"
+        " && apt-get install -y --no-install-recommends python3\n"
+    )
+    found = apt_fetches(text)
+    assert found == [
+        "apt-get -o Acquire::Retries=5 update",
+        "apt-get install -y --no-install-recommends python3",
+    ]
+    with_retries = [c for c in found if (m := APT_FETCH.search(c)) and RETRIES in m["options"]]
+    assert with_retries == found[:1]
+
+
+def test_the_lock_time_resolution_retries_too() -> None:
+    """`envbuilder lock` reads the same snapshot archive (envbuilder.lock.apt.resolve_script)."""
+    from envbuilder.lock.apt import AptStage, resolve_script
+
+    script = resolve_script({"docker": [AptStage("runtime", (), ("python3",))]})
+    updates = [line for line in script.splitlines() if re.search(r"apt-get\b.*\bupdate\b", line)]
+    assert updates and all(RETRIES in line for line in updates)
 
 
 # --- shellcheck --------------------------------------------------------------------------------
