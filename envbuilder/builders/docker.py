@@ -29,7 +29,11 @@ from envbuilder.builders.proberun import (
     with_engine,
     with_other_lock,
 )
-from envbuilder.builders.rendered_image import RenderedBuild, build_rendered_image
+from envbuilder.builders.rendered_image import (
+    RenderedBuild,
+    build_rendered_image,
+    image_dpkg_status,
+)
 from envbuilder.core.compat import HostKind
 from envbuilder.core.datafolders import real_folders_to
 from envbuilder.core.errors import (
@@ -184,6 +188,10 @@ class DockerBuilder:
         if image is None or (image.labels or {}).get(LOCK_LABEL) != pylock_sha256:
             return None
         return str(image.id)
+
+    def dpkg_status(self, artifact: Artifact) -> bytes | None:
+        """The built image's /var/lib/dpkg/status (image_dpkg_status)."""
+        return image_dpkg_status(engine.connect(), artifact.digest or artifact.reference)
 
     # --- build ---------------------------------------------------------------------------
 
@@ -347,10 +355,10 @@ class DockerBuilder:
 
     @staticmethod
     def _attach_sbom(project: Project, env: str, digest_ref: str, progress: ProgressFn) -> None:
-        """Push the SBOM of the image just pushed (envbuilder.lock.sbom, the bytes `build` wrote;
-        the image id the lock now records) as an OCI artifact whose subject is that image
-        (envbuilder.image.registry_api), and record it as `[artifacts.docker] sbom`. The image is
-        pushed and recorded already when this fails."""
+        """Push the SBOM of the image just pushed (envbuilder.lock.sbom, the bytes `build` wrote:
+        the image id the lock now records, the deb arches of its dpkg status) as an OCI artifact
+        whose subject is that image (envbuilder.image.registry_api), and record it as
+        `[artifacts.docker] sbom`. The image is pushed and recorded already when this fails."""
         from envbuilder.image import registry_api
         from envbuilder.lock import sbom
 
@@ -359,9 +367,10 @@ class DockerBuilder:
         image_id = lock.artifacts.get(TARGET, {}).get("image_id")
         tag = image_tag(env, lock.targets[TARGET].pylock_sha256)
         artifact = Artifact(TARGET, env, tag, image_id)
-        data = sbom.sbom_bytes(project, env, TARGET, artifact)
+        client = engine.connect()
+        data = sbom.sbom_bytes(project, env, TARGET, artifact, image_dpkg_status(client, image_id))
         try:
-            sbom_ref = registry_api.attach_sbom(engine.connect(), digest_ref, data)
+            sbom_ref = registry_api.attach_sbom(client, digest_ref, data)
         except RegistryError as exc:
             raise RegistryError(
                 f"pushed {digest_ref} (recorded in the lock), but its SBOM could not be "

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envbuilder.builders import context as buildcontext
-from envbuilder.core.errors import BuildError
+from envbuilder.core.errors import BuildError, EngineError
 from envbuilder.core.imagedefs import CONTEXT_LABEL, needs_host_network
 from envbuilder.core.model import Index
 from envbuilder.core.progress import ProgressFn
@@ -105,3 +105,18 @@ def _engine_build(
         )
     except BuildError as exc:  # a locked apt version the archive no longer serves
         raise apt.explain_build_failure(exc, build.env, build.target) from None
+
+
+def image_dpkg_status(client: engine.Client, image: str | None) -> bytes | None:
+    """/var/lib/dpkg/status of the engine's image `image` (its id or tag), copied out of a
+    created container, for the SBOM's deb purls (the docker image, the wsl2 rootfs image the
+    `.wsl` is exported from); None when there is none or the engine cannot give it (the SBOM
+    then says the lock's arch: docs/sbom.md)."""
+    if not image:
+        return None
+    from envbuilder.lock.sbom import DPKG_STATUS
+
+    try:
+        return engine.image_files(client, image, [DPKG_STATUS]).get(DPKG_STATUS)
+    except EngineError:
+        return None

@@ -371,6 +371,12 @@ class Wsl2Builder:
         )
         return self._write(project, env, lock, export, progress)
 
+    def dpkg_status(self, artifact: Artifact) -> bytes | None:
+        """The dpkg status of the rootfs image the `.wsl` was exported from."""
+        from envbuilder.builders.rendered_image import image_dpkg_status
+
+        return image_dpkg_status(self._docker(), artifact.details.get("image_id"))
+
     def _write(
         self, project: Project, env: EnvSpec, lock: EnvLock, export: _Export, progress: ProgressFn
     ) -> Artifact:

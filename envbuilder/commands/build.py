@@ -23,7 +23,7 @@ from envbuilder.commands._targets import (
 from envbuilder.core.errors import UsageError
 from envbuilder.core.ui import UI
 from envbuilder.targets import registry
-from envbuilder.targets.base import BuildOptions
+from envbuilder.targets.base import BuildOptions, DpkgStatusBuilder
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -174,7 +174,8 @@ def _build_and_report(
     from envbuilder.lock.sbom import write_sbom  # the CycloneDX library: imported when building
 
     artifact, built_in = _build_one(project, env, builder, options, repin_into, ui)
-    sbom = write_sbom(built_in, env.name, artifact.target, artifact)
+    status = builder.dpkg_status(artifact) if isinstance(builder, DpkgStatusBuilder) else None
+    sbom = write_sbom(built_in, env.name, artifact.target, artifact, status)
     ui.info(f"{env.name}/{artifact.target}: SBOM (CycloneDX) {sbom}")
     state = _state(artifact)
     if options.verify:

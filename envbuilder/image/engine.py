@@ -592,6 +592,18 @@ def exported_filesystem(
         _remove(container)
 
 
+def image_files(client: docker.DockerClient, image: str, paths: Iterable[str]) -> dict[str, bytes]:
+    """The files at `paths` (absolute, regular files) in `image`, copied out of a created (never
+    started) container; those missing are left out. The container is removed in every case."""
+    with sdk_errors(f"cannot create a container of {image}"):
+        container = client.containers.create(image, command=["/bin/sh"])
+    try:
+        with sdk_errors(f"cannot copy files out of a container of {image}"):
+            return _copy_out(container, paths)
+    finally:
+        _remove(container)
+
+
 def run_and_commit(
     client: docker.DockerClient,
     image: str,

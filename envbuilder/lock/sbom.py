@@ -1,8 +1,9 @@
 """A CycloneDX SBOM per built artifact, from the lock: what the artifact holds, with hashes.
 
-    sbom_bytes(project, env, target, artifact) -> bytes    CycloneDX 1.6 JSON, validated
+    sbom_bytes(project, env, target, artifact, dpkg_status=None) -> bytes   CycloneDX 1.6 JSON
     sbom_path(project, env, target) -> Path                reports/<env>.<target>.cdx.json
-    write_sbom(project, env, target, artifact) -> Path     what `envbuilder build` calls
+    write_sbom(project, env, target, artifact, dpkg_status=None) -> Path    what `build` calls
+    dpkg_architectures(status) -> {(name, version): {arch}} | None    dpkg status, parsed
 
 Made with the CycloneDX Python library (cyclonedx-python-lib: the model, its JSON writer and its
 schema validator), never as hand-written JSON. What it lists, all read from the committed lock:
@@ -17,7 +18,9 @@ schema validator), never as hand-written JSON. What it lists, all read from the 
 * the base image (by digest, `pkg:oci/NAME@sha256:...?repository_url=...&tag=...`) and every apt
   package the lock pins on top of it, at its exact version
   (`pkg:deb/<debian|ubuntu>/NAME@VERSION?arch=amd64&distro=debian-12`; docs/sbom.md says how
-  each qualifier is found and what it cannot tell: `arch=all`, apt licenses). The lock pins apt
+  each qualifier is found: `arch` is the package's own `Architecture` (`all` for tzdata) read
+  from the built artifact's /var/lib/dpkg/status when the caller passes it, else the arch apt
+  installed for; apt licenses are not listed). The lock pins apt
   packages by version, not by file hash, so those components carry no hash (the archive's
   signed indexes vouch for them); a pinned system file (the wsl2 target's librocdxg .deb)
   carries its sha256.
@@ -38,7 +41,7 @@ from __future__ import annotations
 import re
 import uuid
 import zipfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -246,13 +249,91 @@ def dpkg_arch(platform: str) -> str | None:
     return next((a for m, a in DPKG_ARCH.items() if platform.startswith(m)), None)
 
 
-def deb_purl(name: str, version: str, target: TargetLock) -> PackageURL:
+#: Where dpkg records what is installed (dpkg(1), "FILES"), in an image or a WSL rootfs.
+DPKG_STATUS = "/var/lib/dpkg/status"
+#: The grammar of the three fields read from it (Debian policy 5.6.1, 5.6.12, 11.1: package
+#: names, versions, dpkg architecture names).
+_DPKG_FIELDS = {
+    "Package": re.compile(r"[a-z0-9][a-z0-9+.-]+"),
+    "Version": re.compile(r"(?:\d+:)?[A-Za-z0-9][A-Za-z0-9.+~:-]*"),
+    "Architecture": re.compile(r"[a-z0-9][a-z0-9-]*"),
+}
+#: A field line of a control stanza: `Name: value` (a continuation line starts with a blank).
+_FIELD_LINE = re.compile(r"([!-9;-~][!-9;-~]*):(.*)")
+
+#: (package, version) -> the `Architecture`s installed at that version (several for a
+#: Multi-Arch: same package installed for two archs).
+DpkgArchitectures = dict[tuple[str, str], frozenset[str]]
+
+
+def dpkg_architectures(status: bytes) -> DpkgArchitectures | None:
+    """The `Architecture` of every installed package of a dpkg status file, by (package,
+    version); None when the file is malformed anywhere (a line that is no field, a stanza of an
+    installed package without one of the three fields, a value outside its grammar, a package
+    listed twice for one arch): the caller then says the lock's arch, never a half-read answer.
+    Stanzas whose `Status` is not `... installed` (removed, config-files) are skipped."""
+    found: dict[tuple[str, str], set[str]] = {}
+    seen: set[tuple[str, str]] = set()
+    for stanza in _stanzas(status.decode("utf-8", "replace")):
+        if stanza is None:
+            return None
+        if stanza.get("Status", "").split()[-1:] != ["installed"]:
+            continue
+        values = [stanza.get(k, "") for k in _DPKG_FIELDS]
+        if not all(rx.fullmatch(v) for rx, v in zip(_DPKG_FIELDS.values(), values, strict=True)):
+            return None
+        name, version, arch = values
+        if (name, arch) in seen:
+            return None
+        seen.add((name, arch))
+        found.setdefault((name, version), set()).add(arch)
+    return {k: frozenset(v) for k, v in found.items()}
+
+
+def _stanzas(text: str) -> Iterator[dict[str, str] | None]:
+    """The stanzas of a control file as {field: first line's value}; None for a malformed line
+    (a line that is neither a field nor a continuation, a continuation with no field before)."""
+    stanza: dict[str, str] = {}
+    for line in text.split("\n"):
+        if not line.strip():
+            if stanza:
+                yield stanza
+            stanza = {}
+        elif line[0] in " \t":
+            if not stanza:
+                yield None
+        elif (m := _FIELD_LINE.fullmatch(line)) is None or m[1] in stanza:
+            yield None
+        else:
+            stanza[m[1]] = m[2].strip()
+    if stanza:
+        yield stanza
+
+
+def installed_arch(
+    name: str, version: str, native: str | None, installed: DpkgArchitectures | None
+) -> str | None:
+    """The `Architecture` of the pinned package `name` (`libc6` or `libc6:i386`) at `version`
+    as dpkg installed it: its own (`all` for tzdata) when `installed` lists it, of several the
+    one a `:arch` suffix names, else the native one; `native` (the arch apt installed for, what
+    the lock alone tells) when `installed` is None or does not list the package."""
+    base, _, suffix = name.partition(":")
+    archs = installed.get((base, version), frozenset()) if installed else frozenset()
+    if len(archs) == 1:
+        return next(iter(archs))
+    return suffix if suffix and suffix in archs else native
+
+
+def deb_purl(
+    name: str, version: str, target: TargetLock, installed: DpkgArchitectures | None = None
+) -> PackageURL:
     """`pkg:deb/<vendor>/NAME@VERSION?arch=...&distro=...` (purl-spec's deb type). `arch` is the
-    architecture apt installed for (the target's platform): the lock does not record a
-    package's own `Architecture`, so an arch-independent package (`all`) says the one it was
-    installed on too."""
+    package's own `Architecture` from `installed` (the built artifact's dpkg status: `all` for
+    an arch-independent package); without it, the architecture apt installed for (the target's
+    platform), as the lock records no package's `Architecture`."""
     namespace, distro = _distro(target.base_image)
-    qualifiers = {k: v for k, v in (("arch", dpkg_arch(target.platform)), ("distro", distro)) if v}
+    arch = installed_arch(name, version, dpkg_arch(target.platform), installed)
+    qualifiers = {k: v for k, v in (("arch", arch), ("distro", distro)) if v}
     name = name.split(":")[0]  # `libc6:amd64` names the arch, which the qualifier says
     return PackageURL(
         type="deb", namespace=namespace, name=name, version=version, qualifiers=qualifiers or None
@@ -274,16 +355,19 @@ def oci_purl(base_image: str) -> PackageURL | None:
     )
 
 
-def apt_components(target: TargetLock) -> list[Component]:
+def apt_components(
+    target: TargetLock, installed: DpkgArchitectures | None = None
+) -> list[Component]:
     """Every apt package the lock pins for the target (each stage; one component per name and
-    version), by version: the lock records no file hash for them."""
+    version), by version: the lock records no file hash for them. `installed`: the artifact's
+    dpkg architectures (deb_purl)."""
     pins = sorted({(n, v) for stage in target.apt.values() for n, v in stage.items()})
     return [
         Component(
             type=ComponentType.LIBRARY,
             name=name,
             version=version,
-            purl=deb_purl(name, version, target),
+            purl=deb_purl(name, version, target, installed),
             bom_ref=f"deb:{name}@{version}",
         )
         for name, version in pins
@@ -343,13 +427,15 @@ def build_bom(
     artifact: Artifact,
     files: Iterable[LockedFile],
     licenses: Mapping[str, Sequence[License]] | None = None,
+    installed: DpkgArchitectures | None = None,
 ) -> Bom:
-    """The BOM of one artifact (no I/O); `licenses`: sha256 -> a file's declared licenses."""
+    """The BOM of one artifact (no I/O); `licenses`: sha256 -> a file's declared licenses;
+    `installed`: the artifact's dpkg architectures (None: the lock's arch)."""
     t = lock.targets[target]
     known = licenses or {}
     components = [
         *base_components(t),
-        *apt_components(t),
+        *apt_components(t, installed),
         *(python_component(f, known.get(f.sha256, ())) for f in files),
     ]
     root = artifact_component(lock.env, target, artifact, lock)
@@ -373,15 +459,20 @@ def _serialize(bom: Bom) -> str:
     return str(JsonV1Dot6(bom).output_as_string(indent=2))
 
 
-def sbom_bytes(project: Project, env: str, target: str, artifact: Artifact) -> bytes:
+def sbom_bytes(
+    project: Project, env: str, target: str, artifact: Artifact, dpkg_status: bytes | None = None
+) -> bytes:
     """The validated CycloneDX JSON of `artifact` (BuildError when the library's schema
-    validator refuses it: a bug, never written)."""
+    validator refuses it: a bug, never written). `dpkg_status`: the artifact's
+    /var/lib/dpkg/status, whose `Architecture`s the deb purls say (None, or a malformed file:
+    the arch apt installed for, from the lock alone)."""
     lock = load_env_lock(project, env)
     if lock is None or target not in lock.targets:
         raise BuildError(f"env {env!r} target {target!r} is not locked: no SBOM can be made")
     t = lock.targets[target]
     files = locked_files(project.lockfiles / t.pylock, t.platform, t.python)
-    bom = build_bom(lock, target, artifact, files, cached_licenses(project, files))
+    installed = dpkg_architectures(dpkg_status) if dpkg_status is not None else None
+    bom = build_bom(lock, target, artifact, files, cached_licenses(project, files), installed)
     bom.serial_number = uuid.UUID(int=0)  # the library's default is random
     bom.serial_number = uuid.uuid5(SERIAL_NAMESPACE, _serialize(bom))
     text = _serialize(bom)
@@ -391,9 +482,11 @@ def sbom_bytes(project: Project, env: str, target: str, artifact: Artifact) -> b
     return (text + "\n").encode("utf-8")
 
 
-def write_sbom(project: Project, env: str, target: str, artifact: Artifact) -> Path:
+def write_sbom(
+    project: Project, env: str, target: str, artifact: Artifact, dpkg_status: bytes | None = None
+) -> Path:
     """Write reports/<env>.<target>.cdx.json (atomically) and return its path."""
     path = sbom_path(project, env, target)
     real_folders_to(project.root, path)
-    atomic_write_bytes(path, sbom_bytes(project, env, target, artifact))
+    atomic_write_bytes(path, sbom_bytes(project, env, target, artifact, dpkg_status))
     return path

@@ -357,6 +357,16 @@ class RegistryBuilder(Builder, Protocol):
 
 
 @runtime_checkable
+class DpkgStatusBuilder(Builder, Protocol):
+    """A builder whose artifact holds a dpkg database: the SBOM's deb purls say each package's
+    own `Architecture` from it (docs/sbom.md)."""
+
+    def dpkg_status(self, artifact: Artifact) -> bytes | None:
+        """The artifact's /var/lib/dpkg/status, or None when it cannot be read."""
+        ...
+
+
+@runtime_checkable
 class LocalImageBuilder(Builder, Protocol):
     """A builder whose artifact is an image in the local engine (what a cluster's nodes sharing
     this engine run when no pushed image is recorded)."""

@@ -92,6 +92,17 @@ def test_build_writes_the_cpu_images_sbom(docker_client: Any, tmp_path: Path) ->
     image = docker_client.images.get(doc["metadata"]["component"]["description"].split(": ")[-1])
     (root_hash,) = doc["metadata"]["component"]["hashes"]
     assert f"sha256:{root_hash['content']}" == image.id  # the image the lock predicts
+    # `arch` is each package's own, from the image's dpkg status: `all` for media-types; a
+    # package of the build stage only (ca-certificates) is not in the image: the lock's arch
+    arch = {
+        n: c["purl"].split("arch=")[1].split("&")[0] for n, c in _by_purl_type(doc, "deb").items()
+    }
+    assert (arch["media-types"], arch["readline-common"], arch["python3"]) == (
+        "all",
+        "all",
+        "amd64",
+    )
+    assert arch["ca-certificates"] == "amd64"
     before = path.read_bytes()
     assert main(["-q", "build", "--target", "docker", "--env", ENV, "--spec", str(spec)]) == 0
     assert path.read_bytes() == before  # up to date: the same bytes again

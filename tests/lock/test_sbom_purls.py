@@ -16,7 +16,15 @@ from packageurl import PackageURL
 
 from envbuilder.core.project import Project
 from envbuilder.lock import lockfile
-from envbuilder.lock.sbom import _distro, deb_purl, image_parts, oci_purl, pypi_purl, sbom_bytes
+from envbuilder.lock.sbom import (
+    _distro,
+    deb_purl,
+    dpkg_architectures,
+    image_parts,
+    oci_purl,
+    pypi_purl,
+    sbom_bytes,
+)
 from envbuilder.lock.wheelcache import LockedFile, locked_files
 from envbuilder.targets.base import Artifact
 
@@ -115,3 +123,121 @@ def test_deb_and_pypi_purls_of_other_platforms_and_indexes() -> None:
     assert PackageURL.from_string(pypi_purl(named).to_string()).qualifiers == {
         "repository_url": "https://repo.example/rocm/simple"
     }
+
+
+# --- `arch` from the built artifact's dpkg status -----------------------------------------------
+
+#: A dpkg status as an image's /var/lib/dpkg/status holds it: an arch-independent package, an
+#: arch-dependent one, one Multi-Arch: same package installed for two archs, a removed one whose
+#: conffiles stay (not installed: skipped), multi-line fields.
+DPKG_STATUS = b"""\
+Package: tzdata
+Status: install ok installed
+Priority: required
+Architecture: all
+Multi-Arch: foreign
+Version: 2025b-0+deb12u2
+Description: time zone and daylight-saving time data
+ This package contains data required for the implementation of
+ standard local time for many representative locations around the globe.
+
+Package: python3
+Status: install ok installed
+Architecture: amd64
+Version: 3.11.2-1+b1
+Depends: python3.11 (>= 3.11.2-1~)
+
+Package: libc6
+Status: install ok installed
+Architecture: amd64
+Version: 2.36-9+deb12u13
+
+Package: libc6
+Status: install ok installed
+Architecture: i386
+Version: 2.36-9+deb12u13
+
+Package: media-types
+Status: deinstall ok config-files
+Architecture: all
+Version: 10.0.0
+Conffiles:
+ /etc/mime.types 0123456789abcdef0123456789abcdef
+"""
+
+
+def _debian_target() -> lockfile.TargetLock:
+    return lockfile.TargetLock(
+        platform="x86_64-manylinux_2_28",
+        python="3.11",
+        pylock="p.toml",
+        pylock_sha256="0" * 64,
+        base_image="debian:bookworm-slim",
+    )
+
+
+def test_dpkg_status_parser_reads_each_installed_packages_architecture() -> None:
+    assert dpkg_architectures(DPKG_STATUS) == {
+        ("tzdata", "2025b-0+deb12u2"): frozenset({"all"}),
+        ("python3", "3.11.2-1+b1"): frozenset({"amd64"}),
+        ("libc6", "2.36-9+deb12u13"): frozenset({"amd64", "i386"}),
+    }
+    assert dpkg_architectures(b"") == {}
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        DPKG_STATUS.replace(b"Architecture: all\n", b""),  # an installed package without it
+        DPKG_STATUS.replace(b"Architecture: all", b"Architecture: All Arches"),
+        DPKG_STATUS.replace(b"Version: 3.11.2-1+b1", b"Version: "),
+        DPKG_STATUS.replace(b"Package: python3", b"Package python3"),  # no field
+        DPKG_STATUS.replace(b"Package: tzdata", b" continued"),  # continuation of nothing
+        DPKG_STATUS.replace(b"Priority: required", b"Version: 1"),  # a field twice
+        DPKG_STATUS + DPKG_STATUS.split(b"\n\n")[1] + b"\n",  # python3 listed twice
+        b"\x00\xff\xfe garbage",
+    ],
+)
+def test_a_malformed_dpkg_status_gives_no_answer(broken: bytes) -> None:
+    assert dpkg_architectures(broken) is None
+
+
+def test_deb_purl_says_the_installed_architecture_all_for_tzdata() -> None:
+    target = _debian_target()
+    installed = dpkg_architectures(DPKG_STATUS)
+    tzdata = deb_purl("tzdata", "2025b-0+deb12u2", target, installed)
+    assert tzdata.to_string() == "pkg:deb/debian/tzdata@2025b-0%2Bdeb12u2?arch=all&distro=debian-12"
+    assert deb_purl("python3", "3.11.2-1+b1", target, installed).qualifiers["arch"] == "amd64"
+    assert deb_purl("libc6:i386", "2.36-9+deb12u13", target, installed).qualifiers["arch"] == "i386"
+    assert deb_purl("libc6", "2.36-9+deb12u13", target, installed).qualifiers["arch"] == "amd64"
+    # not in the status (another version, another package), or no status: the lock's arch
+    assert deb_purl("tzdata", "2024a-1", target, installed).qualifiers["arch"] == "amd64"
+    assert deb_purl("tzdata", "2025b-0+deb12u2", target).qualifiers["arch"] == "amd64"
+
+
+def test_the_shipped_cpu_sbom_says_arch_all_from_a_dpkg_status() -> None:
+    """media-types (pinned in the cpu lock) is `Architecture: all`: with the image's dpkg
+    status its purl says so; a malformed status gives the lock-only bytes, not a crash."""
+    project = Project.from_spec(ROOT / "environments.toml")
+    lock = lockfile.load_env_lock(project, "cpu")
+    assert lock is not None
+    pins = {n: v for stage in lock.targets["docker"].apt.values() for n, v in stage.items()}
+    status = "".join(
+        f"Package: {n}\nStatus: install ok installed\nVersion: {v}\nArchitecture: {arch}\n\n"
+        for n, v in pins.items()
+        for arch in ["all" if n == "media-types" else "amd64"]
+    ).encode()
+    artifact = Artifact("docker", "cpu", "ref", "sha256:" + "1" * 64)
+    data = sbom_bytes(project, "cpu", "docker", artifact, status)
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(data.decode()) is None
+    debs = {
+        p.name: p.qualifiers["arch"]
+        for c in json.loads(data)["components"]
+        for p in [PackageURL.from_string(c["purl"])]
+        if p.type == "deb"
+    }
+    assert debs.pop("media-types") == "all"
+    assert debs and set(debs.values()) == {"amd64"}
+    lock_only = sbom_bytes(project, "cpu", "docker", artifact)
+    assert sbom_bytes(project, "cpu", "docker", artifact, b"Package python3\n") == lock_only
+    assert data != lock_only
