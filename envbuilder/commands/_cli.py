@@ -39,7 +39,7 @@ from envbuilder import DISTRIBUTION, __version__
 from envbuilder.commands._options import refuse_empty_values
 from envbuilder.core import interrupts
 from envbuilder.core.errors import EnvbuilderError
-from envbuilder.core.fsutil import lock_waits_told_to
+from envbuilder.core.fsutil import lock_waits_told_to, os_failure
 from envbuilder.core.project import SPEC_NAME, find_spec
 from envbuilder.core.redact import redact
 from envbuilder.core.ui import COLOR_CHOICES, UI
@@ -227,10 +227,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             _finish_interrupted_writes(args, ui)
             return int(args._module.run(args, ui))
     except EnvbuilderError as exc:
-        ui = ui or UI()
-        ui.error(str(exc))
-        _json_error(ui, args, type(exc).__name__, str(exc), exc.exit_code)
-        return exc.exit_code
+        return _failed(ui or UI(), args, exc)
+    except OSError as exc:  # the disk or file system failed where no step said more (ENOSPC, EIO)
+        return _failed(ui or UI(), args, os_failure(exc))
     except KeyboardInterrupt as exc:
         sys.stderr.write(interrupts.message(exc) + "\n")
         code = interrupts.exit_code(exc)
@@ -239,6 +238,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     finally:
         restore()
+
+
+def _failed(ui: UI, args: argparse.Namespace | None, exc: EnvbuilderError) -> int:
+    """Say the error (and under --json give its object); its exit code."""
+    ui.error(str(exc))
+    _json_error(ui, args, type(exc).__name__, str(exc), exc.exit_code)
+    return exc.exit_code
 
 
 def _parse(words: list[str]) -> argparse.Namespace:

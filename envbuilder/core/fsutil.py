@@ -73,6 +73,17 @@ def write_error(path: Path, exc: OSError, verb: str = "write") -> WriteError:
     return WriteError(path, f"{cause} ({hint})" if hint else cause, verb)
 
 
+def os_failure(exc: OSError) -> EnvbuilderError:
+    """An OSError that no step turned into a message (a disk that filled up, an I/O error) as
+    one: the file when the error names one, the cause, what to do. Writes are atomic, so what
+    was being written is whole or absent."""
+    if exc.filename:
+        return write_error(Path(os.fsdecode(exc.filename)), exc, verb="write or read")
+    cause = os.strerror(exc.errno) if exc.errno else str(exc)
+    hint = _HINTS.get(exc.errno or 0)
+    return EnvbuilderError(f"a file operation failed: {cause}" + (f" ({hint})" if hint else ""))
+
+
 def file_in_the_way(path: Path) -> Path | None:
     """The nearest existing ancestor of `path` when it is not a folder (so nothing can be made
     below it), else None."""

@@ -356,3 +356,27 @@ def test_compare_write_errors(
     }.get(fault, out)
     named = files + ([paths["html"]] if "html" in wanted else [])
     run_failing(example, argv, fault, fault_at, named, capsys)
+
+
+def test_an_os_error_no_step_turned_into_a_message_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The edge's backstop (issue 30's loop, run 8: a full disk gave `render` a traceback): an
+    OSError that reaches the CLI is one `error:` line naming the file and the cause, exit 1."""
+    import errno
+
+    from envbuilder.commands import check as check_command
+
+    spec = tmp_path / "environments.toml"
+    shutil.copy(Path(__file__).resolve().parents[2] / "environments.toml", spec)
+    full = tmp_path / "state" / "receipt"
+
+    def disk_full(*_args: object) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device", str(full))
+
+    monkeypatch.setattr(check_command, "run", disk_full)
+    assert main(["check", "--spec", str(spec)]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: cannot write or read {full}: no space left on device "
+        "(free some space and run it again)"
+    ]
