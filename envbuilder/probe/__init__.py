@@ -20,7 +20,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from envbuilder.probe.common import CHECK_NAMES
+from envbuilder.probe.options import CHECK_NAMES
 from envbuilder.probe.runner import PROBE_VERSION, SCHEMA_VERSION
 
 __all__ = ["CHECK_NAMES", "PROBE_VERSION", "SCHEMA_VERSION", "build_zipapp"]

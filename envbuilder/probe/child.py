@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder.probe.common import (
-    CHECK_NAMES,
     CheckFailed,
     CheckResult,
     CheckSkipped,
     Context,
     has_fault,
 )
+from envbuilder.probe.options import CHECK_NAMES
 
 
 def _inject_faults(name: str) -> None:

@@ -17,9 +17,6 @@ from typing import Any
 
 from envbuilder.core import records
 from envbuilder.core.records import key
-from envbuilder.probe.options import CHECK_NAMES as CHECK_NAMES
-from envbuilder.probe.options import EXPECTS as EXPECTS
-from envbuilder.probe.options import LEVELS as LEVELS
 from envbuilder.probe.options import ProbeOptions
 
 #: Test-only fault injection: a comma-separated list in this variable (see docs/probe.md).

@@ -30,10 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from envbuilder.core import records
-from envbuilder.probe.common import CHECK_NAMES, Context, in_wsl
+from envbuilder.probe.common import Context, in_wsl
 from envbuilder.probe.cpus import cgroup_cpu_quota, cpu_warnings, cpus_allowed, load_average
-from envbuilder.probe.options import DEFAULT_TIMEOUT_S as DEFAULT_TIMEOUT_S
-from envbuilder.probe.options import ProbeOptions
+from envbuilder.probe.options import CHECK_NAMES, ProbeOptions
 
 PROBE_VERSION = "1.3.0"
 SCHEMA_VERSION = 1
