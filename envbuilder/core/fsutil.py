@@ -67,10 +67,15 @@ def write_error(path: Path, exc: OSError, verb: str = "write") -> WriteError:
         return WriteError(
             path, "it is a folder, not a file; move it away or choose another path", verb
         )
+    return WriteError(path, _cause(exc), verb)
+
+
+def _cause(exc: OSError) -> str:
+    """What went wrong, in lower case, and what a user can do about it where that is known."""
     cause = os.strerror(exc.errno) if exc.errno else str(exc)
     cause = cause[:1].lower() + cause[1:]
     hint = _HINTS.get(exc.errno or 0)
-    return WriteError(path, f"{cause} ({hint})" if hint else cause, verb)
+    return f"{cause} ({hint})" if hint else cause
 
 
 def os_failure(exc: OSError) -> EnvbuilderError:
@@ -79,9 +84,7 @@ def os_failure(exc: OSError) -> EnvbuilderError:
     was being written is whole or absent."""
     if exc.filename:
         return write_error(Path(os.fsdecode(exc.filename)), exc, verb="write or read")
-    cause = os.strerror(exc.errno) if exc.errno else str(exc)
-    hint = _HINTS.get(exc.errno or 0)
-    return EnvbuilderError(f"a file operation failed: {cause}" + (f" ({hint})" if hint else ""))
+    return EnvbuilderError(f"a file operation failed: {_cause(exc)}")
 
 
 def file_in_the_way(path: Path) -> Path | None:

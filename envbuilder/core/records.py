@@ -12,7 +12,7 @@ One declaration of a field gives everything a record's file or JSON form needs (
                                         keys, types, forms, ranges, choices; one message each
                                         (where, key, the value, what would be right, the fix)
     schema_properties(fields_of(TargetLock))   the JSON Schema of the same table
-    toml_lines(record, fields_of(TargetLock))  the canonical `key = value` lines (None left out)
+    toml_lines(record, fields_of(TargetLock), value)  the canonical `key = value` lines
     to_json(record) / from_json(TargetLock, data)   the JSON form and back
 
 The type comes from the annotation (`str`, `int`, `float`, `bool`, `tuple[str, ...]`,
@@ -28,7 +28,6 @@ and its zipapp ships this module.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import typing
 from collections.abc import Callable, Collection, Mapping
@@ -271,35 +270,15 @@ def schema_required(keys: tuple[Field, ...]) -> list[str]:
     return [k.name for k in keys if k.required]
 
 
-def toml_value(value: object) -> str:
-    """One scalar as canonical TOML: a JSON string is a TOML basic string once the characters
-    TOML forbids raw (DEL) are escaped too; integers and booleans as TOML writes them."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
-    raise TypeError(f"not a scalar TOML value: {value!r}")
-
-
-def toml_key(name: str) -> str:
-    """A key as TOML writes it: bare when it can be, else quoted."""
-    bare = name.replace("_", "").replace("-", "").isalnum() and name.isascii()
-    return name if bare else toml_value(name)
-
-
-def toml_lines(
-    record: object, keys: tuple[Field, ...], value: Callable[[Any], str] = toml_value
-) -> list[str]:
+def toml_lines(record: object, keys: tuple[Field, ...], value: Callable[[Any], str]) -> list[str]:
     """`key = value` for each scalar key of `record` that has a value (None is left out), in
-    the order the keys are declared; `value` writes one value (a TOML library's, where the
-    caller has one)."""
+    the order the keys are declared (a field's name is a bare TOML key); `value` writes one
+    value: the caller's TOML library, since this module stays standard library for the probe."""
     lines = []
     for k in keys:
         item = getattr(record, k.name)
         if item is not None and k.kind not in (dict, list):
-            lines.append(f"{toml_key(k.name)} = {value(item)}")
+            lines.append(f"{k.name} = {value(item)}")
     return lines
 
 

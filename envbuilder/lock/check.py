@@ -28,12 +28,11 @@ def check_env(
 ) -> CheckOutcome:
     """`lock --check` of one env: its lock file against the spec and its pylocks
     (check_lock_file), and the apt packages its targets' plans install against the pins, for
-    the targets in `only` (default: all of the env's). Reads only local files."""
-    outcome = check_lock_file(project, env.name, spec_hash, env.targets, only)
-    try:
-        lock = read_env_lock(project.env_lock(env.name))
-    except LockError:
-        return outcome  # check_lock_file said what is wrong with the file
+    the targets in `only` (default: all of the env's). Reads only local files, the lock once."""
+    lock, unread = _read(project, env.name)
+    if lock is None:
+        return unread
+    outcome = _compare(project, lock, env.name, spec_hash, env.targets, only)
     if lock.env != env.name:
         return outcome  # another env's apt pins say nothing of this one
     apt_stale, apt_notes = aptlock.check_lock(env, lock, only)
@@ -50,17 +49,35 @@ def check_lock_file(
     """Compare the env's lock with the spec (by hash; `targets` are the spec's targets of the
     env) and with its pylocks (sha256 and content; those in `only`, default all). An env never
     locked is a note, not a failure."""
+    lock, unread = _read(project, env)
+    return unread if lock is None else _compare(project, lock, env, spec_hash, targets, only)
+
+
+def _read(project: Project, env: str) -> tuple[EnvLock | None, CheckOutcome]:
+    """The env's lock, or None and the outcome that says why there is none to compare."""
     path = project.env_lock(env)
     if not path.is_file():
-        return CheckOutcome(env, notes=(f"{env}: not locked (no {project.relative(path)})",))
+        return None, CheckOutcome(env, notes=(f"{env}: not locked (no {project.relative(path)})",))
     try:
-        lock = read_env_lock(path, project.relative(path))
+        return read_env_lock(path, project.relative(path)), CheckOutcome(env)
     except LockError as exc:
-        return CheckOutcome(env, stale=(str(exc),))
+        return None, CheckOutcome(env, stale=(str(exc),))
+
+
+def _compare(
+    project: Project,
+    lock: EnvLock,
+    env: str,
+    spec_hash: str,
+    targets: Sequence[str],
+    only: Sequence[str] | None,
+) -> CheckOutcome:
+    """What makes `lock` stale for the spec (its env, hash, targets, pylocks), and the notes."""
     stale: list[str] = []
     notes: list[str] = []
     if lock.env != env:
-        stale.append(f"{env}: {project.relative(path)} is the lock of env {lock.env!r}")
+        lock_file = project.relative(project.env_lock(env))
+        stale.append(f"{env}: {lock_file} is the lock of env {lock.env!r}")
     if lock.spec_hash != spec_hash:
         stale.append(f"{env}: environments.toml changed since it was locked (spec hash)")
     for target in (t for t in targets if only is None or t in only):

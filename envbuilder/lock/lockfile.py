@@ -372,7 +372,7 @@ def _toml(value: object) -> str:
 
 
 def _sorted_lines(table: Mapping[str, str]) -> list[str]:
-    return [f"{records.toml_key(k)} = {_toml(table[k])}" for k in sorted(table)]
+    return [f"{tomlkit.key(k).as_string()} = {_toml(table[k])}" for k in sorted(table)]
 
 
 def _target_lines(name: str, t: TargetLock, artifacts: Mapping[str, str] | None) -> list[str]:
