@@ -34,7 +34,7 @@ from envbuilder.probe.common import Context, in_wsl
 from envbuilder.probe.cpus import cgroup_cpu_quota, cpu_warnings, cpus_allowed, load_average
 from envbuilder.probe.options import CHECK_NAMES, ProbeOptions
 
-PROBE_VERSION = "1.3.0"
+PROBE_VERSION = "1.3.1"
 SCHEMA_VERSION = 1
 TAIL_CHARS = 3000
 
