@@ -765,6 +765,22 @@ def test_the_wsl_runtime_error_cites_4406_where_it_lives_now() -> None:
     assert r633["wsl_stack"] == "none" and "ROCm/legacy-rocm-build#4406" in r633["source"]
 
 
+def test_error_sources_link_rocm_issues_where_they_live_now() -> None:
+    """Issue 35 item 5: ROCm/ROCm's issues now live under ROCm/legacy-rocm-build (same numbers);
+    no error entry links the old place, and the numbers re-read there are the ones cited."""
+    import tomllib
+    from pathlib import Path
+
+    data = Path(compat_mod.__file__).resolve().parents[1] / "data"
+    errors = tomllib.loads((data / "errors.toml").read_text(encoding="utf-8"))["error"]
+    links = [s for e in errors for s in e["sources"]]
+    assert not [s for s in links if s.startswith("https://github.com/ROCm/ROCm/issues/")]
+    moved = "https://github.com/ROCm/legacy-rocm-build/issues/"
+    cited = {s.removeprefix(moved) for s in links if s.startswith(moved)}
+    for number in ("4749", "4068", "4215", "4435", "2767", "1794", "5106", "3561", "6323"):
+        assert number in cited, number
+
+
 def test_gfx1201_cards_first_releases_follow_amds_release_notes() -> None:
     """Issue 35 item 2: AMD's 6.4.1 release notes introduce the RX 9070 and RX 9070 GRE with the
     RX 9070 XT and AI PRO R9700, its 6.4.1 system requirements list them, and AMD staff said so on
