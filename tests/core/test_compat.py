@@ -332,6 +332,31 @@ def test_amd_multi_arch_index() -> None:
     assert C.index_rows("https://rocm.nightlies.amd.com/whl-multi-arch/") == []
 
 
+def test_amd_torch_rows_missing_from_the_data_cite_amds_install_pages() -> None:
+    """Issue 35 item 5: torch 2.10.0 and 2.11.0 on 7.14.x and 2.13.0 on 10.1.0 were left out.
+    AMD's install pages offer 2.11.0 for every target on Linux; 2.10.0 only for the four Instinct
+    targets (a row and gfx set of its own, so a Radeon spec on it gets the missing-target finding);
+    2.13.0+rocm10.1.0 for every target, Windows too."""
+    rows = C.index_rows("https://repo.amd.com/rocm/whl-multi-arch/")
+    for release in ("7.14.0", "7.14.1"):
+        (r211,) = [r for r in rows if r.serves(SpecifierSet(f"==2.11.0+rocm{release}"))]
+        assert "gfx1100" in r211.gfx and not r211.unverified
+        (r210,) = [r for r in rows if r.serves(SpecifierSet(f"==2.10.0+rocm{release}"))]
+        assert r210.gfx == ("gfx908", "gfx90a", "gfx942", "gfx950") and not r210.unverified
+        assert f"rocm{release}-pip-install.rst at" in r210.source and "Linux only" in r210.source
+    assert r210.gfx_set and "pytorch-ver=2.10.0 is offered for device-all" in r210.gfx_set.source
+    whl_next = C.index_rows("https://stable.repo.amd.com/rocm/whl-next/")
+    (r101,) = [r for r in whl_next if r.serves(SpecifierSet("==2.13.0+rocm10.1.0"))]
+    assert r101.rocm == "10.1.0" and "at 6b89dd4450b6 and at fee8a5012291" in r101.source
+
+
+def test_the_cpu_index_row_has_no_unconfirmed_2_14_0() -> None:
+    """Issue 35 item 5: 2.14.0+cpu is named only by public files the index does not attribute to a
+    repository, so it is not added; the row keeps saying so."""
+    (cpu,) = C.index_rows("https://download.pytorch.org/whl/cpu/")
+    assert "2.14.0" not in cpu.versions and "2.14.0+cpu not" in cpu.source
+
+
 def test_index_rows_by_url() -> None:
     assert [r.index for r in C.index_rows("https://download.pytorch.org/whl/rocm6.4/")] == [
         "rocm6.4",
