@@ -332,6 +332,31 @@ def test_amd_multi_arch_index() -> None:
     assert C.index_rows("https://rocm.nightlies.amd.com/whl-multi-arch/") == []
 
 
+def test_amd_torch_rows_missing_from_the_data_cite_amds_install_pages() -> None:
+    """Issue 35 item 5: torch 2.10.0 and 2.11.0 on 7.14.x and 2.13.0 on 10.1.0 were left out.
+    AMD's install pages offer 2.11.0 for every target on Linux; 2.10.0 only for the four Instinct
+    targets (a row and gfx set of its own, so a Radeon spec on it gets the missing-target finding);
+    2.13.0+rocm10.1.0 for every target, Windows too."""
+    rows = C.index_rows("https://repo.amd.com/rocm/whl-multi-arch/")
+    for release in ("7.14.0", "7.14.1"):
+        (r211,) = [r for r in rows if r.serves(SpecifierSet(f"==2.11.0+rocm{release}"))]
+        assert "gfx1100" in r211.gfx and not r211.unverified
+        (r210,) = [r for r in rows if r.serves(SpecifierSet(f"==2.10.0+rocm{release}"))]
+        assert r210.gfx == ("gfx908", "gfx90a", "gfx942", "gfx950") and not r210.unverified
+        assert f"rocm{release}-pip-install.rst at" in r210.source and "Linux only" in r210.source
+    assert r210.gfx_set and "pytorch-ver=2.10.0 is offered for device-all" in r210.gfx_set.source
+    whl_next = C.index_rows("https://stable.repo.amd.com/rocm/whl-next/")
+    (r101,) = [r for r in whl_next if r.serves(SpecifierSet("==2.13.0+rocm10.1.0"))]
+    assert r101.rocm == "10.1.0" and "at 6b89dd4450b6 and at fee8a5012291" in r101.source
+
+
+def test_the_cpu_index_row_has_no_unconfirmed_2_14_0() -> None:
+    """Issue 35 item 5: 2.14.0+cpu is named only by public files the index does not attribute to a
+    repository, so it is not added; the row keeps saying so."""
+    (cpu,) = C.index_rows("https://download.pytorch.org/whl/cpu/")
+    assert "2.14.0" not in cpu.versions and "2.14.0+cpu not" in cpu.source
+
+
 def test_index_rows_by_url() -> None:
     assert [r.index for r in C.index_rows("https://download.pytorch.org/whl/rocm6.4/")] == [
         "rocm6.4",
@@ -704,38 +729,47 @@ def test_mi325x_first_release_is_6_3_1_from_the_release_notes() -> None:
     assert mi300x.linux_official_since == "6.0"
 
 
+_MATRIX_641 = (
+    "ROCm/legacy-rocm-build docs/compatibility/compatibility-matrix.rst@"
+    "076345c0f63f3620110f552cf2dc7c48a5ad06c5"
+)
+_MATRIX_72 = (
+    "ROCm/legacy-rocm-build docs/compatibility/compatibility-matrix.rst@"
+    "fff7efbd0c870e1bfba278faa91d517996b7a33a"
+)
+_NOTES_641 = "ROCm 6.4.1 introduces support for the RDNA4 architecture-based Radeon AI PRO R9700"
+
+
 def test_rx_7700_xt_is_official_from_6_4_2_not_6_4_1() -> None:
-    """Issue 35 item 4: AMD's 6.4.1 matrix names only RX 7800 XT and PRO W7700 for gfx1101; the
-    historical matrix adds RX 7700 XT (its own footnote) from the 6.4.2 column."""
+    """Issue 35 item 4: AMD's 6.4.1 matrix and release notes name only RX 7800 XT and PRO W7700 for
+    gfx1101; AMD's 6.4.3 matrix puts the RX 7700 XT footnote on the 6.4.2 column too. That matrix
+    was read only in a copy whose repository the index does not name (the personal fork cited
+    before is gone), so the row stays unverified and says why."""
     rx7700 = C.gpu("RX 7700 XT")
-    assert rx7700 and rx7700.gfx == "gfx1101"
+    assert rx7700 and rx7700.gfx == "gfx1101" and rx7700.unverified
     assert rx7700.linux_official_since == "6.4.2"
-    assert (
-        "hanzoai/ROCm (a public fork of ROCm/ROCm) docs/compatibility/"
-        "compatibility-matrix-historical-6.0.csv@0057200cf168b3be6f0b84de67199ff760272f12"
-    ) in rx7700.source
-    assert "compatibility-matrix.rst@076345c0f63f3620110f552cf2dc7c48a5ad06c5" in rx7700.source
+    assert _MATRIX_641 in rx7700.source and "hanzoai" not in rx7700.source
+    assert "'6.4.3', '6.4.2', '6.3.0'" in rx7700.source
+    assert "[#7700XT-OS] Radeon RX 7700 XT (gfx1101) is supported only on" in rx7700.source
+    assert "the 6.4.2 column is read only in that copy" in rx7700.source
 
 
 def test_gfx950_gfx1101_gfx1200_first_releases_cite_amds_matrix() -> None:
-    """Issue 35 item 5: the first releases of gfx950 (7.0), gfx1101 and gfx1200 (6.4.1) rested on
-    the project's notes; they now cite AMD's compatibility matrix. The RX 9060 (not XT) is named
-    only in the 7.0.x footnote, so it is 7.0, not 6.4.1."""
-    csv = "compatibility-matrix-historical-6.0.csv@0057200cf168b3be6f0b84de67199ff760272f12"
-    matrix_641 = (
-        "ROCm/legacy-rocm-build docs/compatibility/compatibility-matrix.rst@"
-        "076345c0f63f3620110f552cf2dc7c48a5ad06c5"
-    )
+    """Issue 35 item 5: the first releases of gfx950 (7.0), gfx1101 and gfx1200 (6.4.1) cite AMD's
+    compatibility matrix upstream (ROCm/legacy-rocm-build), no longer a personal fork: gfx950 is in
+    no column up to 6.4.1 and in every column from 7.1.0; 7.0 itself from AMD's 7.0.0 and 6.4.3
+    matrix text, read in copies the index does not attribute, which the row says."""
     mi355x = C.gpu("MI355X")
-    assert mi355x and mi355x.linux_official_since == "7.0" and csv in mi355x.source
-    assert "rests on that reference only" not in mi355x.source
+    assert mi355x and mi355x.linux_official_since == "7.0" and not mi355x.unverified
+    assert _MATRIX_641 in mi355x.source and _MATRIX_72 in mi355x.source
+    assert "'7.0.0', '6.4.3', '6.3.0'" in mi355x.source
+    assert "whose repository the index does not name" in mi355x.source
     for name in ("RX 7800 XT", "PRO W7700", "RX 9060 XT"):
         g = C.gpu(name)
-        assert g and g.linux_official_since == "6.4.1", name
-        assert matrix_641 in g.source and csv in g.source, name
-    rx9060 = C.gpu("RX 9060")
-    assert rx9060 and rx9060.gfx == "gfx1200" and rx9060.linux_official_since == "7.0"
-    assert "RDNA-OS-700" in rx9060.source
+        assert g and g.linux_official_since == "6.4.1" and not g.unverified, name
+        assert _MATRIX_641 in g.source and _NOTES_641 in g.source, name
+    assert "legacy-rocm-build pull request #4875" in (C.gpu("RX 7800 XT") or mi355x).source
+    assert not any("hanzoai" in g.source for g in C.gpus)
 
 
 def test_the_wsl_runtime_error_cites_4406_where_it_lives_now() -> None:
@@ -756,21 +790,50 @@ def test_the_wsl_runtime_error_cites_4406_where_it_lives_now() -> None:
     assert r633["wsl_stack"] == "none" and "ROCm/legacy-rocm-build#4406" in r633["source"]
 
 
-def test_gfx1201_cards_first_releases_follow_amds_matrix_footnotes() -> None:
-    """Issue 35 item 5 (found while citing gfx1200): all gfx1201 cards were given 6.4.1, but AMD's
-    6.4.x footnote names only the AI PRO R9700 and RX 9070 XT; RX 9070 and RX 9070 GRE appear in
-    the 7.0.x footnote, and the AI PRO R9600D in neither (its first release is left unknown)."""
-    for name in ("RX 9070 XT", "AI PRO R9700"):
+def test_error_sources_link_rocm_issues_where_they_live_now() -> None:
+    """Issue 35 item 5: ROCm/ROCm's issues now live under ROCm/legacy-rocm-build (same numbers);
+    no error entry links the old place, and the numbers re-read there are the ones cited."""
+    import tomllib
+    from pathlib import Path
+
+    data = Path(compat_mod.__file__).resolve().parents[1] / "data"
+    errors = tomllib.loads((data / "errors.toml").read_text(encoding="utf-8"))["error"]
+    links = [s for e in errors for s in e["sources"]]
+    assert not [s for s in links if s.startswith("https://github.com/ROCm/ROCm/issues/")]
+    moved = "https://github.com/ROCm/legacy-rocm-build/issues/"
+    cited = {s.removeprefix(moved) for s in links if s.startswith(moved)}
+    for number in ("4749", "4068", "4215", "4435", "2767", "1794", "5106", "3561", "6323"):
+        assert number in cited, number
+
+
+def test_gfx1201_cards_first_releases_follow_amds_release_notes() -> None:
+    """Issue 35 item 2: AMD's 6.4.1 release notes introduce the RX 9070 and RX 9070 GRE with the
+    RX 9070 XT and AI PRO R9700, its 6.4.1 system requirements list them, and AMD staff said so on
+    ROCm/legacy-rocm-build#4485; the matrix's OS footnote that left them out is an omission, not
+    the supported list. The AI PRO R9600D is in none of these (its first release stays unknown)."""
+    for name in ("RX 9070 XT", "AI PRO R9700", "RX 9070", "RX 9070 GRE"):
         g = C.gpu(name)
-        assert g and g.linux_official_since == "6.4.1", name
-        assert "compatibility-matrix.rst@076345c0f63f3620110f552cf2dc7c48a5ad06c5" in g.source
-    for name in ("RX 9070", "RX 9070 GRE"):
-        g = C.gpu(name)
-        assert g and g.gfx == "gfx1201" and g.linux_official_since == "7.0", name
-        assert "RDNA-OS-700" in g.source, name
+        assert g and g.gfx == "gfx1201" and g.linux_official_since == "6.4.1", name
+        assert not g.unverified and _NOTES_641 in g.source, name
+        assert "ROCm/legacy-rocm-build#4485" in g.source, name
+    rx9070 = C.gpu("RX 9070 GRE")
+    assert rx9070 and "rocm-install-on-linux pull requests #462" in rx9070.source
+    assert "#467 '[docs/6.4.1] Add RX 9070 GRE to supported GPUs list (#466)'" in rx9070.source
+    assert "Not a conflict, an omission" in rx9070.source
     r9600d = C.gpu("AI PRO R9600D")
     assert r9600d and r9600d.gfx == "gfx1201" and not r9600d.linux_official_known
     assert "RELEASE.md@0570461363aac86950b2a7ffdacd57b45d7dc54b" in r9600d.source
+
+
+def test_rx_9060_first_release_is_unverified_where_amds_matrices_disagree() -> None:
+    """Issue 35 item 2: the RX 9060 (not XT) is named only in copies of AMD's 7.0.x matrices whose
+    repository the index does not name, and the 7.0.0 one leaves it out: 7.0 line, unverified,
+    the reason in the row (so check warns and init refuses it)."""
+    rx9060 = C.gpu("RX 9060")
+    assert rx9060 and rx9060.gfx == "gfx1200" and rx9060.linux_official_since == "7.0"
+    assert rx9060.unverified and rx9060.source.startswith("unverified: the first release")
+    assert "'For ROCm 7.0.0'" in rx9060.source and "'For ROCm 7.0.x'" in rx9060.source
+    assert C.gpu("gfx1200") is C.gpu("RX 9060 XT")
 
 
 def test_gfx115x_rows_cite_amds_install_pages_upstream_not_a_fork() -> None:
@@ -789,11 +852,14 @@ def test_gfx115x_rows_cite_amds_install_pages_upstream_not_a_fork() -> None:
 
 
 def test_ryzen_ai_max_pro_400_parts_are_gfx1151_from_7_14_0_unverified() -> None:
-    """Issue 35 item 5: the Ryzen AI Max PRO 400 parts AMD's 7.14.0 notes add, as a row of their
-    own so that the lead (the notes' upstream commit was not read) does not mark Strix Halo's."""
+    """Issue 35 item 5: the Ryzen AI Max PRO 400 parts AMD's 7.14.0 notes add (read upstream as
+    the ROCm/legacy-rocm-build release page of rocm-7.14.0), as a row of their own so that the
+    lead on their WSL and Windows coverage does not mark Strix Halo's."""
+    release = "https://github.com/ROCm/legacy-rocm-build/releases/tag/rocm-7.14.0"
     for name in ("Ryzen AI Max+ PRO 495", "Ryzen AI Max PRO 490", "Ryzen AI Max PRO 485"):
         g = C.gpu(name)
         assert g and g.gfx == "gfx1151" and g.linux_official_since == "7.14.0", name
         assert g.unverified and "ROCm 7.14.0 adds support for the following AMD APUs" in g.source
+        assert release in g.source and "native-Windows coverage" in g.source
     strix = C.gpu("Ryzen AI Max+ 395")
     assert strix and not strix.unverified and C.gpu("gfx1151") is strix

@@ -55,7 +55,11 @@ def test_cli_known_unknown_stdin_json(
 ) -> None:
     assert main(["explain", "RuntimeError: No HIP GPUs are available"]) == 0
     out = capsys.readouterr().out
-    assert "cause:" in out and "fix:" in out and "https://github.com/ROCm/ROCm/issues/4749" in out
+    assert (
+        "cause:" in out
+        and "fix:" in out
+        and "https://github.com/ROCm/legacy-rocm-build/issues/4749" in out
+    )
     assert main(["explain", "some other error"]) == 1
     assert "Not a known message" in capsys.readouterr().out
     monkeypatch.setattr(
