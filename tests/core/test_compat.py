@@ -757,13 +757,16 @@ def test_rx_7700_xt_is_official_from_6_4_2_not_6_4_1() -> None:
 def test_gfx950_gfx1101_gfx1200_first_releases_cite_amds_matrix() -> None:
     """Issue 35 item 5: the first releases of gfx950 (7.0), gfx1101 and gfx1200 (6.4.1) cite AMD's
     compatibility matrix upstream (ROCm/legacy-rocm-build), no longer a personal fork: gfx950 is in
-    no column up to 6.4.1 and in every column from 7.1.0; 7.0 itself from AMD's 7.0.0 and 6.4.3
+    no column up to 6.4.1 and in every column from 7.1.0; 7.0 itself from ROCprofiler-SDK's
+    changelog ("for ROCm release 7.0": MI350X/MI355X support added) and AMD's 7.0.0 and 6.4.3
     matrix text, read in copies the index does not attribute, which the row says."""
     mi355x = C.gpu("MI355X")
     assert mi355x and mi355x.linux_official_since == "7.0" and not mi355x.unverified
     assert _MATRIX_641 in mi355x.source and _MATRIX_72 in mi355x.source
     assert "'7.0.0', '6.4.3', '6.3.0'" in mi355x.source
     assert "whose repository the index does not name" in mi355x.source
+    # an attributed source for 7.0 itself: a ROCm 7.0 component's changelog adds MI350X/MI355X
+    assert "ROCm/rocprofiler-sdk CHANGELOG.md@6ab6ecc325d0" in mi355x.source
     for name in ("RX 7800 XT", "PRO W7700", "RX 9060 XT"):
         g = C.gpu(name)
         assert g and g.linux_official_since == "6.4.1" and not g.unverified, name
