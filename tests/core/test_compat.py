@@ -350,6 +350,41 @@ def test_amd_torch_rows_missing_from_the_data_cite_amds_install_pages() -> None:
     assert r101.rocm == "10.1.0" and "at 6b89dd4450b6 and at fee8a5012291" in r101.source
 
 
+_AMD_714 = (
+    "gfx950", "gfx942", "gfx90a", "gfx908", "gfx1201", "gfx1200", "gfx1100", "gfx1101",
+    "gfx1102", "gfx1103", "gfx1030", "gfx1150", "gfx1151", "gfx1152", "gfx1153",
+)  # fmt: skip
+
+
+def test_amd_714_rows_carry_the_targets_of_amds_install_pages() -> None:
+    """Issue 35 item 2: the 7.14 rows used TheRock's nightly list (26 targets); AMD's 7.14.0 and
+    7.14.1 install pages offer device extras for 15 (read upstream: AMD-Ecosystem/ai-ecosystem's
+    PyTorch pages, ROCm/legacy-rocm-build's ROCm page, not a fork). The nightly set stays, used by
+    no row; torch 2.10.0 keeps its Instinct-only set."""
+    stable = C.gfx_sets["amd-multi-arch-714"]
+    assert stable.targets == _AMD_714 and not stable.unverified
+    for cited in (
+        "rocm7.14.0-pip-install.rst@58d78bbc159cf1034dd984cdc09e776b84b287ab",
+        "rocm7.14.1-pip-install.rst@0d8e34901f8e01a99be64abab8584da529f5a222",
+        "200-install.rst@bc2e763e075cf8bbe929461c2d156cb63f021666",
+        "rocm[libraries,device-<gfx>]==7.14.0",
+        ", ".join(("gfx950", "gfx942", "gfx90a", "gfx908", "gfx1200", "gfx1201")),
+    ):
+        assert cited in stable.source, cited
+    rows = C.index_rows("https://repo.amd.com/rocm/whl-multi-arch/")
+    assert {r.gfx_set.name for r in rows if r.gfx_set} == {
+        "amd-multi-arch-714",
+        "amd-multi-arch-torch210",
+    }
+    for row in rows:
+        assert set(row.gfx) <= set(_AMD_714), row.local
+    nightly = C.gfx_sets["amd-multi-arch"]
+    assert len(nightly.targets) == 26 and {"gfx900", "gfx1010", "gfx1036"} <= set(nightly.targets)
+    assert not [r for r in C.torch_matrix if r.gfx_set is nightly]
+    for name, table in C.gfx_sets.items():
+        assert "richardokonicha" not in table.source, name
+
+
 def test_the_cpu_index_row_has_no_unconfirmed_2_14_0() -> None:
     """Issue 35 item 5: 2.14.0+cpu is named only by public files the index does not attribute to a
     repository, so it is not added; the row keeps saying so."""
@@ -386,7 +421,11 @@ def test_index_rows_by_url() -> None:
         ("rocm7.1", "2.12.1", "gfx1103", False),
         ("rocm7.2", "2.13.0", "gfx1103", True),  # gfx1103 from torch 2.13
         ("rocm7.14", "2.14.0", "gfx906", False),
-        ("amd-whl-multi-arch", "2.12.0", "gfx1031", True),
+        # AMD's 7.14 index: the 15 targets of its install pages (gfx1031 not among them)
+        ("amd-whl-multi-arch", "2.12.0", "gfx1031", False),
+        ("amd-whl-multi-arch", "2.12.0", "gfx1030", True),
+        ("amd-whl-multi-arch", "2.11.0", "gfx1153", True),
+        ("amd-whl-next", "2.13.0", "gfx1031", True),  # whl-next's stable set has it
     ],
 )
 def test_wheel_gfx_per_index_and_torch(index: str, torch: str, gfx: str, has: bool) -> None:
