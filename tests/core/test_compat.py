@@ -350,6 +350,7 @@ def test_amd_torch_rows_missing_from_the_data_cite_amds_install_pages() -> None:
     assert r101.rocm == "10.1.0" and "at 6b89dd4450b6 and at fee8a5012291" in r101.source
 
 
+_LEGACY_714 = "bc2e763e075cf8bbe929461c2d156cb63f021666"
 _AMD_714 = (
     "gfx950", "gfx942", "gfx90a", "gfx908", "gfx1201", "gfx1200", "gfx1100", "gfx1101",
     "gfx1102", "gfx1103", "gfx1030", "gfx1150", "gfx1151", "gfx1152", "gfx1153",
@@ -366,7 +367,7 @@ def test_amd_714_rows_carry_the_targets_of_amds_install_pages() -> None:
     for cited in (
         "rocm7.14.0-pip-install.rst@58d78bbc159cf1034dd984cdc09e776b84b287ab",
         "rocm7.14.1-pip-install.rst@0d8e34901f8e01a99be64abab8584da529f5a222",
-        "200-install.rst@bc2e763e075cf8bbe929461c2d156cb63f021666",
+        f"200-install.rst@{_LEGACY_714}",
         "rocm[libraries,device-<gfx>]==7.14.0",
         ", ".join(("gfx950", "gfx942", "gfx90a", "gfx908", "gfx1200", "gfx1201")),
     ):
@@ -891,6 +892,27 @@ def test_gfx115x_rows_cite_amds_install_pages_upstream_not_a_fork() -> None:
         assert "@50600d8da151e4ca8ce7fec9f68fa3048cc5bd85" in g.source, gfx
         assert "@0c31064a09a061b708758cc5bc9f74a9ede6c14f" in g.source, gfx
         assert f"rocm[libraries,device-{gfx}]==7.14.0" in g.source, gfx
+
+
+def test_714_install_page_facts_cite_amds_repository_where_it_says_the_same() -> None:
+    """Issue 35 (citations to forks): the pip SDK's 7.14.0 command, the WSL Ubuntu releases and
+    librocdxg 1.2.1's install commands cite AMD's page upstream (ROCm/legacy-rocm-build), which
+    has them word for word. Only 7.14.0's runfile -7 and amdgpu-install 31.40.1 still rest on the
+    fork's revision (upstream's has -6 and 31.40); rocm.toml's comment says so."""
+    import tomllib
+    from pathlib import Path
+
+    page = "ROCm/legacy-rocm-build docs/install/include/200-install.rst@" + _LEGACY_714
+    data = Path(compat_mod.__file__).resolve().parents[1] / "data"
+    wsl = tomllib.loads((data / "wsl.toml").read_text(encoding="utf-8"))
+    (r121,) = [r for r in wsl["librocdxg"] if r["version"] == "1.2.1"]
+    for source in (C.pip_sdk.source, wsl["dxg"]["ubuntu_source"], r121["source"]):
+        assert page in source and "richardokonicha" not in source
+    assert "rocm[libraries,device-gfxNNNN]==7.14.0, without devel" in C.pip_sdk.source
+    assert "sudo apt install ./rocdxg-roct_1.2.1_amd64.deb" in r121["source"]
+    rocm = (data / "rocm.toml").read_text(encoding="utf-8")
+    assert "@bc2e763e075cf8bbe929461c2d156cb63f021666" in rocm
+    assert "the runfile -7 and amdgpu-install 31.40.1 (31.40.1.314001-1) are read in a" in rocm
 
 
 def test_ryzen_ai_max_pro_400_parts_are_gfx1151_from_7_14_0_unverified() -> None:
