@@ -475,6 +475,13 @@ def test_windows_wheels() -> None:
     assert w714 and w714.index and w714.python.contains("3.14") and w714.python.contains("3.11")
     rx6800 = C.gpu("RX 6800")
     assert rx6800 and w714.covers(rx6800) and not w721.covers(rx6800)  # RDNA2 from 7.14
+    # AMD's 7.14 pages give Windows commands for the Radeon and Ryzen targets of the 15 only
+    w7140 = C.windows_set("7.14.0")
+    radeon_ryzen = tuple(sorted(t for t in _AMD_714 if t.startswith("gfx1")))
+    for w in (w7140, w714):
+        assert w and tuple(sorted(w.gfx)) == radeon_ryzen and "pip-install.rst@" in w.source
+    rx6700 = C.gpu("RX 6700 XT")
+    assert rx6700 and rx6700.gfx == "gfx1031" and not w714.covers(rx6700)
     assert C.windows_set("6.4.1") == w644 and C.windows_set("6.1.3") is None
 
 

@@ -677,6 +677,18 @@ CASES: list[tuple[str, Mutation, str, str, list[str]]] = [
         "error",
         ["RX 6800 (gfx1030) is not covered by AMD's native-Windows PyTorch wheels"],
     ),
+    (
+        "windows-gfx1031-on-7.14",
+        gpu(
+            gpu="RX 6700 XT", rocm="7.14.1", targets=["windows"], packages=["numpy"], index_pins={}
+        ),
+        "env.gpu.targets",
+        "error",
+        [
+            "RX 6700 XT (gfx1031) is not covered by AMD's native-Windows PyTorch wheels for "
+            "ROCm 7.14.1 (gfx1030, gfx1100,"
+        ],
+    ),
     # --- the injection rule: nothing a user writes may become code in a generated file -----
     (
         "inject-package-subst",
