@@ -206,17 +206,31 @@ def _check_pip_sdk(env: EnvSpec, release: RocmRelease, compat: Compat, ctx: Find
 def _check_pip_sdk_extras(
     env: EnvSpec, release: RocmRelease, compat: Compat, ctx: FindingSink
 ) -> None:
-    rows = compat.index_rows(release.pip_index or "")
-    targets = {g for r in rows for g in r.gfx}
+    targets = _pip_index_targets(compat, release.pip_index)
     missing = [g for g in env.gfx_targets if targets and g not in targets]
-    if missing:
-        ctx.env_finding(
-            env.name,
-            ("gpu",),
-            f"{', '.join(missing)}: no device-<gfx> extra on "
-            f"ROCm {release.version}'s index ({release.pip_index}); it has "
-            f"{', '.join(sorted(targets))}",
-        )
+    if not missing:
+        return
+    others = [
+        r.version
+        for r in compat.releases
+        if r.install_model == "pip-sdk"
+        and r.pip_index != release.pip_index
+        and set(missing) <= _pip_index_targets(compat, r.pip_index)
+    ]
+    them = "it" if len(missing) == 1 else "them"
+    hint = f"; the index of ROCm {', '.join(others)} has {them}" if others else ""
+    ctx.env_finding(
+        env.name,
+        ("gpu",),
+        f"{', '.join(missing)}: no device-<gfx> extra on "
+        f"ROCm {release.version}'s index ({release.pip_index}); it has "
+        f"{', '.join(sorted(targets))}{hint}",
+    )
+
+
+def _pip_index_targets(compat: Compat, url: str | None) -> set[str]:
+    """The gfx targets with device extras on a pip-SDK index (the union of its torch rows)."""
+    return {g for r in compat.index_rows(url or "") for g in r.gfx}
 
 
 def _check_pip_sdk_torch_index(env: EnvSpec, release: RocmRelease, ctx: FindingSink) -> None:
@@ -509,7 +523,11 @@ def _check_hsa(
     (they differ per index and torch version: torch.toml [gfx_set])."""
     gpu = compat.gpu(env.gpu) if env.gpu else None
     if HSA_VAR not in env.env:
-        if gpu is not None and any(not registry.get(t).on_windows for t in env.targets):
+        # a pip-SDK env's GPU outside its index's targets is _check_pip_sdk_extras' finding, and
+        # an override on a pip-SDK release is warned against (_check_hsa_ignored)
+        pip_sdk = env.release is not None and env.release.install_model == "pip-sdk"
+        linux = any(not registry.get(t).on_windows for t in env.targets)
+        if gpu is not None and linux and not pip_sdk:
             _check_hsa_needed(env, compat, gpu, torch_rows, ctx)
         return
     value = env.env[HSA_VAR]

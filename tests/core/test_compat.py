@@ -350,6 +350,42 @@ def test_amd_torch_rows_missing_from_the_data_cite_amds_install_pages() -> None:
     assert r101.rocm == "10.1.0" and "at 6b89dd4450b6 and at fee8a5012291" in r101.source
 
 
+_LEGACY_714 = "bc2e763e075cf8bbe929461c2d156cb63f021666"
+_AMD_714 = (
+    "gfx950", "gfx942", "gfx90a", "gfx908", "gfx1201", "gfx1200", "gfx1100", "gfx1101",
+    "gfx1102", "gfx1103", "gfx1030", "gfx1150", "gfx1151", "gfx1152", "gfx1153",
+)  # fmt: skip
+
+
+def test_amd_714_rows_carry_the_targets_of_amds_install_pages() -> None:
+    """Issue 35 item 2: the 7.14 rows used TheRock's nightly list (26 targets); AMD's 7.14.0 and
+    7.14.1 install pages offer device extras for 15 (read upstream: AMD-Ecosystem/ai-ecosystem's
+    PyTorch pages, ROCm/legacy-rocm-build's ROCm page, not a fork). The nightly set stays, used by
+    no row; torch 2.10.0 keeps its Instinct-only set."""
+    stable = C.gfx_sets["amd-multi-arch-714"]
+    assert stable.targets == _AMD_714 and not stable.unverified
+    for cited in (
+        "rocm7.14.0-pip-install.rst@58d78bbc159cf1034dd984cdc09e776b84b287ab",
+        "rocm7.14.1-pip-install.rst@0d8e34901f8e01a99be64abab8584da529f5a222",
+        f"200-install.rst@{_LEGACY_714}",
+        "rocm[libraries,device-<gfx>]==7.14.0",
+        ", ".join(("gfx950", "gfx942", "gfx90a", "gfx908", "gfx1200", "gfx1201")),
+    ):
+        assert cited in stable.source, cited
+    rows = C.index_rows("https://repo.amd.com/rocm/whl-multi-arch/")
+    assert {r.gfx_set.name for r in rows if r.gfx_set} == {
+        "amd-multi-arch-714",
+        "amd-multi-arch-torch210",
+    }
+    for row in rows:
+        assert set(row.gfx) <= set(_AMD_714), row.local
+    nightly = C.gfx_sets["amd-multi-arch"]
+    assert len(nightly.targets) == 26 and {"gfx900", "gfx1010", "gfx1036"} <= set(nightly.targets)
+    assert not [r for r in C.torch_matrix if r.gfx_set is nightly]
+    for name, table in C.gfx_sets.items():
+        assert "richardokonicha" not in table.source, name
+
+
 def test_the_cpu_index_row_has_no_unconfirmed_2_14_0() -> None:
     """Issue 35 item 5: 2.14.0+cpu is named only by public files the index does not attribute to a
     repository, so it is not added; the row keeps saying so."""
@@ -386,7 +422,11 @@ def test_index_rows_by_url() -> None:
         ("rocm7.1", "2.12.1", "gfx1103", False),
         ("rocm7.2", "2.13.0", "gfx1103", True),  # gfx1103 from torch 2.13
         ("rocm7.14", "2.14.0", "gfx906", False),
-        ("amd-whl-multi-arch", "2.12.0", "gfx1031", True),
+        # AMD's 7.14 index: the 15 targets of its install pages (gfx1031 not among them)
+        ("amd-whl-multi-arch", "2.12.0", "gfx1031", False),
+        ("amd-whl-multi-arch", "2.12.0", "gfx1030", True),
+        ("amd-whl-multi-arch", "2.11.0", "gfx1153", True),
+        ("amd-whl-next", "2.13.0", "gfx1031", True),  # whl-next's stable set has it
     ],
 )
 def test_wheel_gfx_per_index_and_torch(index: str, torch: str, gfx: str, has: bool) -> None:
@@ -435,6 +475,13 @@ def test_windows_wheels() -> None:
     assert w714 and w714.index and w714.python.contains("3.14") and w714.python.contains("3.11")
     rx6800 = C.gpu("RX 6800")
     assert rx6800 and w714.covers(rx6800) and not w721.covers(rx6800)  # RDNA2 from 7.14
+    # AMD's 7.14 pages give Windows commands for the Radeon and Ryzen targets of the 15 only
+    w7140 = C.windows_set("7.14.0")
+    radeon_ryzen = tuple(sorted(t for t in _AMD_714 if t.startswith("gfx1")))
+    for w in (w7140, w714):
+        assert w and tuple(sorted(w.gfx)) == radeon_ryzen and "pip-install.rst@" in w.source
+    rx6700 = C.gpu("RX 6700 XT")
+    assert rx6700 and rx6700.gfx == "gfx1031" and not w714.covers(rx6700)
     assert C.windows_set("6.4.1") == w644 and C.windows_set("6.1.3") is None
 
 
@@ -852,6 +899,27 @@ def test_gfx115x_rows_cite_amds_install_pages_upstream_not_a_fork() -> None:
         assert "@50600d8da151e4ca8ce7fec9f68fa3048cc5bd85" in g.source, gfx
         assert "@0c31064a09a061b708758cc5bc9f74a9ede6c14f" in g.source, gfx
         assert f"rocm[libraries,device-{gfx}]==7.14.0" in g.source, gfx
+
+
+def test_714_install_page_facts_cite_amds_repository_where_it_says_the_same() -> None:
+    """Issue 35 (citations to forks): the pip SDK's 7.14.0 command, the WSL Ubuntu releases and
+    librocdxg 1.2.1's install commands cite AMD's page upstream (ROCm/legacy-rocm-build), which
+    has them word for word. Only 7.14.0's runfile -7 and amdgpu-install 31.40.1 still rest on the
+    fork's revision (upstream's has -6 and 31.40); rocm.toml's comment says so."""
+    import tomllib
+    from pathlib import Path
+
+    page = "ROCm/legacy-rocm-build docs/install/include/200-install.rst@" + _LEGACY_714
+    data = Path(compat_mod.__file__).resolve().parents[1] / "data"
+    wsl = tomllib.loads((data / "wsl.toml").read_text(encoding="utf-8"))
+    (r121,) = [r for r in wsl["librocdxg"] if r["version"] == "1.2.1"]
+    for source in (C.pip_sdk.source, wsl["dxg"]["ubuntu_source"], r121["source"]):
+        assert page in source and "richardokonicha" not in source
+    assert "rocm[libraries,device-gfxNNNN]==7.14.0, without devel" in C.pip_sdk.source
+    assert "sudo apt install ./rocdxg-roct_1.2.1_amd64.deb" in r121["source"]
+    rocm = (data / "rocm.toml").read_text(encoding="utf-8")
+    assert "@bc2e763e075cf8bbe929461c2d156cb63f021666" in rocm
+    assert "the runfile -7 and amdgpu-install 31.40.1 (31.40.1.314001-1) are read in a" in rocm
 
 
 def test_ryzen_ai_max_pro_400_parts_are_gfx1151_from_7_14_0_unverified() -> None:

@@ -3,10 +3,10 @@
 with a keep list of GPU targets, and the real uv locks the result from a replica index on
 127.0.0.1, as the other replica tests lock the stand-ins.
 
-The keep list is the 15 targets whose extras AMD's 7.14.0 install page documents (gfx950,
-gfx942, gfx90a, gfx908, gfx1201, gfx1200, gfx1100-gfx1103, gfx1030, gfx1150-gfx1153:
-ROCm/ROCm docs/install/include/200-install.rst, read in a public fork, as cited in
-envbuilder/data/torch.toml).
+The keep list is the data's: envbuilder/data/torch.toml [gfx_set.amd-multi-arch-714], the 15
+targets whose extras AMD's 7.14.0 and 7.14.1 install pages offer (gfx950, gfx942, gfx90a, gfx908,
+gfx1201, gfx1200, gfx1100-gfx1103, gfx1030, gfx1150-gfx1153, in the pages' order; the set's
+source cites them), so `check` and this promotion agree on what the 7.14 index carries.
 Whether AMD's promotion of 7.14.0 passed that list is not known (a public report counted 25
 rocm-sdk-device wheels on the index): the test shows what the script does with such a list,
 not which list AMD used. Device wheels are built for gfx1010 (dropped; the build's
@@ -26,15 +26,16 @@ from replica.promote import Promotion, promote_release, promoted_catalog, sdist_
 from replica.server import ReplicaServer, serve
 from replica.uvcompile import LINUX, CompileRequest, CompileResult, compile_pylock
 
+from envbuilder.core.compatload import load_compat
+
 RELEASE = "7.14.0"
 RC = f"{RELEASE}rc1"
 DEVICES = ("gfx1010", "gfx1100", "gfx942")
 DROPPED, KEPT = "gfx1010", ("gfx1100", "gfx942")
-KEEP = (
-    "gfx950", "gfx942", "gfx90a", "gfx908", "gfx1201", "gfx1200",
-    "gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1030",
-    "gfx1150", "gfx1151", "gfx1152", "gfx1153",
-)  # fmt: skip
+KEEP = load_compat().gfx_sets["amd-multi-arch-714"].targets
+# promote_packages.py repoints DEFAULT_TARGET_FAMILY and the generic `device` extra at the first
+# kept target with 3+ digits: the data lists gfx950 first, as AMD's pages do
+FIRST = KEEP[0]
 WHEEL_TAG = "py3-none-linux_x86_64"
 BOOTSTRAP = "rocm_bootstrap-1.0.0+replica-py3-none-any.whl"
 APPEND = re.compile(r"^AVAILABLE_TARGET_FAMILIES\.append\('(gfx\w+)'\)$", re.M)
@@ -91,20 +92,20 @@ def test_the_keep_list_drops_a_target_everywhere(promotion: Promotion) -> None:
     after = promotion.after[f"rocm-{RELEASE}.tar.gz"]
     # the sdist's _dist_info.py (what its setup.py builds the extras from at install time)
     old, new = (sdist_member(s, "src/rocm_sdk/_dist_info.py") for s in (before, after))
-    assert DEFAULT.findall(old) == [DROPPED] and DEFAULT.findall(new) == ["gfx950"]
+    assert DEFAULT.findall(old) == [DROPPED] and DEFAULT.findall(new) == [FIRST] == ["gfx950"]
     assert len(APPEND.findall(old)) == 26 and sorted(APPEND.findall(new)) == sorted(KEEP)
     # its static metadata: no extra of the dropped target; the generic `device` repointed
     pkg_info = sdist_member(after, "PKG-INFO")
     assert f"device-{DROPPED}" not in pkg_info and f"device-{DROPPED}" in sdist_member(
         before, "PKG-INFO"
     )
-    assert f'rocm-sdk-device-gfx950=={RELEASE}; extra == "device"' in pkg_info
+    assert f'rocm-sdk-device-{FIRST}=={RELEASE}; extra == "device"' in pkg_info
     assert f"[device-{DROPPED}]" not in sdist_member(after, "src/rocm.egg-info/requires.txt")
     # the multi-arch SDK wheels' _dist_info.py too
     for name in ("rocm_sdk_core", "rocm_sdk_libraries"):
         data = promotion.after[f"{name}-{RELEASE}-{WHEEL_TAG}.whl"]
         dist_info = _wheel_text(data, f"{name}/_dist_info.py")
-        assert DEFAULT.findall(dist_info) == ["gfx950"], name
+        assert DEFAULT.findall(dist_info) == [FIRST], name
         assert sorted(APPEND.findall(dist_info)) == sorted(KEEP), name
     assert "Skipping per-gfx wheel for non-kept arch" in promotion.log
 

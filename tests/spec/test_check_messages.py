@@ -81,6 +81,7 @@ def index(name: str, url: str) -> Mutation:
 
 #: The pip SDK's index per release line (envbuilder/data/rocm.toml pip_index) and a torch on it.
 AMD_SDK = {
+    "7.14.0": ("https://repo.amd.com/rocm/whl-multi-arch/", "torch==2.12.0+rocm7.14.0"),
     "7.14.1": ("https://repo.amd.com/rocm/whl-multi-arch/", "torch==2.12.0+rocm7.14.1"),
     "10.1.0": ("https://stable.repo.amd.com/rocm/whl-next/", "torch==2.14.0+rocm10.1.0"),
 }
@@ -591,16 +592,28 @@ CASES: list[tuple[str, Mutation, str, str, list[str]]] = [
             "https://repo.amd.com/rocm/whl-multi-arch/"
         ],
     ),
-    # AMD's multi-arch torch ships gfx1031 (and an override breaks TheRock >= 7.13 runtimes)
+    # AMD's 7.14 torch ships gfx1030 natively (and an override breaks TheRock >= 7.13 runtimes)
     (
         "hsa-pip-sdk",
         chain(
             amd_sdk("7.14.1", targets=["docker"]),
-            gpu(gpu="RX 6700 XT", env={"HSA_OVERRIDE_GFX_VERSION": "10.3.0"}),
+            gpu(gpu="RX 6800 XT", env={"HSA_OVERRIDE_GFX_VERSION": "10.3.0"}),
         ),
         "env.gpu.env.HSA_OVERRIDE_GFX_VERSION",
         "error",
-        ["the torch wheel is compiled for gfx1031", "remove HSA_OVERRIDE_GFX_VERSION"],
+        ["for RX 6800 XT (gfx1030), which needs no override", "remove HSA_OVERRIDE_GFX_VERSION"],
+    ),
+    # AMD's 7.14 index has device extras for the 15 targets of its install pages, not gfx1031
+    (
+        "pip-sdk-gpu-not-on-the-index",
+        chain(amd_sdk("7.14.1", targets=["docker"]), gpu(gpu="RX 6700 XT")),
+        "env.gpu.gpu",
+        "error",
+        [
+            "gfx1031: no device-<gfx> extra on ROCm 7.14.1's index "
+            "(https://repo.amd.com/rocm/whl-multi-arch/); it has gfx1030, gfx1100,",
+            "; the index of ROCm 10.0.0, 10.1.0 has it",
+        ],
     ),
     (
         "pip-sdk-no-gpu",
@@ -663,6 +676,18 @@ CASES: list[tuple[str, Mutation, str, str, list[str]]] = [
         "env.gpu.targets",
         "error",
         ["RX 6800 (gfx1030) is not covered by AMD's native-Windows PyTorch wheels"],
+    ),
+    (
+        "windows-gfx1031-on-7.14",
+        gpu(
+            gpu="RX 6700 XT", rocm="7.14.1", targets=["windows"], packages=["numpy"], index_pins={}
+        ),
+        "env.gpu.targets",
+        "error",
+        [
+            "RX 6700 XT (gfx1031) is not covered by AMD's native-Windows PyTorch wheels for "
+            "ROCm 7.14.1 (gfx1030, gfx1100,"
+        ],
     ),
     # --- the injection rule: nothing a user writes may become code in a generated file -----
     (
@@ -1330,6 +1355,33 @@ def test_windows_from_7_14_covers_rdna2_and_python_3_13(
     assert code == 0, lines
     assert not _env_lines(lines, "not covered") and not _env_lines(lines, "need Python")
     assert not _env_lines(lines, "pinned to a Linux wheel index")
+
+
+@pytest.mark.parametrize(
+    ("rocm", "gpu_name", "on_index"),
+    [
+        ("7.14.0", "gfx1152", True),
+        ("7.14.1", "RX 6800 XT", True),
+        ("7.14.1", "RX 6700 XT", False),
+        ("7.14.0", "gfx1010", False),
+        ("7.14.1", "gfx900", False),
+        ("7.14.1", "gfx1036", False),
+        ("10.1.0", "RX 6700 XT", True),
+    ],
+)
+def test_pip_sdk_gpus_follow_the_index_targets(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], rocm: str, gpu_name: str, on_index: bool
+) -> None:
+    """Issue 35: AMD's 7.14 index offers the device extras of its install pages' 15 targets; a GPU
+    outside them is an error on gpu (the lock cannot hold its device code), with no
+    HSA_OVERRIDE_GFX_VERSION advice beside it (an override is warned against on TheRock)."""
+    text = mutated(chain(amd_sdk(rocm, targets=["docker"]), gpu(gpu=gpu_name)))
+    code, lines = run_check(tmp_path, text, capsys)
+    extra = _env_lines(lines, "no device-<gfx> extra")
+    assert bool(extra) is not on_index and code == (0 if on_index else 1), lines
+    assert not _env_lines(lines, "HSA_OVERRIDE_GFX_VERSION"), lines
+    if extra:
+        assert f"ROCm {rocm}'s index (https://repo.amd.com/rocm/whl-multi-arch/)" in extra[0]
 
 
 def no_wsl2(d: dict[str, Any]) -> None:
