@@ -59,18 +59,17 @@ def test_checks_share_one_worker(workdir: Path) -> None:
 def test_hang_and_segfault_in_the_shared_worker_fail_alone(workdir: Path) -> None:
     """The whole quick level with matmul hanging and amp segfaulting in the worker: those two
     are errors with their reasons and output; device ran in the first worker, amp in a
-    second, the rest pass in a third; the killed workers are gone."""
+    second, the rest pass in a third; the killed workers are gone.
+
+    Without train: the 20 s timeout that bounds the hang bounds every check, and ResNet-50's
+    steps on a CPU shared with other work can take longer (a clean-clone CI run beside the
+    issue-30 loop, load average 8 on 2 cores: train timed out). Train's own run is
+    tests/probe/test_probe_run.py's quick CPU run (test_quick_cpu_run_passes_every_check)."""
     lock = make_lock(workdir / "self.pylock.toml")
     start = time.monotonic()
     code, report, output = probe(
-        "--level",
-        "quick",
-        "--expect",
-        "cpu",
-        "--lock",
-        str(lock),
-        "--timeout",
-        "20",
+        *("--level", "quick", "--expect", "cpu", "--lock", str(lock), "--timeout", "20"),
+        *("--skip", "train"),
         tmp=workdir,
         fault="hang:matmul,crash:amp",
     )
@@ -83,7 +82,7 @@ def test_hang_and_segfault_in_the_shared_worker_fail_alone(workdir: Path) -> Non
         "latency": "pass",
         "matmul": "error",
         "amp": "error",
-        "train": "pass",
+        "train": "skip",
         "collectives": "pass",
         "membw": "pass",
         "conformance": "pass",
@@ -96,8 +95,8 @@ def test_hang_and_segfault_in_the_shared_worker_fail_alone(workdir: Path) -> Non
     ran = pids(report)
     assert ran["device"] == ran["latency"] == ran["matmul"], "they share the first worker"
     assert ran["amp"] != ran["matmul"], "a new worker after the hang"
-    assert ran["train"] == ran["collectives"] == ran["membw"] == ran["conformance"], ran
-    assert ran["train"] != ran["amp"], ran
+    assert ran["collectives"] == ran["membw"] == ran["conformance"], ran
+    assert ran["collectives"] != ran["amp"], ran
     assert gone(ran["matmul"]) and gone(ran["amp"]) and gone(ran["membw"])
     assert checks["matmul"]["duration_s"] == pytest.approx(20, abs=2)
     assert time.monotonic() - start < 150
