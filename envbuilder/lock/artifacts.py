@@ -87,27 +87,16 @@ KEYS = records.fields_of(Artifacts)
 
 
 def check_artifacts(table: Mapping[str, object], where: str) -> dict[str, str]:
-    """An [artifacts.<target>] table: string values, known keys only, each in its form, format
-    numbers no newer than this envbuilder writes. `where` is "<file>: artifacts.<target>"."""
-    known = {k.name: k for k in KEYS}
-    checked: dict[str, str] = {}
-    for name, value in table.items():
-        if not isinstance(value, str):
-            raise LockError(
-                f"{where}.{name} must be a string, not {type(value).__name__} ({value!r}); "
-                f"{_RELOCK}"
-            )
-        field = known.get(name)
-        if field is None:
-            raise LockError(
-                f"{where}: unknown key {name!r} (known: {', '.join(known)}); remove it or {_RELOCK}"
-            )
-        wrong = field.problem(value)
-        if wrong is not None:
-            shown = value if len(value) <= 120 else value[:117] + "..."
-            raise LockError(f"{where}.{name} = {shown!r} {wrong}; {_RELOCK}")
+    """An [artifacts.<target>] table: known keys only, string values each in its form (the
+    records' one reader, `records.table_problems`), format numbers no newer than this
+    envbuilder writes. `where` is "<file>: artifacts.<target>"; the first problem is raised."""
+    file, _, path = where.rpartition(": ")
+    problems = records.table_problems(table, KEYS, file, path)
+    if problems:
+        raise LockError(f"{problems[0]}; {_RELOCK}")
+    checked = {name: str(value) for name, value in table.items()}
+    for name, value in checked.items():
         _check_format(name, value, where)
-        checked[name] = value
     return checked
 
 

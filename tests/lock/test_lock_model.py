@@ -108,7 +108,7 @@ def test_dump_is_canonical_and_reads_back(tmp_path: Path) -> None:
         (lambda t: t.replace('python = "3.11"\n', "", 1), "missing key 'python'"),
         (
             lambda t: t.replace("[artifacts.docker]", "[artifacts.docker]\nlayers = 3"),
-            r"artifacts.docker.layers must be a string, not int \(3\)",
+            r"artifacts.docker.layers must be a string, not 3; run `envbuilder lock`",
         ),
         # recorded digests in the wrong form: refused when read, not after a build (issue: a
         # non-hex image_id passed lock --check and build --verify only failed after building)
