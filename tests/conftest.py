@@ -102,31 +102,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def xdist_group_of(item: pytest.Item) -> str:
     """The pytest-xdist group of a test (`--dist loadgroup` runs a group on one worker).
 
-    Two groups hold every test that uses an engine, a registry or the Slurm cluster, so that no
-    two tests ever work on one engine at once:
+    Every test that uses the Docker engine, the registries or the Slurm cluster is in ONE group:
+    they share one engine's images and containers (the cpu image is built, pushed, removed and
+    pulled by some, run on the Slurm nodes by others: a run in parallel removed the containers of
+    another), and the two-node cluster runs one exclusive job at a time, so parallel submissions
+    would queue and the timeouts of the tests would measure the queue. Every other test stays
+    with its module, whose module-scoped fixtures (replicas, resolved locks) are then built once.
 
-    * "engines": the tests of the engines other than the main one, each with its own daemon,
-      image store and build cache: the current engines (`engine_hosts`: Debian sid's dockerd 28
-      on both stores, podman) and the fresh machine's engine (`own_engine`). On one worker, the
-      small image's push/pull on the containerd store never runs while test_engines_cpu builds
-      there (beside each other, once the pulled image read back without its labels). Their
-      only use of the main engine is the small image's reference, under a tag of its own.
-    * "services": every other test of the main engine (Debian 12's dockerd 20.10), the
-      registries and Slurm: they share that engine's images and containers (the cpu image is
-      built, pushed, removed and pulled by some, run on the Slurm nodes by others: a run in
-      parallel removed the containers of another), and the two-node cluster runs one exclusive
-      job at a time, so parallel submissions would queue and the timeouts of the tests would
-      measure the queue.
-
-    One group for both took 31.5 min of CI (2026-12-05: the engine and fresh-machine tests,
-    1,260 s of the services group's 2,800 s in a loaded run, were its long pole); the two run
-    side by side (docs/benchmarks.md, "CI time"). Every other test stays with its module, whose
-    module-scoped fixtures (replicas, resolved locks) are then built once.
+    The tests of the current engines (`engine_hosts`) are in that group too. Beside it, in a
+    group of their own, the small image's push/pull test (in "services": it needs a registry)
+    and the cpu builds of test_engines_cpu ran on the same containerd engine at once, and once
+    the pulled image read back without its labels; in one group the engine tests never overlap.
+    It costs time: 33.8 min of tests on a clean clone, against 27.6 min with a group of their
+    own (docs/benchmarks.md).
     """
     marks = {mark.name for mark in item.iter_markers()}
-    if marks & {"engines", "own_engine"}:
-        return "engines"
-    if marks & {"docker", "registry", "slurm"}:
+    if marks & {"docker", "registry", "slurm", "engines"}:
         return "services"
     return item.nodeid.split("::", 1)[0]
 

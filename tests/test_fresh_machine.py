@@ -11,8 +11,7 @@ another build of the tag. A twin of that registry (the same storage) listens on 
 replica of its canonical index (https://download.pytorch.org/whl/cpu served on 127.0.0.1: the
 locked wheel, as the machine's mirror URL), never from a mirror folder; apt only from the
 snapshot replica (tests/aptreplica.py), served inside the namespace, where the builds'
-host networking puts apt. Markers: docker, own_engine (tests/conftest.py puts it in the "engines"
-group), network (PyPI's small wheels, Debian's archive), slow.
+host networking puts apt. Markers: docker, network (PyPI's small wheels, Debian's archive), slow.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ from aptreplica import Replica
 
 from envbuilder.image.oci.blobs import canonical_json, file_blob, registry_manifest
 
-pytestmark = [pytest.mark.slow, pytest.mark.network, pytest.mark.docker, pytest.mark.own_engine]
+pytestmark = [pytest.mark.slow, pytest.mark.network, pytest.mark.docker]
 
 REPO = Path(__file__).resolve().parent.parent
 SEED = Path(os.environ.get("ENVBUILDER_CI_STATE", "/var/lib/envbuilder-ci")) / "seed"

@@ -101,17 +101,16 @@ def test_seed_image_is_present(engine: Engine) -> None:
     assert any(tag.endswith(SEED_IMAGE) for tag in image.tags), image.tags
 
 
-def test_engine_tests_run_in_the_engines_group(
+def test_engine_tests_run_in_the_services_group(
     engine: Engine, request: pytest.FixtureRequest
 ) -> None:
-    """One test at a time on the current engines, beside the main engine's (tests/conftest.py,
-    xdist_group_of)."""
+    """One image build at a time on CI's two cores (tests/conftest.py, xdist_group_of)."""
     assert request.node.get_closest_marker("engines") is not None
     if not request.config.pluginmanager.hasplugin("xdist"):
         pytest.skip("pytest-xdist is not installed: no groups to check")
     mark = request.node.get_closest_marker("xdist_group")
     assert mark is not None
-    assert mark.args == ("engines",)
+    assert mark.args == ("services",)
 
 
 def test_parse_engine_hosts() -> None:

@@ -115,6 +115,7 @@ def test_build_run_validate_on_podman(podman_host: str, tmp_path: Path) -> None:
     assert run.stdout.strip().splitlines()[-1] == _locked_torch(project)
 
     validate = as_process("validate", "--env", ENV, "--target", "docker", cwd=project, env=env)
+    assert (project / "reports" / f"{ENV}.docker.json").is_file(), validate.stdout + validate.stderr
     report = json.loads((project / "reports" / f"{ENV}.docker.json").read_text())
     assert validate.returncode == 0, validate.stdout + validate.stderr
     assert report["status"] == "pass"
